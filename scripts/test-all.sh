@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+#! Runs every suite (Rust, UI unit, end-to-end, tray) and ends with one summary
+#! line over all of them: "total: N passed, N failed". Exits non-zero if any
+#! suite failed or counted nothing.
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+OUT="${HEADROOM_TEST_OUTPUT:-$ROOT/test-output}"
+mkdir -p "$OUT"
+export HEADROOM_TEST_OUTPUT="$OUT"
+
+passed=0 failed=0 broken=()
+
+# suite NAME COMMAND...: runs it, tees its output to test-output/NAME.log and
+# adds the counts its runner printed (parsed by count_NAME-specific awk below).
+suite() {
+  local name="$1" parser="$2"
+  shift 2
+  printf '\n\033[1m== %s ==\033[0m\n' "$name"
+  local log="$OUT/$name.log"
+  "$@" 2>&1 | tee "$log"
+  local rc=${PIPESTATUS[0]}
+  read -r p f < <("$parser" "$log")
+  echo "-- $name: $p passed, $f failed (exit $rc)"
+  passed=$((passed + p))
+  failed=$((failed + f))
+  if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then broken+=("$name"); fi
+}
+
+# cargo test: "test result: ok. 12 passed; 0 failed; ..."
+cargo_counts() { awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }' "$1"; }
+# vitest: "      Tests  36 passed (36)" or "Tests  1 failed | 35 passed (36)"
+vitest_counts() {
+  sed 's/\x1b\[[0-9;]*m//g' "$1" | awk '/^ *Tests +/ {
+    for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+    END { print p+0, f+0 }'
+}
+# node --test (spec reporter): "ℹ pass 4" / "ℹ fail 0"
+node_counts() {
+  awk '/^[^ ]* ?pass [0-9]+$/ { p += $NF } /^[^ ]* ?fail [0-9]+$/ { f += $NF } END { print p+0, f+0 }' "$1"
+}
+# our shell suites: "tray: 5 passed, 0 failed"
+plain_counts() { awk '/^[a-z]+: [0-9]+ passed, [0-9]+ failed$/ { p += $2; f += $4 } END { print p+0, f+0 }' "$1"; }
+
+# The GUI suites need a display: start a private Xvfb unless one was given.
+xvfb_pid=""
+cleanup() { [ -n "$xvfb_pid" ] && kill "$xvfb_pid" 2>/dev/null; }
+trap cleanup EXIT
+if [ -z "${DISPLAY:-}" ]; then
+  for n in $(seq 90 99); do [ -e "/tmp/.X11-unix/X$n" ] || { disp=":$n"; break; }; done
+  Xvfb "$disp" -screen 0 1280x800x24 -nolisten tcp >/dev/null 2>&1 &
+  xvfb_pid=$!
+  export DISPLAY="$disp"
+  for _ in $(seq 50); do [ -e "/tmp/.X11-unix/X${disp#:}" ] && break; sleep 0.1; done
+fi
+
+suite rust cargo_counts cargo test --workspace --no-fail-fast
+suite ui-unit vitest_counts bash -c 'cd ui && npx vitest run'
+suite e2e node_counts node --test --test-reporter=spec ui/e2e/
+suite tray plain_counts bash tests/tray/tray.sh
+
+echo
+if [ ${#broken[@]} -gt 0 ]; then
+  echo "suites that failed or ran no test: ${broken[*]}"
+  echo "total: $passed passed, $failed failed"
+  exit 1
+fi
+echo "total: $passed passed, $failed failed"

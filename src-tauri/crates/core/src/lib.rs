@@ -1,0 +1,5 @@
+//! headroom-core: the pure logic every other crate shares. No IO, no heavy
+//! dependencies, so it is tested in milliseconds and used everywhere.
+
+pub mod chat;
+pub mod stats;

@@ -1,0 +1,73 @@
+//! The headless subcommands. Each parses its arguments here and calls into
+//! the library crates; none needs a display.
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Run local LLMs on a memory-tight Mac: fit checks before loading, honest
+/// speed figures, and a local/cloud router. With no subcommand, opens the
+/// menu-bar app.
+#[derive(Debug, Parser)]
+#[command(name = "headroom", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Show the MLX backend this build runs on (version, device).
+    Backend {
+        /// Print one JSON object instead of text.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// Runs one subcommand; the exit code says whether it succeeded.
+pub fn run(command: Command) -> ExitCode {
+    match command {
+        Command::Backend { json } => {
+            let info = crate::commands::app::AppInfo::current();
+            if json {
+                match serde_json::to_string(&info) {
+                    Ok(s) => println!("{s}"),
+                    Err(e) => {
+                        eprintln!("headroom: cannot encode JSON: {e}");
+                        return ExitCode::FAILURE;
+                    }
+                }
+            } else {
+                println!(
+                    "Headroom {} on {}: MLX {} ({} backend)",
+                    info.version, info.platform, info.mlx_version, info.device
+                );
+            }
+            ExitCode::SUCCESS
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn no_subcommand_means_the_app() {
+        let cli = Cli::try_parse_from(["headroom"]).unwrap_or_else(|e| panic!("{e}"));
+        assert!(cli.command.is_none());
+    }
+
+    #[test]
+    fn unknown_subcommands_are_refused_with_a_message() {
+        let err = Cli::try_parse_from(["headroom", "fly"]).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("unrecognized subcommand 'fly'"));
+    }
+}

@@ -1,0 +1,44 @@
+// The one place that talks to `@tauri-apps/api/core`: every command goes
+//! through `call`, so every rejection reaching the UI is a `CommandError`.
+import { invoke, type InvokeArgs } from '@tauri-apps/api/core';
+
+/** Mirrors `src-tauri/src/error.rs`: what a failed command rejects with. */
+export interface CommandError {
+  code: string;
+  message: string;
+  details?: unknown;
+}
+
+/** Raised in the UI itself when there is no Tauri backend to talk to. */
+export const NO_BACKEND = 'NO_BACKEND';
+/** Tauri's own failures (unknown command, bad arguments) arrive as strings. */
+export const IPC_ERROR = 'IPC_ERROR';
+
+export function isCommandError(value: unknown): value is CommandError {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    typeof (value as { code?: unknown }).code === 'string' &&
+    typeof (value as { message?: unknown }).message === 'string'
+  );
+}
+
+/** Folds whatever `invoke` rejected with into a `CommandError`. */
+export function toCommandError(value: unknown): CommandError {
+  if (isCommandError(value)) return value;
+  if (typeof value === 'string') return { code: IPC_ERROR, message: value };
+  return {
+    code: NO_BACKEND,
+    message: "Can't reach Headroom's backend. Reopen the window from the menu-bar icon.",
+    details: value instanceof Error ? value.message : value,
+  };
+}
+
+/** Invokes a Rust command; rejects only with a `CommandError`. */
+export async function call<T>(command: string, args?: InvokeArgs): Promise<T> {
+  try {
+    return await invoke<T>(command, args);
+  } catch (error) {
+    throw toCommandError(error);
+  }
+}

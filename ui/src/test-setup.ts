@@ -1,0 +1,8 @@
+// Vitest setup: DOM matchers and a clean Tauri IPC mock for every test.
+import '@testing-library/jest-dom/vitest';
+import { clearMocks } from '@tauri-apps/api/mocks';
+import { afterEach } from 'vitest';
+
+afterEach(() => {
+  clearMocks();
+});
