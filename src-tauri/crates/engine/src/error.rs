@@ -1,5 +1,7 @@
 //! The engine's typed errors.
 
+use std::path::PathBuf;
+
 /// Everything the engine can fail with; variants carry what the user needs to act.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -20,6 +22,69 @@ pub enum EngineError {
         expected: String,
         found: Vec<i32>,
     },
+    /// The model folder has no `config.json`.
+    #[error("no config.json in model folder {dir}")]
+    MissingConfig { dir: PathBuf },
+    /// A file could not be read (permissions, I/O error).
+    #[error("cannot read {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// `config.json` (or the shard index) is not valid JSON or lacks a required field.
+    #[error("invalid {path}: {reason}")]
+    InvalidConfig { path: PathBuf, reason: String },
+    /// A `model_type` the engine has no implementation for.
+    #[error("unsupported model_type \"{model_type}\" in {path} (supported: qwen2, qwen3, llama, mistral)")]
+    UnknownModelType { model_type: String, path: PathBuf },
+    /// A `rope_scaling` type the engine does not implement.
+    #[error("unsupported rope_scaling type \"{rope_type}\" in {path} (supported: default, linear, llama3)")]
+    UnsupportedRopeScaling { rope_type: String, path: PathBuf },
+    /// A quantization mode other than MLX's affine one (mxfp4, nvfp4, …).
+    #[error("unsupported quantization mode \"{mode}\" in {path} (supported: affine)")]
+    UnsupportedQuantMode { mode: String, path: PathBuf },
+    /// The folder has neither `model.safetensors` nor `model.safetensors.index.json`.
+    #[error("no weights in {dir}: expected model.safetensors or model.safetensors.index.json")]
+    MissingWeights { dir: PathBuf },
+    /// A weight file that is shorter than its header says, or whose header is malformed.
+    #[error("corrupt or truncated weight file {file}: {reason}")]
+    CorruptWeights { file: PathBuf, reason: String },
+    /// A parameter the architecture needs that no weight file holds.
+    #[error("missing tensor {tensor} (looked in {file})")]
+    MissingTensor { tensor: String, file: PathBuf },
+    /// A tensor in a weight file that the architecture has no place for.
+    #[error("unexpected tensor {tensor} in {file}")]
+    UnexpectedTensor { tensor: String, file: PathBuf },
+    /// The same tensor appears twice (in two shards, or listed twice).
+    #[error("tensor {tensor} appears in both {first} and {second}")]
+    DuplicateTensor { tensor: String, first: PathBuf, second: PathBuf },
+    /// A tensor whose shape is not what the config implies.
+    #[error("tensor {tensor} in {file} has shape {found:?}, expected {expected:?}")]
+    WrongShape {
+        tensor: String,
+        file: PathBuf,
+        expected: Vec<i32>,
+        found: Vec<i32>,
+    },
+    /// A tensor whose dtype cannot be used where it sits.
+    #[error("tensor {tensor} in {file} has dtype {found}, expected {expected}")]
+    WrongDtype {
+        tensor: String,
+        file: PathBuf,
+        expected: String,
+        found: String,
+    },
+    /// A sampling or generation setting outside its valid range.
+    #[error("invalid generation setting {name} = {value}: {reason}")]
+    InvalidSetting {
+        name: &'static str,
+        value: String,
+        reason: &'static str,
+    },
+    /// A prompt with no tokens: there is nothing to condition on.
+    #[error("empty prompt: at least one token is needed")]
+    EmptyPrompt,
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

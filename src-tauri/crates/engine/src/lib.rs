@@ -5,11 +5,27 @@
 //! worker thread. Nothing outside this crate sees an `mlx_rs::Array`.
 
 mod backend;
+pub mod demo;
 mod error;
 mod ffi;
 pub mod quant;
+pub mod cache;
+pub mod config;
+pub mod generate;
+pub mod layers;
+pub mod loader;
+pub mod models;
+pub mod sampler;
+#[cfg(test)]
+mod testutil;
 
 pub use backend::{backend_info, BackendInfo, DeviceKind};
 // Re-exported so tests and callers can build inputs without naming mlx-rs.
 pub use mlx_rs::Array;
 pub use error::{EngineError, Result};
+pub use cache::KvCache;
+pub use config::{Arch, ModelConfig};
+pub use generate::{generate, Clock, FinishReason, GenerateOptions, Generation, WallClock};
+pub use loader::{load_model, ComputeDtype};
+pub use models::{Logits, Model};
+pub use sampler::{Sampler, SamplingParams};

@@ -1,0 +1,235 @@
+//! The KV cache: per layer, preallocated in steps of 256 positions, owned
+//! by a session and reused across its turns.
+//!
+//! Like mlx-lm's `KVCache`, keys and values are written into a buffer that
+//! grows by whole steps (slice assignment), and attention reads the filled
+//! prefix `[.., :offset, :]`. Growing by steps instead of concatenating per
+//! token keeps decode from copying the whole cache every step.
+
+use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
+use mlx_rs::{ops, Array};
+
+use crate::error::{MlxContext, Result};
+
+/// Positions added to a layer's buffers each time they run out.
+pub const KV_STEP: i32 = 256;
+
+/// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`.
+#[derive(Debug, Default)]
+pub struct LayerKv {
+    keys: Option<Array>,
+    values: Option<Array>,
+    offset: i32,
+}
+
+impl LayerKv {
+    /// Positions filled so far (the RoPE offset of the next token).
+    pub fn offset(&self) -> i32 {
+        self.offset
+    }
+
+    /// Positions the buffers hold before they must grow.
+    pub fn capacity(&self) -> i32 {
+        self.keys.as_ref().map_or(0, |k| k.dim(2))
+    }
+
+    /// Appends `[B, kv_heads, L, D]` keys/values and returns all filled ones.
+    pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+        let prev = self.offset;
+        let new = keys.dim(2);
+        let (k_buf, v_buf) = match (self.keys.take(), self.values.take()) {
+            (Some(k), Some(v)) if prev + new <= k.dim(2) => (k, v),
+            (old_k, old_v) => {
+                let steps = (KV_STEP + new - 1) / KV_STEP;
+                let grow = |like: &Array, old: Option<Array>| -> Result<Array> {
+                    let s = like.shape();
+                    let fresh = ops::zeros_dtype(&[s[0], s[1], steps * KV_STEP, s[3]], like.dtype()).op("kv alloc")?;
+                    match old {
+                        None => Ok(fresh),
+                        Some(old) => {
+                            // After a trim the tail past `prev` is stale; drop it
+                            // so the new positions land right after the kept ones.
+                            let old = if prev % KV_STEP != 0 {
+                                old.try_index((Ellipsis, ..prev, ..)).op("kv trim")?
+                            } else {
+                                old
+                            };
+                            ops::concatenate(&[old, fresh], 2).op("kv grow")
+                        }
+                    }
+                };
+                (grow(keys, old_k)?, grow(values, old_v)?)
+            }
+        };
+        let (mut k_buf, mut v_buf) = (k_buf, v_buf);
+        self.offset = prev + new;
+        k_buf.try_index_mut((Ellipsis, prev..self.offset, ..), keys).op("kv write")?;
+        v_buf.try_index_mut((Ellipsis, prev..self.offset, ..), values).op("kv write")?;
+        let out = if self.offset < k_buf.dim(2) {
+            (
+                k_buf.try_index((Ellipsis, ..self.offset, ..)).op("kv read")?,
+                v_buf.try_index((Ellipsis, ..self.offset, ..)).op("kv read")?,
+            )
+        } else {
+            (k_buf.clone(), v_buf.clone())
+        };
+        self.keys = Some(k_buf);
+        self.values = Some(v_buf);
+        Ok(out)
+    }
+
+    fn trim(&mut self, n: i32) -> i32 {
+        let n = n.min(self.offset);
+        self.offset -= n;
+        n
+    }
+
+    fn nbytes(&self) -> usize {
+        self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
+    }
+
+    fn arrays(&self) -> impl Iterator<Item = &Array> {
+        self.keys.iter().chain(self.values.iter())
+    }
+}
+
+/// The cache of a whole model, plus the token ids whose keys/values it holds,
+/// so a later turn can reuse the common prefix and prefill only the rest.
+#[derive(Debug)]
+pub struct KvCache {
+    layers: Vec<LayerKv>,
+    tokens: Vec<u32>,
+}
+
+impl KvCache {
+    pub fn new(num_layers: usize) -> Self {
+        Self { layers: (0..num_layers).map(|_| LayerKv::default()).collect(), tokens: Vec::new() }
+    }
+
+    /// Positions filled (the same in every layer).
+    pub fn offset(&self) -> usize {
+        self.layers.first().map_or(0, |l| usize::try_from(l.offset).unwrap_or(0))
+    }
+
+    /// Positions the buffers hold without growing.
+    pub fn capacity(&self) -> usize {
+        self.layers.first().map_or(0, |l| usize::try_from(l.capacity()).unwrap_or(0))
+    }
+
+    /// Bytes held by the buffers (allocated capacity, not just the filled part).
+    pub fn nbytes(&self) -> usize {
+        self.layers.iter().map(LayerKv::nbytes).sum()
+    }
+
+    pub fn num_layers(&self) -> usize {
+        self.layers.len()
+    }
+
+    /// The token ids whose keys/values are cached, in order.
+    pub fn tokens(&self) -> &[u32] {
+        &self.tokens
+    }
+
+    /// Forgets the last `n` positions (the buffers stay allocated). Returns how many were dropped.
+    pub fn trim(&mut self, n: usize) -> usize {
+        let n = i32::try_from(n).unwrap_or(i32::MAX);
+        let mut dropped = 0;
+        for layer in &mut self.layers {
+            dropped = layer.trim(n);
+        }
+        self.tokens.truncate(self.offset());
+        usize::try_from(dropped).unwrap_or(0)
+    }
+
+    /// Empties the cache but keeps its buffers for the next conversation.
+    pub fn reset(&mut self) {
+        let n = self.offset();
+        self.trim(n);
+    }
+
+    /// Empties the cache and frees its buffers.
+    pub fn clear(&mut self) {
+        for layer in &mut self.layers {
+            *layer = LayerKv::default();
+        }
+        self.tokens.clear();
+    }
+
+    /// Trims the cache to the longest prefix it shares with `prompt`, keeping
+    /// at least one prompt token to feed (its logits give the next token).
+    /// Returns how many prompt tokens are already cached.
+    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let keep = common.min(prompt.len().saturating_sub(1));
+        self.trim(self.offset() - keep.min(self.offset()));
+        keep
+    }
+
+    pub(crate) fn layers_mut(&mut self) -> &mut [LayerKv] {
+        &mut self.layers
+    }
+
+    /// Records ids whose keys/values the last forward pass appended.
+    pub(crate) fn push_tokens(&mut self, ids: &[u32]) {
+        self.tokens.extend_from_slice(ids);
+    }
+
+    /// Every buffer, for `eval` after a prefill chunk.
+    pub(crate) fn arrays(&self) -> Vec<&Array> {
+        self.layers.iter().flat_map(LayerKv::arrays).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A strided view copied into a fresh, contiguous array, to read back.
+    fn values(a: &Array) -> Vec<f32> {
+        a.add(Array::from_f32(0.0)).expect("copy").as_slice::<f32>().to_vec()
+    }
+
+    fn kv(len: i32, fill: f32) -> Array {
+        Array::from_slice(&vec![fill; (2 * len * 4) as usize], &[1, 2, len, 4])
+    }
+
+    #[test]
+    fn grows_in_steps_and_returns_the_filled_prefix() -> Result<()> {
+        let mut c = KvCache::new(1);
+        let layer = &mut c.layers_mut()[0];
+        let (k, _) = layer.update_and_fetch(&kv(3, 1.0), &kv(3, 1.0))?;
+        assert_eq!(k.shape(), &[1, 2, 3, 4]);
+        assert_eq!(layer.capacity(), 256);
+        for _ in 0..253 {
+            layer.update_and_fetch(&kv(1, 2.0), &kv(1, 2.0))?;
+        }
+        assert_eq!((layer.offset(), layer.capacity()), (256, 256));
+        let (k, _) = layer.update_and_fetch(&kv(300, 3.0), &kv(300, 3.0))?;
+        // 256 kept + ceil(300 / 256) more steps.
+        assert_eq!(layer.capacity(), 256 + 512);
+        assert_eq!(k.shape(), &[1, 2, 556, 4]);
+        let v = values(&k);
+        assert_eq!((v[0], v[3 * 4], v[256 * 4]), (1.0, 2.0, 3.0));
+        assert_eq!(c.nbytes(), 2 * (2 * 768 * 4 * 4));
+        Ok(())
+    }
+
+    #[test]
+    fn trim_then_write_overwrites_the_tail() -> Result<()> {
+        let mut c = KvCache::new(2);
+        for layer in c.layers_mut() {
+            layer.update_and_fetch(&kv(10, 1.0), &kv(10, 1.0))?;
+        }
+        c.push_tokens(&[0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+        assert_eq!(c.reuse_prefix(&[0, 1, 2, 3, 9, 9]), 4);
+        assert_eq!((c.offset(), c.tokens()), (4, &[0u32, 1, 2, 3][..]));
+        let (k, _) = c.layers_mut()[0].update_and_fetch(&kv(2, 5.0), &kv(2, 5.0))?;
+        assert_eq!(k.shape(), &[1, 2, 6, 4]);
+        assert_eq!(values(&k)[4 * 4], 5.0);
+        // A prompt the cache holds entirely still leaves one token to feed.
+        assert_eq!(c.reuse_prefix(&[0, 1, 2]), 2);
+        c.clear();
+        assert_eq!((c.offset(), c.nbytes()), (0, 0));
+        Ok(())
+    }
+}

@@ -1,0 +1,231 @@
+//! Model dimensions per preset and the JSON files that describe a model
+//! (`config.json`, `generation_config.json`), with HF field names.
+
+use serde_json::{json, Map, Value};
+
+use super::tokenizer::{Flavor, TrainedTokenizer};
+use super::{Arch, DemoError, DemoSpec, Preset};
+
+/// The dimensions of a demo model, as written to config.json.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ModelShape {
+    pub hidden_size: i32,
+    pub num_hidden_layers: i32,
+    pub num_attention_heads: i32,
+    pub num_key_value_heads: i32,
+    pub head_dim: i32,
+    pub intermediate_size: i32,
+    /// Embedding rows (≥ the tokenizer's size; extra rows are never used).
+    pub vocab_size: i32,
+    pub max_position_embeddings: i32,
+    pub tie_word_embeddings: bool,
+}
+
+/// The preset's dimensions; `vocab_size` 0 means "the demo tokenizer's size".
+pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
+    match preset {
+        // Tied like Qwen2.5-0.5B and Llama-3.2-1B; Mistral is never tied,
+        // so the tiny models cover both layouts.
+        Preset::Tiny => ModelShape {
+            hidden_size: 64,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            head_dim: 16,
+            intermediate_size: 128,
+            vocab_size: 0,
+            max_position_embeddings: 4096,
+            tie_word_embeddings: arch != Arch::Mistral,
+        },
+        Preset::Small => ModelShape {
+            hidden_size: 256,
+            num_hidden_layers: 12,
+            num_attention_heads: 8,
+            num_key_value_heads: 2,
+            head_dim: 32,
+            intermediate_size: 768,
+            vocab_size: 0,
+            max_position_embeddings: 4096,
+            tie_word_embeddings: false,
+        },
+        // The three below are the published Qwen2.5 configs.
+        Preset::Qwen25_0_5B => ModelShape {
+            hidden_size: 896,
+            num_hidden_layers: 24,
+            num_attention_heads: 14,
+            num_key_value_heads: 2,
+            head_dim: 64,
+            intermediate_size: 4864,
+            vocab_size: 151_936,
+            max_position_embeddings: 32_768,
+            tie_word_embeddings: true,
+        },
+        Preset::Qwen25_7B => ModelShape {
+            hidden_size: 3584,
+            num_hidden_layers: 28,
+            num_attention_heads: 28,
+            num_key_value_heads: 4,
+            head_dim: 128,
+            intermediate_size: 18_944,
+            vocab_size: 152_064,
+            max_position_embeddings: 32_768,
+            tie_word_embeddings: false,
+        },
+        Preset::Qwen25_14B => ModelShape {
+            hidden_size: 5120,
+            num_hidden_layers: 48,
+            num_attention_heads: 40,
+            num_key_value_heads: 8,
+            head_dim: 128,
+            intermediate_size: 13_824,
+            vocab_size: 152_064,
+            max_position_embeddings: 32_768,
+            tie_word_embeddings: false,
+        },
+    }
+}
+
+/// The `quantization` object: defaults, plus per-layer entries.
+pub(super) fn quantization_json(spec: &DemoSpec) -> Option<Value> {
+    let bits = spec.bits.quantized()?;
+    let mut q = Map::new();
+    q.insert("group_size".into(), json!(spec.group_size));
+    q.insert("bits".into(), json!(bits));
+    q.insert("mode".into(), json!("affine"));
+    for (path, gs, b) in super::weights::overrides(spec) {
+        q.insert(path, json!({ "group_size": gs, "bits": b }));
+    }
+    Some(Value::Object(q))
+}
+
+pub(super) fn config_json(
+    spec: &DemoSpec,
+    shape: &ModelShape,
+    tok: &TrainedTokenizer,
+) -> Result<String, DemoError> {
+    let s = shape;
+    let mut c = json!({
+        "model_type": spec.arch.as_str(),
+        "hidden_size": s.hidden_size,
+        "num_hidden_layers": s.num_hidden_layers,
+        "num_attention_heads": s.num_attention_heads,
+        "num_key_value_heads": s.num_key_value_heads,
+        "intermediate_size": s.intermediate_size,
+        "vocab_size": s.vocab_size,
+        "max_position_embeddings": s.max_position_embeddings,
+        "tie_word_embeddings": s.tie_word_embeddings,
+        "hidden_act": "silu",
+        "initializer_range": 0.02,
+        "torch_dtype": "bfloat16",
+        "use_cache": true,
+    });
+    let extra = match spec.arch {
+        Arch::Qwen2 => json!({
+            "architectures": ["Qwen2ForCausalLM"],
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0,
+            "use_sliding_window": false,
+            "bos_token_id": tok.special_id("<|endoftext|>"),
+            "eos_token_id": tok.special_id("<|im_end|>"),
+        }),
+        Arch::Qwen3 => json!({
+            "architectures": ["Qwen3ForCausalLM"],
+            "head_dim": s.head_dim,
+            "attention_bias": false,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0,
+            "rope_scaling": null,
+            "bos_token_id": tok.special_id("<|endoftext|>"),
+            "eos_token_id": tok.special_id("<|im_end|>"),
+        }),
+        Arch::Llama => json!({
+            "architectures": ["LlamaForCausalLM"],
+            "head_dim": s.head_dim,
+            "attention_bias": false,
+            "mlp_bias": false,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 500_000.0,
+            "rope_scaling": {
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                // Below max_position_embeddings (HF checks), so the tiny
+                // models' frequencies are really rescaled (wavelengths of
+                // 256..1024 positions are blended, longer ones divided).
+                "original_max_position_embeddings": (s.max_position_embeddings / 4).min(8192),
+            },
+            "bos_token_id": tok.special_id("<|begin_of_text|>"),
+            "eos_token_id": [tok.special_id("<|end_of_text|>"), tok.special_id("<|eot_id|>")],
+        }),
+        Arch::Mistral => json!({
+            "architectures": ["MistralForCausalLM"],
+            "head_dim": s.head_dim,
+            "rms_norm_eps": 1e-5,
+            "rope_theta": 1_000_000.0,
+            "sliding_window": null,
+            "bos_token_id": tok.special_id("<|begin_of_text|>"),
+            "eos_token_id": [tok.special_id("<|end_of_text|>"), tok.special_id("<|eot_id|>")],
+        }),
+    };
+    merge(&mut c, extra);
+    if let Some(q) = quantization_json(spec) {
+        // mlx-lm writes both; HF tooling reads the second.
+        merge(
+            &mut c,
+            json!({ "quantization": q.clone(), "quantization_config": q }),
+        );
+    }
+    to_pretty(&c, "config.json")
+}
+
+pub(super) fn generation_config_json(
+    flavor: Flavor,
+    tok: &TrainedTokenizer,
+) -> Result<String, DemoError> {
+    let c = match flavor {
+        // Like Qwen2.5-Instruct: stop at the end of the turn or of the text.
+        Flavor::ChatMl => json!({
+            "bos_token_id": tok.special_id("<|endoftext|>"),
+            "pad_token_id": tok.special_id("<|endoftext|>"),
+            "eos_token_id": [tok.special_id("<|im_end|>"), tok.special_id("<|endoftext|>")],
+        }),
+        Flavor::Llama3 => json!({
+            "bos_token_id": tok.special_id("<|begin_of_text|>"),
+            "eos_token_id": [tok.special_id("<|end_of_text|>"), tok.special_id("<|eot_id|>")],
+        }),
+    };
+    to_pretty(&c, "generation_config.json")
+}
+
+fn merge(into: &mut Value, from: Value) {
+    if let (Value::Object(a), Value::Object(b)) = (into, from) {
+        a.extend(b);
+    }
+}
+
+/// Pretty JSON with keys sorted at every level (as mlx-lm sorts config.json),
+/// so the bytes do not depend on whether some other crate in the build turns
+/// on serde_json's `preserve_order`.
+pub(super) fn to_pretty(v: &Value, file: &'static str) -> Result<String, DemoError> {
+    let mut s = serde_json::to_string_pretty(&sorted(v))
+        .map_err(|source| DemoError::Json { file, source })?;
+    s.push('\n');
+    Ok(s)
+}
+
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            Value::Object(
+                keys.into_iter()
+                    .map(|k| (k.clone(), sorted(&m[k])))
+                    .collect(),
+            )
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}

@@ -1,0 +1,259 @@
+//! The building blocks every architecture shares: linear layers (dense or
+//! affine-quantized), embeddings, RMSNorm, RoPE, the SwiGLU MLP and the
+//! attention core over the KV cache.
+//!
+//! Each op is the one mlx-lm's layer calls (`addmm` for a biased dense
+//! layer, `quantized_matmul` + bias, `fast::rms_norm`, `fast::rope`,
+//! `fast::scaled_dot_product_attention`), in the same order, so the logits
+//! agree with mlx-lm's to float rounding.
+
+use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
+use mlx_rs::ops::{self, indexing::TryIndexOp};
+use mlx_rs::{Array, Dtype};
+
+use crate::cache::LayerKv;
+use crate::config::{ModelConfig, RopeScaling};
+use crate::error::{MlxContext, Result};
+use crate::quant::QuantizedMatrix;
+
+/// The weight of a linear layer: dense `[out, in]` or packed as on disk.
+#[derive(Debug)]
+pub enum LinearWeight {
+    Dense(Array),
+    Quantized(QuantizedMatrix),
+}
+
+/// `y = x · Wᵀ (+ b)`.
+#[derive(Debug)]
+pub struct Linear {
+    pub weight: LinearWeight,
+    pub bias: Option<Array>,
+}
+
+impl Linear {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        match (&self.weight, &self.bias) {
+            // mlx's nn.Linear fuses the bias with addmm; the same op keeps the rounding the same.
+            (LinearWeight::Dense(w), Some(b)) => ops::addmm(b, x, w.t(), None, None).op("addmm"),
+            (LinearWeight::Dense(w), None) => ops::matmul(x, w.t()).op("matmul"),
+            (LinearWeight::Quantized(q), bias) => {
+                let y = q.matmul_t(x)?;
+                match bias {
+                    Some(b) => y.add(b).op("linear bias"),
+                    None => Ok(y),
+                }
+            }
+        }
+    }
+}
+
+/// Token embeddings; a tied model also uses them as its output head.
+#[derive(Debug)]
+pub enum Embedding {
+    Dense(Array),
+    Quantized(QuantizedMatrix),
+}
+
+impl Embedding {
+    /// `[B, L]` ids -> `[B, L, hidden]`.
+    pub fn forward(&self, ids: &Array) -> Result<Array> {
+        match self {
+            Embedding::Dense(w) => w.take_axis(ids, 0).op("embedding"),
+            // Gather the packed rows first, then dequantize only those.
+            Embedding::Quantized(q) => {
+                let w = q.weight.take_axis(ids, 0).op("embedding")?;
+                let s = q.scales.take_axis(ids, 0).op("embedding")?;
+                let b = q.biases.take_axis(ids, 0).op("embedding")?;
+                ops::dequantize(&w, &s, &b, q.group_size, q.bits).op("embedding dequantize")
+            }
+        }
+    }
+
+    /// The tied output head: `x · Eᵀ`.
+    pub fn as_linear(&self, x: &Array) -> Result<Array> {
+        match self {
+            Embedding::Dense(w) => ops::matmul(x, w.t()).op("tied head"),
+            Embedding::Quantized(q) => q.matmul_t(x),
+        }
+    }
+
+    /// The dtype activations take on after the lookup: mlx-lm's compute dtype.
+    pub fn dtype(&self) -> Dtype {
+        match self {
+            Embedding::Dense(w) => w.dtype(),
+            Embedding::Quantized(q) => q.scales.dtype(),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct RmsNorm {
+    pub weight: Array,
+    pub eps: f32,
+}
+
+impl RmsNorm {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        fast::rms_norm(x, Some(&self.weight), self.eps).op("rms_norm")
+    }
+}
+
+/// Rotary position embedding, incl. Llama 3.1's rescaled frequencies.
+#[derive(Debug)]
+pub struct Rope {
+    dims: i32,
+    traditional: bool,
+    base: Option<f32>,
+    scale: f32,
+    freqs: Option<Array>,
+}
+
+impl Rope {
+    pub fn new(config: &ModelConfig) -> Result<Self> {
+        let dims = config.head_dim;
+        let traditional = config.rope_traditional;
+        match &config.rope_scaling {
+            None => Ok(Self { dims, traditional, base: Some(config.rope_theta), scale: 1.0, freqs: None }),
+            Some(RopeScaling::Linear { factor }) => {
+                Ok(Self { dims, traditional, base: Some(config.rope_theta), scale: 1.0 / factor, freqs: None })
+            }
+            Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }) => {
+                let freqs = llama3_freqs(
+                    dims,
+                    config.rope_theta,
+                    *factor,
+                    *low_freq_factor,
+                    *high_freq_factor,
+                    *original_max_position_embeddings,
+                )?;
+                Ok(Self { dims, traditional, base: None, scale: 1.0, freqs: Some(freqs) })
+            }
+        }
+    }
+
+    /// Rotates `[B, H, L, D]` as positions `offset..offset + L`.
+    pub fn forward(&self, x: &Array, offset: i32) -> Result<Array> {
+        fast::rope(x, self.dims, self.traditional, self.base, self.scale, offset, self.freqs.as_ref()).op("rope")
+    }
+}
+
+/// Llama 3.1 frequencies, computed with the same f32 ops as mlx-lm's
+/// `Llama3RoPE` so that both round alike.
+fn llama3_freqs(dims: i32, base: f32, factor: f32, low: f32, high: f32, old_ctx: f32) -> Result<Array> {
+    let f = |v: f32| Array::from_f32(v);
+    let low_wavelen = old_ctx / low;
+    let high_wavelen = old_ctx / high;
+    let exponents = ops::arange::<_, i32>(0, dims, 2).op("arange")?.divide(f(dims as f32)).op("llama3 rope")?;
+    let freqs = f(base).power(&exponents).op("llama3 rope")?;
+    let wavelens = f(2.0 * std::f32::consts::PI).multiply(&freqs).op("llama3 rope")?;
+    let freqs = ops::select(&wavelens.gt(f(low_wavelen)).op("llama3 rope")?, &freqs.multiply(f(factor)).op("llama3 rope")?, &freqs)
+        .op("llama3 rope")?;
+    let is_medium = wavelens
+        .gt(f(high_wavelen))
+        .op("llama3 rope")?
+        .logical_and(&wavelens.lt(f(low_wavelen)).op("llama3 rope")?)
+        .op("llama3 rope")?;
+    let smooth = f(old_ctx).divide(&wavelens).op("llama3 rope")?.subtract(f(low)).op("llama3 rope")?.divide(f(high - low)).op("llama3 rope")?;
+    let denom = f(1.0).subtract(&smooth).op("llama3 rope")?.divide(f(factor)).op("llama3 rope")?.add(&smooth).op("llama3 rope")?;
+    let smooth_freqs = freqs.divide(&denom).op("llama3 rope")?;
+    ops::select(&is_medium, &smooth_freqs, &freqs).op("llama3 rope")
+}
+
+/// `down(silu(gate(x)) * up(x))`.
+#[derive(Debug)]
+pub struct Mlp {
+    pub gate_proj: Linear,
+    pub up_proj: Linear,
+    pub down_proj: Linear,
+}
+
+impl Mlp {
+    pub fn forward(&self, x: &Array) -> Result<Array> {
+        let gate = mlx_rs::nn::silu(self.gate_proj.forward(x)?).op("silu")?;
+        let h = gate.multiply(self.up_proj.forward(x)?).op("swiglu")?;
+        self.down_proj.forward(&h)
+    }
+}
+
+/// `[B, L, H*D]` -> `[B, L, H, D]`.
+pub fn split_heads(x: &Array, heads: i32) -> Result<Array> {
+    let shape = x.shape();
+    x.reshape(&[shape[0], shape[1], heads, -1]).op("reshape")
+}
+
+/// Splits `[B, L, H*D]` into heads: `[B, H, L, D]`.
+pub fn to_heads(x: &Array, heads: i32) -> Result<Array> {
+    split_heads(x, heads)?.transpose_axes(&[0, 2, 1, 3]).op("transpose")
+}
+
+/// RoPE at the cache's offset, append K/V to the cache, attend, and merge
+/// the heads back to `[B, L, H*D]`. K/V keep their `n_kv_heads`: the fused
+/// attention handles grouped queries without tiling them.
+pub fn attend(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    rope: &Rope,
+    scale: f32,
+    cache: &mut LayerKv,
+) -> Result<Array> {
+    let offset = cache.offset();
+    let queries = rope.forward(queries, offset)?;
+    let keys = rope.forward(keys, offset)?;
+    let (keys, values) = cache.update_and_fetch(&keys, values)?;
+    let l = queries.dim(2);
+    // One new token sees every cached key; several need the causal mask,
+    // which MLX aligns to the end of the keys, so it also holds past an offset.
+    let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
+    let out = fast::scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None).op("attention")?;
+    let b = out.dim(0);
+    out.transpose_axes(&[0, 2, 1, 3]).op("transpose")?.reshape(&[b, l, -1]).op("reshape")
+}
+
+/// `x[:, -1:, :]`: the hidden state of the last position only.
+pub fn last_position(h: &Array) -> Result<Array> {
+    let l = h.dim(1);
+    h.try_index((.., (l - 1)..l, ..)).op("last position")
+}
+
+/// Collects a layer's arrays (to evaluate them once after loading, or to count bytes).
+pub trait Params {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>);
+}
+
+fn collect_matrix<'a>(q: &'a QuantizedMatrix, out: &mut Vec<&'a Array>) {
+    out.extend([&q.weight, &q.scales, &q.biases]);
+}
+
+impl Params for Linear {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        match &self.weight {
+            LinearWeight::Dense(w) => out.push(w),
+            LinearWeight::Quantized(q) => collect_matrix(q, out),
+        }
+        out.extend(self.bias.iter());
+    }
+}
+
+impl Params for Embedding {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        match self {
+            Embedding::Dense(w) => out.push(w),
+            Embedding::Quantized(q) => collect_matrix(q, out),
+        }
+    }
+}
+
+impl Params for RmsNorm {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        out.push(&self.weight);
+    }
+}
+
+impl Params for Mlp {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        self.gate_proj.collect(out);
+        self.up_proj.collect(out);
+        self.down_proj.collect(out);
+    }
+}

@@ -1,0 +1,92 @@
+//! The architectures, one file per `model_type`, behind one `Model` enum.
+
+use mlx_rs::Array;
+
+use crate::cache::KvCache;
+use crate::config::ModelConfig;
+use crate::error::{EngineError, Result};
+
+pub mod llama;
+pub mod qwen2;
+pub mod qwen3;
+
+/// Wraps an MLX error with the op it came from (for `map_err`).
+pub(crate) fn mlx(op: &'static str) -> impl Fn(mlx_rs::error::Exception) -> EngineError {
+    move |source| EngineError::Mlx { op, source }
+}
+
+/// A cache made for another model would misplace keys; refuse it up front.
+pub(crate) fn check_cache(cache: &KvCache, layers: usize) -> Result<()> {
+    if cache.num_layers() == layers {
+        Ok(())
+    } else {
+        Err(EngineError::Shape {
+            what: "KV cache",
+            expected: format!("{layers} layers"),
+            found: vec![i32::try_from(cache.num_layers()).unwrap_or(i32::MAX)],
+        })
+    }
+}
+
+/// Which positions' logits a forward pass returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Logits {
+    /// `[B, vocab]` for the last position: all generation needs, and it
+    /// skips the output head for every other position (a vocab-wide matmul).
+    Last,
+    /// `[B, L, vocab]`, as mlx-lm's model returns (for parity checks).
+    All,
+}
+
+/// A loaded model of any supported architecture.
+#[derive(Debug)]
+pub enum Model {
+    Qwen2(qwen2::Model),
+    Qwen3(qwen3::Model),
+    Llama(llama::Model),
+}
+
+impl Model {
+    /// Runs `tokens` (`[B, L]` ids) after what `cache` holds, appends their
+    /// keys/values to it, and returns the logits of the last position, `[B, vocab]`.
+    pub fn forward(&self, tokens: &Array, cache: &mut KvCache) -> Result<Array> {
+        self.forward_with(tokens, cache, Logits::Last)
+    }
+
+    pub fn forward_with(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
+        match self {
+            Model::Qwen2(m) => m.forward(tokens, cache, logits),
+            Model::Qwen3(m) => m.forward(tokens, cache, logits),
+            Model::Llama(m) => m.forward(tokens, cache, logits),
+        }
+    }
+
+    pub fn config(&self) -> &ModelConfig {
+        match self {
+            Model::Qwen2(m) => &m.config,
+            Model::Qwen3(m) => &m.config,
+            Model::Llama(m) => &m.config,
+        }
+    }
+
+    /// An empty cache with one entry per layer of this model.
+    pub fn new_cache(&self) -> KvCache {
+        KvCache::new(usize::try_from(self.config().num_hidden_layers).unwrap_or(0))
+    }
+
+    /// Every weight array.
+    pub fn parameters(&self) -> Vec<&Array> {
+        let mut out = Vec::new();
+        match self {
+            Model::Qwen2(m) => m.collect(&mut out),
+            Model::Qwen3(m) => m.collect(&mut out),
+            Model::Llama(m) => m.collect(&mut out),
+        }
+        out
+    }
+
+    /// Bytes of all weights as loaded.
+    pub fn nbytes(&self) -> usize {
+        self.parameters().iter().map(|a| a.nbytes()).sum()
+    }
+}

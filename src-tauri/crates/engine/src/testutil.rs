@@ -1,0 +1,178 @@
+//! Tiny random models in the mlx-community layout, written by the tests
+//! themselves (until `crate::demo` provides the shared writer).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use mlx_rs::random::RandomState;
+use mlx_rs::{Array, Dtype};
+
+use crate::config::Arch;
+use crate::quant::QuantizedMatrix;
+
+/// What to write.
+#[derive(Debug, Clone)]
+pub struct TinySpec {
+    pub arch: Arch,
+    /// `None`: dense weights; `Some((group_size, bits))`: affine-quantized.
+    pub quant: Option<(i32, i32)>,
+    /// Dtype of dense weights, scales/biases and norms.
+    pub float: Dtype,
+    pub tied: bool,
+    pub seed: u64,
+}
+
+impl TinySpec {
+    pub fn new(arch: Arch) -> Self {
+        Self { arch, quant: Some((64, 4)), float: Dtype::Float32, tied: true, seed: 7 }
+    }
+}
+
+pub const HIDDEN: i32 = 64;
+pub const LAYERS: i32 = 2;
+pub const HEADS: i32 = 4;
+pub const KV_HEADS: i32 = 2;
+pub const HEAD_DIM: i32 = 16;
+pub const FFN: i32 = 128;
+pub const VOCAB: i32 = 256;
+
+/// A fresh, empty folder under the system temp dir.
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "headroom-engine-{tag}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("temp dir");
+    dir
+}
+
+fn config_json(spec: &TinySpec) -> String {
+    let model_type = match spec.arch {
+        Arch::Qwen2 => "qwen2",
+        Arch::Qwen3 => "qwen3",
+        Arch::Llama => "llama",
+    };
+    let quant = match spec.quant {
+        Some((gs, bits)) => format!(r#","quantization":{{"group_size":{gs},"bits":{bits}}}"#),
+        None => String::new(),
+    };
+    let rope = match spec.arch {
+        Arch::Llama => r#","rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":64,"rope_type":"llama3"}"#,
+        _ => r#","rope_theta":1000000.0"#,
+    };
+    format!(
+        r#"{{"model_type":"{model_type}","hidden_size":{HIDDEN},"num_hidden_layers":{LAYERS},"intermediate_size":{FFN},"num_attention_heads":{HEADS},"num_key_value_heads":{KV_HEADS},"head_dim":{HEAD_DIM},"rms_norm_eps":1e-6,"vocab_size":{VOCAB},"max_position_embeddings":4096,"tie_word_embeddings":{tied},"eos_token_id":2{rope}{quant}}}"#,
+        tied = spec.tied
+    )
+}
+
+/// The tensors of a tiny model, keyed as in mlx-community files.
+pub fn tensors(spec: &TinySpec) -> HashMap<String, Array> {
+    let mut rng = RandomState::with_seed(spec.seed).expect("rng");
+    let mut out = HashMap::new();
+    let mut normal = |shape: &[i32], scale: f32| -> Array {
+        let key = rng.next_key().expect("key");
+        mlx_rs::random::normal::<f32>(shape, 0.0, scale, &key).expect("normal")
+    };
+    let matrix = |out: &mut HashMap<String, Array>, name: &str, w: Array| match spec.quant {
+        Some((gs, bits)) => {
+            let q = QuantizedMatrix::quantize(&w, gs, bits).expect("quantize");
+            out.insert(format!("{name}.weight"), q.weight);
+            out.insert(format!("{name}.scales"), q.scales.as_dtype(spec.float).expect("cast"));
+            out.insert(format!("{name}.biases"), q.biases.as_dtype(spec.float).expect("cast"));
+        }
+        None => {
+            out.insert(format!("{name}.weight"), w.as_dtype(spec.float).expect("cast"));
+        }
+    };
+    let float = |a: Array| a.as_dtype(spec.float).expect("cast");
+    matrix(&mut out, "model.embed_tokens", normal(&[VOCAB, HIDDEN], 1.0));
+    let q_out = HEADS * HEAD_DIM;
+    let kv_out = KV_HEADS * HEAD_DIM;
+    for i in 0..LAYERS {
+        let p = format!("model.layers.{i}");
+        let a = format!("{p}.self_attn");
+        matrix(&mut out, &format!("{a}.q_proj"), normal(&[q_out, HIDDEN], 0.15));
+        matrix(&mut out, &format!("{a}.k_proj"), normal(&[kv_out, HIDDEN], 0.15));
+        matrix(&mut out, &format!("{a}.v_proj"), normal(&[kv_out, HIDDEN], 0.15));
+        matrix(&mut out, &format!("{a}.o_proj"), normal(&[HIDDEN, q_out], 0.15));
+        if spec.arch == Arch::Qwen2 {
+            for (n, d) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
+                out.insert(format!("{a}.{n}.bias"), float(normal(&[d], 0.1)));
+            }
+        }
+        if spec.arch == Arch::Qwen3 {
+            out.insert(format!("{a}.q_norm.weight"), float(normal(&[HEAD_DIM], 0.1).add(Array::from_f32(1.0)).expect("add")));
+            out.insert(format!("{a}.k_norm.weight"), float(normal(&[HEAD_DIM], 0.1).add(Array::from_f32(1.0)).expect("add")));
+        }
+        matrix(&mut out, &format!("{p}.mlp.gate_proj"), normal(&[FFN, HIDDEN], 0.15));
+        matrix(&mut out, &format!("{p}.mlp.up_proj"), normal(&[FFN, HIDDEN], 0.15));
+        matrix(&mut out, &format!("{p}.mlp.down_proj"), normal(&[HIDDEN, FFN], 0.1));
+        out.insert(format!("{p}.input_layernorm.weight"), float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")));
+        out.insert(format!("{p}.post_attention_layernorm.weight"), float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")));
+    }
+    out.insert("model.norm.weight".into(), float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")));
+    if !spec.tied {
+        matrix(&mut out, "lm_head", normal(&[VOCAB, HIDDEN], 0.15));
+    }
+    out
+}
+
+/// Writes config.json + model.safetensors into `dir`.
+pub fn write_model(dir: &Path, spec: &TinySpec) {
+    write_tensors(dir, spec, &tensors(spec));
+}
+
+pub fn write_tensors(dir: &Path, spec: &TinySpec, tensors: &HashMap<String, Array>) {
+    std::fs::write(dir.join("config.json"), config_json(spec)).expect("config");
+    Array::save_safetensors(tensors.iter().map(|(k, v)| (k.as_str(), v)), None, dir.join("model.safetensors"))
+        .expect("save");
+}
+
+/// A tiny model in a fresh folder.
+pub fn tiny_model(tag: &str, spec: &TinySpec) -> PathBuf {
+    let dir = temp_dir(tag);
+    write_model(&dir, spec);
+    dir
+}
+
+/// Writes tiny models of every arch and format under `$HEADROOM_PARITY_DIR`
+/// with our last-position logits for a fixed prompt (`logits_<dtype>.json`),
+/// for a by-hand comparison with mlx-lm (see the engine's report).
+#[test]
+#[ignore = "writes files for a manual mlx-lm comparison"]
+fn dump_parity_models() {
+    use crate::loader::{load_model, ComputeDtype};
+    use crate::models::Logits;
+    let Ok(root) = std::env::var("HEADROOM_PARITY_DIR") else { return };
+    let prompt: Vec<u32> = vec![1, 17, 42, 99, 7, 200, 3, 64, 128, 5, 250, 11];
+    for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
+        for (name, quant, float) in [
+            ("q4-f32", Some((64, 4)), Dtype::Float32),
+            ("q4-bf16", Some((64, 4)), Dtype::Bfloat16),
+            ("q8-bf16", Some((32, 8)), Dtype::Bfloat16),
+            ("bf16", None, Dtype::Bfloat16),
+        ] {
+            let dir = Path::new(&root).join(format!("{arch:?}-{name}"));
+            std::fs::create_dir_all(&dir).expect("dir");
+            write_model(&dir, &TinySpec { quant, float, tied: arch != Arch::Llama, ..TinySpec::new(arch) });
+            for (tag, dtype) in [("native", ComputeDtype::Native), ("f32", ComputeDtype::F32)] {
+                let model = load_model(&dir, dtype).expect("load");
+                let ids = Array::from_slice(&prompt, &[1, prompt.len() as i32]);
+                let last = model.forward(&ids, &mut model.new_cache()).expect("fwd").as_dtype(Dtype::Float32).expect("f32");
+                let all = model.forward_with(&ids, &mut model.new_cache(), Logits::All).expect("fwd").as_dtype(Dtype::Float32).expect("f32");
+                let all = all.as_slice::<f32>();
+                let json = serde_json::json!({
+                    "prompt": prompt,
+                    "last": last.as_slice::<f32>(),
+                    "all_last": &all[all.len() - VOCAB as usize..],
+                });
+                std::fs::write(dir.join(format!("logits_{tag}.json")), json.to_string()).expect("write");
+            }
+        }
+    }
+}
