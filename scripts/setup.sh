@@ -8,7 +8,8 @@
 #
 #   Linux (Debian 12): Debian packages, patched mlx-sys, the mlx-cpu wheel's
 #                      libmlx.so (BLAS/LAPACK pointed at Debian's OpenBLAS),
-#                      tauri-driver, the UI's npm packages.
+#                      mlx-lm in .deps/venv (parity tests), tauri-driver,
+#                      the UI's npm packages.
 #   macOS:             patched mlx-sys (it builds MLX with Metal as upstream),
 #                      the UI's npm packages.
 set -euo pipefail
@@ -36,7 +37,7 @@ DEBIAN_PACKAGES=(
   libsoup-3.0-dev libssl-dev libxdo-dev
   cmake clang libclang-dev libopenblas0
   xvfb xauth webkit2gtk-driver imagemagick x11-utils fonts-dejavu-core
-  jq xdotool trayer
+  jq xdotool trayer python3-venv
 )
 if [ "$OS" = Linux ] && command -v dpkg-query >/dev/null; then
   missing=()
@@ -101,6 +102,25 @@ if [ "$OS" = Linux ]; then
       ln -sf "$openblas" "$lib"
     done
     echo "$MLX_WHEEL_VERSION" >"$MLX_DIR/.headroom-version"
+  fi
+fi
+
+# ---------------------------------------------------------------------------
+# 3b. Linux: the parity reference, mlx-lm 0.32.2 on the same MLX (mlx-cpu),
+#     in .deps/venv; tests/parity.rs runs scripts/parity/mlx_lm_reference.py
+#     with it and fails (not skips) when it is missing.
+# ---------------------------------------------------------------------------
+MLX_LM_VERSION=0.32.2
+if [ "$OS" = Linux ]; then
+  VENV="$DEPS/venv"
+  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-cpu==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION"
+  if [ "$(cat "$VENV/.headroom-version" 2>/dev/null)" != "$venv_stamp" ]; then
+    say "creating .deps/venv with $venv_stamp (the parity reference)"
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    # shellcheck disable=SC2086 # the stamp is the package list, word-split on purpose
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $venv_stamp
+    echo "$venv_stamp" >"$VENV/.headroom-version"
   fi
 fi
 

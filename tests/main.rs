@@ -1,3 +1,4 @@
 //! Cross-crate integration tests, compiled as one binary (one link, one rpath).
 
 mod mlx_link;
+mod parity;

@@ -1,9 +1,18 @@
 //! The headless subcommands. Each parses its arguments here and calls into
 //! the library crates; none needs a display.
 
+mod demo_model;
+mod error;
+mod generate;
+mod hub;
+
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+pub use demo_model::DemoModelArgs;
+pub use error::CliError;
+pub use generate::GenerateArgs;
 
 /// Run local LLMs on a memory-tight Mac: fit checks before loading, honest
 /// speed figures, and a local/cloud router. With no subcommand, opens the
@@ -23,6 +32,12 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Write a model with random weights in the mlx-community layout (for
+    /// tests and demos; the real-shape presets write several GB).
+    DemoModel(DemoModelArgs),
+    /// Generate a reply with a local model, streaming it, then print the
+    /// turn's stats (like `ollama run --verbose`).
+    Generate(GenerateArgs),
 }
 
 /// Runs one subcommand; the exit code says whether it succeeded.
@@ -45,6 +60,19 @@ pub fn run(command: Command) -> ExitCode {
                 );
             }
             ExitCode::SUCCESS
+        }
+        Command::DemoModel(args) => report(demo_model::run(&args)),
+        Command::Generate(args) => report(generate::run(&args)),
+    }
+}
+
+/// Errors go to stderr as one clear line; the exit code is 1.
+fn report(result: Result<(), CliError>) -> ExitCode {
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("headroom: {e}");
+            ExitCode::FAILURE
         }
     }
 }

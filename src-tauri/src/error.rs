@@ -25,6 +25,25 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::Mlx { .. } => "ENGINE_MLX",
             E::UnsupportedQuantization { .. } => "UNSUPPORTED_QUANTIZATION",
             E::Shape { .. } => "ENGINE_SHAPE",
+            E::MissingConfig { .. } | E::MissingWeights { .. } | E::MissingTokenizer { .. } => "MODEL_INCOMPLETE",
+            E::Io { .. } => "IO",
+            E::InvalidConfig { .. } => "MODEL_CONFIG",
+            E::UnknownModelType { .. } => "UNSUPPORTED_ARCHITECTURE",
+            E::UnsupportedRopeScaling { .. } | E::UnsupportedQuantMode { .. } => "UNSUPPORTED_MODEL_FEATURE",
+            E::CorruptWeights { .. }
+            | E::MissingTensor { .. }
+            | E::UnexpectedTensor { .. }
+            | E::DuplicateTensor { .. }
+            | E::WrongShape { .. }
+            | E::WrongDtype { .. } => "MODEL_WEIGHTS",
+            E::InvalidSetting { .. } => "INVALID_SETTING",
+            E::EmptyPrompt => "EMPTY_PROMPT",
+            E::Tokenizer { .. } => "TOKENIZER",
+            E::NoChatTemplate { .. } => "NO_CHAT_TEMPLATE",
+            E::TemplateRender { .. } => "CHAT_TEMPLATE",
+            E::ContextOverflow { .. } => "CONTEXT_OVERFLOW",
+            E::NoModelLoaded => "NO_MODEL_LOADED",
+            E::Panicked { .. } | E::EngineStopped => "ENGINE_INTERNAL",
         };
         Self::new(code, e.to_string())
     }

@@ -85,6 +85,37 @@ pub enum EngineError {
     /// A prompt with no tokens: there is nothing to condition on.
     #[error("empty prompt: at least one token is needed")]
     EmptyPrompt,
+    /// The model folder has no `tokenizer.json`.
+    #[error("no tokenizer.json in model folder {dir}")]
+    MissingTokenizer { dir: PathBuf },
+    /// `tokenizer.json` could not be parsed, or encoding/decoding failed.
+    #[error("tokenizer {path}: {source}")]
+    Tokenizer {
+        path: PathBuf,
+        #[source]
+        source: tokenizers::Error,
+    },
+    /// A chat was asked of a model whose folder has no chat template (a base model).
+    #[error("no chat template in {dir} (looked for chat_template.jinja and tokenizer_config.json \"chat_template\")")]
+    NoChatTemplate { dir: PathBuf },
+    /// The chat template does not parse, or it refused the conversation (`raise_exception`).
+    #[error("chat template: {source}")]
+    TemplateRender {
+        #[source]
+        source: minijinja::Error,
+    },
+    /// The prompt does not fit in the context limit the model was loaded with.
+    #[error("prompt of {prompt_tokens} tokens exceeds the context limit of {limit} tokens")]
+    ContextOverflow { prompt_tokens: usize, limit: usize },
+    /// A generate/unload request while no model is loaded.
+    #[error("no model is loaded")]
+    NoModelLoaded,
+    /// A bug (a panic) inside the engine thread; the thread survives it.
+    #[error("internal error during {during}: {message}")]
+    Panicked { during: &'static str, message: String },
+    /// The engine thread has stopped (it panicked or was shut down).
+    #[error("the engine thread has stopped")]
+    EngineStopped,
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -8,6 +8,8 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+// One definition of why a turn ended, shared with the UI and the store.
+pub use headroom_core::chat::FinishReason;
 use headroom_core::stats::TurnTimings;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
@@ -41,17 +43,6 @@ impl Clock for WallClock {
     fn elapsed(&self) -> Duration {
         self.0.elapsed()
     }
-}
-
-/// Why a turn ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FinishReason {
-    /// An EOS token came (it is not emitted).
-    Stop,
-    /// `max_tokens` were generated.
-    Length,
-    /// The cancel flag was raised.
-    Cancelled,
 }
 
 #[derive(Debug, Clone)]

@@ -16,6 +16,8 @@ pub mod layers;
 pub mod loader;
 pub mod models;
 pub mod sampler;
+pub mod tokenizer;
+pub mod worker;
 #[cfg(test)]
 mod testutil;
 
@@ -29,3 +31,4 @@ pub use generate::{generate, Clock, FinishReason, GenerateOptions, Generation, W
 pub use loader::{load_model, ComputeDtype};
 pub use models::{Logits, Model};
 pub use sampler::{Sampler, SamplingParams};
+pub use tokenizer::{Detokenizer, Tokenizer};

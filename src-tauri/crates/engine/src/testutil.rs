@@ -40,8 +40,11 @@ pub const VOCAB: i32 = 256;
 /// A fresh, empty folder under the system temp dir.
 pub fn temp_dir(tag: &str) -> PathBuf {
     static N: AtomicU64 = AtomicU64::new(0);
-    let dir = std::env::temp_dir().join(format!(
-        "headroom-engine-{tag}-{}-{}",
+    // Under the workspace's target/ rather than /tmp: the folders are small
+    // but many, and `cargo clean` is where people expect build litter to go.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../target/test-tmp");
+    let dir = root.join(format!(
+        "engine-{tag}-{}-{}",
         std::process::id(),
         N.fetch_add(1, Ordering::Relaxed)
     ));
@@ -138,41 +141,4 @@ pub fn tiny_model(tag: &str, spec: &TinySpec) -> PathBuf {
     let dir = temp_dir(tag);
     write_model(&dir, spec);
     dir
-}
-
-/// Writes tiny models of every arch and format under `$HEADROOM_PARITY_DIR`
-/// with our last-position logits for a fixed prompt (`logits_<dtype>.json`),
-/// for a by-hand comparison with mlx-lm (see the engine's report).
-#[test]
-#[ignore = "writes files for a manual mlx-lm comparison"]
-fn dump_parity_models() {
-    use crate::loader::{load_model, ComputeDtype};
-    use crate::models::Logits;
-    let Ok(root) = std::env::var("HEADROOM_PARITY_DIR") else { return };
-    let prompt: Vec<u32> = vec![1, 17, 42, 99, 7, 200, 3, 64, 128, 5, 250, 11];
-    for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
-        for (name, quant, float) in [
-            ("q4-f32", Some((64, 4)), Dtype::Float32),
-            ("q4-bf16", Some((64, 4)), Dtype::Bfloat16),
-            ("q8-bf16", Some((32, 8)), Dtype::Bfloat16),
-            ("bf16", None, Dtype::Bfloat16),
-        ] {
-            let dir = Path::new(&root).join(format!("{arch:?}-{name}"));
-            std::fs::create_dir_all(&dir).expect("dir");
-            write_model(&dir, &TinySpec { quant, float, tied: arch != Arch::Llama, ..TinySpec::new(arch) });
-            for (tag, dtype) in [("native", ComputeDtype::Native), ("f32", ComputeDtype::F32)] {
-                let model = load_model(&dir, dtype).expect("load");
-                let ids = Array::from_slice(&prompt, &[1, prompt.len() as i32]);
-                let last = model.forward(&ids, &mut model.new_cache()).expect("fwd").as_dtype(Dtype::Float32).expect("f32");
-                let all = model.forward_with(&ids, &mut model.new_cache(), Logits::All).expect("fwd").as_dtype(Dtype::Float32).expect("f32");
-                let all = all.as_slice::<f32>();
-                let json = serde_json::json!({
-                    "prompt": prompt,
-                    "last": last.as_slice::<f32>(),
-                    "all_last": &all[all.len() - VOCAB as usize..],
-                });
-                std::fs::write(dir.join(format!("logits_{tag}.json")), json.to_string()).expect("write");
-            }
-        }
-    }
 }

@@ -85,6 +85,15 @@ impl Model {
         out
     }
 
+    /// The next-token logits after `prompt` (fresh cache), as f32: what
+    /// parity checks compare with the reference implementation.
+    pub fn prompt_logits(&self, prompt: &[u32]) -> Result<Vec<f32>> {
+        let len = i32::try_from(prompt.len()).unwrap_or(i32::MAX);
+        let logits = self.forward(&Array::from_slice(prompt, &[1, len]), &mut self.new_cache())?;
+        let logits = logits.as_dtype(mlx_rs::Dtype::Float32).map_err(mlx("cast logits"))?;
+        Ok(logits.as_slice::<f32>().to_vec())
+    }
+
     /// Bytes of all weights as loaded.
     pub fn nbytes(&self) -> usize {
         self.parameters().iter().map(|a| a.nbytes()).sum()

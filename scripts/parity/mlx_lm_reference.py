@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""mlx-lm's answer for the parity test (tests/parity.rs): for each model
+folder, the chat-templated prompt ids, the prompt's last-position logits and
+N greedily generated token ids, as one JSON object on stdout.
+
+Generation goes through mlx-lm's own `generate_step` (the loop behind
+`mlx_lm.generate`), which does not stop at EOS, so exactly N tokens are
+compared even when a random-weight model would stop early.
+
+    mlx_lm_reference.py --prompt TEXT [--system TEXT] --max-tokens N DIR...
+"""
+
+import argparse
+import json
+import sys
+
+import mlx.core as mx
+import mlx_lm
+from mlx_lm.sample_utils import make_sampler
+
+# `mlx_lm.generate` is also a function name; the module holds generate_step.
+generate_module = sys.modules["mlx_lm.generate"]
+
+
+def reference(model_dir, prompt, system, max_tokens):
+    model, tokenizer = mlx_lm.load(model_dir)
+    messages = ([{"role": "system", "content": system}] if system else []) + [
+        {"role": "user", "content": prompt}
+    ]
+    # Rendered, then encoded without special tokens: the template already
+    # wrote BOS and the role markers (what headroom does too).
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    prompt_ids = tokenizer.encode(text, add_special_tokens=False)
+
+    logits = model(mx.array(prompt_ids)[None])[0, -1, :].astype(mx.float32)
+    mx.eval(logits)
+
+    tokens = []
+    for token, _ in generate_module.generate_step(
+        mx.array(prompt_ids), model, max_tokens=max_tokens, sampler=make_sampler(temp=0.0)
+    ):
+        tokens.append(int(token))
+    return {
+        "prompt_ids": [int(t) for t in prompt_ids],
+        "token_ids": tokens,
+        "last_logits": logits.tolist(),
+        "eos_token_ids": sorted(int(t) for t in tokenizer.eos_token_ids),
+    }
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--prompt", required=True)
+    p.add_argument("--system")
+    p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("models", nargs="+")
+    a = p.parse_args()
+    out = {
+        "mlx_lm_version": mlx_lm.__version__,
+        "mlx_version": mx.__version__,
+        "models": {d: reference(d, a.prompt, a.system, a.max_tokens) for d in a.models},
+    }
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,362 @@
+//! A model folder's tokenizer as mlx-lm / transformers use it: `tokenizer.json`
+//! through the `tokenizers` crate, the chat template rendered with minijinja
+//! in HF's Jinja dialect, the union of every EOS id the folder declares, and
+//! a streaming detokenizer that only ever hands out whole characters.
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use headroom_core::chat::Message;
+use minijinja::value::Kwargs;
+use minijinja::{context, Environment, ErrorKind, Value as JinjaValue};
+use serde_json::Value;
+
+use crate::error::{EngineError, Result};
+
+/// Where a chat template may live, in the order transformers looks.
+const TEMPLATE_FILE: &str = "chat_template.jinja";
+
+/// A loaded tokenizer plus what the folder says about chat formatting and EOS.
+#[derive(Debug)]
+pub struct Tokenizer {
+    inner: tokenizers::Tokenizer,
+    dir: PathBuf,
+    /// `None` for base models: plain-text prompts still work.
+    template: Option<String>,
+    bos_token: Option<String>,
+    eos_token: Option<String>,
+    eos_ids: Vec<u32>,
+}
+
+impl Tokenizer {
+    /// Loads `tokenizer.json`, the chat template and the EOS ids of `dir`.
+    pub fn from_dir(dir: &Path) -> Result<Self> {
+        let path = dir.join("tokenizer.json");
+        if !path.is_file() {
+            return Err(EngineError::MissingTokenizer { dir: dir.to_owned() });
+        }
+        let inner = tokenizers::Tokenizer::from_file(&path)
+            .map_err(|source| EngineError::Tokenizer { path: path.clone(), source })?;
+
+        let tok_config = read_json_opt(&dir.join("tokenizer_config.json"))?;
+        let template = find_template(dir, tok_config.as_ref())?;
+        let bos_token = tok_config.as_ref().and_then(|c| special_token(c.get("bos_token")));
+        let eos_token = tok_config.as_ref().and_then(|c| special_token(c.get("eos_token")));
+
+        // Union, as mlx-lm's TokenizerWrapper ends up with: a Llama 3 config
+        // says <|end_of_text|>, its generation config adds <|eot_id|>, and
+        // chat turns end with the latter.
+        let mut eos = BTreeSet::new();
+        for file in ["config.json", "generation_config.json"] {
+            if let Some(v) = read_json_opt(&dir.join(file))? {
+                collect_ids(v.get("eos_token_id"), &mut eos);
+            }
+        }
+        if let Some(id) = eos_token.as_deref().and_then(|t| inner.token_to_id(t)) {
+            eos.insert(id);
+        }
+
+        Ok(Self {
+            inner,
+            dir: dir.to_owned(),
+            template,
+            bos_token,
+            eos_token,
+            eos_ids: eos.into_iter().collect(),
+        })
+    }
+
+    /// Token ids that end a turn, sorted.
+    pub fn eos_ids(&self) -> &[u32] {
+        &self.eos_ids
+    }
+
+    pub fn has_chat_template(&self) -> bool {
+        self.template.is_some()
+    }
+
+    /// Tokens the tokenizer knows, special ones included.
+    pub fn vocab_size(&self) -> usize {
+        self.inner.get_vocab_size(true)
+    }
+
+    /// Encodes raw text; `add_special_tokens` applies the post-processor (a BOS for Llama 3).
+    pub fn encode(&self, text: &str, add_special_tokens: bool) -> Result<Vec<u32>> {
+        let enc = self.inner.encode(text, add_special_tokens).map_err(|source| self.error(source))?;
+        Ok(enc.get_ids().to_vec())
+    }
+
+    pub fn decode(&self, ids: &[u32], skip_special_tokens: bool) -> Result<String> {
+        self.inner.decode(ids, skip_special_tokens).map_err(|source| self.error(source))
+    }
+
+    /// The conversation as the chat template renders it.
+    pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        let source = self
+            .template
+            .as_deref()
+            .ok_or_else(|| EngineError::NoChatTemplate { dir: self.dir.clone() })?;
+        render_template(source, messages, add_generation_prompt, self.bos_token.as_deref(), self.eos_token.as_deref())
+    }
+
+    /// The rendered conversation as token ids. Special tokens are not added:
+    /// the template already wrote the BOS and the role markers, and a second
+    /// BOS would change every logit after it.
+    pub fn encode_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Vec<u32>> {
+        let text = self.apply_chat_template(messages, add_generation_prompt)?;
+        self.encode(&text, false)
+    }
+
+    /// A fresh streaming detokenizer for one turn's generated ids. Special
+    /// tokens are shown, as mlx-lm shows them: the EOS never reaches it, and
+    /// anything else the model says should be visible.
+    pub fn detokenizer(&self) -> Detokenizer<'_> {
+        Detokenizer { tokenizer: self, stream: self.inner.decode_stream(false), ids: Vec::new(), emitted: String::new() }
+    }
+
+    fn error(&self, source: tokenizers::Error) -> EngineError {
+        EngineError::Tokenizer { path: self.dir.join("tokenizer.json"), source }
+    }
+}
+
+type DecodeStream<'a> = tokenizers::DecodeStream<
+    'a,
+    tokenizers::ModelWrapper,
+    tokenizers::NormalizerWrapper,
+    tokenizers::PreTokenizerWrapper,
+    tokenizers::PostProcessorWrapper,
+    tokenizers::DecoderWrapper,
+>;
+
+/// Turns generated ids into text as they come. A character split across
+/// tokens (CJK, emoji in a byte-level vocabulary) is held back until its last
+/// byte arrives, so no chunk ever carries a U+FFFD that the full text lacks.
+pub struct Detokenizer<'a> {
+    tokenizer: &'a Tokenizer,
+    stream: DecodeStream<'a>,
+    ids: Vec<u32>,
+    emitted: String,
+}
+
+impl std::fmt::Debug for Detokenizer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Detokenizer").field("ids", &self.ids.len()).field("emitted", &self.emitted.len()).finish()
+    }
+}
+
+impl Detokenizer<'_> {
+    /// The text `id` completes; empty while a character is still incomplete.
+    pub fn step(&mut self, id: u32) -> Result<String> {
+        self.ids.push(id);
+        let text = self.stream.step(id).map_err(|source| self.tokenizer.error(source))?.unwrap_or_default();
+        self.emitted.push_str(&text);
+        Ok(text)
+    }
+
+    /// What is still held back at the end of the turn (a character the model
+    /// never finished becomes U+FFFD, as mlx-lm's detokenizer does).
+    pub fn finish(&mut self) -> Result<String> {
+        let full = self.tokenizer.decode(&self.ids, false)?;
+        let tail = full.strip_prefix(self.emitted.as_str()).unwrap_or_default().to_owned();
+        self.emitted.push_str(&tail);
+        Ok(tail)
+    }
+
+    /// Everything emitted so far.
+    pub fn text(&self) -> &str {
+        &self.emitted
+    }
+}
+
+/// Renders `source` with the context transformers gives chat templates.
+pub fn render_template(
+    source: &str,
+    messages: &[Message],
+    add_generation_prompt: bool,
+    bos_token: Option<&str>,
+    eos_token: Option<&str>,
+) -> Result<String> {
+    let mut env = Environment::new();
+    // transformers renders with trim_blocks + lstrip_blocks; templates rely on it.
+    env.set_trim_blocks(true);
+    env.set_lstrip_blocks(true);
+    // Templates are Python-flavoured: message.content.strip(), dict.items() …
+    env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
+    env.add_function("raise_exception", raise_exception);
+    env.add_filter("tojson", tojson);
+    env.add_template("chat", source).map_err(|source| EngineError::TemplateRender { source })?;
+    let template = env.get_template("chat").map_err(|source| EngineError::TemplateRender { source })?;
+    template
+        .render(context! {
+            messages => messages,
+            add_generation_prompt => add_generation_prompt,
+            bos_token => bos_token.unwrap_or_default(),
+            eos_token => eos_token.unwrap_or_default(),
+        })
+        .map_err(|source| EngineError::TemplateRender { source })
+}
+
+/// transformers' `raise_exception(msg)`: templates use it to reject a conversation.
+fn raise_exception(msg: String) -> std::result::Result<JinjaValue, minijinja::Error> {
+    Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=…)`,
+/// i.e. Python's separators (", " and ": ") and no HTML escaping, unlike
+/// minijinja's built-in one; tool schemas end up in the prompt byte for byte.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands keyword arguments over by value
+fn tojson(value: &JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, minijinja::Error> {
+    // Templates only pass `indent`; transformers' other options keep their defaults.
+    let indent: Option<usize> = kwargs.get("indent")?;
+    let json: Value = serde_json::to_value(value)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: value is not JSON").with_source(e))?;
+    let mut out = Vec::new();
+    let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter::new(indent));
+    serde::Serialize::serialize(&json, &mut ser)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "tojson failed").with_source(e))?;
+    Ok(JinjaValue::from_safe_string(String::from_utf8_lossy(&out).into_owned()))
+}
+
+/// serde_json output shaped like Python's `json.dumps`.
+struct PyFormatter {
+    indent: Option<Vec<u8>>,
+    depth: usize,
+    has_value: bool,
+}
+
+impl PyFormatter {
+    fn new(indent: Option<usize>) -> Self {
+        Self { indent: indent.map(|n| vec![b' '; n]), depth: 0, has_value: false }
+    }
+
+    fn newline<W: ?Sized + std::io::Write>(&self, w: &mut W) -> std::io::Result<()> {
+        if let Some(unit) = &self.indent {
+            w.write_all(b"\n")?;
+            for _ in 0..self.depth {
+                w.write_all(unit)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn open<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.depth += 1;
+        self.has_value = false;
+        w.write_all(c)
+    }
+
+    fn close<W: ?Sized + std::io::Write>(&mut self, w: &mut W, c: &[u8]) -> std::io::Result<()> {
+        self.depth -= 1;
+        if self.has_value {
+            self.newline(w)?;
+        }
+        self.has_value = true;
+        w.write_all(c)
+    }
+
+    fn item<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        if !first {
+            // Python: ", " without indent, "," + newline with it.
+            w.write_all(if self.indent.is_some() { b"," } else { b", " })?;
+        }
+        self.newline(w)
+    }
+}
+
+impl serde_json::ser::Formatter for PyFormatter {
+    fn begin_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"[")
+    }
+    fn end_array<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"]")
+    }
+    fn begin_array_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn end_array_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+    fn begin_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.open(w, b"{")
+    }
+    fn end_object<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        self.close(w, b"}")
+    }
+    fn begin_object_key<W: ?Sized + std::io::Write>(&mut self, w: &mut W, first: bool) -> std::io::Result<()> {
+        self.item(w, first)
+    }
+    fn begin_object_value<W: ?Sized + std::io::Write>(&mut self, w: &mut W) -> std::io::Result<()> {
+        w.write_all(b": ")
+    }
+    fn end_object_value<W: ?Sized + std::io::Write>(&mut self, _w: &mut W) -> std::io::Result<()> {
+        self.has_value = true;
+        Ok(())
+    }
+}
+
+/// `chat_template.jinja`, else tokenizer_config.json's `chat_template`
+/// (a string, or a list of `{name, template}` of which "default" is used).
+fn find_template(dir: &Path, tok_config: Option<&Value>) -> Result<Option<String>> {
+    let file = dir.join(TEMPLATE_FILE);
+    if file.is_file() {
+        return fs::read_to_string(&file).map(Some).map_err(|source| EngineError::Io { path: file, source });
+    }
+    let path = dir.join("tokenizer_config.json");
+    match tok_config.and_then(|c| c.get("chat_template")) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => Ok(Some(s.clone())),
+        Some(Value::Array(list)) => {
+            let named = |name: &str| {
+                list.iter()
+                    .find(|t| t.get("name").and_then(Value::as_str) == Some(name))
+                    .and_then(|t| t.get("template").and_then(Value::as_str))
+            };
+            match named("default") {
+                Some(t) => Ok(Some(t.to_owned())),
+                None => Err(EngineError::InvalidConfig {
+                    path,
+                    reason: "chat_template is a list without a template named \"default\"".into(),
+                }),
+            }
+        }
+        Some(other) => Err(EngineError::InvalidConfig {
+            path,
+            reason: format!("chat_template must be a string or a list, found {other}"),
+        }),
+    }
+}
+
+/// A special token as tokenizer_config.json writes it: a string, or an
+/// AddedToken object `{"content": …}` (older transformers).
+fn special_token(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Object(o) => o.get("content").and_then(Value::as_str).map(str::to_owned),
+        _ => None,
+    }
+}
+
+fn collect_ids(v: Option<&Value>, into: &mut BTreeSet<u32>) {
+    match v {
+        Some(Value::Number(n)) => into.extend(n.as_u64().and_then(|n| u32::try_from(n).ok())),
+        Some(Value::Array(list)) => list.iter().for_each(|x| collect_ids(Some(x), into)),
+        _ => {}
+    }
+}
+
+/// A JSON file that may be absent (every file but tokenizer.json is optional here).
+fn read_json_opt(path: &Path) -> Result<Option<Value>> {
+    let text = match fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(source) => return Err(EngineError::Io { path: path.to_owned(), source }),
+    };
+    serde_json::from_str(&text)
+        .map(Some)
+        .map_err(|e| EngineError::InvalidConfig { path: path.to_owned(), reason: e.to_string() })
+}
+
+#[cfg(test)]
+mod tests;

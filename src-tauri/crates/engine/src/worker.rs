@@ -1,0 +1,503 @@
+//! The engine thread and its handle. One thread owns the loaded model, its
+//! tokenizer and the per-session KV caches (MLX arrays are `Send`, not
+//! `Sync`, so they must stay on one thread); everyone else talks to it
+//! through a cloneable [`EngineHandle`] and gets each run's events on a
+//! channel of its own.
+
+use std::collections::HashMap;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_core::stats::{Rates, TurnTimings};
+
+use crate::cache::KvCache;
+use crate::error::{EngineError, MlxContext, Result};
+use crate::generate::{generate, GenerateOptions, WallClock};
+use crate::loader::{load_model, ComputeDtype};
+use crate::models::Model;
+use crate::sampler::{Sampler, SamplingParams};
+use crate::tokenizer::Tokenizer;
+
+/// The context limit when the caller sets none: what the fit verdict assumes.
+pub const DEFAULT_CONTEXT_LIMIT: usize = 8192;
+
+/// How a model is loaded.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadSettings {
+    pub dtype: ComputeDtype,
+    /// Most positions a session's cache may hold (prompt + generated). The
+    /// fit verdict was computed at this length, so the engine enforces it.
+    pub context_limit: usize,
+}
+
+impl Default for LoadSettings {
+    fn default() -> Self {
+        Self { dtype: ComputeDtype::Native, context_limit: DEFAULT_CONTEXT_LIMIT }
+    }
+}
+
+/// What was loaded.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelInfo {
+    pub dir: PathBuf,
+    /// config.json's `model_type`.
+    pub model_type: String,
+    /// `(bits, group_size)` of the default quantization; `None` if unquantized.
+    pub quantization: Option<(i32, i32)>,
+    /// Bytes of all weights as loaded.
+    pub weight_bytes: usize,
+    pub context_limit: usize,
+    pub eos_ids: Vec<u32>,
+    /// Time to read the weights and the tokenizer (separate from any turn's TTFT).
+    pub load_time: Duration,
+}
+
+/// What to do with a prompt longer than the context limit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OverflowPolicy {
+    /// Refuse it with [`EngineError::ContextOverflow`].
+    #[default]
+    Error,
+    /// Drop the oldest messages after the system prompt (never the last
+    /// one) until it fits; still an error if the last message alone is too long.
+    TruncateOldest,
+}
+
+/// One turn to generate.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GenerateRequest {
+    /// Turns of one session share a KV cache, so a follow-up prefills only
+    /// its new tokens. `None`: a one-off run with a cache of its own.
+    pub session: Option<String>,
+    /// The whole conversation so far, ending with the user's new message.
+    pub messages: Vec<Message>,
+    pub sampling: SamplingParams,
+    pub max_tokens: usize,
+    pub overflow: OverflowPolicy,
+    /// Keep generating through EOS tokens: benchmarks and parity checks need
+    /// a fixed number of tokens from models that may stop at once.
+    pub ignore_eos: bool,
+}
+
+impl GenerateRequest {
+    /// A one-off greedy request for `messages`, 256 tokens at most.
+    pub fn new(messages: Vec<Message>) -> Self {
+        Self {
+            session: None,
+            messages,
+            sampling: SamplingParams::default(),
+            max_tokens: 256,
+            overflow: OverflowPolicy::Error,
+            ignore_eos: false,
+        }
+    }
+}
+
+/// Identifies a run, for [`EngineHandle::cancel`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RunId(pub u64);
+
+/// The measured figures of one turn, with the labels they need.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnStats {
+    /// Tokens of the whole templated conversation.
+    pub prompt_tokens: usize,
+    /// Of those, how many were already in the session's cache.
+    pub reused_tokens: usize,
+    /// Tokens generated (EOS excluded).
+    pub generated_tokens: usize,
+    /// Positions in context when generation started (= `prompt_tokens`).
+    pub context_tokens: usize,
+    /// Sequences decoded together; always 1 here.
+    pub batch: usize,
+    pub timings: TurnTimings,
+    /// Computed once, by `headroom_core::stats`.
+    pub rates: Rates,
+    /// MLX's peak allocation during the turn (weights included), bytes.
+    pub peak_memory_bytes: usize,
+}
+
+/// What a run reports, in this order: `Started`, `Token`s (and possibly one
+/// `Text`), `Stats`, `Finished`; or `Error` at any point, which ends the run.
+#[derive(Debug)]
+pub enum EngineEvent {
+    Started { prompt_tokens: usize, reused_tokens: usize },
+    /// `text` is empty while a character is split across tokens.
+    Token { id: u32, text: String },
+    /// Text not tied to a new token: a character left unfinished at the end.
+    Text(String),
+    Stats(TurnStats),
+    Finished { reason: FinishReason },
+    Error(EngineError),
+}
+
+/// A run's id and its event stream. The stream ends after `Finished` or `Error`.
+#[derive(Debug)]
+pub struct Run {
+    pub id: RunId,
+    pub events: Receiver<EngineEvent>,
+}
+
+/// Everything a run produced, gathered (for the CLI's `--json`, and tests).
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunOutput {
+    pub text: String,
+    pub token_ids: Vec<u32>,
+    pub finish_reason: FinishReason,
+    pub stats: TurnStats,
+}
+
+impl Run {
+    /// Blocks until the run ends. `on_event` sees every event first.
+    pub fn collect_with(self, mut on_event: impl FnMut(&EngineEvent)) -> Result<RunOutput> {
+        let (mut text, mut token_ids, mut stats) = (String::new(), Vec::new(), None);
+        for event in self.events.iter() {
+            on_event(&event);
+            match event {
+                EngineEvent::Started { .. } => {}
+                EngineEvent::Token { id, text: t } => {
+                    token_ids.push(id);
+                    text.push_str(&t);
+                }
+                EngineEvent::Text(t) => text.push_str(&t),
+                EngineEvent::Stats(s) => stats = Some(s),
+                EngineEvent::Finished { reason } => {
+                    // A run cancelled before it started has no stats.
+                    let stats = stats.unwrap_or_else(|| empty_stats(token_ids.len()));
+                    return Ok(RunOutput { text, token_ids, finish_reason: reason, stats });
+                }
+                EngineEvent::Error(e) => return Err(e),
+            }
+        }
+        Err(EngineError::EngineStopped)
+    }
+
+    pub fn collect(self) -> Result<RunOutput> {
+        self.collect_with(|_| {})
+    }
+}
+
+fn empty_stats(generated: usize) -> TurnStats {
+    let timings = TurnTimings {
+        prompt_tokens: 0,
+        prefill: Duration::ZERO,
+        generated_tokens: u32::try_from(generated).unwrap_or(u32::MAX),
+        first_token_at: None,
+        last_token_at: None,
+    };
+    TurnStats {
+        prompt_tokens: 0,
+        reused_tokens: 0,
+        generated_tokens: generated,
+        context_tokens: 0,
+        batch: 1,
+        rates: timings.rates(),
+        timings,
+        peak_memory_bytes: 0,
+    }
+}
+
+enum Job {
+    Load { dir: PathBuf, settings: LoadSettings, reply: Sender<Result<ModelInfo>> },
+    Unload { reply: Sender<()> },
+    Generate { id: RunId, request: Box<GenerateRequest>, accepted: Instant, events: Sender<EngineEvent> },
+    DropSession { session: String },
+}
+
+/// State shared by all clones of a handle.
+#[derive(Debug, Default)]
+struct Shared {
+    next_run: AtomicU64,
+    /// Cancel flags of runs queued or running; the worker removes finished ones.
+    cancels: Mutex<HashMap<RunId, Arc<AtomicBool>>>,
+}
+
+impl Shared {
+    fn flag(&self, id: RunId) -> Option<Arc<AtomicBool>> {
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).get(&id).cloned()
+    }
+
+    fn forget(&self, id: RunId) {
+        self.cancels.lock().unwrap_or_else(PoisonError::into_inner).remove(&id);
+    }
+}
+
+/// A cheap, cloneable handle to the engine thread. The thread ends when the
+/// last handle is dropped (after finishing the jobs already queued).
+#[derive(Debug, Clone)]
+pub struct EngineHandle {
+    jobs: Sender<Job>,
+    shared: Arc<Shared>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread (no model loaded).
+    pub fn spawn() -> Result<Self> {
+        let (jobs, rx) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        let worker = Worker { shared: Arc::clone(&shared), loaded: None, sessions: HashMap::new() };
+        std::thread::Builder::new()
+            .name("headroom-engine".into())
+            .spawn(move || worker.run(&rx))
+            .map_err(|source| EngineError::Io { path: PathBuf::from("<engine thread>"), source })?;
+        Ok(Self { jobs, shared })
+    }
+
+    /// Loads the model in `dir`, replacing the current one (which is dropped
+    /// first, so two models never share memory). Blocks until done; on
+    /// failure no model is loaded.
+    pub fn load(&self, dir: &Path, settings: LoadSettings) -> Result<ModelInfo> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Job::Load { dir: dir.to_owned(), settings, reply })?;
+        rx.recv().map_err(|_| EngineError::EngineStopped)?
+    }
+
+    /// Drops the model and every session cache.
+    pub fn unload(&self) -> Result<()> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Job::Unload { reply })?;
+        rx.recv().map_err(|_| EngineError::EngineStopped)
+    }
+
+    /// Queues a turn and returns at once; the events arrive on the run's channel.
+    pub fn generate(&self, request: GenerateRequest) -> Result<Run> {
+        let accepted = Instant::now();
+        let id = RunId(self.shared.next_run.fetch_add(1, Ordering::Relaxed));
+        self.shared
+            .cancels
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .insert(id, Arc::new(AtomicBool::new(false)));
+        let (events, rx) = mpsc::channel();
+        if let Err(e) = self.send(Job::Generate { id, request: Box::new(request), accepted, events }) {
+            self.shared.forget(id);
+            return Err(e);
+        }
+        Ok(Run { id, events: rx })
+    }
+
+    /// Stops a run after the token being computed (or before it starts).
+    /// Returns false if the run is unknown or already over.
+    pub fn cancel(&self, run: RunId) -> bool {
+        match self.shared.flag(run) {
+            Some(flag) => {
+                flag.store(true, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Frees a session's KV cache (the chat was closed or deleted).
+    pub fn drop_session(&self, session: &str) -> Result<()> {
+        self.send(Job::DropSession { session: session.to_owned() })
+    }
+
+    fn send(&self, job: Job) -> Result<()> {
+        self.jobs.send(job).map_err(|_| EngineError::EngineStopped)
+    }
+}
+
+struct Loaded {
+    model: Model,
+    tokenizer: Tokenizer,
+    settings: LoadSettings,
+}
+
+/// The thread's state; it never leaves the thread.
+struct Worker {
+    shared: Arc<Shared>,
+    loaded: Option<Loaded>,
+    sessions: HashMap<String, KvCache>,
+}
+
+impl Worker {
+    fn run(mut self, jobs: &Receiver<Job>) {
+        for job in jobs.iter() {
+            match job {
+                Job::Load { dir, settings, reply } => {
+                    let _ = reply.send(self.load(&dir, settings));
+                }
+                Job::Unload { reply } => {
+                    self.unload();
+                    let _ = reply.send(());
+                }
+                Job::DropSession { session } => {
+                    self.sessions.remove(&session);
+                }
+                Job::Generate { id, request, accepted, events } => {
+                    let cancel = self.shared.flag(id).unwrap_or_default();
+                    let session = request.session.clone();
+                    // A panic inside MLX must not take the engine down with
+                    // it; the session's cache may be half-written, so it goes.
+                    let outcome = catch_unwind(AssertUnwindSafe(|| {
+                        self.generate(&request, accepted, &cancel, &events)
+                    }));
+                    let outcome = outcome.unwrap_or_else(|panic| {
+                        if let Some(s) = &session {
+                            self.sessions.remove(s);
+                        }
+                        Err(EngineError::Panicked { during: "generate", message: panic_message(&*panic) })
+                    });
+                    // Forgotten before the last event goes out, so that once a
+                    // caller has seen the end, cancel() says the run is over.
+                    self.shared.forget(id);
+                    let last = match outcome {
+                        Ok(last) => last,
+                        Err(e) => vec![EngineEvent::Error(e)],
+                    };
+                    for event in last {
+                        let _ = events.send(event);
+                    }
+                }
+            }
+        }
+    }
+
+    fn unload(&mut self) {
+        self.sessions.clear();
+        self.loaded = None;
+        // Give the freed buffers back now rather than at the next allocation.
+        let _ = mlx_rs::memory::clear_cache();
+    }
+
+    fn load(&mut self, dir: &Path, settings: LoadSettings) -> Result<ModelInfo> {
+        self.unload();
+        if settings.context_limit == 0 {
+            return Err(EngineError::InvalidSetting {
+                name: "context_limit",
+                value: "0".into(),
+                reason: "must be at least 1",
+            });
+        }
+        let started = Instant::now();
+        // The tokenizer first: it is cheap and its absence is a common mistake.
+        let tokenizer = Tokenizer::from_dir(dir)?;
+        let model = load_model(dir, settings.dtype)?;
+        let config = model.config();
+        let info = ModelInfo {
+            dir: dir.to_owned(),
+            model_type: config.model_type.clone(),
+            quantization: config.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
+            weight_bytes: model.nbytes(),
+            context_limit: settings.context_limit,
+            eos_ids: tokenizer.eos_ids().to_vec(),
+            load_time: started.elapsed(),
+        };
+        self.loaded = Some(Loaded { model, tokenizer, settings });
+        Ok(info)
+    }
+
+    /// Runs one turn, streaming `Started` and the tokens; returns the closing events.
+    fn generate(
+        &mut self,
+        request: &GenerateRequest,
+        accepted: Instant,
+        cancel: &AtomicBool,
+        events: &Sender<EngineEvent>,
+    ) -> Result<Vec<EngineEvent>> {
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(vec![EngineEvent::Finished { reason: FinishReason::Cancelled }]);
+        }
+        let loaded = self.loaded.as_ref().ok_or(EngineError::NoModelLoaded)?;
+        let limit = loaded.settings.context_limit;
+        let prompt = encode_within(&loaded.tokenizer, &request.messages, limit, request.overflow)?;
+        let mut sampler = Sampler::new(request.sampling.clone())?;
+
+        let mut one_off;
+        let cache = match &request.session {
+            Some(s) => self.sessions.entry(s.clone()).or_insert_with(|| loaded.model.new_cache()),
+            None => {
+                one_off = loaded.model.new_cache();
+                &mut one_off
+            }
+        };
+        // generate() trims the cache the same way; doing it here first tells
+        // the caller how much is reused before any token arrives.
+        let reused = cache.reuse_prefix(&prompt);
+        let _ = events.send(EngineEvent::Started { prompt_tokens: prompt.len(), reused_tokens: reused });
+
+        // The cache peaks at prompt + max_tokens - 1 positions (the last
+        // token is sampled, never fed): keep that within the limit.
+        let max_tokens = request.max_tokens.min(limit + 1 - prompt.len());
+        let options = GenerateOptions {
+            max_tokens,
+            eos_ids: if request.ignore_eos { Vec::new() } else { loaded.tokenizer.eos_ids().to_vec() },
+            ..GenerateOptions::default()
+        };
+        mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;
+        let mut detok = loaded.tokenizer.detokenizer();
+        let mut detok_error = None;
+        let generation = generate(
+            &loaded.model,
+            cache,
+            &prompt,
+            &options,
+            &mut sampler,
+            &WallClock(accepted),
+            cancel,
+            |id| match detok.step(id) {
+                // A closed receiver means nobody listens: stop like a cancel.
+                Ok(text) => events.send(EngineEvent::Token { id, text }).is_ok(),
+                Err(e) => {
+                    detok_error = Some(e);
+                    false
+                }
+            },
+        )?;
+        if let Some(e) = detok_error {
+            return Err(e);
+        }
+        let tail = detok.finish()?;
+        if !tail.is_empty() {
+            let _ = events.send(EngineEvent::Text(tail));
+        }
+        let peak_memory_bytes = mlx_rs::memory::peak_memory().op("peak_memory")?;
+        // When the context limit cut the turn short this is `Length` too.
+        let reason = generation.finish_reason;
+        let stats = TurnStats {
+            prompt_tokens: prompt.len(),
+            reused_tokens: generation.reused_tokens,
+            generated_tokens: generation.tokens.len(),
+            context_tokens: prompt.len(),
+            batch: 1,
+            rates: generation.timings.rates(),
+            timings: generation.timings,
+            peak_memory_bytes,
+        };
+        Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }])
+    }
+}
+
+/// The conversation as prompt ids, within `limit` tokens per `policy`.
+fn encode_within(tok: &Tokenizer, messages: &[Message], limit: usize, policy: OverflowPolicy) -> Result<Vec<u32>> {
+    let mut messages = messages.to_vec();
+    loop {
+        let ids = tok.encode_chat(&messages, true)?;
+        if ids.len() <= limit {
+            return Ok(ids);
+        }
+        let first_droppable = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
+        // Never drop the last message: it is what the user just asked.
+        if policy == OverflowPolicy::Error || first_droppable + 1 >= messages.len() {
+            return Err(EngineError::ContextOverflow { prompt_tokens: ids.len(), limit });
+        }
+        messages.remove(first_droppable);
+    }
+}
+
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".into())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,186 @@
+//! Worker tests on demo models: events, sessions, limits, cancel, bad input.
+
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+use headroom_core::chat::{FinishReason, Message, Role};
+
+use super::*;
+use crate::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use crate::testutil::temp_dir;
+
+/// One demo model per test process (writing it trains the tokenizer).
+fn demo_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = temp_dir("worker-demo");
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).expect("demo model");
+        dir
+    })
+}
+
+fn engine() -> EngineHandle {
+    let e = EngineHandle::spawn().expect("spawn");
+    e.load(demo_dir(), LoadSettings::default()).expect("load");
+    e
+}
+
+fn user(text: &str) -> Vec<Message> {
+    vec![Message::new(Role::User, text)]
+}
+
+fn request(messages: Vec<Message>, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest { max_tokens, ignore_eos: true, ..GenerateRequest::new(messages) }
+}
+
+#[test]
+fn events_come_in_order_and_the_text_is_the_decoded_tokens() {
+    let e = engine();
+    let run = e.generate(request(user("Hello there"), 12)).expect("generate");
+    let mut kinds = Vec::new();
+    let out = run
+        .collect_with(|ev| {
+            kinds.push(match ev {
+                EngineEvent::Started { .. } => 'S',
+                EngineEvent::Token { .. } => 'T',
+                EngineEvent::Text(_) => 'X',
+                EngineEvent::Stats(_) => 'M',
+                EngineEvent::Finished { .. } => 'F',
+                EngineEvent::Error(_) => 'E',
+            })
+        })
+        .expect("run");
+    let kinds: String = kinds.into_iter().collect();
+    assert!(kinds.starts_with("STTTTTTTTTTTT"), "{kinds}");
+    assert!(kinds.ends_with("MF"), "{kinds}");
+    assert_eq!(out.token_ids.len(), 12);
+    assert_eq!(out.finish_reason, FinishReason::Length);
+    let tok = Tokenizer::from_dir(demo_dir()).expect("tokenizer");
+    assert_eq!(out.text, tok.decode(&out.token_ids, false).expect("decode"));
+    let s = &out.stats;
+    assert_eq!((s.generated_tokens, s.batch, s.reused_tokens), (12, 1, 0));
+    assert_eq!(s.prompt_tokens, tok.encode_chat(&user("Hello there"), true).expect("encode").len());
+    assert_eq!(s.context_tokens, s.prompt_tokens);
+    assert!(s.peak_memory_bytes > 0);
+    assert!(s.rates.ttft_ms.is_some() && s.rates.decode_tps.is_some());
+}
+
+#[test]
+fn a_session_reuses_its_cache_and_matches_a_fresh_run() {
+    let e = engine();
+    let mut history = user("What is a cache?");
+    let turn = |history: &[Message]| {
+        let req = GenerateRequest { session: Some("s1".into()), ..request(history.to_vec(), 8) };
+        e.generate(req).expect("generate").collect().expect("run")
+    };
+    let first = turn(&history);
+    assert_eq!(first.stats.reused_tokens, 0);
+    history.push(Message::new(Role::Assistant, first.text.clone()));
+    history.push(Message::new(Role::User, "And a second question?"));
+    let second = turn(&history);
+    // Turn 2 prefilled only what turn 1 had not already put in the cache.
+    assert!(second.stats.reused_tokens >= first.stats.prompt_tokens, "{:?}", second.stats);
+    assert_eq!(second.stats.timings.prompt_tokens as usize, second.stats.prompt_tokens - second.stats.reused_tokens);
+    let fresh = e.generate(request(history.clone(), 8)).expect("generate").collect().expect("run");
+    assert_eq!(fresh.stats.reused_tokens, 0);
+    assert_eq!(second.token_ids, fresh.token_ids);
+
+    // Dropping the session starts the next turn from scratch.
+    e.drop_session("s1").expect("drop");
+    assert_eq!(turn(&history).stats.reused_tokens, 0);
+}
+
+#[test]
+fn a_prompt_over_the_context_limit_is_refused_or_truncated() {
+    let e = EngineHandle::spawn().expect("spawn");
+    e.load(demo_dir(), LoadSettings { context_limit: 48, ..LoadSettings::default() }).expect("load");
+    let long = "word ".repeat(200);
+    match e.generate(request(user(&long), 4)).expect("generate").collect() {
+        Err(EngineError::ContextOverflow { prompt_tokens, limit: 48 }) => assert!(prompt_tokens > 48),
+        other => panic!("expected ContextOverflow, got {other:?}"),
+    }
+    // Truncation drops the oldest turns after the system prompt.
+    let mut msgs = vec![Message::new(Role::System, "Be brief.")];
+    for i in 0..6 {
+        msgs.push(Message::new(Role::User, format!("question number {i} about things")));
+        msgs.push(Message::new(Role::Assistant, format!("answer number {i}")));
+    }
+    msgs.push(Message::new(Role::User, "last"));
+    let req = GenerateRequest { overflow: OverflowPolicy::TruncateOldest, ..request(msgs.clone(), 100) };
+    let out = e.generate(req).expect("generate").collect().expect("truncated run");
+    assert!(out.stats.prompt_tokens <= 48);
+    // The limit also bounds generation: prompt + generated stays within it (+1 unfed).
+    assert!(out.stats.prompt_tokens + out.token_ids.len() <= 49, "{:?}", out.stats);
+    assert_eq!(out.finish_reason, FinishReason::Length);
+    // The last message alone too long: still an error with truncation.
+    let req = GenerateRequest { overflow: OverflowPolicy::TruncateOldest, ..request(user(&long), 4) };
+    assert!(matches!(e.generate(req).expect("generate").collect(), Err(EngineError::ContextOverflow { .. })));
+    // And the engine still works.
+    assert_eq!(e.generate(request(user("hi"), 3)).expect("generate").collect().expect("run").token_ids.len(), 3);
+}
+
+#[test]
+fn cancel_takes_effect_within_one_token() {
+    let e = engine();
+    let run = e.generate(request(user("Count"), 200)).expect("generate");
+    let id = run.id;
+    let mut seen = 0;
+    let out = run
+        .collect_with(|ev| {
+            if let EngineEvent::Token { .. } = ev {
+                seen += 1;
+                if seen == 3 {
+                    assert!(e.cancel(id));
+                }
+            }
+        })
+        .expect("run");
+    assert_eq!(out.finish_reason, FinishReason::Cancelled);
+    // The worker may have produced at most one more token before it saw the flag.
+    assert!((3..=4).contains(&out.token_ids.len()), "{}", out.token_ids.len());
+    assert!(!e.cancel(id), "a finished run is forgotten");
+    assert!(!e.cancel(RunId(9_999)));
+}
+
+#[test]
+fn bad_input_gives_typed_errors_and_the_engine_keeps_working() {
+    let e = EngineHandle::spawn().expect("spawn");
+    assert!(matches!(e.generate(request(user("x"), 2)).expect("generate").collect(), Err(EngineError::NoModelLoaded)));
+    let empty = temp_dir("worker-empty");
+    assert!(matches!(e.load(&empty, LoadSettings::default()), Err(EngineError::MissingTokenizer { .. })));
+    // Bad sampling settings.
+    e.load(demo_dir(), LoadSettings::default()).expect("load");
+    let bad = GenerateRequest {
+        sampling: SamplingParams { temperature: -1.0, ..SamplingParams::default() },
+        ..request(user("x"), 2)
+    };
+    assert!(matches!(e.generate(bad).expect("generate").collect(), Err(EngineError::InvalidSetting { .. })));
+    // A failed load leaves nothing loaded.
+    assert!(e.load(&empty, LoadSettings::default()).is_err());
+    assert!(matches!(e.generate(request(user("x"), 2)).expect("generate").collect(), Err(EngineError::NoModelLoaded)));
+    // Loading again works, from another clone of the handle on another thread.
+    let e2 = e.clone();
+    std::thread::spawn(move || e2.load(demo_dir(), LoadSettings::default()).expect("reload"))
+        .join()
+        .expect("thread");
+    let out = e.generate(request(user("x"), 2)).expect("generate").collect().expect("run");
+    assert_eq!(out.token_ids.len(), 2);
+    e.unload().expect("unload");
+    assert!(matches!(e.generate(request(user("x"), 2)).expect("generate").collect(), Err(EngineError::NoModelLoaded)));
+}
+
+#[test]
+fn greedy_runs_are_repeatable_and_seeded_sampling_too() {
+    let e = engine();
+    let a = e.generate(request(user("Tell me"), 10)).expect("generate").collect().expect("run");
+    let b = e.generate(request(user("Tell me"), 10)).expect("generate").collect().expect("run");
+    assert_eq!(a.token_ids, b.token_ids);
+    let sampled = |seed| {
+        let req = GenerateRequest {
+            sampling: SamplingParams { temperature: 1.0, top_p: 0.9, seed: Some(seed), ..SamplingParams::default() },
+            ..request(user("Tell me"), 10)
+        };
+        e.generate(req).expect("generate").collect().expect("run").token_ids
+    };
+    assert_eq!(sampled(7), sampled(7));
+}

@@ -1,0 +1,33 @@
+//! What the headless subcommands can fail with.
+
+use std::path::PathBuf;
+
+use headroom_engine::demo::DemoError;
+use headroom_engine::EngineError;
+
+/// A subcommand's failure; printed as one line on stderr, exit code 1.
+#[derive(Debug, thiserror::Error)]
+pub enum CliError {
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Demo(#[from] DemoError),
+    /// MODEL is neither a folder nor a repo id found in the local HF cache.
+    #[error("model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})", display_paths(searched))]
+    ModelNotFound { model: String, searched: Vec<PathBuf> },
+    /// A repo in the HF cache whose `refs/main` points at no snapshot.
+    #[error("model `{model}` is in the Hugging Face cache at {repo_dir} but has no usable snapshot ({reason})")]
+    BrokenCacheEntry { model: String, repo_dir: PathBuf, reason: String },
+    /// Writing to stdout failed (a closed pipe).
+    #[error("cannot write output: {0}")]
+    Output(#[from] std::io::Error),
+    #[error("cannot encode JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+fn display_paths(paths: &[PathBuf]) -> String {
+    if paths.is_empty() {
+        return "nowhere: it is not an `org/name` repo id, or no cache folder is known".into();
+    }
+    paths.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+}

@@ -1,0 +1,251 @@
+//! `headroom generate`: one chat turn with a local model through the engine
+//! thread, the reply streamed to stdout, then the turn's stats.
+
+use std::io::Write;
+
+use clap::Args;
+use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, LoadSettings, RunOutput, TurnStats};
+use headroom_engine::SamplingParams;
+use serde_json::json;
+
+use super::hub::{resolve_model, HubEnv};
+use super::CliError;
+
+#[derive(Debug, Clone, Args)]
+pub struct GenerateArgs {
+    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
+    pub model: String,
+    /// The user message.
+    #[arg(long)]
+    pub prompt: String,
+    /// A system message before it.
+    #[arg(long)]
+    pub system: Option<String>,
+    #[arg(long, default_value_t = 256)]
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.0)]
+    pub temp: f32,
+    #[arg(long, default_value_t = 1.0)]
+    pub top_p: f32,
+    /// 0 disables.
+    #[arg(long, default_value_t = 0)]
+    pub top_k: i32,
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Context limit in tokens (prompt + reply).
+    #[arg(long, default_value_t = headroom_engine::worker::DEFAULT_CONTEXT_LIMIT)]
+    pub context: usize,
+    /// Generate exactly --max-tokens tokens, through any EOS (benchmarks, parity checks).
+    #[arg(long)]
+    pub ignore_eos: bool,
+    /// Print one JSON object (text, token ids, finish reason, stats) instead of streaming.
+    #[arg(long)]
+    pub json: bool,
+}
+
+impl GenerateArgs {
+    fn request(&self) -> GenerateRequest {
+        let mut messages = Vec::new();
+        if let Some(system) = &self.system {
+            messages.push(Message::new(Role::System, system.clone()));
+        }
+        messages.push(Message::new(Role::User, self.prompt.clone()));
+        GenerateRequest {
+            max_tokens: self.max_tokens,
+            ignore_eos: self.ignore_eos,
+            sampling: SamplingParams {
+                temperature: self.temp,
+                top_p: self.top_p,
+                top_k: self.top_k,
+                seed: self.seed,
+                ..SamplingParams::default()
+            },
+            ..GenerateRequest::new(messages)
+        }
+    }
+}
+
+pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
+    let stdout = std::io::stdout();
+    generate(args, &HubEnv::from_process(), &mut stdout.lock(), &mut std::io::stderr())
+}
+
+/// The command with its outputs injected, so tests can read them.
+pub(crate) fn generate(args: &GenerateArgs, env: &HubEnv, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), CliError> {
+    let dir = resolve_model(&args.model, env)?;
+    let engine = EngineHandle::spawn()?;
+    engine.load(&dir, LoadSettings { context_limit: args.context, ..LoadSettings::default() })?;
+    let run = engine.generate(args.request())?;
+
+    let mut write_error = None;
+    let output = run.collect_with(|event| {
+        if args.json || write_error.is_some() {
+            return;
+        }
+        let text = match event {
+            EngineEvent::Token { text, .. } => text,
+            EngineEvent::Text(text) => text,
+            _ => return,
+        };
+        // Flushed per token: the point is to watch it arrive.
+        if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+            write_error = Some(e);
+        }
+    })?;
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&json_report(&output))?)?;
+    } else {
+        writeln!(out)?;
+        writeln!(err, "{}", stats_line(&output.stats, output.finish_reason))?;
+    }
+    Ok(())
+}
+
+fn finish_name(reason: FinishReason) -> &'static str {
+    match reason {
+        FinishReason::Stop => "stop",
+        FinishReason::Length => "length",
+        FinishReason::Cancelled => "cancelled",
+    }
+}
+
+fn e2e_secs(stats: &TurnStats) -> Option<f64> {
+    stats.timings.last_token_at.map(|d| d.as_secs_f64())
+}
+
+/// The `--json` object; undefined rates are null, never 0.
+pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
+    let s = &o.stats;
+    json!({
+        "text": o.text,
+        "token_ids": o.token_ids,
+        "finish_reason": finish_name(o.finish_reason),
+        "stats": {
+            "prompt_tokens": s.prompt_tokens,
+            "generated_tokens": s.generated_tokens,
+            "ttft_ms": s.rates.ttft_ms,
+            "prefill_tps": s.rates.prefill_tps,
+            "decode_tps": s.rates.decode_tps,
+            "e2e_s": e2e_secs(s),
+            "peak_memory_bytes": s.peak_memory_bytes,
+            "context_tokens": s.context_tokens,
+            "batch": s.batch,
+        },
+    })
+}
+
+/// One line, labelled the way ARCHITECTURE.md requires (context, tokens, batch).
+pub(crate) fn stats_line(s: &TurnStats, reason: FinishReason) -> String {
+    let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"));
+    format!(
+        "prompt: {} tokens ({} reused), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {} | peak memory {:.1} MB | {}",
+        s.prompt_tokens,
+        s.reused_tokens,
+        num(s.rates.prefill_tps, 1),
+        num(s.rates.ttft_ms, 1),
+        s.generated_tokens,
+        num(s.rates.decode_tps, 1),
+        num(e2e_secs(s), 3),
+        num(s.rates.e2e_tps, 1),
+        s.context_tokens,
+        s.batch,
+        s.peak_memory_bytes as f64 / 1e6,
+        finish_name(reason),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+
+    use clap::Parser;
+    use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn demo_dir() -> &'static PathBuf {
+        static DIR: OnceLock<PathBuf> = OnceLock::new();
+        DIR.get_or_init(|| {
+            let dir = std::env::temp_dir().join(format!("headroom-cli-demo-{}", std::process::id()));
+            write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+            dir
+        })
+    }
+
+    fn parse(extra: &[&str]) -> GenerateArgs {
+        let dir = demo_dir().to_string_lossy().into_owned();
+        let argv = [&["headroom", "generate", dir.as_str(), "--prompt", "Hello"], extra].concat();
+        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+            Some(Command::Generate(args)) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn call(args: &GenerateArgs) -> (Result<(), CliError>, String, String) {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let r = generate(args, &HubEnv::default(), &mut out, &mut err);
+        (r, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
+    }
+
+    #[test]
+    fn json_output_has_every_field() {
+        let (r, out, _) = call(&parse(&["--max-tokens", "9", "--ignore-eos", "--json", "--system", "Be brief."]));
+        r.unwrap_or_else(|e| panic!("{e}"));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        assert_eq!(v["token_ids"].as_array().map(Vec::len), Some(9));
+        assert_eq!(v["finish_reason"], "length");
+        assert!(v["text"].is_string());
+        let s = &v["stats"];
+        for key in ["prompt_tokens", "generated_tokens", "ttft_ms", "prefill_tps", "decode_tps", "e2e_s", "peak_memory_bytes", "context_tokens", "batch"] {
+            assert!(s.get(key).is_some_and(|x| !x.is_null()), "{key} in {s}");
+        }
+        assert_eq!(s["generated_tokens"], 9);
+        assert_eq!(s["batch"], 1);
+    }
+
+    #[test]
+    fn text_mode_streams_the_same_reply_then_a_stats_line() {
+        let (r, json_out, _) = call(&parse(&["--max-tokens", "6", "--ignore-eos", "--json"]));
+        r.unwrap_or_else(|e| panic!("{e}"));
+        let v: serde_json::Value = serde_json::from_str(json_out.trim()).unwrap_or_else(|e| panic!("{e}"));
+        let (r, out, err) = call(&parse(&["--max-tokens", "6", "--ignore-eos"]));
+        r.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(out, format!("{}\n", v["text"].as_str().unwrap_or_default()));
+        assert!(err.contains("decode: 6 tokens") && err.contains("batch 1") && err.contains("| length"), "{err}");
+    }
+
+    #[test]
+    fn errors_are_typed_and_readable() {
+        let mut args = parse(&[]);
+        args.model = "nobody/nothing".into();
+        let (r, _, _) = call(&args);
+        assert!(matches!(r, Err(CliError::ModelNotFound { .. })));
+        let (r, _, _) = call(&GenerateArgs { temp: -2.0, ..parse(&[]) });
+        let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("temperature"), "{msg}");
+        let (r, _, _) = call(&GenerateArgs { context: 4, ..parse(&[]) });
+        let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.contains("exceeds the context limit of 4 tokens"), "{msg}");
+    }
+
+    #[test]
+    fn demo_model_options_parse() {
+        let cli = Cli::try_parse_from(["headroom", "demo-model", "/tmp/x", "--preset", "qwen2.5-7b", "--arch", "mistral", "--bits", "8"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        match cli.command {
+            Some(Command::DemoModel(a)) => {
+                assert_eq!((a.preset, a.arch, a.bits), (Preset::Qwen25_7B, Arch::Mistral, Bits::Eight));
+            }
+            other => panic!("{other:?}"),
+        }
+        let err = Cli::try_parse_from(["headroom", "demo-model", "/tmp/x", "--arch", "gpt2"]).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("gpt2"));
+    }
+}

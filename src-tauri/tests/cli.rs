@@ -1,0 +1,40 @@
+//! The `headroom` binary end to end: demo-model, then generate on it; errors
+//! give one line on stderr and exit code 1.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn headroom(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(args)
+        // A cache that holds nothing, so repo ids resolve the same everywhere.
+        .env("HF_HUB_CACHE", std::env::temp_dir().join("headroom-cli-test-empty-hub"))
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
+}
+
+#[test]
+fn demo_model_then_generate_json_then_a_clear_error() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-cli-bin-{}", std::process::id()));
+    let d = dir.to_string_lossy().into_owned();
+    let out = headroom(&["demo-model", &d, "--arch", "qwen3", "--bits", "16"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let out = headroom(&["generate", &d, "--prompt", "Hello", "--max-tokens", "7", "--ignore-eos", "--json"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["token_ids"].as_array().map(Vec::len), Some(7));
+    assert_eq!(v["stats"]["generated_tokens"], 7);
+
+    let out = headroom(&["generate", &d, "--prompt", "Hello", "--max-tokens", "3"]);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("ttft:") && stderr.contains("batch 1"), "{stderr}");
+
+    let out = headroom(&["generate", "mlx-community/absent-model", "--prompt", "x"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("headroom: model `mlx-community/absent-model` not found"), "{stderr}");
+    assert!(out.stdout.is_empty());
+    let _ = std::fs::remove_dir_all(&dir);
+}
