@@ -1,0 +1,523 @@
+// End-to-end tests of the real app: tauri-driver + WebKitWebDriver drive the
+// popover of target/debug/headroom under an X display (Xvfb).
+//
+//   DISPLAY=:99 node --test ui/e2e/            (e2e.test.mjs imports this file)
+//   DISPLAY=:99 node --test ui/e2e/app.e2e.mjs
+//
+// Env: HEADROOM_BIN (default ../../target/debug/headroom from here),
+//      HEADROOM_TEST_OUTPUT (default <repo>/test-output; files go to its e2e/),
+//      TAURI_DRIVER (default <repo>/.deps/tools/bin/tauri-driver, then PATH).
+// Without DISPLAY a private Xvfb is started for the run.
+// Every request, wait and hook is bounded: the file ends within ~2 minutes
+// even when the app is broken, and leaves no process behind.
+
+import assert from 'node:assert/strict';
+import { execFile, spawn } from 'node:child_process';
+import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import net from 'node:net';
+import path from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { promisify } from 'node:util';
+
+import { Keys, Session, waitFor } from './webdriver.mjs';
+
+const here = path.dirname(fileURLToPath(import.meta.url));
+const repo = path.resolve(here, '../..');
+const BIN = path.resolve(process.env.HEADROOM_BIN || path.join(here, '../../target/debug/headroom'));
+const OUT = path.join(path.resolve(process.env.HEADROOM_TEST_OUTPUT || path.join(repo, 'test-output')), 'e2e');
+const DRIVER =
+  process.env.TAURI_DRIVER ||
+  (existsSync(path.join(repo, '.deps/tools/bin/tauri-driver')) ? path.join(repo, '.deps/tools/bin/tauri-driver') : 'tauri-driver');
+
+const MESSAGE = 'hello from e2e';
+const WHOLE_FILE_MS = 110_000; // watchdog: the file may never take longer
+const run = promisify(execFile);
+
+// ---- processes ---------------------------------------------------------------
+
+/** pid → { ppid, pgrp, state } for every process, from /proc. */
+function processTable() {
+  const table = new Map();
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name)) continue;
+    try {
+      const stat = readFileSync(`/proc/${name}/stat`, 'utf8');
+      // "pid (comm) state ppid pgrp ..." — comm may contain spaces and parentheses.
+      const [state, ppid, pgrp] = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+      table.set(Number(name), { state, ppid: Number(ppid), pgrp: Number(pgrp) });
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return table;
+}
+
+/** Every descendant of `root` (children first-level to deepest). */
+function descendants(root) {
+  const table = processTable();
+  const found = [];
+  const queue = [root];
+  while (queue.length) {
+    const parent = queue.shift();
+    for (const [pid, { ppid }] of table) {
+      if (ppid === parent && !found.includes(pid)) {
+        found.push(pid);
+        queue.push(pid);
+      }
+    }
+  }
+  return found;
+}
+
+/** Live (not zombie) members of process group `pgid`. */
+function groupMembers(pgid) {
+  return [...processTable()].filter(([, p]) => p.pgrp === pgid && p.state !== 'Z').map(([pid]) => pid);
+}
+
+function alive(pid) {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch {
+    return false;
+  }
+}
+
+function signal(pid, sig) {
+  try {
+    process.kill(pid, sig);
+  } catch {
+    // already gone
+  }
+}
+
+/**
+ * Ends a process we started (spawned `detached`, so it leads its own process
+ * group) with everything under it: TERM, then KILL after `graceMs`.
+ */
+async function killTree(child, graceMs = 3000) {
+  if (!child?.pid) return;
+  const pids = [child.pid, ...descendants(child.pid)];
+  signal(-child.pid, 'SIGTERM');
+  for (const pid of pids) signal(pid, 'SIGTERM');
+  const deadline = Date.now() + graceMs;
+  while (Date.now() < deadline && pids.some(alive)) await new Promise((r) => setTimeout(r, 100));
+  // Anything spawned meanwhile, or that ignored TERM.
+  for (const pid of [...pids, ...descendants(child.pid)]) signal(pid, 'SIGKILL');
+  signal(-child.pid, 'SIGKILL');
+}
+
+/**
+ * tauri-driver runs under this small bash guard, in a process group of its
+ * own (guard, tauri-driver, WebKitWebDriver, the app). The guard ends the
+ * group when this test process is gone, however it went: a signal or SIGKILL
+ * to Node runs none of its handlers. $1: our pid; the rest: the command.
+ */
+const GUARD = `
+trap ':' TERM  # survive our own group TERM below (children get the default)
+owner=$1; shift
+"$@" &
+child=$!
+while kill -0 "$child" 2>/dev/null; do
+  if ! kill -0 "$owner" 2>/dev/null; then
+    kill -TERM 0; sleep 2; kill -KILL 0
+  fi
+  sleep 0.5
+done
+wait "$child"
+`;
+
+/** Synchronous last resort for process exit (no awaiting possible there). */
+function killTreeNow(child) {
+  if (!child?.pid) return;
+  for (const pid of [child.pid, ...descendants(child.pid)]) signal(pid, 'SIGKILL');
+  signal(-child.pid, 'SIGKILL');
+}
+
+function freePort() {
+  return new Promise((resolve, reject) => {
+    const server = net.createServer();
+    server.unref();
+    server.on('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const { port } = server.address();
+      server.close(() => resolve(port));
+    });
+  });
+}
+
+function canConnect(port) {
+  return new Promise((resolve) => {
+    const socket = net.connect({ port, host: '127.0.0.1' });
+    const done = (ok) => {
+      socket.destroy();
+      resolve(ok);
+    };
+    socket.setTimeout(1000, () => done(false));
+    socket.once('connect', () => done(true));
+    socket.once('error', () => done(false));
+  });
+}
+
+/** The last `n` lines of a log file, for error messages. */
+function tail(file, n = 25) {
+  try {
+    return readFileSync(file, 'utf8').trimEnd().split('\n').slice(-n).join('\n');
+  } catch {
+    return '(no log)';
+  }
+}
+
+/** Starts a private Xvfb when no display was given; returns the child or null. */
+async function ensureDisplay() {
+  if (process.env.DISPLAY) return null;
+  let n = 90;
+  while (n < 200 && (existsSync(`/tmp/.X11-unix/X${n}`) || existsSync(`/tmp/.X${n}-lock`))) n++;
+  const display = `:${n}`;
+  const xvfb = spawn('Xvfb', [display, '-screen', '0', '1280x800x24', '-nolisten', 'tcp', '-noreset'], {
+    stdio: 'ignore',
+    detached: true,
+  });
+  await waitFor(() => existsSync(`/tmp/.X11-unix/X${n}`), {
+    timeoutMs: 10_000,
+    message: `Xvfb on ${display} (no DISPLAY was set)`,
+  });
+  process.env.DISPLAY = display;
+  return xvfb;
+}
+
+/** Width and height from a PNG's IHDR chunk. */
+function pngSize(buffer) {
+  assert.equal(buffer.subarray(0, 8).toString('hex'), '89504e470d0a1a0a', 'the screenshot is not a PNG');
+  return { width: buffer.readUInt32BE(16), height: buffer.readUInt32BE(20) };
+}
+
+// ---- the suite ------------------------------------------------------------------
+
+describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, () => {
+  let xvfb = null;
+  let driver = null;
+  let session = null;
+  let expected = null; // { version, mlx_version, device, platform } from the binary itself
+  const driverLog = path.join(OUT, 'tauri-driver.log');
+
+  // Whatever happens (a hung hook, an uncaught error), nothing outlives us.
+  const watchdog = setTimeout(() => {
+    process.stderr.write(`e2e: watchdog: still running after ${WHOLE_FILE_MS} ms, killing the driver and the app\n`);
+    killTreeNow(driver);
+    killTreeNow(xvfb);
+    process.exit(1);
+  }, WHOLE_FILE_MS + 5_000);
+  watchdog.unref();
+  process.once('exit', () => {
+    killTreeNow(driver);
+    killTreeNow(xvfb);
+  });
+  // A signal would end Node without its 'exit' event; the driver runs in its
+  // own process group, so nobody else would stop it.
+  for (const [sig, code] of [['SIGINT', 130], ['SIGTERM', 143], ['SIGHUP', 129]]) {
+    process.once(sig, () => {
+      killTreeNow(driver);
+      killTreeNow(xvfb);
+      process.exit(code);
+    });
+  }
+
+  /** The app's answer, read from the binary (never hard-coded here). */
+  async function readExpected() {
+    const { stdout: versionOut } = await run(BIN, ['--version'], { timeout: 20_000 });
+    const version = versionOut.trim().match(/^headroom (\S+)$/)?.[1];
+    assert.ok(version, `unexpected \`headroom --version\` output: ${JSON.stringify(versionOut)}`);
+    const { stdout: backendOut } = await run(BIN, ['backend', '--json'], { timeout: 20_000 });
+    let backend;
+    try {
+      backend = JSON.parse(backendOut);
+    } catch {
+      assert.fail(`\`headroom backend --json\` did not print JSON: ${JSON.stringify(backendOut)}`);
+    }
+    for (const key of ['version', 'mlx_version', 'device', 'platform']) {
+      assert.equal(typeof backend[key], 'string', `backend --json lacks "${key}": ${backendOut}`);
+    }
+    assert.equal(backend.version, version, '`--version` and `backend --json` disagree on the version');
+    return backend;
+  }
+
+  /** Starts tauri-driver on free ports; resolves to its URL once it listens. */
+  async function startDriver() {
+    const port = await freePort();
+    let nativePort = await freePort();
+    while (nativePort === port) nativePort = await freePort();
+    appendFileSync(driverLog, `--- ${new Date().toISOString()} ${DRIVER} --port ${port} --native-port ${nativePort}\n`);
+    // The driver (and the app under it) write straight into the log file:
+    // nothing to pipe, and the log stays complete even if Node dies first.
+    const log = openSync(driverLog, 'a');
+    driver = spawn('bash', ['-c', GUARD, 'e2e-guard', String(process.pid), DRIVER, '--port', String(port), '--native-port', String(nativePort)], {
+      env: { ...process.env, HEADROOM_SHOW_WINDOW: '1' },
+      stdio: ['ignore', log, log],
+      detached: true, // its own process group: killTree takes WebKitWebDriver and the app too
+    });
+    closeSync(log);
+    let exited = null;
+    let spawnError = null;
+    driver.once('exit', (code, sig) => (exited = `exited with ${sig ?? code}`));
+    driver.once('error', (e) => (spawnError = e));
+
+    await waitFor(
+      async () => {
+        if (spawnError) throw new Error(`could not start ${DRIVER}: ${spawnError.message}`);
+        if (exited) throw new Error(`tauri-driver ${exited}`);
+        return canConnect(port);
+      },
+      { timeoutMs: 15_000, intervalMs: 200, message: `tauri-driver to listen on port ${port}` },
+    ).catch((e) => {
+      throw new Error(`${e.message}\n--- tauri-driver log (${driverLog}) ---\n${tail(driverLog)}`);
+    });
+    return `http://127.0.0.1:${port}`;
+  }
+
+  /** Processes under the driver that run the app binary (zombies excluded). */
+  function appPids() {
+    if (!driver?.pid) return [];
+    return descendants(driver.pid).filter((pid) => {
+      try {
+        return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0').slice(0, 2).includes(BIN);
+      } catch {
+        return false;
+      }
+    });
+  }
+
+  /**
+   * POST /session, watching the app meanwhile: WebKitWebDriver does not
+   * notice an app that died while starting and would wait out the timeout.
+   */
+  async function openSession(baseUrl) {
+    const giveUp = new AbortController();
+    const began = Date.now();
+    let seen = false;
+    // WebKitWebDriver forks the app as soon as it gets the request, so no app
+    // process 3 s later means it died at once (too fast for this poll to see).
+    const monitor = setInterval(() => {
+      const running = appPids().length > 0;
+      if (running) seen = true;
+      else if (seen) giveUp.abort(new Error(`the app exited ${Date.now() - began} ms after it was started`));
+      else if (Date.now() - began > 3_000) giveUp.abort(new Error('the app is not running 3 s after the session request (it died at start?)'));
+    }, 100);
+    try {
+      return await Session.create(
+        baseUrl,
+        { alwaysMatch: { 'tauri:options': { application: BIN } } },
+        { timeoutMs: 40_000, requestTimeoutMs: 15_000, signal: giveUp.signal },
+      );
+    } catch (e) {
+      const error = new Error(
+        `could not open a WebDriver session on ${BIN}: ${e.message}\n--- tauri-driver log (${driverLog}) ---\n${tail(driverLog)}`,
+        { cause: e },
+      );
+      error.appDied = giveUp.signal.aborted;
+      throw error;
+    } finally {
+      clearInterval(monitor);
+    }
+  }
+
+  /** Everything the tests need: the expected values, a display, a session. */
+  async function setUp() {
+    mkdirSync(OUT, { recursive: true });
+    writeFileSync(driverLog, ''); // this run's log only
+    rmSync(path.join(OUT, 'popover.png'), { force: true }); // never show a stale picture
+    assert.ok(existsSync(BIN), `no app binary at ${BIN}: run \`cargo build -p headroom\` (after \`cd ui && npm run build\`), or set HEADROOM_BIN`);
+    expected = await readExpected();
+    xvfb = await ensureDisplay();
+
+    // Xvfb refuses connections for a moment after its last client left
+    // (a server reset), so an app started just then dies at once: when the
+    // app dies early, start over once with a fresh driver.
+    for (let attempt = 1; ; attempt++) {
+      const began = Date.now();
+      try {
+        const baseUrl = await startDriver();
+        session = await openSession(baseUrl);
+        break;
+      } catch (e) {
+        const early = e.appDied && Date.now() - began < 15_000;
+        if (attempt >= 2 || !early) throw e;
+        process.stderr.write(`e2e: the app died while starting (${e.message.split('\n')[0]}); trying once more\n`);
+        await killTree(driver);
+        driver = null;
+        await new Promise((r) => setTimeout(r, 500));
+      }
+    }
+    // The UI is mounted once the composer exists.
+    await session.waitForElement('[data-testid="chat-input"]', 20_000);
+  }
+
+  // A failed set-up fails every test (so the runner counts them as failed,
+  // not as cancelled), the first with the whole story, the rest in one line.
+  let setupError = null;
+  let setupReported = false;
+  function requireApp() {
+    if (!setupError) return;
+    if (!setupReported) {
+      setupReported = true;
+      throw setupError;
+    }
+    throw new Error(`no app to test (set-up failed: ${setupError.message.split('\n')[0]})`);
+  }
+
+  before(
+    async () => {
+      const work = setUp();
+      work.catch(() => {}); // still settles after a deadline: never unhandled
+      let timer;
+      const deadline = new Promise((_, reject) => {
+        timer = setTimeout(() => reject(new Error(`set-up took over 85 s\n--- tauri-driver log ---\n${tail(driverLog)}`)), 85_000);
+      });
+      try {
+        await Promise.race([work, deadline]);
+      } catch (e) {
+        setupError = e;
+      } finally {
+        clearTimeout(timer);
+      }
+    },
+    { timeout: 90_000 },
+  );
+
+  after(
+    async () => {
+      clearTimeout(watchdog);
+      if (session) {
+        const error = await session.delete(10_000);
+        if (error) process.stderr.write(`e2e: deleting the session failed (killing instead): ${error.message}\n`);
+      }
+      await killTree(driver);
+      await killTree(xvfb, 1000);
+      // The guard's group: tauri-driver, WebKitWebDriver, the app and its web processes.
+      const left = driver?.pid ? groupMembers(driver.pid) : [];
+      assert.deepEqual(left, [], 'processes left behind by tauri-driver and the app');
+    },
+    { timeout: 20_000 },
+  );
+
+  test('the popover is the app: title, size, composer, version footer', { timeout: 20_000 }, async () => {
+    requireApp();
+    assert.equal(await session.title(), 'Headroom');
+    const size = await session.execute('return [window.innerWidth, window.innerHeight];');
+    assert.deepEqual(size, [420, 640], 'the popover is 420×640');
+
+    const input = await session.byTestId('chat-input');
+    assert.equal(await session.displayed(input), true, 'chat-input is displayed');
+    assert.equal(await session.property(input, 'tagName'), 'TEXTAREA');
+    // ChatView focuses the composer on mount.
+    const focusedAtStart = await session.execute(
+      'return document.activeElement && document.activeElement.getAttribute("data-testid");',
+    );
+    assert.equal(focusedAtStart, 'chat-input', 'the composer has focus when the popover opens');
+    // …and it takes focus back when clicked after something else had it.
+    await session.execute('document.querySelector(\'[data-testid="settings-button"]\').focus();');
+    await session.click(input);
+    const active = await session.activeElement();
+    assert.equal(Session.elementId(active), Session.elementId(input), 'clicking chat-input focuses it');
+
+    const send = await session.byTestId('send-button');
+    assert.equal(await session.enabled(send), false, 'send is disabled while the composer is empty');
+
+    const footer = await session.byTestId('app-info');
+    const footerText = await waitFor(async () => (await session.text(footer)).trim(), {
+      timeoutMs: 10_000,
+      message: 'the app-info footer to be filled in by app_info',
+    });
+    assert.equal(footerText, `v${expected.version} · MLX ${expected.device}`);
+    const title = await session.attribute(footer, 'title');
+    assert.ok(title?.includes(`Headroom ${expected.version}`), `footer title: ${title}`);
+    assert.ok(title?.includes(`MLX ${expected.mlx_version} on ${expected.device}`), `footer title: ${title}`);
+  });
+
+  test('a message makes the round trip through Rust', { timeout: 25_000 }, async () => {
+    requireApp();
+    const input = await session.byTestId('chat-input');
+    await session.clear(input);
+    await session.sendKeys(input, MESSAGE);
+    assert.equal(await session.property(input, 'value'), MESSAGE);
+    const send = await session.byTestId('send-button');
+    await waitFor(() => session.enabled(send), { timeoutMs: 5_000, message: 'send-button to be enabled' });
+    await session.click(send);
+
+    const users = await waitFor(async () => {
+      const found = await session.allByTestId('message-user');
+      return found.length === 1 && found;
+    }, { timeoutMs: 10_000, message: 'one message-user' });
+    assert.equal((await session.text(users[0])).trim(), MESSAGE);
+
+    const assistant = await waitFor(async () => (await session.allByTestId('message-assistant'))[0], {
+      timeoutMs: 10_000,
+      message: 'a message-assistant (the ping reply)',
+    });
+    const reply = (await session.text(assistant)).trim();
+    assert.ok(reply.includes(`Headroom ${expected.version} `), `reply names the version: ${reply}`);
+    assert.ok(reply.includes(`${[...MESSAGE].length} characters`), `reply counts 14 characters: ${reply}`);
+    assert.ok(reply.includes(`("${MESSAGE}")`), `reply quotes the text: ${reply}`);
+    assert.ok(reply.includes(`MLX ${expected.mlx_version} on ${expected.device}`), `reply names MLX and the device: ${reply}`);
+
+    assert.equal(await session.property(input, 'value'), '', 'the composer is cleared after sending');
+    assert.deepEqual(await session.allByTestId('error'), [], 'no error is shown');
+  });
+
+  test('Shift+Enter adds a line; Enter sends', { timeout: 25_000 }, async () => {
+    requireApp();
+    const count = async () => ({
+      user: (await session.allByTestId('message-user')).length,
+      assistant: (await session.allByTestId('message-assistant')).length,
+    });
+    const start = await count();
+
+    const input = await session.byTestId('chat-input');
+    await session.clear(input);
+    await session.sendKeys(input, 'line one');
+    // Shift+Enter as explicit key actions on the focused composer. (In Element
+    // Send Keys, WebKitWebDriver ignores NULL and keeps Shift down for the
+    // rest of the text: "line one\nLINE TWO".)
+    await session.performActions([
+      {
+        type: 'key',
+        id: 'keyboard',
+        actions: [
+          { type: 'keyDown', value: Keys.SHIFT },
+          { type: 'keyDown', value: Keys.ENTER },
+          { type: 'keyUp', value: Keys.ENTER },
+          { type: 'keyUp', value: Keys.SHIFT },
+        ],
+      },
+    ]);
+    await session.sendKeys(input, 'line two');
+    assert.equal(await session.property(input, 'value'), 'line one\nline two', 'Shift+Enter inserted a newline');
+    // Give a (wrong) send time to show up before saying it did not happen.
+    await new Promise((r) => setTimeout(r, 750));
+    assert.deepEqual(await count(), start, 'Shift+Enter sent nothing');
+
+    await session.sendKeys(input, Keys.ENTER);
+    await waitFor(async () => {
+      const now = await count();
+      return now.user === start.user + 1 && now.assistant === start.assistant + 1;
+    }, { timeoutMs: 10_000, message: 'Enter to send the two-line message and get a reply' });
+
+    const users = await session.allByTestId('message-user');
+    assert.equal(await session.text(users.at(-1)), 'line one\nline two', 'the bubble keeps the line break');
+    const replies = await session.allByTestId('message-assistant');
+    const reply = await session.text(replies.at(-1));
+    assert.ok(reply.includes('17 characters'), `"line one\\nline two" is 17 characters: ${reply}`);
+    assert.ok(reply.includes('("line one line two")'), `the preview shows the text on one line: ${reply}`);
+    assert.equal(await session.property(input, 'value'), '', 'the composer is cleared after sending');
+  });
+
+  test('screenshot of the popover', { timeout: 40_000 }, async () => {
+    requireApp();
+    const png = await session.screenshot(30_000);
+    const file = path.join(OUT, 'popover.png');
+    writeFileSync(file, png);
+    const { width, height } = pngSize(png);
+    assert.ok(width >= 400 && height >= 600, `popover screenshot is ${width}×${height}, expected about 420×640 (${file})`);
+  });
+});
