@@ -1,4 +1,5 @@
-//! The architectures, one file per `model_type`, behind one `Model` enum.
+//! The architectures, one file per `model_type` over one shared decoder
+//! (decoder.rs), behind one `Model` enum.
 
 use mlx_rs::Array;
 
@@ -6,6 +7,7 @@ use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 
+pub mod decoder;
 pub mod llama;
 pub mod qwen2;
 pub mod qwen3;
