@@ -3,6 +3,7 @@
 
 mod demo_model;
 mod error;
+mod fit;
 mod generate;
 mod hub;
 
@@ -12,6 +13,7 @@ use clap::{Parser, Subcommand};
 
 pub use demo_model::DemoModelArgs;
 pub use error::CliError;
+pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
 
 /// Run local LLMs on a memory-tight Mac: fit checks before loading, honest
@@ -35,6 +37,9 @@ pub enum Command {
     /// Write a model with random weights in the mlx-community layout (for
     /// tests and demos; the real-shape presets write several GB).
     DemoModel(DemoModelArgs),
+    /// Say whether a model fits in memory before loading it: weights, KV
+    /// cache, overhead, predicted peak, budget, verdict, largest context.
+    Fit(FitArgs),
     /// Generate a reply with a local model, streaming it, then print the
     /// turn's stats (like `ollama run --verbose`).
     Generate(GenerateArgs),
@@ -62,6 +67,7 @@ pub fn run(command: Command) -> ExitCode {
             ExitCode::SUCCESS
         }
         Command::DemoModel(args) => report(demo_model::run(&args)),
+        Command::Fit(args) => report(fit::run(&args)),
         Command::Generate(args) => report(generate::run(&args)),
     }
 }

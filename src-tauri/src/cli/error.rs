@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use headroom_core::fit::FitReport;
 use headroom_engine::demo::DemoError;
 use headroom_engine::EngineError;
 
@@ -12,6 +13,11 @@ pub enum CliError {
     Engine(#[from] EngineError),
     #[error(transparent)]
     Demo(#[from] DemoError),
+    #[error(transparent)]
+    Memory(#[from] headroom_memory::MemoryError),
+    /// The fit verdict says the model would swap or cannot fit; nothing was loaded.
+    #[error("{}", super::fit::refusal(model, report))]
+    WouldNotFit { model: String, report: Box<FitReport> },
     /// MODEL is neither a folder nor a repo id found in the local HF cache.
     #[error("model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})", display_paths(searched))]
     ModelNotFound { model: String, searched: Vec<PathBuf> },

@@ -9,6 +9,7 @@ use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, LoadSe
 use headroom_engine::SamplingParams;
 use serde_json::json;
 
+use super::fit::{check_model, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
 use super::CliError;
 
@@ -43,6 +44,11 @@ pub struct GenerateArgs {
     /// Print one JSON object (text, token ids, finish reason, stats) instead of streaming.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Load even if the fit check says the model would swap or cannot fit.
+    #[arg(long)]
+    pub override_fit: bool,
 }
 
 impl GenerateArgs {
@@ -75,6 +81,14 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
 /// The command with its outputs injected, so tests can read them.
 pub(crate) fn generate(args: &GenerateArgs, env: &HubEnv, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
+    // The guard: headers only, before the engine (and MLX) allocate anything.
+    let report = check_model(&dir, args.context, &args.budget)?;
+    if report.verdict.refuses() {
+        if !args.override_fit {
+            return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
+        }
+        writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
+    }
     let engine = EngineHandle::spawn()?;
     engine.load(&dir, LoadSettings { context_limit: args.context, ..LoadSettings::default() })?;
     let run = engine.generate(args.request())?;
@@ -233,6 +247,26 @@ mod tests {
         let (r, _, _) = call(&GenerateArgs { context: 4, ..parse(&[]) });
         let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("exceeds the context limit of 4 tokens"), "{msg}");
+    }
+
+    #[test]
+    fn a_model_over_budget_is_refused_with_its_numbers_unless_overridden() {
+        // Nothing available: the tiny demo cannot fit, whatever this machine has.
+        let (r, out, _) = call(&parse(&["--available-gb", "0", "--max-tokens", "2"]));
+        let Err(CliError::WouldNotFit { report, .. }) = &r else { panic!("{r:?}") };
+        assert_eq!(report.budget.budget_bytes, 0);
+        assert!(report.estimate.weight_bytes > 0);
+        let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
+        for needle in ["refusing to load", "cannot fit", "Predicted peak", "weights", "KV cache", "overhead", "budget 0.00 GB", "--override-fit"] {
+            assert!(msg.contains(needle), "{needle} in {msg}");
+        }
+        assert!(out.is_empty());
+
+        let (r, out, err) = call(&parse(&["--available-gb", "0", "--max-tokens", "2", "--ignore-eos", "--override-fit", "--json"]));
+        r.unwrap_or_else(|e| panic!("{e}"));
+        assert!(err.contains("--override-fit: loading although it cannot fit"), "{err}");
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["stats"]["generated_tokens"], 2);
     }
 
     #[test]

@@ -2,4 +2,6 @@
 //! dependencies, so it is tested in milliseconds and used everywhere.
 
 pub mod chat;
+pub mod fit;
+pub mod pressure;
 pub mod stats;

@@ -40,9 +40,21 @@ struct HeaderEntry {
     data_offsets: [u64; 2],
 }
 
+/// Bytes per element of a safetensors dtype; `None` for one we do not know.
+pub(crate) fn dtype_size(dtype: &str) -> Option<u64> {
+    match dtype {
+        "F32" | "U32" | "I32" => Some(4),
+        "F16" | "BF16" | "U16" | "I16" => Some(2),
+        "U8" | "I8" | "BOOL" => Some(1),
+        "F64" | "I64" | "U64" => Some(8),
+        _ => None,
+    }
+}
+
 /// Reads and checks the header of one safetensors file: every tensor's bytes
-/// must lie inside the file and match its dtype × shape.
-fn read_header(file: &Path) -> Result<BTreeMap<String, (String, Vec<i32>)>> {
+/// must lie inside the file and match its dtype × shape. Only the header is
+/// read, so this costs the same for a 100 KB file and a 100 GB one.
+pub(crate) fn read_header(file: &Path) -> Result<BTreeMap<String, (String, Vec<i32>)>> {
     let corrupt = |reason: String| EngineError::CorruptWeights { file: file.to_owned(), reason };
     let io = |source| EngineError::Io { path: file.to_owned(), source };
     let mut f = File::open(file).map_err(io)?;
@@ -71,12 +83,8 @@ fn read_header(file: &Path) -> Result<BTreeMap<String, (String, Vec<i32>)>> {
                 "tensor {name} needs bytes {start}..{end} but the file holds {data_len} bytes of data (truncated?)"
             )));
         }
-        let elem = match e.dtype.as_str() {
-            "F32" | "U32" | "I32" => 4,
-            "F16" | "BF16" | "U16" | "I16" => 2,
-            "U8" | "I8" | "BOOL" => 1,
-            "F64" | "I64" | "U64" => 8,
-            other => return Err(corrupt(format!("tensor {name} has unknown dtype {other}"))),
+        let Some(elem) = dtype_size(&e.dtype) else {
+            return Err(corrupt(format!("tensor {name} has unknown dtype {}", e.dtype)));
         };
         let numel: i64 = e.shape.iter().product();
         if u64::try_from(numel).ok().map(|n| n * elem) != Some(end - start) {
@@ -89,7 +97,7 @@ fn read_header(file: &Path) -> Result<BTreeMap<String, (String, Vec<i32>)>> {
 }
 
 /// The weight files of a folder, in a fixed order.
-fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+pub(crate) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     let index = dir.join("model.safetensors.index.json");
     if index.exists() {
         let text = std::fs::read_to_string(&index).map_err(|source| EngineError::Io { path: index.clone(), source })?;
@@ -117,6 +125,12 @@ fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
         return Ok(vec![single]);
     }
     Err(EngineError::MissingWeights { dir: dir.to_owned() })
+}
+
+/// mlx-lm's sanitize: precomputed RoPE tables are not parameters, and a
+/// tied model ignores a stored lm_head.
+pub(crate) fn is_dropped(name: &str, config: &ModelConfig) -> bool {
+    name.contains("self_attn.rotary_emb.inv_freq") || (config.tie_word_embeddings && name == "lm_head.weight")
 }
 
 #[derive(Debug)]
@@ -151,12 +165,7 @@ impl Weights {
                 entries.insert(name, Entry { file: file.clone(), dtype, shape, array: None });
             }
         }
-        // mlx-lm's sanitize: precomputed RoPE tables are not parameters, and
-        // a tied model ignores a stored lm_head.
-        entries.retain(|name, _| !name.contains("self_attn.rotary_emb.inv_freq"));
-        if config.tie_word_embeddings {
-            entries.remove("lm_head.weight");
-        }
+        entries.retain(|name, _| !is_dropped(name, config));
         for file in &files {
             // Lazy in MLX: this maps names to file ranges; data is read at eval.
             let arrays = Array::load_safetensors(file).map_err(|e| EngineError::CorruptWeights {

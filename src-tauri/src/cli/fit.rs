@@ -1,0 +1,241 @@
+//! `headroom fit`, and the guard `headroom generate` runs before loading:
+//! the model's footprint from its headers, the budget from this machine's
+//! memory, and the verdict with every part.
+
+use std::io::Write;
+use std::path::Path;
+
+use clap::Args;
+use headroom_core::fit::{check, BudgetInputs, BudgetLimit, FitReport, Verdict, GIB, MIN_CONTEXT};
+use headroom_engine::inspect_model;
+use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
+
+use super::hub::{resolve_model, HubEnv};
+use super::CliError;
+
+/// How much memory a model may use; shared by `fit` and `generate`.
+#[derive(Debug, Clone, Args)]
+pub struct BudgetArgs {
+    /// Memory to leave to the OS and other apps, in GB (2^30 bytes, as Activity Monitor counts).
+    #[arg(long, default_value_t = 4.0, value_parser = parse_gb)]
+    pub headroom_gb: f64,
+    /// Plan as if this much memory were available (GB), instead of reading it from the OS.
+    #[arg(long, value_parser = parse_gb)]
+    pub available_gb: Option<f64>,
+}
+
+impl Default for BudgetArgs {
+    fn default() -> Self {
+        Self { headroom_gb: 4.0, available_gb: None }
+    }
+}
+
+fn parse_gb(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a size in GB (a number, 0 or more)")),
+    }
+}
+
+fn gb_to_bytes(gb: f64) -> u64 {
+    // Finite and non-negative (parse_gb): the cast only rounds.
+    (gb * GIB as f64) as u64
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct FitArgs {
+    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
+    pub model: String,
+    /// Context length in tokens (prompt + reply) the verdict is for.
+    #[arg(long, default_value_t = DEFAULT_CONTEXT_LIMIT)]
+    pub context: usize,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Print one JSON object (every part of the estimate, the budget and the verdict).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// The verdict for the model in `dir` at `context` tokens. Reads only
+/// config.json and the weight headers: nothing is loaded.
+pub fn check_model(dir: &Path, context: usize, budget: &BudgetArgs) -> Result<FitReport, CliError> {
+    let footprint = inspect_model(dir)?;
+    let available_bytes = match budget.available_gb {
+        Some(gb) => gb_to_bytes(gb),
+        None => headroom_memory::read()?.available,
+    };
+    let inputs = BudgetInputs {
+        available_bytes,
+        // The CLI runs in its own process: nothing is loaded to unload.
+        freed_by_unload_bytes: 0,
+        os_headroom_bytes: gb_to_bytes(budget.headroom_gb),
+        // TODO(macOS): Metal's recommended working-set size, once the engine exposes it.
+        gpu_working_set_bytes: None,
+    };
+    Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
+}
+
+pub fn run(args: &FitArgs) -> Result<(), CliError> {
+    let stdout = std::io::stdout();
+    fit(args, &HubEnv::from_process(), &mut stdout.lock())
+}
+
+pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
+    let dir = resolve_model(&args.model, env)?;
+    let report = check_model(&dir, args.context, &args.budget)?;
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+    } else {
+        write!(out, "{}", describe(&dir.display().to_string(), &report))?;
+    }
+    Ok(())
+}
+
+/// Bytes as GB (2^30), two decimals.
+pub(crate) fn gb(bytes: u64) -> String {
+    format!("{:.2} GB", bytes as f64 / GIB as f64)
+}
+
+/// The verdict in words, with its number.
+pub(crate) fn verdict_line(report: &FitReport) -> String {
+    match report.verdict {
+        Verdict::Fits => format!("fits, {} to spare", gb(report.spare_bytes.unsigned_abs())),
+        Verdict::Tight => format!("tight: fits with only {} to spare", gb(report.spare_bytes.unsigned_abs())),
+        Verdict::WouldSwap { by_bytes } => format!("would swap by {}", gb(by_bytes)),
+        Verdict::CannotFit { by_bytes } => {
+            format!("cannot fit at any context (still {} over at {MIN_CONTEXT} tokens)", gb(by_bytes))
+        }
+    }
+}
+
+fn largest_line(report: &FitReport) -> String {
+    match report.largest_context_that_fits {
+        Some(n) if Some(n) == report.footprint.max_context => format!("{n} tokens (the model's maximum)"),
+        Some(n) => format!("{n} tokens"),
+        None => "none".into(),
+    }
+}
+
+/// The multi-line report `headroom fit` prints.
+pub(crate) fn describe(model: &str, r: &FitReport) -> String {
+    let e = &r.estimate;
+    let f = &r.footprint;
+    let o = &e.overhead;
+    let b = &r.budget;
+    let gpu = match (b.inputs.gpu_working_set_bytes, b.limited_by) {
+        (Some(g), BudgetLimit::GpuWorkingSet) => format!("; capped by the GPU working set {}", gb(g)),
+        (Some(g), BudgetLimit::Memory) => format!("; GPU working set {}", gb(g)),
+        (None, _) => String::new(),
+    };
+    format!(
+        "model: {model}\n\
+         context: {ctx} tokens\n\
+         \x20 weights          {w:>10}  (exact, from the safetensors headers)\n\
+         \x20 KV cache         {kv:>10}  (2 × {layers} layers × {kvh} KV heads × {hd} × {pos} positions × {bpe} bytes)\n\
+         \x20 overhead         {oh:>10}  (attention {att} + activations {act} + logits {lg} + fixed {fx}; prefill chunk {chunk})\n\
+         \x20 predicted peak   {peak:>10}\n\
+         budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
+         verdict: {verdict}\n\
+         largest context that fits: {largest}\n",
+        ctx = e.context_tokens,
+        w = gb(e.weight_bytes),
+        kv = gb(e.kv_cache_bytes),
+        layers = f.layers,
+        kvh = f.kv_heads,
+        hd = f.head_dim,
+        pos = e.kv_positions,
+        bpe = f.kv_bytes_per_element,
+        oh = gb(o.total_bytes),
+        att = gb(o.attention_bytes),
+        act = gb(o.activation_bytes),
+        lg = gb(o.logits_bytes),
+        fx = gb(o.fixed_bytes),
+        chunk = o.chunk_tokens,
+        peak = gb(e.predicted_peak_bytes),
+        budget = gb(b.budget_bytes),
+        avail = gb(b.inputs.available_bytes),
+        freed = gb(b.inputs.freed_by_unload_bytes),
+        head = gb(b.inputs.os_headroom_bytes),
+        verdict = verdict_line(r),
+        largest = largest_line(r),
+    )
+}
+
+/// The one-line refusal `generate` fails with.
+pub(crate) fn refusal(model: &str, r: &FitReport) -> String {
+    let e = &r.estimate;
+    format!(
+        "refusing to load `{model}`: it {verdict}. Predicted peak {peak} (weights {w} + KV cache {kv} + overhead {oh} at {ctx} tokens) \
+         vs budget {budget} (available {avail} + freed by unload {freed} − OS headroom {head}); largest context that fits: {largest}. \
+         Nothing was loaded. Use a smaller --context, free memory, or pass --override-fit to load anyway.",
+        verdict = verdict_line(r),
+        peak = gb(e.predicted_peak_bytes),
+        w = gb(e.weight_bytes),
+        kv = gb(e.kv_cache_bytes),
+        oh = gb(e.overhead.total_bytes),
+        ctx = e.context_tokens,
+        budget = gb(r.budget.budget_bytes),
+        avail = gb(r.budget.inputs.available_bytes),
+        freed = gb(r.budget.inputs.freed_by_unload_bytes),
+        head = gb(r.budget.inputs.os_headroom_bytes),
+        largest = largest_line(r),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+    use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(argv: &[&str]) -> FitArgs {
+        match Cli::try_parse_from([&["headroom", "fit"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
+            Some(Command::Fit(args)) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    fn demo(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("headroom-fit-{tag}-{}", std::process::id()));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    #[test]
+    fn text_report_shows_every_part() {
+        let dir = demo("text");
+        let d = dir.to_string_lossy().into_owned();
+        let mut out = Vec::new();
+        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out);
+        for needle in ["context: 1024 tokens", "weights", "KV cache", "overhead", "predicted peak", "budget", "available 8.00 GB", "OS headroom 4.00 GB", "verdict: fits", "largest context that fits:"] {
+            assert!(text.contains(needle), "{needle} in\n{text}");
+        }
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn json_report_and_a_budget_too_small() {
+        let dir = demo("json");
+        let d = dir.to_string_lossy().into_owned();
+        let mut out = Vec::new();
+        fit(&parse(&[&d, "--json", "--available-gb", "4", "--headroom-gb", "4"]), &HubEnv::default(), &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["verdict"]["kind"], "cannot_fit");
+        assert_eq!(v["budget"]["budget_bytes"], 0);
+        assert!(v["estimate"]["weight_bytes"].as_u64().is_some_and(|w| w > 0));
+        assert!(v["largest_context_that_fits"].is_null());
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn sizes_must_be_non_negative_numbers() {
+        for bad in ["-1", "lots", "NaN", "inf"] {
+            assert!(Cli::try_parse_from(["headroom", "fit", "m", "--headroom-gb", bad]).is_err(), "{bad}");
+        }
+        assert_eq!(gb_to_bytes(1.5), 3 << 29);
+    }
+}
