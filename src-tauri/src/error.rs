@@ -54,3 +54,38 @@ impl From<tauri::Error> for CommandError {
         Self::new("WINDOW", format!("The window could not be changed: {e}"))
     }
 }
+
+impl From<crate::models::ModelsError> for CommandError {
+    fn from(e: crate::models::ModelsError) -> Self {
+        use crate::models::ModelsError as E;
+        let code = match &e {
+            E::NotFound { .. } => "MODEL_NOT_FOUND",
+            E::BrokenCacheEntry { .. } => "MODEL_INCOMPLETE",
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+impl From<headroom_engine::demo::DemoError> for CommandError {
+    fn from(e: headroom_engine::demo::DemoError) -> Self {
+        Self::new("DEMO_MODEL", format!("The demo model could not be written: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_errors_keep_their_sentence_under_a_stable_code() {
+        let e = CommandError::from(headroom_engine::EngineError::NoModelLoaded);
+        assert_eq!(e.code, "NO_MODEL_LOADED");
+        assert!(!e.message.is_empty());
+        let v = serde_json::to_value(&e).unwrap_or_default();
+        assert_eq!(v["code"], "NO_MODEL_LOADED");
+        assert!(v.get("details").is_none(), "no null details: {v}");
+        let e = CommandError::from(crate::models::ModelsError::NotFound { model: "a/b".into(), searched: vec![] });
+        assert_eq!(e.code, "MODEL_NOT_FOUND");
+        assert!(e.message.contains("a/b"));
+    }
+}

@@ -3,18 +3,22 @@
 //! `run_app()` is its wiring, generic over the runtime so that
 //! `tauri::test::mock_builder()` tests exercise it without a display.
 
+mod chat;
 pub mod cli;
 mod commands;
 mod error;
+pub mod models;
 mod platform;
 mod popover;
 mod state;
 mod tray;
 
-use tauri::{App, Builder, Context, RunEvent, Runtime};
+use std::path::PathBuf;
+
+use tauri::{App, Builder, Context, Emitter, Manager, RunEvent, Runtime};
 
 pub use error::CommandError;
-pub use state::AppState;
+pub use state::{AppState, Locations};
 
 /// Label of the popover window (tauri.conf.json).
 pub const MAIN_WINDOW: &str = "main";
@@ -22,6 +26,14 @@ pub const MAIN_WINDOW: &str = "main";
 /// When set to 1 the popover is shown at start: WebDriver can only drive a
 /// visible window, so the end-to-end tests set it. Users never need it.
 pub const SHOW_WINDOW_ENV: &str = "HEADROOM_SHOW_WINDOW";
+
+/// Overrides the app's data folder (models/, later the database): tests
+/// and demos point it at a temporary folder.
+pub const DATA_DIR_ENV: &str = "HEADROOM_DATA_DIR";
+
+/// Emitted (no payload) when the model list or the loaded model changed
+/// behind the UI's back, e.g. once the bundled demo model is ready.
+pub const MODELS_CHANGED_EVENT: &str = "models-changed";
 
 /// Opens the menu-bar app and blocks until the user quits.
 pub fn run() {
@@ -36,13 +48,14 @@ pub fn run() {
         }
         Ok(())
     });
-    let app = match run_app(builder, tauri::generate_context!()) {
+    let app = match run_app(builder, tauri::generate_context!(), None) {
         Ok(app) => app,
         Err(e) => {
             eprintln!("headroom: the app could not start: {e}");
             std::process::exit(1);
         }
     };
+    bundle_demo_model(&app);
     app.run(|_, event| {
         // Hiding the last window must not end a menu-bar app; only Quit
         // (an explicit exit code) does.
@@ -52,18 +65,68 @@ pub fn run() {
     });
 }
 
+/// Off the UI thread: writes and loads the bundled demo model when there is
+/// no model of the app's own, then tells the UI to refresh its list.
+fn bundle_demo_model<R: Runtime>(app: &App<R>) {
+    let state = AppState::clone(&app.state::<AppState>());
+    let handle = app.handle().clone();
+    let spawned = std::thread::Builder::new().name("headroom-demo-model".into()).spawn(move || {
+        match models::ensure_demo_model(&state) {
+            Ok(true) => tracing::info!("loaded the bundled demo model"),
+            Ok(false) => {}
+            Err(e) => tracing::warn!(code = e.code, "bundled demo model: {}", e.message),
+        }
+        if let Err(e) = handle.emit(MODELS_CHANGED_EVENT, ()) {
+            tracing::warn!("could not tell the UI about the models: {e}");
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::warn!("could not start the demo-model thread: {e}");
+    }
+}
+
 /// Everything the app is, except the parts that need a real desktop (tray,
-/// activation policy): state, commands, window behaviour.
-pub fn run_app<R: Runtime>(builder: Builder<R>, context: Context<R>) -> tauri::Result<App<R>> {
-    builder
-        .manage(AppState::new())
+/// activation policy): state, commands, window behaviour. `locations`
+/// defaults to `$HEADROOM_DATA_DIR` (else Tauri's app data folder) and the
+/// process's HF cache variables.
+pub fn run_app<R: Runtime>(
+    builder: Builder<R>,
+    context: Context<R>,
+    locations: Option<Locations>,
+) -> tauri::Result<App<R>> {
+    let app = builder
         .invoke_handler(tauri::generate_handler![
             commands::app::app_info,
-            commands::app::ping,
+            commands::chat::chat_send,
+            commands::chat::chat_cancel,
+            commands::models::models_list,
+            commands::models::model_load,
             commands::window::hide_window,
         ])
         .on_window_event(popover::on_window_event)
-        .build(context)
+        .build(context)?;
+    let locations = match locations {
+        Some(l) => l,
+        None => {
+            let data_dir = match std::env::var_os(DATA_DIR_ENV).filter(|v| !v.is_empty()) {
+                Some(dir) => PathBuf::from(dir),
+                None => app.path().app_data_dir()?,
+            };
+            Locations { data_dir, hub: models::HubEnv::from_process() }
+        }
+    };
+    let engine = headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
+    app.manage(AppState::new(engine, locations));
+    Ok(app)
+}
+
+/// A state on a fresh temporary data folder and an empty HF cache.
+#[cfg(test)]
+pub(crate) fn test_state(tag: &str) -> AppState {
+    let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&data_dir);
+    let engine = headroom_engine::worker::EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() })
 }
 
 #[cfg(test)]
@@ -72,10 +135,16 @@ mod tests {
     use tauri::ipc::{CallbackFn, InvokeBody};
     use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
     use tauri::webview::InvokeRequest;
-    use tauri::{WebviewUrl, WebviewWindow, WebviewWindowBuilder};
+    use tauri::{Manager, WebviewUrl, WebviewWindow, WebviewWindowBuilder};
 
     fn app_with_window() -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
-        let app = super::run_app(mock_builder(), mock_context(noop_assets()))
+        app_with_window_in("mock")
+    }
+
+    /// The app on a fresh data folder of its own, with an empty HF cache.
+    fn app_with_window_in(tag: &str) -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
+        let state = super::test_state(tag);
+        let app = super::run_app(mock_builder(), mock_context(noop_assets()), Some(state.locations))
             .unwrap_or_else(|e| panic!("app: {e}"));
         let window = WebviewWindowBuilder::new(&app, super::MAIN_WINDOW, WebviewUrl::default())
             .build()
@@ -110,23 +179,39 @@ mod tests {
     }
 
     #[test]
-    fn ping_carries_the_text_to_rust_and_back() {
-        let (_app, window) = app_with_window();
-        let reply = invoke(&window, "ping", json!({ "text": "héllo, Headroom" }))
-            .unwrap_or_else(|e| panic!("ping failed: {e}"));
-        assert_eq!(reply["echo"], "héllo, Headroom");
-        assert_eq!(reply["chars"], 15); // characters, not UTF-8 bytes
-        assert_eq!(reply["version"], env!("CARGO_PKG_VERSION"));
-        assert_eq!(reply["mlx_version"], "0.32.2");
+    fn models_list_is_empty_then_shows_the_loaded_demo_model() {
+        let (app, window) = app_with_window_in("models");
+        assert_eq!(invoke(&window, "models_list", json!({})).ok(), Some(json!([])));
+        let state = app.state::<crate::AppState>();
+        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(list[0]["id"], crate::models::DEMO_MODEL_ID);
+        assert_eq!(list[0]["loaded"], true);
+        assert_eq!(list[0]["arch"], "qwen2");
+        assert_eq!(list[0]["bits"], 4);
     }
 
     #[test]
-    fn an_empty_message_is_a_typed_error() {
-        let (_app, window) = app_with_window();
-        let err = invoke(&window, "ping", json!({ "text": "  \n" })).err();
-        let err = err.unwrap_or_else(|| panic!("blank text was accepted"));
-        assert_eq!(err["code"], "EMPTY_MESSAGE");
-        assert_eq!(err["message"], "Type a message first.");
+    fn model_load_of_an_unknown_id_is_a_typed_error() {
+        let (_app, window) = app_with_window_in("load");
+        let err = invoke(&window, "model_load", json!({ "id": "nobody/nothing" })).err();
+        let err = err.unwrap_or_else(|| panic!("an unknown model loaded"));
+        assert_eq!(err["code"], "MODEL_NOT_FOUND");
+        assert!(err["message"].as_str().is_some_and(|m| m.contains("nobody/nothing")), "{err}");
+    }
+
+    #[test]
+    fn chat_send_without_a_model_is_a_typed_error_and_needs_a_channel() {
+        let (_app, window) = app_with_window_in("send");
+        // A channel id as the JS side's `new Channel()` serializes it.
+        let channel = "__CHANNEL__:0";
+        let err = invoke(&window, "chat_send", json!({ "sessionId": "s", "text": "hello", "onEvent": channel })).err();
+        let err = err.unwrap_or_else(|| panic!("sent without a model"));
+        assert_eq!(err["code"], "NO_MODEL_LOADED", "{err}");
+        let err = invoke(&window, "chat_send", json!({ "sessionId": "s", "text": "  ", "onEvent": channel })).err();
+        assert_eq!(err.map(|e| e["code"].clone()), Some(json!("EMPTY_MESSAGE")));
+        // Cancelling a run that does not exist is not an error, just false.
+        assert_eq!(invoke(&window, "chat_cancel", json!({ "runId": 999 })).ok(), Some(json!(false)));
     }
 
     #[test]
@@ -150,8 +235,8 @@ mod tests {
         // Model output is rendered as HTML later; a link that navigated the
         // webview elsewhere must not gain access to Headroom's commands.
         let (_app, window) = app_with_window();
-        let from_remote = invoke_from("https://example.com", &window, "ping", json!({ "text": "hi" }));
-        assert!(from_remote.is_err(), "a remote origin reached ping: {from_remote:?}");
-        assert!(invoke(&window, "ping", json!({ "text": "hi" })).is_ok());
+        let from_remote = invoke_from("https://example.com", &window, "models_list", json!({}));
+        assert!(from_remote.is_err(), "a remote origin reached models_list: {from_remote:?}");
+        assert!(invoke(&window, "models_list", json!({})).is_ok());
     }
 }

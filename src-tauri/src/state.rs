@@ -1,22 +1,65 @@
 //! AppState: the cheap handles every command can reach.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use headroom_core::chat::Message;
+use headroom_engine::worker::EngineHandle;
 use headroom_engine::BackendInfo;
 
-/// Shared by all commands through `tauri::State`. Holds handles, not data
-/// that needs locking; later issues add the engine handle, store and router.
+use crate::models::HubEnv;
+
+/// Where the app keeps and finds things.
+#[derive(Debug, Clone)]
+pub struct Locations {
+    /// `$HEADROOM_DATA_DIR`, else Tauri's app data folder.
+    pub data_dir: PathBuf,
+    pub hub: HubEnv,
+}
+
+/// The model the engine holds now, as the picker names it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadedModel {
+    pub id: String,
+    pub path: PathBuf,
+}
+
+/// Shared by all commands through `tauri::State`. Holds handles; the two
+/// small maps behind std mutexes are only touched briefly, never across an
+/// `.await`.
 #[derive(Debug, Clone)]
 pub struct AppState {
     pub backend: BackendInfo,
+    pub engine: EngineHandle,
+    pub locations: Locations,
+    pub loaded: Arc<Mutex<Option<LoadedModel>>>,
+    /// Conversation per session id, in memory until the store lands.
+    pub sessions: Arc<Mutex<HashMap<String, Vec<Message>>>>,
 }
 
 impl AppState {
-    pub fn new() -> Self {
-        Self { backend: headroom_engine::backend_info() }
+    pub fn new(engine: EngineHandle, locations: Locations) -> Self {
+        Self {
+            backend: headroom_engine::backend_info(),
+            engine,
+            locations,
+            loaded: Arc::default(),
+            sessions: Arc::default(),
+        }
     }
-}
 
-impl Default for AppState {
-    fn default() -> Self {
-        Self::new()
+    pub fn loaded_model(&self) -> Option<LoadedModel> {
+        self.loaded.lock().unwrap_or_else(PoisonError::into_inner).clone()
+    }
+
+    pub fn set_loaded(&self, model: Option<LoadedModel>) {
+        *self.loaded.lock().unwrap_or_else(PoisonError::into_inner) = model;
+    }
+
+    /// Runs `f` on one session's history.
+    pub fn with_session<T>(&self, session: &str, f: impl FnOnce(&mut Vec<Message>) -> T) -> T {
+        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
+        f(sessions.entry(session.to_owned()).or_default())
     }
 }

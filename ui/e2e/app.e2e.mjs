@@ -4,6 +4,10 @@
 //   DISPLAY=:99 node --test ui/e2e/            (e2e.test.mjs imports this file)
 //   DISPLAY=:99 node --test ui/e2e/app.e2e.mjs
 //
+// The app runs on a fresh data folder (HEADROOM_DATA_DIR, removed afterwards)
+// and an empty HF cache, so it writes and loads its bundled demo model (tiny,
+// random weights) and chats with that.
+//
 // Env: HEADROOM_BIN (default ../../target/debug/headroom from here),
 //      HEADROOM_TEST_OUTPUT (default <repo>/test-output; files go to its e2e/),
 //      TAURI_DRIVER (default <repo>/.deps/tools/bin/tauri-driver, then PATH).
@@ -13,8 +17,9 @@
 
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { appendFileSync, closeSync, existsSync, mkdirSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
+import os from 'node:os';
 import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
@@ -30,8 +35,13 @@ const DRIVER =
   process.env.TAURI_DRIVER ||
   (existsSync(path.join(repo, '.deps/tools/bin/tauri-driver')) ? path.join(repo, '.deps/tools/bin/tauri-driver') : 'tauri-driver');
 
-const MESSAGE = 'hello from e2e';
-const WHOLE_FILE_MS = 110_000; // watchdog: the file may never take longer
+const DEMO_MODEL_ID = 'headroom-demo-tiny';
+const WHOLE_FILE_MS = 150_000; // watchdog: the file may never take longer
+// The app's data folder and HF cache for this run: empty, so the app writes
+// its bundled demo model there.
+const SCRATCH = mkdtempSync(path.join(os.tmpdir(), 'headroom-e2e-'));
+const DATA_DIR = path.join(SCRATCH, 'data');
+const HF_CACHE = path.join(SCRATCH, 'hf-cache');
 const run = promisify(execFile);
 
 // ---- processes ---------------------------------------------------------------
@@ -213,6 +223,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
   process.once('exit', () => {
     killTreeNow(driver);
     killTreeNow(xvfb);
+    rmSync(SCRATCH, { recursive: true, force: true });
   });
   // A signal would end Node without its 'exit' event; the driver runs in its
   // own process group, so nobody else would stop it.
@@ -253,7 +264,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     // nothing to pipe, and the log stays complete even if Node dies first.
     const log = openSync(driverLog, 'a');
     driver = spawn('bash', ['-c', GUARD, 'e2e-guard', String(process.pid), DRIVER, '--port', String(port), '--native-port', String(nativePort)], {
-      env: { ...process.env, HEADROOM_SHOW_WINDOW: '1' },
+      env: { ...process.env, HEADROOM_SHOW_WINDOW: '1', HEADROOM_DATA_DIR: DATA_DIR, HF_HUB_CACHE: HF_CACHE },
       stdio: ['ignore', log, log],
       detached: true, // its own process group: killTree takes WebKitWebDriver and the app too
     });
@@ -394,6 +405,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       }
       await killTree(driver);
       await killTree(xvfb, 1000);
+      rmSync(SCRATCH, { recursive: true, force: true });
       // The guard's group: tauri-driver, WebKitWebDriver, the app and its web processes.
       const left = driver?.pid ? groupMembers(driver.pid) : [];
       assert.deepEqual(left, [], 'processes left behind by tauri-driver and the app');
@@ -435,41 +447,131 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     assert.ok(title?.includes(`MLX ${expected.mlx_version} on ${expected.device}`), `footer title: ${title}`);
   });
 
-  test('a message makes the round trip through Rust', { timeout: 25_000 }, async () => {
-    requireApp();
+  /** The assistant messages so far. */
+  const answers = () => session.allByTestId('message-assistant');
+
+  /** Types `text` into the composer and clicks Send. */
+  async function sendMessage(text) {
     const input = await session.byTestId('chat-input');
     await session.clear(input);
-    await session.sendKeys(input, MESSAGE);
-    assert.equal(await session.property(input, 'value'), MESSAGE);
+    await session.sendKeys(input, text);
+    assert.equal(await session.property(input, 'value'), text);
     const send = await session.byTestId('send-button');
     await waitFor(() => session.enabled(send), { timeoutMs: 5_000, message: 'send-button to be enabled' });
     await session.click(send);
+  }
+
+  /** Waits until the `n`th answer (1-based) has finished; returns its element and reason. */
+  async function finishedAnswer(n, timeoutMs) {
+    return waitFor(
+      async () => {
+        const el = (await answers())[n - 1];
+        const reason = el && (await session.attribute(el, 'data-finish-reason'));
+        return reason ? { el, reason } : false;
+      },
+      { timeoutMs, intervalMs: 150, message: `answer ${n} to finish` },
+    );
+  }
+
+  test('the bundled demo model is written, loaded and offered in the picker', { timeout: 40_000 }, async () => {
+    requireApp();
+    const select = await session.byTestId('model-select');
+    await waitFor(async () => (await session.property(select, 'value')) === DEMO_MODEL_ID, {
+      timeoutMs: 35_000,
+      intervalMs: 250,
+      message: `model-select to show the loaded ${DEMO_MODEL_ID}`,
+    });
+    const options = await session.allByTestId('model-option');
+    const ids = await Promise.all(options.map((o) => session.attribute(o, 'data-model-id')));
+    assert.deepEqual(ids, [DEMO_MODEL_ID], 'the fresh data folder holds just the demo model');
+    assert.ok(existsSync(path.join(DATA_DIR, 'models', DEMO_MODEL_ID, 'config.json')), 'the demo model is in HEADROOM_DATA_DIR');
+    assert.ok((await session.text(await session.byTestId('route-chip'))).includes(DEMO_MODEL_ID), 'the route chip names the model');
+  });
+
+  test('"hello" streams an answer token by token, then a stats line with tok/s', { timeout: 45_000 }, async () => {
+    requireApp();
+    // Record every distinct text the answer shows while it streams.
+    await session.execute(`
+      window.__seen = [];
+      const log = document.querySelector('[role="log"]');
+      new MutationObserver(() => {
+        const all = document.querySelectorAll('[data-testid="message-assistant"]');
+        const text = all.length ? all[all.length - 1].textContent : '';
+        if (text && window.__seen[window.__seen.length - 1] !== text) window.__seen.push(text);
+      }).observe(log, { subtree: true, childList: true, characterData: true });
+    `);
+    await sendMessage('hello');
 
     const users = await waitFor(async () => {
       const found = await session.allByTestId('message-user');
       return found.length === 1 && found;
     }, { timeoutMs: 10_000, message: 'one message-user' });
-    assert.equal((await session.text(users[0])).trim(), MESSAGE);
+    assert.equal((await session.text(users[0])).trim(), 'hello');
+    assert.equal(await session.property(await session.byTestId('chat-input'), 'value'), '', 'the composer is cleared');
 
-    const assistant = await waitFor(async () => (await session.allByTestId('message-assistant'))[0], {
-      timeoutMs: 10_000,
-      message: 'a message-assistant (the ping reply)',
-    });
-    const reply = (await session.text(assistant)).trim();
-    assert.ok(reply.includes(`Headroom ${expected.version} `), `reply names the version: ${reply}`);
-    assert.ok(reply.includes(`${[...MESSAGE].length} characters`), `reply counts 14 characters: ${reply}`);
-    assert.ok(reply.includes(`("${MESSAGE}")`), `reply quotes the text: ${reply}`);
-    assert.ok(reply.includes(`MLX ${expected.mlx_version} on ${expected.device}`), `reply names MLX and the device: ${reply}`);
+    const { el, reason } = await finishedAnswer(1, 40_000);
+    assert.ok(['stop', 'length'].includes(reason), `finish reason ${reason}`);
+    const text = (await session.text(el)).trim();
+    assert.ok(text.length > 0, 'the answer has text');
+    const seen = await session.execute('return window.__seen;');
+    assert.ok(seen.length >= 3, `the answer grew in steps (streamed), saw ${seen.length}: ${JSON.stringify(seen.slice(0, 3))}`);
+    assert.ok(seen.every((t, k) => k === 0 || t.length >= seen[k - 1].length), 'the answer only grows while streaming');
 
-    assert.equal(await session.property(input, 'value'), '', 'the composer is cleared after sending');
+    const stats = (await session.allByTestId('turn-stats'))[0];
+    const line = (await session.text(stats)).trim();
+    assert.match(line, /^TTFT [\d.]+ (ms|s) · [\d.]+ tok\/s · \d+(\.\dK)? tok · ctx \d+/, `stats line: ${line}`);
+    await session.click(stats);
+    const details = await session.waitForElement('[data-testid="turn-stats-details"]', 5_000);
+    const all = await session.text(details);
+    for (const label of ['Time to first token', 'Prefill', 'Decode', 'End to end', 'Batch', 'Peak memory', DEMO_MODEL_ID]) {
+      assert.ok(all.includes(label), `expanded stats name ${label}: ${all}`);
+    }
     assert.deepEqual(await session.allByTestId('error'), [], 'no error is shown');
+    await session.byTestId('send-button'); // Stop turned back into Send
   });
 
-  test('Shift+Enter adds a line; Enter sends', { timeout: 25_000 }, async () => {
+  test('Stop ends a long answer, which is marked stopped', { timeout: 45_000 }, async () => {
+    requireApp();
+    // Ask for far more tokens than the demo model writes in the time we wait.
+    await session.click(await session.byTestId('settings-button'));
+    await session.waitForElement('[data-testid="max-tokens"]', 5_000);
+    await session.execute(`
+      const f = document.querySelector('[data-testid="max-tokens"]');
+      f.value = '8000';
+      f.dispatchEvent(new Event('change', { bubbles: true }));
+    `);
+    await session.click(await session.byTestId('settings-button'));
+    await session.waitForElement('[data-testid="chat-input"]', 5_000);
+
+    const before = (await answers()).length;
+    await sendMessage('Tell me a very long story.');
+    const stop = await session.waitForElement('[data-testid="stop-button"]', 5_000);
+    // Let the run start and decode for a moment, so Stop ends a run that is
+    // under way. (Its text may render as nothing visible: random tokens can
+    // open a code fence whose "language" swallows them.)
+    await waitFor(async () => (await answers()).length === before + 1, {
+      timeoutMs: 20_000,
+      message: 'the long answer to start',
+    });
+    await new Promise((r) => setTimeout(r, 500));
+    await session.click(stop);
+
+    const { reason } = await finishedAnswer(before + 1, 20_000);
+    assert.equal(reason, 'cancelled', 'the turn finished as stopped');
+    const stats = (await session.allByTestId('turn-stats'))[before];
+    const line = await session.text(stats);
+    assert.ok(line.includes('stopped'), `the stats line says stopped: ${line}`);
+    const tokens = Number(line.match(/· (\d+) tok ·/)?.[1]);
+    assert.ok(tokens > 0 && tokens < 8000, `stopped well before the limit: ${line}`);
+    await session.waitForElement('[data-testid="send-button"]', 5_000);
+    assert.deepEqual(await session.allByTestId('stop-button'), [], 'Stop is gone once the run ended');
+  });
+
+  test('Shift+Enter adds a line; Enter sends', { timeout: 45_000 }, async () => {
     requireApp();
     const count = async () => ({
       user: (await session.allByTestId('message-user')).length,
-      assistant: (await session.allByTestId('message-assistant')).length,
+      assistant: (await answers()).length,
     });
     const start = await count();
 
@@ -498,18 +600,19 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     assert.deepEqual(await count(), start, 'Shift+Enter sent nothing');
 
     await session.sendKeys(input, Keys.ENTER);
-    await waitFor(async () => {
-      const now = await count();
-      return now.user === start.user + 1 && now.assistant === start.assistant + 1;
-    }, { timeoutMs: 10_000, message: 'Enter to send the two-line message and get a reply' });
-
+    await waitFor(async () => (await count()).user === start.user + 1, {
+      timeoutMs: 10_000,
+      message: 'Enter to send the two-line message',
+    });
     const users = await session.allByTestId('message-user');
     assert.equal(await session.text(users.at(-1)), 'line one\nline two', 'the bubble keeps the line break');
-    const replies = await session.allByTestId('message-assistant');
-    const reply = await session.text(replies.at(-1));
-    assert.ok(reply.includes('17 characters'), `"line one\\nline two" is 17 characters: ${reply}`);
-    assert.ok(reply.includes('("line one line two")'), `the preview shows the text on one line: ${reply}`);
     assert.equal(await session.property(input, 'value'), '', 'the composer is cleared after sending');
+    // Stop it rather than wait for 8000 tokens.
+    await waitFor(async () => (await count()).assistant === start.assistant + 1, { timeoutMs: 20_000, message: 'an answer to start' });
+    assert.equal(await session.property(input, 'value'), '', 'the composer stays clear while it answers');
+    const stop = (await session.allByTestId('stop-button'))[0];
+    if (stop) await session.click(stop);
+    await finishedAnswer(start.assistant + 1, 20_000);
   });
 
   test('screenshot of the popover', { timeout: 40_000 }, async () => {

@@ -7,8 +7,13 @@ import { fileURLToPath } from 'node:url';
 const dist = fileURLToPath(new URL('../dist', import.meta.url));
 
 // Strings that look like URLs but are never fetched: XML namespace names the
-// DOM needs, and the links Svelte prints inside its own error messages.
-const ALLOWED = [/^http:\/\/www\.w3\.org\/(1999\/xhtml|2000\/svg|1998\/Math\/MathML|1999\/xlink|XML\/1998\/namespace|2000\/xmlns\/)/, /^https:\/\/svelte\.dev\/e\//];
+// DOM needs, and the links Svelte and marked print inside their own error
+// messages ("Please report this to https://github.com/markedjs/marked.").
+const ALLOWED = [
+  /^http:\/\/www\.w3\.org\/(1999\/xhtml|2000\/svg|1998\/Math\/MathML|1999\/xlink|XML\/1998\/namespace|2000\/xmlns\/)/,
+  /^https:\/\/svelte\.dev\/e\//,
+  /^https:\/\/github\.com\/markedjs\/marked\.?$/,
+];
 
 function* files(dir) {
   for (const entry of readdirSync(dir, { withFileTypes: true })) {

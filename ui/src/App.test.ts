@@ -1,87 +1,179 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
-import type { InvokeArgs } from '@tauri-apps/api/core';
-import { render, screen, waitFor } from '@testing-library/svelte';
+import type { Channel, InvokeArgs } from '@tauri-apps/api/core';
+import { render, screen, waitFor, within } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
 import { describe, expect, it } from 'vitest';
 import App from './App.svelte';
-import type { AppInfo, PingReply } from './lib/ipc/app';
+import type { AppInfo } from './lib/ipc/app';
+import type { ChatEvent, TurnStats } from './lib/ipc/chat';
+import type { ModelEntry } from './lib/ipc/models';
 
 const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'cpu', platform: 'linux' };
+
+const DEMO: ModelEntry = {
+  id: 'headroom-demo-tiny',
+  name: 'headroom-demo-tiny',
+  path: '/data/models/headroom-demo-tiny',
+  arch: 'qwen2',
+  bits: 4,
+  size_bytes: 2_000_000,
+  loaded: true,
+};
+const OTHER: ModelEntry = { ...DEMO, id: 'org/Other-4bit', name: 'Other-4bit', size_bytes: 4_300_000_000, loaded: false };
+
+const STATS: TurnStats = {
+  ttftMs: 25,
+  prefillTps: 800,
+  decodeTps: 193.4,
+  e2eTps: 160,
+  promptTokens: 20,
+  generatedTokens: 40,
+  contextTokens: 20,
+  batch: 1,
+  peakMemoryBytes: 12_000_000,
+  model: 'headroom-demo-tiny',
+};
 
 interface Call {
   cmd: string;
   args: InvokeArgs | undefined;
 }
 
+/** What chat_send does with a message: emit events on the channel, or throw. */
+type Chat = (text: string, emit: (e: ChatEvent) => void) => void;
+
+/** The answer "Hello **world**" in two tokens, then stats and finished. */
+const answer: Chat = (_text, emit) => {
+  emit({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0 } });
+  emit({ event: 'token', data: { text: 'Hello ' } });
+  emit({ event: 'token', data: { text: '**world**' } });
+  emit({ event: 'stats', data: STATS });
+  emit({ event: 'finished', data: { reason: 'stop' } });
+};
+
 /** A fake backend: answers like the Rust commands do and records every call. */
-function fakeBackend(ping: (text: string) => PingReply | Promise<PingReply> = echo): Call[] {
+function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO]): Call[] {
   const calls: Call[] = [];
   mockIPC((cmd, args) => {
     calls.push({ cmd, args });
     switch (cmd) {
       case 'app_info':
         return INFO;
-      case 'ping':
-        return ping((args as { text: string }).text);
+      case 'models_list':
+        return models;
+      case 'model_load': {
+        const id = (args as { id: string }).id;
+        models = models.map((m) => ({ ...m, loaded: m.id === id }));
+        return models.find((m) => m.id === id);
+      }
+      case 'chat_send': {
+        const a = args as { text: string; onEvent: Channel<ChatEvent> };
+        // Events arrive after the command has returned its run id.
+        setTimeout(() => chat(a.text, (e) => a.onEvent.onmessage(e)));
+        return 1;
+      }
+      case 'chat_cancel':
+        return true;
       case 'hide_window':
         return null;
       default:
         throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
     }
-  });
+  }, { shouldMockEvents: true });
   return calls;
-}
-
-function echo(text: string): PingReply {
-  return { echo: text, chars: Array.from(text).length, version: '0.1.0', mlx_version: '0.32.2', device: 'cpu' };
 }
 
 function setup() {
   const user = userEvent.setup();
   render(App);
   const input = screen.getByTestId<HTMLTextAreaElement>('chat-input');
-  return { user, input, send: screen.getByTestId('send-button') };
+  return { user, input, send: () => screen.getByTestId('send-button') };
 }
 
 describe('App', () => {
-  it('shows the layout skeleton', async () => {
+  it('shows the layout skeleton and the loaded model in the picker', async () => {
     fakeBackend();
     setup();
 
-    expect(screen.getByTestId('model-select')).toHaveDisplayValue('No model loaded');
     expect(screen.getByTestId('live-graph')).toHaveTextContent(/memory\s*—/);
     expect(screen.getByTestId('settings-button')).toHaveAccessibleName('Settings');
     expect(screen.getByRole('textbox', { name: 'Message' })).toBe(screen.getByTestId('chat-input'));
     expect(screen.getByTestId('send-button')).toBeDisabled();
     expect(screen.getAllByRole('tab').map((tab) => tab.textContent?.trim())).toEqual(['Chat', 'Sessions', 'Bench']);
     await waitFor(() => expect(screen.getByTestId('app-info')).toHaveTextContent('v0.1.0 · MLX cpu'));
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue('headroom-demo-tiny'));
+    const option = screen.getByTestId('model-option');
+    expect(option).toHaveAttribute('data-model-id', 'headroom-demo-tiny');
+    expect(option).toHaveTextContent('headroom-demo-tiny · 4-bit · 2 MB');
+    expect(screen.getByTestId('route-chip')).toHaveTextContent('Local headroom-demo-tiny');
   });
 
-  it('sends with the button: user message, then the reply built from the backend', async () => {
-    let release!: () => void;
-    const gate = new Promise<void>((resolve) => (release = resolve));
-    const calls = fakeBackend(async (text) => {
-      await gate;
-      return echo(text);
-    });
+  it('says so when there is no model, and refreshes when the backend says models changed', async () => {
+    const calls = fakeBackend(answer, []);
+    setup();
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveDisplayValue('No model loaded'));
+    const lists = calls.filter((c) => c.cmd === 'models_list').length;
+    const { emit } = await import('@tauri-apps/api/event');
+    await emit('models-changed');
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'models_list').length).toBe(lists + 1));
+  });
+
+  it('loads the model picked in the dropdown', async () => {
+    const calls = fakeBackend(answer, [DEMO, OTHER]);
+    const { user } = setup();
+    await waitFor(() => expect(screen.getAllByTestId('model-option')).toHaveLength(2));
+
+    await user.selectOptions(screen.getByTestId('model-select'), 'org/Other-4bit');
+
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue('org/Other-4bit'));
+    expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
+    expect(screen.getByTestId('route-chip')).toHaveTextContent('Other-4bit');
+  });
+
+  it('streams the answer as Markdown, then the stats line that expands', async () => {
+    const calls = fakeBackend();
     const { user, input, send } = setup();
 
     await user.type(input, 'hello world!');
-    expect(send).toBeEnabled();
-    await user.click(send);
+    await user.click(send());
 
-    // The user's message is in and the input is clear before the reply arrives.
     expect(screen.getByTestId('message-user')).toHaveTextContent('hello world!');
     expect(input).toHaveValue('');
-    expect(screen.queryByTestId('message-assistant')).toBeNull();
-
-    release();
     const reply = await screen.findByTestId('message-assistant');
-    expect(reply).toHaveTextContent(
-      'Headroom 0.1.0 received your 12 characters ("hello world!") — MLX 0.32.2 on cpu. No model is loaded yet.',
-    );
-    expect(calls.filter((c) => c.cmd === 'ping')).toEqual([{ cmd: 'ping', args: { text: 'hello world!' } }]);
-    expect(screen.queryByTestId('error')).toBeNull();
+    await waitFor(() => expect(reply).toHaveAttribute('data-finish-reason', 'stop'));
+    expect(reply).toHaveTextContent('Hello world');
+    expect(reply.querySelector('strong')).toHaveTextContent('world');
+    const stats = screen.getByTestId('turn-stats');
+    expect(stats).toHaveTextContent('TTFT 25 ms · 193 tok/s · 40 tok · ctx 20');
+    await user.click(stats);
+    expect(screen.getByTestId('turn-stats-details')).toHaveTextContent('Peak memory12 MB');
+    const send_ = calls.find((c) => c.cmd === 'chat_send')?.args as Record<string, unknown>;
+    expect(send_).toMatchObject({ text: 'hello world!', maxTokens: 512 });
+    expect(String(send_.sessionId)).toMatch(/^session-/);
+    expect(screen.getByTestId('send-button')).toBeInTheDocument();
+  });
+
+  it('shows Stop while generating, and Stop cancels the run', async () => {
+    let emit!: (e: ChatEvent) => void;
+    const calls = fakeBackend((_t, e) => {
+      emit = e;
+      e({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0 } });
+      e({ event: 'token', data: { text: 'one ' } });
+    });
+    const { user, input } = setup();
+
+    await user.type(input, 'go on{Enter}');
+    const stop = await screen.findByTestId('stop-button');
+    expect(screen.queryByTestId('send-button')).toBeNull();
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('one'));
+    await user.click(stop);
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'chat_cancel')).toEqual([{ cmd: 'chat_cancel', args: { runId: 1 } }]));
+
+    emit({ event: 'stats', data: { ...STATS, generatedTokens: 1 } });
+    emit({ event: 'finished', data: { reason: 'cancelled' } });
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveAttribute('data-finish-reason', 'cancelled'));
+    expect(screen.getByTestId('turn-stats')).toHaveTextContent('stopped');
+    expect(screen.getByTestId('send-button')).toBeInTheDocument();
   });
 
   it('sends on Enter, and Shift+Enter adds a newline instead', async () => {
@@ -92,14 +184,14 @@ describe('App', () => {
     await user.keyboard('{Shift>}{Enter}{/Shift}');
     await user.type(input, 'second line');
     expect(input).toHaveValue('first line\nsecond line');
-    expect(calls.some((c) => c.cmd === 'ping')).toBe(false);
+    expect(calls.some((c) => c.cmd === 'chat_send')).toBe(false);
 
     await user.keyboard('{Enter}');
 
-    expect(await screen.findByTestId('message-assistant')).toHaveTextContent('received your 22 characters');
+    expect(await screen.findByTestId('message-assistant')).toHaveTextContent('Hello');
     expect(screen.getByTestId('message-user').textContent?.trim()).toBe('first line\nsecond line');
     expect(input).toHaveValue('');
-    expect(calls.filter((c) => c.cmd === 'ping')).toHaveLength(1);
+    expect(calls.filter((c) => c.cmd === 'chat_send')).toHaveLength(1);
   });
 
   it('does not send a blank message', async () => {
@@ -108,42 +200,74 @@ describe('App', () => {
 
     await user.type(input, '   {Enter}');
 
-    expect(send).toBeDisabled();
+    expect(send()).toBeDisabled();
     expect(screen.queryByTestId('message-user')).toBeNull();
-    expect(calls.some((c) => c.cmd === 'ping')).toBe(false);
+    expect(calls.some((c) => c.cmd === 'chat_send')).toBe(false);
   });
 
-  it('on a CommandError shows its message and puts the text back', async () => {
-    fakeBackend(() => {
-      throw { code: 'ENGINE_BUSY', message: 'The engine is busy. Try again in a moment.', details: null };
-    });
+  it('on a refused send shows its message and puts the text back', async () => {
+    mockIPC((cmd) => {
+      if (cmd === 'chat_send') throw { code: 'NO_MODEL_LOADED', message: 'No model is loaded yet. Pick one from the list at the top.' };
+      return cmd === 'models_list' ? [] : null;
+    }, { shouldMockEvents: true });
     const { user, input, send } = setup();
 
     await user.type(input, 'keep this text');
-    await user.click(send);
+    await user.click(send());
 
-    expect(await screen.findByTestId('error')).toHaveTextContent('The engine is busy. Try again in a moment.');
+    expect(await screen.findByTestId('error')).toHaveTextContent('No model is loaded yet. Pick one from the list at the top.');
     expect(input).toHaveValue('keep this text');
     expect(screen.queryByTestId('message-user')).toBeNull();
     expect(screen.queryByTestId('message-assistant')).toBeNull();
   });
 
-  it('clears the error once a send succeeds', async () => {
+  it('on an error event before any text, gives the text back; then a retry works', async () => {
     let fail = true;
-    fakeBackend((text) => {
-      if (fail) throw { code: 'ENGINE_BUSY', message: 'The engine is busy.' };
-      return echo(text);
+    fakeBackend((text, emit) => {
+      if (fail) emit({ event: 'error', data: { code: 'CONTEXT_OVERFLOW', message: 'The message is longer than the context.' } });
+      else answer(text, emit);
     });
     const { user, input } = setup();
 
     await user.type(input, 'retry me{Enter}');
-    await screen.findByTestId('error');
+    expect(await screen.findByTestId('error')).toHaveTextContent('The message is longer than the context.');
+    expect(input).toHaveValue('retry me');
+    expect(screen.queryByTestId('message-user')).toBeNull();
     fail = false;
     await user.keyboard('{Enter}');
 
     await screen.findByTestId('message-assistant');
     expect(screen.queryByTestId('error')).toBeNull();
-    expect(screen.getByTestId('message-user')).toHaveTextContent('retry me');
+    expect(within(screen.getByRole('log')).getByTestId('message-user')).toHaveTextContent('retry me');
+  });
+
+  it('renders no script from model output', async () => {
+    fakeBackend((_t, emit) => {
+      emit({ event: 'started', data: { runId: 1, promptTokens: 1, reusedTokens: 0 } });
+      emit({ event: 'token', data: { text: '<img src=x onerror=alert(1)><script>alert(2)</script>[x](javascript:alert(3))' } });
+      emit({ event: 'finished', data: { reason: 'stop' } });
+    });
+    const { user, input } = setup();
+    await user.type(input, 'attack{Enter}');
+    const reply = await screen.findByTestId('message-assistant');
+    await waitFor(() => expect(reply).toHaveAttribute('data-finish-reason', 'stop'));
+    expect(reply.querySelector('script')).toBeNull();
+    expect(reply.innerHTML).not.toMatch(/onerror|javascript:/);
+  });
+
+  it('sends the max new tokens chosen in settings', async () => {
+    const calls = fakeBackend();
+    const { user, input } = setup();
+    await user.click(screen.getByTestId('settings-button'));
+    const field = await screen.findByTestId('max-tokens');
+    await user.clear(field);
+    await user.type(field, '4096');
+    field.blur();
+    await user.click(screen.getByRole('button', { name: 'Done' }));
+
+    await user.type(input, 'long please{Enter}');
+    await screen.findByTestId('message-assistant');
+    expect(calls.find((c) => c.cmd === 'chat_send')?.args).toMatchObject({ maxTokens: 4096 });
   });
 
   it('Esc hides the window through hide_window', async () => {

@@ -1,48 +1,16 @@
 import { describe, expect, it } from 'vitest';
-import type { PingReply } from '../ipc/app';
-import { ECHO_PREVIEW_CHARS, formatAppInfo, formatPingReply } from './format';
+import type { ModelEntry } from '../ipc/models';
+import { formatAppInfo, formatModelOption } from './format';
 
-const reply = (overrides: Partial<PingReply> = {}): PingReply => ({
-  echo: 'hello world!',
-  chars: 12,
-  version: '0.1.0',
-  mlx_version: '0.32.2',
-  device: 'cpu',
-  ...overrides,
-});
-
-describe('formatPingReply', () => {
-  it('builds the sentence from the reply', () => {
-    expect(formatPingReply(reply())).toBe(
-      'Headroom 0.1.0 received your 12 characters ("hello world!") — MLX 0.32.2 on cpu. No model is loaded yet.',
-    );
-  });
-
-  it('takes versions and device from the reply, not from constants', () => {
-    const text = formatPingReply(reply({ version: '9.8.7', mlx_version: '1.2.3', device: 'gpu' }));
-    expect(text).toContain('Headroom 9.8.7');
-    expect(text).toContain('MLX 1.2.3 on gpu');
-  });
-
-  it('uses the singular for one character', () => {
-    expect(formatPingReply(reply({ echo: 'a', chars: 1 }))).toContain('your 1 character ("a")');
-  });
-
-  it("reports the backend's count, not the UI's", () => {
-    // Rust counts Unicode scalar values; JS .length would say 2 here.
-    expect(formatPingReply(reply({ echo: '🙂', chars: 1 }))).toContain('1 character ("🙂")');
-  });
-
-  it('quotes a multi-line echo on one line', () => {
-    expect(formatPingReply(reply({ echo: 'two\nlines', chars: 9 }))).toContain('("two lines")');
-  });
-
-  it('shortens a long echo without splitting a character', () => {
-    const long = '🙂'.repeat(ECHO_PREVIEW_CHARS + 5);
-    const text = formatPingReply(reply({ echo: long, chars: long.length }));
-    const quoted = /\("(.*)"\)/u.exec(text)?.[1] ?? '';
-    expect(quoted).toBe(`${'🙂'.repeat(ECHO_PREVIEW_CHARS - 1)}…`);
-  });
+const model = (o: Partial<ModelEntry> = {}): ModelEntry => ({
+  id: 'm',
+  name: 'Qwen2.5-7B-Instruct-4bit',
+  path: '/m',
+  arch: 'qwen2',
+  bits: 4,
+  size_bytes: 4_300_000_000,
+  loaded: false,
+  ...o,
 });
 
 describe('formatAppInfo', () => {
@@ -50,5 +18,13 @@ describe('formatAppInfo', () => {
     expect(formatAppInfo({ version: '0.1.0', mlx_version: '0.32.2', device: 'cpu', platform: 'linux' })).toBe(
       'v0.1.0 · MLX cpu',
     );
+  });
+});
+
+describe('formatModelOption', () => {
+  it('names the model, its quantization and size', () => {
+    expect(formatModelOption(model())).toBe('Qwen2.5-7B-Instruct-4bit · 4-bit · 4.3 GB');
+    expect(formatModelOption(model({ bits: null, size_bytes: 1_600_000 }))).toBe('Qwen2.5-7B-Instruct-4bit · 2 MB');
+    expect(formatModelOption(model({ size_bytes: 10 }))).toContain('1 MB');
   });
 });

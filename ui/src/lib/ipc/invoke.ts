@@ -1,6 +1,9 @@
 // The one place that talks to `@tauri-apps/api/core`: every command goes
 //! through `call`, so every rejection reaching the UI is a `CommandError`.
-import { invoke, type InvokeArgs } from '@tauri-apps/api/core';
+import { Channel, invoke, type InvokeArgs } from '@tauri-apps/api/core';
+import { listen } from '@tauri-apps/api/event';
+
+export { Channel };
 
 /** Mirrors `src-tauri/src/error.rs`: what a failed command rejects with. */
 export interface CommandError {
@@ -40,5 +43,25 @@ export async function call<T>(command: string, args?: InvokeArgs): Promise<T> {
     return await invoke<T>(command, args);
   } catch (error) {
     throw toCommandError(error);
+  }
+}
+
+/**
+ * Calls `handler` on each backend broadcast named `event` (no payload);
+ * resolves to the function that stops listening. Without a backend there
+ * is nothing to hear, so it resolves to a no-op rather than rejecting.
+ */
+export async function subscribe(event: string, handler: () => void): Promise<() => void> {
+  try {
+    const unlisten = await listen(event, () => handler());
+    return () => {
+      // Tauri's unlisten is async; once the bridge is gone (window closing)
+      // there is nothing left to undo.
+      void Promise.resolve()
+        .then(() => unlisten())
+        .catch(() => {});
+    };
+  } catch {
+    return () => {};
   }
 }

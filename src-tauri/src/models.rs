@@ -1,0 +1,300 @@
+//! Where models are on disk: the app's own models folder and the local
+//! Hugging Face cache (offline, laid out the way huggingface_hub does it:
+//! `<hub>/models--org--name/refs/main` names a folder in `snapshots/`), and
+//! the facts the model picker shows about each one.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use headroom_engine::worker::LoadSettings;
+use serde::Serialize;
+
+use crate::error::CommandError;
+use crate::state::{AppState, LoadedModel};
+
+/// The folder under the app's data folder that holds models Headroom owns.
+pub const MODELS_DIR: &str = "models";
+/// The bundled demo model's folder name (and id) inside [`MODELS_DIR`].
+pub const DEMO_MODEL_ID: &str = "headroom-demo-tiny";
+
+/// The environment variables that place the HF cache, read once so tests can fake them.
+#[derive(Debug, Clone, Default)]
+pub struct HubEnv {
+    pub hf_hub_cache: Option<OsString>,
+    pub hf_home: Option<OsString>,
+    pub xdg_cache_home: Option<OsString>,
+    pub home: Option<OsString>,
+}
+
+impl HubEnv {
+    pub fn from_process() -> Self {
+        let get = |k| std::env::var_os(k).filter(|v| !v.is_empty());
+        Self {
+            hf_hub_cache: get("HF_HUB_CACHE"),
+            hf_home: get("HF_HOME"),
+            xdg_cache_home: get("XDG_CACHE_HOME"),
+            home: get("HOME"),
+        }
+    }
+
+    /// Where the hub cache may be, in huggingface_hub's order of precedence.
+    pub fn hub_dirs(&self) -> Vec<PathBuf> {
+        let mut dirs = Vec::new();
+        if let Some(p) = &self.hf_hub_cache {
+            dirs.push(PathBuf::from(p));
+        }
+        if let Some(p) = &self.hf_home {
+            dirs.push(Path::new(p).join("hub"));
+        }
+        if let Some(p) = &self.xdg_cache_home {
+            dirs.push(Path::new(p).join("huggingface").join("hub"));
+        }
+        if let Some(p) = &self.home {
+            dirs.push(Path::new(p).join(".cache").join("huggingface").join("hub"));
+        }
+        dirs.dedup();
+        dirs
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ModelsError {
+    #[error("model {model} not found (searched {})", searched.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", "))]
+    NotFound { model: String, searched: Vec<PathBuf> },
+    #[error("the Hugging Face cache entry for {model} at {} is broken: {reason}", repo_dir.display())]
+    BrokenCacheEntry { model: String, repo_dir: PathBuf, reason: String },
+}
+
+/// One model the picker can offer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelEntry {
+    /// Folder name for the app's models, `org/name` for the HF cache.
+    pub id: String,
+    pub name: String,
+    pub path: PathBuf,
+    /// HF `model_type` (qwen2, llama, …), if config.json says.
+    pub arch: Option<String>,
+    /// Quantization bits, if quantized.
+    pub bits: Option<u32>,
+    /// Sum of the safetensors files.
+    pub size_bytes: u64,
+    pub loaded: bool,
+}
+
+/// The HF cache snapshot of `org/name`, offline.
+pub fn resolve_repo(repo_id: &str, env: &HubEnv) -> Result<PathBuf, ModelsError> {
+    let searched = env.hub_dirs();
+    let Some((org, name)) =
+        repo_id.split_once('/').filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
+    else {
+        return Err(ModelsError::NotFound { model: repo_id.into(), searched: Vec::new() });
+    };
+    for hub in &searched {
+        let repo_dir = hub.join(format!("models--{org}--{name}"));
+        if repo_dir.is_dir() {
+            return snapshot_of(repo_id, &repo_dir);
+        }
+    }
+    Err(ModelsError::NotFound { model: repo_id.into(), searched })
+}
+
+fn snapshot_of(repo_id: &str, repo_dir: &Path) -> Result<PathBuf, ModelsError> {
+    let broken = |reason: String| ModelsError::BrokenCacheEntry {
+        model: repo_id.into(),
+        repo_dir: repo_dir.to_owned(),
+        reason,
+    };
+    let refs = repo_dir.join("refs").join("main");
+    let sha = std::fs::read_to_string(&refs).map_err(|e| broken(format!("{}: {e}", refs.display())))?;
+    let snapshot = repo_dir.join("snapshots").join(sha.trim());
+    if !snapshot.is_dir() {
+        return Err(broken(format!("refs/main names {}, which is missing", snapshot.display())));
+    }
+    Ok(snapshot)
+}
+
+/// Every model folder (one with a config.json) in `<data>/models` and the HF
+/// caches, smallest first; the first cache in precedence order wins a
+/// duplicate id. Unreadable or broken entries are skipped: a listing must
+/// not fail because of one bad folder.
+pub fn list_models(data_dir: &Path, env: &HubEnv) -> Vec<ModelEntry> {
+    let mut found = Vec::new();
+    for dir in subdirs(&data_dir.join(MODELS_DIR)) {
+        if let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) {
+            push_model(&mut found, name.clone(), name, dir);
+        }
+    }
+    for hub in env.hub_dirs() {
+        for repo_dir in subdirs(&hub) {
+            let Some(folder) = repo_dir.file_name().and_then(|n| n.to_str()) else { continue };
+            let Some((org, name)) = folder.strip_prefix("models--").and_then(|r| r.split_once("--")) else {
+                continue;
+            };
+            let id = format!("{org}/{name}");
+            if found.iter().any(|m: &ModelEntry| m.id == id) {
+                continue;
+            }
+            if let Ok(snapshot) = snapshot_of(&id, &repo_dir) {
+                push_model(&mut found, id, name.to_owned(), snapshot);
+            }
+        }
+    }
+    found.sort_by(|a, b| a.size_bytes.cmp(&b.size_bytes).then_with(|| a.name.cmp(&b.name)));
+    found
+}
+
+/// Whether the app's own models folder holds any model.
+pub fn has_own_models(data_dir: &Path) -> bool {
+    subdirs(&data_dir.join(MODELS_DIR)).iter().any(|d| d.join("config.json").is_file())
+}
+
+fn subdirs(dir: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+    dirs.sort();
+    dirs
+}
+
+fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathBuf) {
+    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else { return };
+    let config: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
+    let arch = config["model_type"].as_str().map(str::to_owned);
+    let quant = if config["quantization"].is_object() { &config["quantization"] } else { &config["quantization_config"] };
+    let bits = quant["bits"].as_u64().and_then(|b| u32::try_from(b).ok());
+    let size_bytes = std::fs::read_dir(&path)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+        // metadata() follows the HF cache's symlinks into blobs/.
+        .filter_map(|e| std::fs::metadata(e.path()).ok())
+        .map(|m| m.len())
+        .sum();
+    found.push(ModelEntry { id, name, path, arch, bits, size_bytes, loaded: false });
+}
+
+/// The models the picker offers, the loaded one marked.
+pub fn entries(state: &AppState) -> Vec<ModelEntry> {
+    let loaded = state.loaded_model();
+    let mut list = list_models(&state.locations.data_dir, &state.locations.hub);
+    for m in &mut list {
+        m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
+    }
+    list
+}
+
+/// Loads the model the picker calls `id` (blocking: call it off the UI thread).
+pub fn load(state: &AppState, id: &str) -> Result<ModelEntry, CommandError> {
+    let mut entry = list_models(&state.locations.data_dir, &state.locations.hub)
+        .into_iter()
+        .find(|m| m.id == id)
+        .ok_or_else(|| CommandError::new("MODEL_NOT_FOUND", format!("The model {id} is no longer on this Mac.")))?;
+    // Load drops the old model first, so for a moment nothing is loaded.
+    state.set_loaded(None);
+    state.engine.load(&entry.path, LoadSettings::default())?;
+    state.set_loaded(Some(LoadedModel { id: entry.id.clone(), path: entry.path.clone() }));
+    entry.loaded = true;
+    Ok(entry)
+}
+
+/// The bundled demo model: when the app's models folder has no model and
+/// nothing is loaded, writes the tiny random-weight qwen2 4-bit model there
+/// and loads it, so a fresh install chats at once. Returns whether it did.
+pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
+    if state.loaded_model().is_some() {
+        return Ok(false);
+    }
+    let data_dir = &state.locations.data_dir;
+    if !has_own_models(data_dir) {
+        let dir = data_dir.join(MODELS_DIR).join(DEMO_MODEL_ID);
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))?;
+    }
+    let own = list_models(data_dir, &HubEnv::default());
+    match own.iter().find(|m| m.id == DEMO_MODEL_ID) {
+        Some(demo) if own.len() == 1 => {
+            load(state, &demo.id)?;
+            Ok(true)
+        }
+        _ => Ok(false),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(tag: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("headroom-models-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        dir
+    }
+
+    fn fake_model(dir: &Path, config: &str, weights: usize) {
+        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("config.json"), config).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join("model.safetensors"), vec![0u8; weights]).unwrap_or_else(|e| panic!("{e}"));
+    }
+
+    fn cached_repo(hub: &Path, id: &str, sha: &str) -> PathBuf {
+        let repo = hub.join(format!("models--{}", id.replace('/', "--")));
+        let snap = repo.join("snapshots").join(sha);
+        std::fs::create_dir_all(&snap).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(repo.join("refs")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(repo.join("refs/main"), format!("{sha}\n")).unwrap_or_else(|e| panic!("{e}"));
+        snap
+    }
+
+    #[test]
+    fn lists_own_models_and_the_hf_cache_smallest_first() {
+        let root = scratch("list");
+        let data = root.join("data");
+        fake_model(&data.join("models/tiny"), r#"{"model_type":"qwen2","quantization":{"bits":4,"group_size":64}}"#, 10);
+        std::fs::create_dir_all(data.join("models/not-a-model")).unwrap_or_else(|e| panic!("{e}"));
+        let hub = root.join("hub");
+        let snap = cached_repo(&hub, "mlx-community/Big-8bit", "abc");
+        fake_model(&snap, r#"{"model_type":"llama","quantization_config":{"bits":8}}"#, 30);
+        let broken = cached_repo(&hub, "org/broken", "def");
+        std::fs::remove_dir_all(broken).unwrap_or_else(|e| panic!("{e}"));
+        let env = HubEnv { hf_hub_cache: Some(hub.clone().into()), ..HubEnv::default() };
+
+        let list = list_models(&data, &env);
+        let ids: Vec<&str> = list.iter().map(|m| m.id.as_str()).collect();
+        assert_eq!(ids, ["tiny", "mlx-community/Big-8bit"]);
+        assert_eq!((list[0].arch.as_deref(), list[0].bits, list[0].size_bytes), (Some("qwen2"), Some(4), 10));
+        assert_eq!((list[1].name.as_str(), list[1].bits, list[1].path.clone()), ("Big-8bit", Some(8), snap));
+        assert!(has_own_models(&data));
+        assert!(!has_own_models(&root.join("nowhere")));
+    }
+
+    #[test]
+    fn the_demo_model_is_written_and_loaded_once_into_an_empty_data_folder() {
+        let state = crate::test_state("demo");
+        assert_eq!(ensure_demo_model(&state).ok(), Some(true));
+        let list = entries(&state);
+        assert_eq!(list.len(), 1, "{list:?}");
+        assert_eq!((list[0].id.as_str(), list[0].arch.as_deref(), list[0].bits, list[0].loaded), (DEMO_MODEL_ID, Some("qwen2"), Some(4), true));
+        assert!(list[0].size_bytes > 0);
+        assert_eq!(ensure_demo_model(&state).ok(), Some(false), "already loaded");
+        let err = load(&state, "nobody/nothing").err();
+        assert_eq!(err.map(|e| e.code), Some("MODEL_NOT_FOUND"));
+    }
+
+    #[test]
+    fn repo_ids_resolve_through_refs_main_in_precedence_order() {
+        let root = scratch("order");
+        let home = root.join("home");
+        let in_home = cached_repo(&home.join(".cache/huggingface/hub"), "org/m", "abc123");
+        let env = HubEnv { home: Some(home.into()), ..HubEnv::default() };
+        assert_eq!(resolve_repo("org/m", &env).ok(), Some(in_home));
+        let in_hub_cache = cached_repo(&root.join("hubcache"), "org/m", "0f0f");
+        let env = HubEnv { hf_hub_cache: Some(root.join("hubcache").into()), ..env };
+        assert_eq!(resolve_repo("org/m", &env).ok(), Some(in_hub_cache));
+        let err = resolve_repo("org/absent", &env).err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(err.contains("org/absent") && err.contains("hubcache"), "{err}");
+        let snap = cached_repo(&root.join("hubcache"), "org/broken", "aaa");
+        std::fs::remove_dir_all(snap).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(resolve_repo("org/broken", &env), Err(ModelsError::BrokenCacheEntry { .. })));
+    }
+}

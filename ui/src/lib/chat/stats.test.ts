@@ -1,0 +1,62 @@
+import { describe, expect, it } from 'vitest';
+import type { TurnStats } from '../ipc/chat';
+import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails } from './stats';
+
+const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
+  ttftMs: 25.4,
+  prefillTps: 812.3,
+  decodeTps: 193.2,
+  e2eTps: 160.9,
+  promptTokens: 20,
+  generatedTokens: 40,
+  contextTokens: 20,
+  batch: 1,
+  peakMemoryBytes: 12_500_000,
+  model: 'headroom-demo-tiny',
+  ...o,
+});
+
+describe('formatStatsLine', () => {
+  it('is TTFT, decode speed, tokens and context', () => {
+    expect(formatStatsLine(stats())).toBe('TTFT 25 ms · 193 tok/s · 40 tok · ctx 20');
+  });
+
+  it('scales units and marks a stopped turn', () => {
+    const line = formatStatsLine(stats({ ttftMs: 1420, decodeTps: 34.21, generatedTokens: 512, contextTokens: 1900 }), 'cancelled');
+    expect(line).toBe('TTFT 1.4 s · 34.2 tok/s · 512 tok · ctx 1.9K · stopped');
+  });
+
+  it('shows an undefined rate as a dash, never 0 or Infinity', () => {
+    expect(formatStatsLine(stats({ ttftMs: null, decodeTps: null, generatedTokens: 1 }))).toBe(
+      'TTFT — · — tok/s · 1 tok · ctx 20',
+    );
+  });
+});
+
+describe('units', () => {
+  it('formats counts, times and rates', () => {
+    expect([formatCount(999), formatCount(1000), formatCount(12_345)]).toEqual(['999', '1.0K', '12K']);
+    expect([formatMs(999.6), formatMs(1000)]).toEqual(['1000 ms', '1.0 s']);
+    expect([formatTps(99.94), formatTps(100)]).toEqual(['99.9 tok/s', '100 tok/s']);
+    expect([formatBytes(281_368), formatBytes(12_500_000), formatBytes(4.3e9)]).toEqual(['0.3 MB', '13 MB', '4.3 GB']);
+  });
+});
+
+describe('statsDetails', () => {
+  it('lists every label, with batch, model and how it ended', () => {
+    const rows = Object.fromEntries(statsDetails(stats(), 'length'));
+    expect(rows).toMatchObject({
+      'Time to first token': '25 ms',
+      Prefill: '812 tok/s',
+      Decode: '193 tok/s',
+      'End to end': '161 tok/s',
+      'Prompt tokens': '20',
+      'Generated tokens': '40',
+      'Context at start': '20',
+      Batch: '1',
+      'Peak memory': '13 MB',
+      Model: 'headroom-demo-tiny',
+      Ended: 'hit the token limit',
+    });
+  });
+});

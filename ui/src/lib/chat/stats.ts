@@ -1,0 +1,66 @@
+// The stats line under an answer and its expanded labels, from one TurnStats.
+// The numbers themselves are defined once, in Rust (`core::stats`).
+import type { FinishReason, TurnStats } from '../ipc/chat';
+
+export function formatMs(ms: number | null): string {
+  if (ms === null) return '—';
+  return ms < 1000 ? `${Math.round(ms)} ms` : `${(ms / 1000).toFixed(1)} s`;
+}
+
+export function formatTps(tps: number | null): string {
+  if (tps === null) return '— tok/s';
+  return tps < 100 ? `${tps.toFixed(1)} tok/s` : `${Math.round(tps)} tok/s`;
+}
+
+/** Token counts as people read them: 20, 980, 1.9K, 12K. */
+export function formatCount(n: number): string {
+  if (n < 1000) return String(n);
+  const k = n / 1000;
+  return k < 10 ? `${k.toFixed(1)}K` : `${Math.round(k)}K`;
+}
+
+export function formatBytes(bytes: number): string {
+  if (bytes >= 1e9) return `${(bytes / 1e9).toFixed(1)} GB`;
+  if (bytes >= 1e7) return `${Math.round(bytes / 1e6)} MB`;
+  return `${(bytes / 1e6).toFixed(1)} MB`;
+}
+
+const REASONS: Record<FinishReason, string> = {
+  stop: 'finished',
+  length: 'hit the token limit',
+  cancelled: 'stopped',
+};
+
+export function formatReason(reason: FinishReason): string {
+  return REASONS[reason];
+}
+
+/** The compact line, e.g. `TTFT 25 ms · 193 tok/s · 40 tok · ctx 20`. */
+export function formatStatsLine(s: TurnStats, reason?: FinishReason): string {
+  const parts = [
+    `TTFT ${formatMs(s.ttftMs)}`,
+    formatTps(s.decodeTps),
+    `${formatCount(s.generatedTokens)} tok`,
+    `ctx ${formatCount(s.contextTokens)}`,
+  ];
+  if (reason === 'cancelled') parts.push('stopped');
+  return parts.join(' · ');
+}
+
+/** Every label, for the expanded view. */
+export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string, string]> {
+  const rows: Array<[string, string]> = [
+    ['Time to first token', formatMs(s.ttftMs)],
+    ['Prefill', formatTps(s.prefillTps)],
+    ['Decode', formatTps(s.decodeTps)],
+    ['End to end', formatTps(s.e2eTps)],
+    ['Prompt tokens', String(s.promptTokens)],
+    ['Generated tokens', String(s.generatedTokens)],
+    ['Context at start', String(s.contextTokens)],
+    ['Batch', String(s.batch)],
+    ['Peak memory', formatBytes(s.peakMemoryBytes)],
+    ['Model', s.model],
+  ];
+  if (reason) rows.push(['Ended', formatReason(reason)]);
+  return rows;
+}

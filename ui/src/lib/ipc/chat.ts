@@ -1,0 +1,54 @@
+// Typed bindings for chat (src-tauri/src/commands/chat.rs): the answer
+// streams over a Channel as `ChatEvent`s.
+import { call, Channel } from './invoke';
+
+export type FinishReason = 'stop' | 'length' | 'cancelled';
+
+/** Mirrors `ChatEvent::Stats`; a rate that is undefined for the turn is null. */
+export interface TurnStats {
+  ttftMs: number | null;
+  prefillTps: number | null;
+  decodeTps: number | null;
+  e2eTps: number | null;
+  promptTokens: number;
+  generatedTokens: number;
+  contextTokens: number;
+  batch: number;
+  peakMemoryBytes: number;
+  model: string;
+}
+
+/** Mirrors `chat::ChatEvent` (serde: tag `event`, content `data`). */
+export type ChatEvent =
+  | { event: 'started'; data: { runId: number; promptTokens: number; reusedTokens: number } }
+  | { event: 'token'; data: { text: string } }
+  | { event: 'stats'; data: TurnStats }
+  | { event: 'finished'; data: { reason: FinishReason } }
+  | { event: 'error'; data: { code: string; message: string } };
+
+export interface SendOptions {
+  /** Max new tokens; the backend's default (512) when absent. */
+  maxTokens?: number;
+}
+
+/**
+ * Sends `text` in `sessionId`; resolves to the run id at once, while the
+ * answer arrives on `onEvent`.
+ */
+export function chatSend(
+  sessionId: string,
+  text: string,
+  onEvent: (event: ChatEvent) => void,
+  options: SendOptions = {},
+): Promise<number> {
+  const channel = new Channel<ChatEvent>();
+  channel.onmessage = onEvent;
+  const args: Record<string, unknown> = { sessionId, text, onEvent: channel };
+  if (options.maxTokens !== undefined) args.maxTokens = options.maxTokens;
+  return call<number>('chat_send', args);
+}
+
+/** Stops a run; resolves to false if it was already over. */
+export function chatCancel(runId: number): Promise<boolean> {
+  return call<boolean>('chat_cancel', { runId });
+}
