@@ -23,6 +23,8 @@ passed=0
 failed=0
 summary_printed=0
 xvfb_pid="" trayer_pid="" app_pid="" watchdog_pid=""
+# The app's data folder for this run (it writes its demo model there), not the user's.
+DATA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/headroom-tray-XXXXXX")"
 
 pass() {
   echo "ok - $1"
@@ -77,6 +79,7 @@ cleanup() {
   stop "$xvfb_pid"
   xvfb_pid=""
   [ -z "${PIDS:-}" ] || rm -f "$PIDS"
+  [ -z "${DATA_DIR:-}" ] || rm -rf "$DATA_DIR"
 }
 
 on_exit() {
@@ -314,7 +317,7 @@ check "trayer's panel is up" start_trayer
 
 # The window must start hidden: make sure the switch the e2e tests use is off.
 # setsid: a process group of its own (it execs in place, so $! is the app).
-setsid env -u HEADROOM_SHOW_WINDOW "$BIN" >"$OUT/app.log" 2>&1 &
+setsid env -u HEADROOM_SHOW_WINDOW HEADROOM_DATA_DIR="$DATA_DIR" "$BIN" >"$OUT/app.log" 2>&1 &
 app_pid=$!
 printf '%s\n' "$app_pid" "-$app_pid" >>"$PIDS"
 log "app pid $app_pid"
