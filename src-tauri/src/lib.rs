@@ -56,12 +56,13 @@ pub fn run() {
         }
     };
     bundle_demo_model(&app);
-    app.run(|_, event| {
+    app.run(|app, event| match event {
         // Hiding the last window must not end a menu-bar app; only Quit
         // (an explicit exit code) does.
-        if let RunEvent::ExitRequested { code: None, api, .. } = event {
-            api.prevent_exit();
-        }
+        RunEvent::ExitRequested { code: None, api, .. } => api.prevent_exit(),
+        // Free the model on its own thread before exit handlers tear MLX down.
+        RunEvent::Exit => app.state::<AppState>().engine.shutdown(),
+        _ => {}
     });
 }
 

@@ -38,3 +38,20 @@ fn demo_model_then_generate_json_then_a_clear_error() {
     assert!(out.stdout.is_empty());
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// The process ends cleanly after a model was loaded: the engine thread frees
+/// the model before exit handlers tear MLX's allocator down. Without that
+/// join, a 12-layer model's teardown raced exit and aborted with heap
+/// corruption on every run (a 2-layer one was usually quick enough).
+#[test]
+fn a_run_on_a_deeper_model_exits_cleanly() {
+    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-cli-small-{}", std::process::id()));
+    let d = dir.to_string_lossy().into_owned();
+    let out = headroom(&["demo-model", &d, "--preset", "small", "--arch", "qwen2", "--bits", "4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    for _ in 0..2 {
+        let out = headroom(&["generate", &d, "--prompt", "Hi", "--max-tokens", "2", "--ignore-eos", "--json"]);
+        assert_eq!(out.status.code(), Some(0), "ended by {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

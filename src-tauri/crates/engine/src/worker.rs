@@ -207,6 +207,8 @@ enum Job {
     Unload { reply: Sender<()> },
     Generate { id: RunId, request: Box<GenerateRequest>, accepted: Instant, events: Sender<EngineEvent> },
     DropSession { session: String },
+    /// Drop everything and end the thread.
+    Stop,
 }
 
 /// State shared by all clones of a handle.
@@ -227,11 +229,39 @@ impl Shared {
     }
 }
 
+/// Owns the engine thread: when the last handle goes, the thread is told to
+/// stop and joined, so the model's MLX buffers are freed before the drop
+/// returns. A thread still freeing arrays while the process exits races
+/// MLX's allocator teardown in the exit handlers and corrupts the heap (seen
+/// as `malloc_consolidate(): unaligned fastbin chunk` at the end of a CLI run).
+#[derive(Debug)]
+struct Owner {
+    jobs: Sender<Job>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl Owner {
+    fn stop_and_join(&self) {
+        let _ = self.jobs.send(Job::Stop);
+        let thread = self.thread.lock().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Owner {
+    fn drop(&mut self) {
+        self.stop_and_join();
+    }
+}
+
 /// A cheap, cloneable handle to the engine thread. The thread ends when the
-/// last handle is dropped (after finishing the jobs already queued).
+/// last handle is dropped (after finishing the jobs already queued) or on
+/// [`EngineHandle::shutdown`].
 #[derive(Debug, Clone)]
 pub struct EngineHandle {
-    jobs: Sender<Job>,
+    owner: Arc<Owner>,
     shared: Arc<Shared>,
 }
 
@@ -241,11 +271,11 @@ impl EngineHandle {
         let (jobs, rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
         let worker = Worker { shared: Arc::clone(&shared), loaded: None, sessions: HashMap::new() };
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("headroom-engine".into())
             .spawn(move || worker.run(&rx))
             .map_err(|source| EngineError::Io { path: PathBuf::from("<engine thread>"), source })?;
-        Ok(Self { jobs, shared })
+        Ok(Self { owner: Arc::new(Owner { jobs, thread: Mutex::new(Some(thread)) }), shared })
     }
 
     /// Loads the model in `dir`, replacing the current one (which is dropped
@@ -298,8 +328,18 @@ impl EngineHandle {
         self.send(Job::DropSession { session: session.to_owned() })
     }
 
+    /// Frees the model and ends the engine thread, waiting for both; later
+    /// calls on any clone get `EngineStopped`. For a process about to exit
+    /// without dropping its handles (the app's Quit).
+    pub fn shutdown(&self) {
+        for flag in self.shared.cancels.lock().unwrap_or_else(PoisonError::into_inner).values() {
+            flag.store(true, Ordering::Relaxed);
+        }
+        self.owner.stop_and_join();
+    }
+
     fn send(&self, job: Job) -> Result<()> {
-        self.jobs.send(job).map_err(|_| EngineError::EngineStopped)
+        self.owner.jobs.send(job).map_err(|_| EngineError::EngineStopped)
     }
 }
 
@@ -330,6 +370,7 @@ impl Worker {
                 Job::DropSession { session } => {
                     self.sessions.remove(&session);
                 }
+                Job::Stop => break,
                 Job::Generate { id, request, accepted, events } => {
                     let cancel = self.shared.flag(id).unwrap_or_default();
                     let session = request.session.clone();
