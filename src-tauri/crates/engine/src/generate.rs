@@ -100,6 +100,23 @@ pub fn generate(
     // Prefill all but the last new token; their logits are not needed.
     let mut rest = &prompt[reused..];
     while rest.len() > 1 {
+        // A long prefill is many chunks of work: a cancel lands between them.
+        // What was prefilled stays in the cache, recorded, for the next turn.
+        if cancel.load(Ordering::Relaxed) {
+            return Ok(Generation {
+                timings: TurnTimings {
+                    prompt_tokens: u32::try_from(prompt.len() - reused - rest.len()).unwrap_or(u32::MAX),
+                    prefill: clock.elapsed().saturating_sub(prefill_started),
+                    generated_tokens: 0,
+                    first_token_at: None,
+                    last_token_at: None,
+                },
+                tokens: Vec::new(),
+                finish_reason: FinishReason::Cancelled,
+                reused_tokens: reused,
+                context_tokens,
+            });
+        }
         let n = chunk.min(rest.len() - 1);
         model.forward(&ids_array(&rest[..n]), cache)?;
         cache.push_tokens(&rest[..n]);
@@ -317,5 +334,23 @@ mod tests {
 
         let empty = generate(&m, &mut m.new_cache(), &[], &GenerateOptions::default(), &mut greedy(), &WallClock::start(), &cancel, |_| true);
         assert!(matches!(empty, Err(EngineError::EmptyPrompt)));
+    }
+
+    #[test]
+    fn a_cancel_lands_between_prefill_chunks_and_leaves_a_usable_cache() {
+        let m = model(Arch::Qwen2);
+        let prompt: Vec<u32> = (0..30).map(|i| (i * 11 % 250) as u32).collect();
+        let opts = GenerateOptions { max_tokens: 4, prefill_chunk: 8, ..Default::default() };
+        let cancel = AtomicBool::new(true);
+        let mut cache = m.new_cache();
+        let g = generate(&m, &mut cache, &prompt, &opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| {
+            panic!("no token may come after a cancel during prefill")
+        })
+        .expect("generate");
+        assert_eq!(g.finish_reason, FinishReason::Cancelled);
+        assert!(g.tokens.is_empty() && g.timings.first_token_at.is_none());
+        // The same cache then serves a normal turn exactly like a fresh one.
+        let fresh = run(&m, &mut m.new_cache(), &prompt, &opts);
+        assert_eq!(run(&m, &mut cache, &prompt, &opts).tokens, fresh.tokens);
     }
 }
