@@ -96,7 +96,9 @@ if [ "$OS" = Linux ]; then
     rm -rf "$MLX_DIR" "$DEPS/wheels"
     python3 -m pip download --quiet --no-deps "mlx-cpu==$MLX_WHEEL_VERSION" -d "$DEPS/wheels"
     python3 -m zipfile -e "$DEPS"/wheels/mlx_cpu-"$MLX_WHEEL_VERSION"-*.whl "$MLX_DIR"
-    openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ {print $NF; exit}')"
+    # awk reads to the end: exiting early would SIGPIPE ldconfig and, under
+    # pipefail, fail the whole step.
+    openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found { print $NF; found = 1 }')"
     [ -n "$openblas" ] || { echo "setup: libopenblas.so.0 not found (Debian package libopenblas0)" >&2; exit 1; }
     for lib in "$MLX_DIR"/mlx_cpu.libs/libblas-*.so* "$MLX_DIR"/mlx_cpu.libs/liblapack-*.so*; do
       ln -sf "$openblas" "$lib"

@@ -348,7 +348,7 @@ else
   fail "Open Headroom shows the popover" "no menu to pick from"
 fi
 if popover_visible; then
-  win="$(popover_windows --onlyvisible | head -n 1)"
+  win="$(popover_windows --onlyvisible | sed -n 1p)"  # sed reads all: no SIGPIPE under pipefail
   read -r x y w h < <(geometry "$win" || echo "0 0 0 0")
   log "popover window $win at ${x},${y} ${w}x${h}"
   check "the popover is 420x640 (is ${w}x${h})" test "$w" -eq 420 -a "$h" -eq 640
