@@ -7,6 +7,8 @@ mod chat;
 pub mod cli;
 mod commands;
 mod error;
+pub mod fit;
+mod memory;
 pub mod models;
 mod platform;
 mod popover;
@@ -55,6 +57,11 @@ pub fn run() {
             std::process::exit(1);
         }
     };
+    // After run_app (which manages the state the sampler lives in). Live
+    // memory is a nicety: without it the app still runs.
+    if let Err(e) = memory::start(app.handle()) {
+        tracing::warn!("memory readings are unavailable: {e}");
+    }
     bundle_demo_model(&app);
     app.run(|app, event| match event {
         // Hiding the last window must not end a menu-bar app; only Quit
@@ -100,6 +107,7 @@ pub fn run_app<R: Runtime>(
             commands::app::app_info,
             commands::chat::chat_send,
             commands::chat::chat_cancel,
+            commands::memory::memory_history,
             commands::models::models_list,
             commands::models::model_load,
             commands::window::hide_window,
@@ -213,6 +221,63 @@ mod tests {
         assert_eq!(err.map(|e| e["code"].clone()), Some(json!("EMPTY_MESSAGE")));
         // Cancelling a run that does not exist is not an error, just false.
         assert_eq!(invoke(&window, "chat_cancel", json!({ "runId": 999 })).ok(), Some(json!(false)));
+    }
+
+    #[test]
+    fn a_model_that_would_not_fit_is_refused_with_the_numbers_and_nothing_is_loaded() {
+        let (app, window) = app_with_window_in("huge");
+        let state = app.state::<crate::AppState>();
+        let dir = state.locations.data_dir.join(crate::models::MODELS_DIR).join("huge-demo");
+        crate::fit::write_sparse_model(&dir, 200_000_000_000);
+
+        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
+        assert_eq!(list[0]["id"], "huge-demo");
+        assert_eq!(list[0]["fit"]["verdict"]["kind"], "cannot_fit", "{list}");
+        assert_eq!(list[0]["fit"]["estimate"]["context_tokens"], 8192);
+
+        let before = headroom_memory::process_rss().unwrap_or(0);
+        let err = invoke(&window, "model_load", json!({ "id": "huge-demo" })).err();
+        let after = headroom_memory::process_rss().unwrap_or(0);
+        let err = err.unwrap_or_else(|| panic!("a 200 GB model loaded"));
+        assert_eq!(err["code"], "MODEL_TOO_LARGE", "{err}");
+        assert!(err["message"].as_str().is_some_and(|m| m.contains("huge-demo")), "{err}");
+        let d = &err["details"];
+        assert_eq!(d["weightBytes"], 200_000_000_000u64);
+        assert_eq!(d["contextTokens"], 8192);
+        for key in ["kvCacheBytes", "overheadBytes", "budgetBytes", "overByBytes", "predictedPeakBytes"] {
+            assert!(d[key].as_u64().is_some(), "{key} in {d}");
+        }
+        assert!(d["largestContextThatFits"].is_null());
+        assert_eq!(d["verdict"]["kind"], "cannot_fit");
+        assert!(state.loaded_model().is_none(), "nothing is loaded");
+        assert!(after.saturating_sub(before) < 64 << 20, "RSS grew {before} -> {after}");
+
+        // A smaller context does not help a model whose weights alone are too big.
+        let err = invoke(&window, "model_load", json!({ "id": "huge-demo", "contextLimit": 512 })).err();
+        assert_eq!(err.map(|e| e["code"].clone()), Some(json!("MODEL_TOO_LARGE")));
+
+        // Only a model too big to load: the demo model is still written and loaded beside it.
+        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(state.loaded_model().map(|m| m.id), Some(crate::models::DEMO_MODEL_ID.to_owned()));
+        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((list[0]["id"].as_str(), list[0]["loaded"].as_bool()), (Some(crate::models::DEMO_MODEL_ID), Some(true)));
+        assert_eq!((list[1]["id"].as_str(), list[1]["loaded"].as_bool()), (Some("huge-demo"), Some(false)));
+    }
+
+    #[test]
+    fn model_load_reports_its_context_and_timings_and_memory_history_starts_empty() {
+        let (app, window) = app_with_window_in("loadctx");
+        let state = app.state::<crate::AppState>();
+        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        let id = crate::models::DEMO_MODEL_ID;
+        let r = invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((r["id"].as_str(), r["loaded"].as_bool(), r["context_limit"].as_u64()), (Some(id), Some(true), Some(1024)));
+        assert!(r["unload_ms"].as_u64().is_some() && r["load_ms"].as_u64().is_some(), "{r}");
+        assert_eq!(r["fit"]["estimate"]["context_tokens"], 1024);
+        assert!(matches!(r["fit"]["verdict"]["kind"].as_str(), Some("fits" | "tight")), "{r}");
+        // No sampler in tests: the history is empty, not an error.
+        assert_eq!(invoke(&window, "memory_history", json!({})).ok(), Some(json!([])));
     }
 
     #[test]

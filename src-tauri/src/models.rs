@@ -7,8 +7,14 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use std::time::Instant;
+
+use headroom_core::fit::{FitReport, GIB};
+use headroom_engine::mlx_memory;
 use headroom_engine::worker::LoadSettings;
 use serde::Serialize;
+
+use crate::fit::{self, BudgetSource};
 
 use crate::error::CommandError;
 use crate::state::{AppState, LoadedModel};
@@ -80,6 +86,21 @@ pub struct ModelEntry {
     /// Sum of the safetensors files.
     pub size_bytes: u64,
     pub loaded: bool,
+    /// The fit verdict at the app's context limit, with every part; `None`
+    /// when the headers could not be read (the listing never fails on one folder).
+    pub fit: Option<FitReport>,
+}
+
+/// What `model_load` reports: the entry, now loaded, and how long the switch took.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LoadResult {
+    #[serde(flatten)]
+    pub entry: ModelEntry,
+    /// The context limit the engine was loaded with.
+    pub context_limit: usize,
+    /// Unloading the previous model (and clearing MLX's cache); 0 if none was loaded.
+    pub unload_ms: u64,
+    pub load_ms: u64,
 }
 
 /// The HF cache snapshot of `org/name`, offline.
@@ -144,11 +165,6 @@ pub fn list_models(data_dir: &Path, env: &HubEnv) -> Vec<ModelEntry> {
     found
 }
 
-/// Whether the app's own models folder holds any model.
-pub fn has_own_models(data_dir: &Path) -> bool {
-    subdirs(&data_dir.join(MODELS_DIR)).iter().any(|d| d.join("config.json").is_file())
-}
-
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
     let mut dirs: Vec<PathBuf> = entries.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
@@ -171,49 +187,117 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
         .filter_map(|e| std::fs::metadata(e.path()).ok())
         .map(|m| m.len())
         .sum();
-    found.push(ModelEntry { id, name, path, arch, bits, size_bytes, loaded: false });
+    found.push(ModelEntry { id, name, path, arch, bits, size_bytes, loaded: false, fit: None });
 }
 
-/// The models the picker offers, the loaded one marked.
+/// The budget the picker and the guard use now: a fresh reading, plus what
+/// unloading the loaded model (its MLX arrays and MLX's buffer cache) would free.
+pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
+    let reading = headroom_memory::read()
+        .map_err(|e| CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")))?;
+    let freed_by_unload_bytes = match state.loaded_model() {
+        Some(_) => mlx_memory().map(|m| m.active.saturating_add(m.cache)).unwrap_or(0),
+        None => 0,
+    };
+    Ok(BudgetSource { available_bytes: Some(reading.available), freed_by_unload_bytes, ..BudgetSource::default() })
+}
+
+/// The models the picker offers, the loaded one marked, each with its fit
+/// verdict at the app's context limit.
 pub fn entries(state: &AppState) -> Vec<ModelEntry> {
     let loaded = state.loaded_model();
+    let source = budget_source(state).ok();
+    let context = state.context_limit();
     let mut list = list_models(&state.locations.data_dir, &state.locations.hub);
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
+        m.fit = source.and_then(|s| fit::check_model(&m.path, context, s).ok());
     }
     list
 }
 
-/// Loads the model the picker calls `id` (blocking: call it off the UI thread).
-pub fn load(state: &AppState, id: &str) -> Result<ModelEntry, CommandError> {
+/// Loads the model the picker calls `id` (blocking: call it off the UI
+/// thread) with `context_limit` (default: the app's). Unless `override_fit`,
+/// a model that would swap or cannot fit is refused before anything is
+/// unloaded or allocated, with `MODEL_TOO_LARGE` and the numbers.
+pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_fit: bool) -> Result<LoadResult, CommandError> {
     let mut entry = list_models(&state.locations.data_dir, &state.locations.hub)
         .into_iter()
         .find(|m| m.id == id)
         .ok_or_else(|| CommandError::new("MODEL_NOT_FOUND", format!("The model {id} is no longer on this Mac.")))?;
-    // Load drops the old model first, so for a moment nothing is loaded.
-    state.set_loaded(None);
-    state.engine.load(&entry.path, LoadSettings::default())?;
+    let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
+    if context_limit == 0 {
+        return Err(CommandError::new("INVALID_SETTING", "The context limit must be at least one token."));
+    }
+    let report = fit::check_model(&entry.path, context_limit, budget_source(state)?).map_err(|e| match e {
+        fit::FitError::Model(e) => CommandError::from(e),
+        fit::FitError::Memory(e) => CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")),
+    })?;
+    if report.verdict.refuses() && !override_fit {
+        let over = fit::over_by(&report) as f64 / GIB as f64;
+        let message = match report.largest_context_that_fits {
+            Some(n) => format!(
+                "{} would push this Mac into swap by {over:.1} GB at {context_limit} tokens of context. It fits with up to {n} tokens, or load it anyway.",
+                entry.name
+            ),
+            None => format!(
+                "{} cannot fit in this Mac's memory at any context: it is {over:.1} GB over even at the smallest. Free memory or choose a smaller model.",
+                entry.name
+            ),
+        };
+        return Err(CommandError { code: "MODEL_TOO_LARGE", message, details: Some(fit::refusal_details(&report)) });
+    }
+    // Switching: unload the old model (which clears MLX's cache) first, so
+    // its memory is back before the new weights arrive.
+    let started = Instant::now();
+    let unload_ms = if state.loaded_model().is_some() {
+        state.set_loaded(None);
+        state.engine.unload()?;
+        millis(started.elapsed())
+    } else {
+        0
+    };
+    let started = Instant::now();
+    state.engine.load(&entry.path, LoadSettings { context_limit, ..LoadSettings::default() })?;
+    let load_ms = millis(started.elapsed());
     state.set_loaded(Some(LoadedModel { id: entry.id.clone(), path: entry.path.clone() }));
     entry.loaded = true;
-    Ok(entry)
+    entry.fit = Some(report);
+    Ok(LoadResult { entry, context_limit, unload_ms, load_ms })
 }
 
-/// The bundled demo model: when the app's models folder has no model and
-/// nothing is loaded, writes the tiny random-weight qwen2 4-bit model there
-/// and loads it, so a fresh install chats at once. Returns whether it did.
+fn millis(d: std::time::Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The bundled demo model: when nothing is loaded and no model in the app's
+/// models folder fits this Mac (e.g. a fresh install, or only models too big
+/// to load), writes the tiny random-weight qwen2 4-bit model there (unless it
+/// is there already) and loads it if it is the only own model that fits, so
+/// the app chats at once. Returns whether it loaded it.
 pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
     if state.loaded_model().is_some() {
         return Ok(false);
     }
     let data_dir = &state.locations.data_dir;
-    if !has_own_models(data_dir) {
-        let dir = data_dir.join(MODELS_DIR).join(DEMO_MODEL_ID);
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))?;
+    let source = budget_source(state).ok();
+    let context = state.context_limit();
+    // A model whose fit cannot be told counts as fitting: it is the user's.
+    let fitting = || -> Vec<ModelEntry> {
+        list_models(data_dir, &HubEnv::default())
+            .into_iter()
+            .filter(|m| {
+                source.and_then(|s| fit::check_model(&m.path, context, s).ok()).is_none_or(|r| !r.verdict.refuses())
+            })
+            .collect()
+    };
+    let demo_dir = data_dir.join(MODELS_DIR).join(DEMO_MODEL_ID);
+    if fitting().is_empty() && !demo_dir.join("config.json").is_file() {
+        write_demo_model(&demo_dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))?;
     }
-    let own = list_models(data_dir, &HubEnv::default());
-    match own.iter().find(|m| m.id == DEMO_MODEL_ID) {
-        Some(demo) if own.len() == 1 => {
-            load(state, &demo.id)?;
+    match fitting().as_slice() {
+        [demo] if demo.id == DEMO_MODEL_ID => {
+            load(state, &demo.id, None, false)?;
             Ok(true)
         }
         _ => Ok(false),
@@ -264,8 +348,6 @@ mod tests {
         assert_eq!(ids, ["tiny", "mlx-community/Big-8bit"]);
         assert_eq!((list[0].arch.as_deref(), list[0].bits, list[0].size_bytes), (Some("qwen2"), Some(4), 10));
         assert_eq!((list[1].name.as_str(), list[1].bits, list[1].path.clone()), ("Big-8bit", Some(8), snap));
-        assert!(has_own_models(&data));
-        assert!(!has_own_models(&root.join("nowhere")));
     }
 
     #[test]
@@ -277,7 +359,7 @@ mod tests {
         assert_eq!((list[0].id.as_str(), list[0].arch.as_deref(), list[0].bits, list[0].loaded), (DEMO_MODEL_ID, Some("qwen2"), Some(4), true));
         assert!(list[0].size_bytes > 0);
         assert_eq!(ensure_demo_model(&state).ok(), Some(false), "already loaded");
-        let err = load(&state, "nobody/nothing").err();
+        let err = load(&state, "nobody/nothing", None, false).err();
         assert_eq!(err.map(|e| e.code), Some("MODEL_NOT_FOUND"));
     }
 

@@ -2,10 +2,12 @@
 
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use headroom_core::chat::Message;
-use headroom_engine::worker::EngineHandle;
+use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
+use headroom_memory::Sampler;
 use headroom_engine::BackendInfo;
 
 use crate::models::HubEnv;
@@ -36,6 +38,10 @@ pub struct AppState {
     pub loaded: Arc<Mutex<Option<LoadedModel>>>,
     /// Conversation per session id, in memory until the store lands.
     pub sessions: Arc<Mutex<HashMap<String, Vec<Message>>>>,
+    /// Context length (tokens) models are checked and loaded at unless a load names another.
+    pub context_limit: Arc<AtomicUsize>,
+    /// The memory sampler, once `run()` has started it (tests run without one).
+    pub memory: Arc<OnceLock<Sampler>>,
 }
 
 impl AppState {
@@ -46,7 +52,13 @@ impl AppState {
             locations,
             loaded: Arc::default(),
             sessions: Arc::default(),
+            context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
+            memory: Arc::default(),
         }
+    }
+
+    pub fn context_limit(&self) -> usize {
+        self.context_limit.load(Ordering::Relaxed)
     }
 
     pub fn loaded_model(&self) -> Option<LoadedModel> {

@@ -17,7 +17,7 @@
 
 import assert from 'node:assert/strict';
 import { execFile, spawn } from 'node:child_process';
-import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, writeFileSync } from 'node:fs';
+import { appendFileSync, closeSync, existsSync, mkdirSync, mkdtempSync, openSync, readFileSync, readdirSync, rmSync, truncateSync, writeFileSync } from 'node:fs';
 import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
@@ -36,6 +36,10 @@ const DRIVER =
   (existsSync(path.join(repo, '.deps/tools/bin/tauri-driver')) ? path.join(repo, '.deps/tools/bin/tauri-driver') : 'tauri-driver');
 
 const DEMO_MODEL_ID = 'headroom-demo-tiny';
+// A model whose weight header claims 200 GB (a sparse file: no data on
+// disk), put into the data folder before the app starts: too big to load.
+const HUGE_MODEL_ID = 'huge-demo';
+const HUGE_CLAIMED = 200_000_000_000;
 const WHOLE_FILE_MS = 150_000; // watchdog: the file may never take longer
 // The app's data folder and HF cache for this run: empty, so the app writes
 // its bundled demo model there.
@@ -333,13 +337,30 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     }
   }
 
+  /** The sparse huge model: the demo model's config, one bf16 tensor header claiming HUGE_CLAIMED bytes. */
+  async function writeHugeModel(dir) {
+    await run(BIN, ['demo-model', dir, '--preset', 'tiny', '--bits', '16'], { timeout: 30_000 });
+    for (const f of readdirSync(dir)) if (f.startsWith('model.safetensors')) rmSync(path.join(dir, f));
+    const rows = HUGE_CLAIMED / 2 / 1_000_000;
+    const header = Buffer.from(
+      JSON.stringify({ 'model.embed_tokens.weight': { dtype: 'BF16', shape: [rows, 1_000_000], data_offsets: [0, HUGE_CLAIMED] } }),
+    );
+    const len = Buffer.alloc(8);
+    len.writeBigUInt64LE(BigInt(header.length));
+    const file = path.join(dir, 'model.safetensors');
+    writeFileSync(file, Buffer.concat([len, header]));
+    truncateSync(file, 8 + header.length + HUGE_CLAIMED); // sparse: no data on disk
+  }
+
   /** Everything the tests need: the expected values, a display, a session. */
   async function setUp() {
     mkdirSync(OUT, { recursive: true });
     writeFileSync(driverLog, ''); // this run's log only
     rmSync(path.join(OUT, 'popover.png'), { force: true }); // never show a stale picture
+    rmSync(path.join(OUT, 'fit-warning.png'), { force: true });
     assert.ok(existsSync(BIN), `no app binary at ${BIN}: run \`cargo build -p headroom\` (after \`cd ui && npm run build\`), or set HEADROOM_BIN`);
     expected = await readExpected();
+    await writeHugeModel(path.join(DATA_DIR, 'models', HUGE_MODEL_ID));
     xvfb = await ensureDisplay();
 
     // Xvfb refuses connections for a moment after its last client left
@@ -483,9 +504,56 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     });
     const options = await session.allByTestId('model-option');
     const ids = await Promise.all(options.map((o) => session.attribute(o, 'data-model-id')));
-    assert.deepEqual(ids, [DEMO_MODEL_ID], 'the fresh data folder holds just the demo model');
+    assert.deepEqual(ids, [DEMO_MODEL_ID, HUGE_MODEL_ID], 'the data folder holds the demo model and the huge one, smallest first');
     assert.ok(existsSync(path.join(DATA_DIR, 'models', DEMO_MODEL_ID, 'config.json')), 'the demo model is in HEADROOM_DATA_DIR');
     assert.ok((await session.text(await session.byTestId('route-chip'))).includes(DEMO_MODEL_ID), 'the route chip names the model');
+  });
+
+  test('picking the huge model opens the swap warning with numbers; Cancel keeps the demo model', { timeout: 40_000 }, async () => {
+    requireApp();
+    const options = await session.allByTestId('model-option');
+    const verdicts = {};
+    for (const o of options) verdicts[await session.attribute(o, 'data-model-id')] = await session.attribute(o, 'data-verdict');
+    assert.equal(verdicts[HUGE_MODEL_ID], 'cannot_fit', `verdicts: ${JSON.stringify(verdicts)}`);
+    assert.ok(['fits', 'tight'].includes(verdicts[DEMO_MODEL_ID]), `verdicts: ${JSON.stringify(verdicts)}`);
+
+    // Choose it as a user would: the select's value, then its change event.
+    await session.execute(`
+      const s = document.querySelector('[data-testid="model-select"]');
+      s.value = '${HUGE_MODEL_ID}';
+      s.dispatchEvent(new Event('change', { bubbles: true }));
+    `);
+    const sheet = await session.waitForElement('[data-testid="fit-warning"]', 5_000);
+    const text = await session.text(sheet);
+    assert.match(text, new RegExp(`${HUGE_MODEL_ID} would push this Mac into swap by [\\d.]+ GB at 8K context`), text);
+    assert.ok(text.includes('186.3 GB'), `the weights (200 GB = 186.3 GiB) are shown: ${text}`);
+    for (const label of ['Weights', 'KV cache', 'Overhead', 'Budget', 'Largest context that fits']) {
+      assert.ok(text.includes(label), `the warning shows ${label}: ${text}`);
+    }
+    assert.equal(await session.text(await session.byTestId('fit-largest')), 'none');
+    await session.byTestId('fit-warning-load-anyway');
+    const cancel = await session.byTestId('fit-warning-cancel');
+    assert.equal(await session.execute('return document.activeElement?.dataset.testid;'), 'fit-warning-cancel', 'Cancel has the focus');
+
+    const png = await session.screenshot(30_000);
+    writeFileSync(path.join(OUT, 'fit-warning.png'), png);
+
+    await session.click(cancel);
+    await waitFor(async () => (await session.allByTestId('fit-warning')).length === 0, { timeoutMs: 5_000, message: 'the warning to close' });
+    assert.equal(await session.property(await session.byTestId('model-select'), 'value'), DEMO_MODEL_ID, 'the demo model stays loaded');
+  });
+
+  test('the live strip shows memory figures from the sampler', { timeout: 20_000 }, async () => {
+    requireApp();
+    const used = await waitFor(
+      async () => {
+        const t = await session.text(await session.byTestId('memory-used'));
+        return /^\d+\.\d\/\d+\.\d GB$/.test(t.trim()) && t.trim();
+      },
+      { timeoutMs: 10_000, intervalMs: 250, message: 'the live strip to show used/total memory' },
+    );
+    const strip = await session.text(await session.byTestId('live-graph'));
+    assert.ok(strip.includes(used) && /swap\s*[\d.]+ GB/.test(strip), `live strip: ${strip}`);
   });
 
   test('"hello" streams an answer token by token, then a stats line with tok/s', { timeout: 45_000 }, async () => {

@@ -6,7 +6,7 @@ import { describe, expect, it } from 'vitest';
 import App from './App.svelte';
 import type { AppInfo } from './lib/ipc/app';
 import type { ChatEvent, TurnStats } from './lib/ipc/chat';
-import type { ModelEntry } from './lib/ipc/models';
+import type { FitReport, ModelEntry } from './lib/ipc/models';
 
 const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'cpu', platform: 'linux' };
 
@@ -18,8 +18,25 @@ const DEMO: ModelEntry = {
   bits: 4,
   size_bytes: 2_000_000,
   loaded: true,
+  fit: null,
 };
 const OTHER: ModelEntry = { ...DEMO, id: 'org/Other-4bit', name: 'Other-4bit', size_bytes: 4_300_000_000, loaded: false };
+
+const GB = 1024 ** 3;
+const SWAP_REPORT: FitReport = {
+  estimate: {
+    context_tokens: 8192,
+    weight_bytes: 8 * GB,
+    kv_cache_bytes: 3 * GB,
+    overhead: { total_bytes: 1 * GB },
+    predicted_peak_bytes: 12 * GB,
+  },
+  budget: { available_bytes: 13 * GB, freed_by_unload_bytes: 1 * GB, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB },
+  verdict: { kind: 'would_swap', by_bytes: 2 * GB },
+  spare_bytes: -2 * GB,
+  largest_context_that_fits: 4096,
+};
+const BIG: ModelEntry = { ...DEMO, id: 'org/Big-14B', name: 'Big-14B', size_bytes: 8_600_000_000, loaded: false, fit: SWAP_REPORT };
 
 const STATS: TurnStats = {
   ttftMs: 25,
@@ -64,7 +81,7 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO]): Call[]
       case 'model_load': {
         const id = (args as { id: string }).id;
         models = models.map((m) => ({ ...m, loaded: m.id === id }));
-        return models.find((m) => m.id === id);
+        return { ...models.find((m) => m.id === id), context_limit: 8192, unload_ms: 120, load_ms: 900 };
       }
       case 'chat_send': {
         const a = args as { text: string; onEvent: Channel<ChatEvent> };
@@ -76,6 +93,8 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO]): Call[]
         return true;
       case 'hide_window':
         return null;
+      case 'memory_history':
+        return [];
       default:
         throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
     }
@@ -128,6 +147,42 @@ describe('App', () => {
     await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue('org/Other-4bit'));
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
     expect(screen.getByTestId('route-chip')).toHaveTextContent('Other-4bit');
+  });
+
+  it('warns before loading a model that would swap, with three choices', async () => {
+    const calls = fakeBackend(answer, [DEMO, BIG]);
+    const { user } = setup();
+    await waitFor(() => expect(screen.getAllByTestId('model-option')).toHaveLength(2));
+    const big = screen.getAllByTestId('model-option').find((o) => o.dataset.modelId === 'org/Big-14B');
+    expect(big?.dataset.verdict).toBe('would_swap');
+    expect(big).toHaveTextContent('needs 12.0 GB');
+
+    await user.selectOptions(screen.getByTestId('model-select'), 'org/Big-14B');
+    const sheet = await screen.findByTestId('fit-warning');
+    expect(sheet).toHaveTextContent('Big-14B would push this Mac into swap by 2.0 GB at 8K context');
+    expect(within(sheet).getByTestId('fit-largest')).toHaveTextContent('4K tokens');
+    expect(screen.getByTestId('fit-warning-cancel')).toHaveFocus();
+    await user.click(screen.getByTestId('fit-warning-cancel'));
+    expect(screen.queryByTestId('fit-warning')).toBeNull();
+    expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([]);
+
+    await user.selectOptions(screen.getByTestId('model-select'), 'org/Big-14B');
+    await user.click(await screen.findByRole('button', { name: 'Load with 4K context' }));
+    await waitFor(() => expect(screen.queryByTestId('fit-warning')).toBeNull());
+    await waitFor(() => expect(screen.getByTestId('switch-note')).toHaveTextContent('unloaded in 0.1 s, loaded in 0.9 s'));
+
+    // Back to the demo model (it fits: no sheet), then Big again, anyway.
+    await user.selectOptions(screen.getByTestId('model-select'), DEMO.id);
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'model_load')).toHaveLength(2));
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue(DEMO.id));
+    await user.selectOptions(screen.getByTestId('model-select'), 'org/Big-14B');
+    await user.click(await screen.findByTestId('fit-warning-load-anyway'));
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'model_load')).toHaveLength(3));
+    expect(calls.filter((c) => c.cmd === 'model_load').map((c) => c.args)).toEqual([
+      { id: 'org/Big-14B', contextLimit: 4096 },
+      { id: DEMO.id },
+      { id: 'org/Big-14B', override: true },
+    ]);
   });
 
   it('streams the answer as Markdown, then the stats line that expands', async () => {

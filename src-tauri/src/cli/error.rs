@@ -31,6 +31,15 @@ pub enum CliError {
     Json(#[from] serde_json::Error),
 }
 
+impl From<crate::fit::FitError> for CliError {
+    fn from(e: crate::fit::FitError) -> Self {
+        match e {
+            crate::fit::FitError::Model(e) => Self::Engine(e),
+            crate::fit::FitError::Memory(e) => Self::Memory(e),
+        }
+    }
+}
+
 fn display_paths(paths: &[PathBuf]) -> String {
     if paths.is_empty() {
         return "nowhere: it is not an `org/name` repo id, or no cache folder is known".into();

@@ -6,11 +6,11 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::Args;
-use headroom_core::fit::{check, BudgetInputs, BudgetLimit, FitReport, Verdict, GIB, MIN_CONTEXT};
-use headroom_engine::inspect_model;
+use headroom_core::fit::{BudgetLimit, FitReport, Verdict, GIB, MIN_CONTEXT};
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 
 use super::hub::{resolve_model, HubEnv};
+use crate::fit::BudgetSource;
 use super::CliError;
 
 /// How much memory a model may use; shared by `fit` and `generate`.
@@ -56,23 +56,16 @@ pub struct FitArgs {
     pub json: bool,
 }
 
-/// The verdict for the model in `dir` at `context` tokens. Reads only
-/// config.json and the weight headers: nothing is loaded.
+/// The verdict for the model in `dir` at `context` tokens (the shared check
+/// in [`crate::fit`]): reads only config.json and the weight headers.
 pub fn check_model(dir: &Path, context: usize, budget: &BudgetArgs) -> Result<FitReport, CliError> {
-    let footprint = inspect_model(dir)?;
-    let available_bytes = match budget.available_gb {
-        Some(gb) => gb_to_bytes(gb),
-        None => headroom_memory::read()?.available,
-    };
-    let inputs = BudgetInputs {
-        available_bytes,
+    let source = BudgetSource {
+        available_bytes: budget.available_gb.map(gb_to_bytes),
         // The CLI runs in its own process: nothing is loaded to unload.
         freed_by_unload_bytes: 0,
         os_headroom_bytes: gb_to_bytes(budget.headroom_gb),
-        // TODO(macOS): Metal's recommended working-set size, once the engine exposes it.
-        gpu_working_set_bytes: None,
     };
-    Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
+    Ok(crate::fit::check_model(dir, context, source)?)
 }
 
 pub fn run(args: &FitArgs) -> Result<(), CliError> {

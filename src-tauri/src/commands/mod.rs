@@ -6,5 +6,6 @@
 
 pub mod app;
 pub mod chat;
+pub mod memory;
 pub mod models;
 pub mod window;

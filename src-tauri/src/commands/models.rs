@@ -3,19 +3,33 @@
 use tauri::State;
 
 use crate::error::CommandError;
-use crate::models::{self, ModelEntry};
+use crate::models::{self, LoadResult, ModelEntry};
 use crate::state::AppState;
 
+/// Every model, each with its fit verdict at the app's context limit.
 #[tauri::command]
-pub fn models_list(state: State<'_, AppState>) -> Vec<ModelEntry> {
-    models::entries(&state)
+pub async fn models_list(state: State<'_, AppState>) -> Result<Vec<ModelEntry>, CommandError> {
+    // Reading headers and the OS's figures touches the disk: off the UI thread.
+    let state = AppState::clone(&state);
+    tauri::async_runtime::spawn_blocking(move || models::entries(&state))
+        .await
+        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Listing the models stopped unexpectedly: {e}")))
 }
 
-/// Loading takes seconds: it runs on a blocking thread, not the UI's.
+/// Loading takes seconds: it runs on a blocking thread, not the UI's. A
+/// model that would swap is refused (`MODEL_TOO_LARGE`, with the numbers in
+/// `details`) unless `override` is true; `contextLimit` loads it with a
+/// smaller (or larger) context than the app's.
 #[tauri::command]
-pub async fn model_load(id: String, state: State<'_, AppState>) -> Result<ModelEntry, CommandError> {
+pub async fn model_load(
+    id: String,
+    context_limit: Option<usize>,
+    r#override: Option<bool>,
+    state: State<'_, AppState>,
+) -> Result<LoadResult, CommandError> {
     let state = AppState::clone(&state);
-    tauri::async_runtime::spawn_blocking(move || models::load(&state, &id))
+    let override_fit = r#override.unwrap_or(false);
+    tauri::async_runtime::spawn_blocking(move || models::load(&state, &id, context_limit, override_fit))
         .await
         .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Loading stopped unexpectedly: {e}")))?
 }

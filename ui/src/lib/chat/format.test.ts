@@ -10,6 +10,7 @@ const model = (o: Partial<ModelEntry> = {}): ModelEntry => ({
   bits: 4,
   size_bytes: 4_300_000_000,
   loaded: false,
+  fit: null,
   ...o,
 });
 

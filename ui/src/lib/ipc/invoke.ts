@@ -65,3 +65,20 @@ export async function subscribe(event: string, handler: () => void): Promise<() 
     return () => {};
   }
 }
+
+/**
+ * Like `subscribe`, for broadcasts that carry a payload (e.g. `memory`):
+ * `handler` gets each payload.
+ */
+export async function subscribeTo<T>(event: string, handler: (payload: T) => void): Promise<() => void> {
+  try {
+    const unlisten = await listen<T>(event, (e) => handler(e.payload));
+    return () => {
+      void Promise.resolve()
+        .then(() => unlisten())
+        .catch(() => {});
+    };
+  } catch {
+    return () => {};
+  }
+}

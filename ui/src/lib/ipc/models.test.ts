@@ -10,6 +10,7 @@ const DEMO: ModelEntry = {
   bits: 4,
   size_bytes: 1_234_567,
   loaded: true,
+  fit: null,
 };
 
 describe('models', () => {

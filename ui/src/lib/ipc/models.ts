@@ -11,6 +11,66 @@ export interface ModelEntry {
   bits: number | null;
   size_bytes: number;
   loaded: boolean;
+  /** The fit verdict at the app's context limit; null if the headers could not be read. */
+  fit: FitReport | null;
+}
+
+/** Mirrors `headroom_core::fit::Verdict` (tagged by `kind`). */
+export type Verdict =
+  | { kind: 'fits' }
+  | { kind: 'tight' }
+  | { kind: 'would_swap'; by_bytes: number }
+  | { kind: 'cannot_fit'; by_bytes: number };
+
+/** The parts of `headroom_core::fit::FitReport` the UI shows. */
+export interface FitReport {
+  estimate: {
+    context_tokens: number;
+    weight_bytes: number;
+    kv_cache_bytes: number;
+    overhead: { total_bytes: number };
+    predicted_peak_bytes: number;
+  };
+  budget: {
+    available_bytes: number;
+    freed_by_unload_bytes: number;
+    os_headroom_bytes: number;
+    budget_bytes: number;
+  };
+  verdict: Verdict;
+  spare_bytes: number;
+  largest_context_that_fits: number | null;
+}
+
+/** What `model_load` resolves to: the entry, now loaded, and the switch's timings. */
+export interface LoadResult extends ModelEntry {
+  context_limit: number;
+  unload_ms: number;
+  load_ms: number;
+}
+
+/** The code a refused load rejects with; its `details.report` is the `FitReport`. */
+export const MODEL_TOO_LARGE = 'MODEL_TOO_LARGE';
+
+/** Mirrors `fit::refusal_details`. */
+export interface TooLargeDetails {
+  verdict: Verdict;
+  contextTokens: number;
+  weightBytes: number;
+  kvCacheBytes: number;
+  overheadBytes: number;
+  predictedPeakBytes: number;
+  budgetBytes: number;
+  overByBytes: number;
+  largestContextThatFits: number | null;
+  report: FitReport;
+}
+
+export interface LoadOptions {
+  /** Load with this context (tokens) instead of the app's limit. */
+  contextLimit?: number;
+  /** Load even though the verdict says it would swap. */
+  override?: boolean;
 }
 
 /** Broadcast when the list or the loaded model changed (e.g. the demo model is ready). */
@@ -20,9 +80,12 @@ export function modelsList(): Promise<ModelEntry[]> {
   return call<ModelEntry[]>('models_list');
 }
 
-/** Loads a model (seconds); resolves to its entry, now `loaded`. */
-export function modelLoad(id: string): Promise<ModelEntry> {
-  return call<ModelEntry>('model_load', { id });
+/**
+ * Loads a model (seconds); resolves to its entry, now `loaded`. Rejects with
+ * `MODEL_TOO_LARGE` (numbers in `details`) when it would swap, unless `override`.
+ */
+export function modelLoad(id: string, options: LoadOptions = {}): Promise<LoadResult> {
+  return call<LoadResult>('model_load', { id, ...options });
 }
 
 export function onModelsChanged(handler: () => void): Promise<() => void> {

@@ -1,0 +1,161 @@
+//! The fit check shared by the CLI (`headroom fit`, the guard in
+//! `headroom generate`) and the app (the picker's badges, the guard in
+//! `model_load`): a model folder's footprint (headers only, nothing loaded)
+//! plus a memory reading give a [`FitReport`] with every part.
+
+use std::path::Path;
+
+use headroom_core::fit::{check, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
+use headroom_engine::{inspect_model, EngineError};
+use headroom_memory::MemoryError;
+use serde_json::json;
+
+/// Where the budget's numbers come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BudgetSource {
+    /// Plan as if this much were available; `None` reads the OS now.
+    pub available_bytes: Option<u64>,
+    /// What unloading the currently loaded model would give back.
+    pub freed_by_unload_bytes: u64,
+    /// What to leave to the OS and other apps.
+    pub os_headroom_bytes: u64,
+}
+
+impl Default for BudgetSource {
+    fn default() -> Self {
+        Self { available_bytes: None, freed_by_unload_bytes: 0, os_headroom_bytes: DEFAULT_OS_HEADROOM }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    /// The model's config or weight headers could not be read.
+    #[error(transparent)]
+    Model(#[from] EngineError),
+    /// The OS's memory figures could not be read.
+    #[error(transparent)]
+    Memory(#[from] MemoryError),
+}
+
+/// The budget inputs `source` describes, reading the OS if it must.
+pub fn budget_inputs(source: BudgetSource) -> Result<BudgetInputs, MemoryError> {
+    let available_bytes = match source.available_bytes {
+        Some(bytes) => bytes,
+        None => headroom_memory::read()?.available,
+    };
+    Ok(BudgetInputs {
+        available_bytes,
+        freed_by_unload_bytes: source.freed_by_unload_bytes,
+        os_headroom_bytes: source.os_headroom_bytes,
+        // TODO(macOS): Metal's recommended working-set size, once the engine exposes it.
+        gpu_working_set_bytes: None,
+    })
+}
+
+/// The verdict for the model in `dir` at `context` tokens. Reads only
+/// config.json and the weight headers: nothing is loaded.
+pub fn check_model(dir: &Path, context: usize, source: BudgetSource) -> Result<FitReport, FitError> {
+    let footprint = inspect_model(dir)?;
+    let inputs = budget_inputs(source)?;
+    Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
+}
+
+/// By how much the model is over the budget (0 when it fits).
+pub fn over_by(report: &FitReport) -> u64 {
+    match report.verdict {
+        Verdict::WouldSwap { by_bytes } | Verdict::CannotFit { by_bytes } => by_bytes,
+        Verdict::Fits | Verdict::Tight => 0,
+    }
+}
+
+/// The numbers a refusal carries to the UI (`CommandError::details`), in
+/// the UI's camelCase, with the whole report under `report`.
+pub fn refusal_details(report: &FitReport) -> serde_json::Value {
+    let e = &report.estimate;
+    json!({
+        "verdict": report.verdict,
+        "contextTokens": e.context_tokens,
+        "weightBytes": e.weight_bytes,
+        "kvCacheBytes": e.kv_cache_bytes,
+        "overheadBytes": e.overhead.total_bytes,
+        "predictedPeakBytes": e.predicted_peak_bytes,
+        "budgetBytes": report.budget.budget_bytes,
+        "overByBytes": over_by(report),
+        "largestContextThatFits": report.largest_context_that_fits,
+        "report": report,
+    })
+}
+
+/// A sparse model folder for tests: a real tiny config whose single weight
+/// file's header claims `claimed` bytes (no data on disk).
+#[cfg(test)]
+pub(crate) fn write_sparse_model(dir: &Path, claimed: u64) {
+    use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+    use std::io::Write;
+    write_demo_model(dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Sixteen)).unwrap_or_else(|e| panic!("{e}"));
+    for f in ["model.safetensors.index.json", "model.safetensors"] {
+        let _ = std::fs::remove_file(dir.join(f));
+    }
+    let rows = claimed / 2 / 1_000_000;
+    let header = format!(
+        r#"{{"model.embed_tokens.weight":{{"dtype":"BF16","shape":[{rows},1000000],"data_offsets":[0,{claimed}]}}}}"#
+    );
+    let mut f = std::fs::File::create(dir.join("model.safetensors")).unwrap_or_else(|e| panic!("{e}"));
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    f.write_all(header.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    f.set_len(8 + header.len() as u64 + claimed).unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_core::fit::GIB;
+
+    use super::*;
+
+    fn scratch(tag: &str) -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("headroom-appfit-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    #[test]
+    fn a_sparse_huge_model_cannot_fit_and_the_details_carry_every_number() {
+        let dir = scratch("huge");
+        write_sparse_model(&dir, 200_000_000_000);
+        let source = BudgetSource { available_bytes: Some(16 * GIB), ..BudgetSource::default() };
+        let report = check_model(&dir, 8192, source).unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(report.verdict, Verdict::CannotFit { .. }), "{:?}", report.verdict);
+        assert_eq!(report.budget.budget_bytes, 12 * GIB);
+        let d = refusal_details(&report);
+        assert_eq!(d["verdict"]["kind"], "cannot_fit");
+        assert_eq!(d["weightBytes"], 200_000_000_000u64);
+        assert_eq!(d["budgetBytes"], 12 * GIB);
+        assert_eq!(d["overByBytes"], over_by(&report));
+        assert!(over_by(&report) > 170 * GIB, "{}", over_by(&report));
+        assert!(d["largestContextThatFits"].is_null());
+        assert_eq!(d["contextTokens"], 8192);
+        assert!(d["kvCacheBytes"].as_u64().is_some_and(|kv| kv > 0));
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn what_unloading_frees_counts_toward_the_budget() {
+        let dir = scratch("freed");
+        write_sparse_model(&dir, 10_000_000_000);
+        let tight = BudgetSource { available_bytes: Some(8 * GIB), ..BudgetSource::default() };
+        let report = check_model(&dir, 8192, tight).unwrap_or_else(|e| panic!("{e}"));
+        assert!(report.verdict.refuses(), "{:?}", report.verdict);
+        let freed = BudgetSource { freed_by_unload_bytes: 12 * GIB, ..tight };
+        let report = check_model(&dir, 8192, freed).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.budget.budget_bytes, 16 * GIB);
+        assert_eq!(report.verdict, Verdict::Fits);
+        assert_eq!(over_by(&report), 0);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn a_missing_model_is_a_model_error() {
+        let err = check_model(&scratch("absent"), 8192, BudgetSource::default()).err();
+        assert!(matches!(err, Some(FitError::Model(_))), "{err:?}");
+    }
+}

@@ -1,0 +1,142 @@
+//! Live memory for the UI and the tray: the `headroom-memory` sampler runs
+//! on Tauri's async runtime (about 1 Hz); each sample is emitted as the
+//! `memory` event, kept in the sampler's ring buffer for the live strip's
+//! first paint (`memory_history`), and summarized in the tray's tooltip.
+
+use headroom_core::fit::GIB;
+use std::time::Duration;
+
+use headroom_memory::{PressureLevel, Reader, Sample, Sampler};
+use serde::Serialize;
+use tauri::{AppHandle, Emitter, Manager, Runtime};
+
+use crate::state::AppState;
+use crate::tray::TRAY_ID;
+
+/// The event each sample is emitted as.
+pub const MEMORY_EVENT: &str = "memory";
+/// About once a second.
+const PERIOD: Duration = Duration::from_secs(1);
+/// Ten minutes of history at 1 Hz.
+const HISTORY: usize = 600;
+
+/// One sample as the UI sees it (bytes; camelCase).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemorySample {
+    pub at_unix_ms: u64,
+    pub total: u64,
+    pub available: u64,
+    pub used: u64,
+    pub swap_total: u64,
+    pub swap_used: u64,
+    pub pressure: PressureLevel,
+    pub process_rss: u64,
+    /// MLX's live arrays now; `None` in the history (not kept there).
+    pub mlx_active: Option<u64>,
+    /// MLX's peak since the last reset; `None` in the history.
+    pub mlx_peak: Option<u64>,
+}
+
+impl MemorySample {
+    pub fn from_sample(s: &Sample, mlx: Option<headroom_engine::MlxMemory>) -> Self {
+        let r = &s.reading;
+        Self {
+            at_unix_ms: s.at_unix_ms,
+            total: r.total,
+            available: r.available,
+            used: r.used,
+            swap_total: r.swap_total,
+            swap_used: r.swap_used,
+            pressure: r.pressure,
+            process_rss: r.process_rss,
+            mlx_active: mlx.map(|m| m.active),
+            mlx_peak: mlx.map(|m| m.peak),
+        }
+    }
+}
+
+/// The tray's tooltip for a sample: the pressure level, then used / total.
+pub fn tooltip(s: &MemorySample) -> String {
+    let level = match s.pressure {
+        PressureLevel::Normal => "normal",
+        PressureLevel::Warning => "warning",
+        PressureLevel::Critical => "critical",
+        PressureLevel::Unknown => "unknown",
+    };
+    let gb = |b: u64| b as f64 / GIB as f64;
+    format!("Headroom — memory pressure {level}, {:.1} / {:.1} GB used", gb(s.used), gb(s.total))
+}
+
+/// The kept samples, oldest first (empty before the sampler has started).
+pub fn history(state: &AppState) -> Vec<MemorySample> {
+    state.memory.get().map(|m| m.history().iter().map(|s| MemorySample::from_sample(s, None)).collect()).unwrap_or_default()
+}
+
+/// Starts the sampler on Tauri's runtime and forwards each sample to the UI
+/// and the tray. Call once, from `setup`.
+pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::MemoryError> {
+    let mut reader = Reader::new()?;
+    let sampler = {
+        // Sampler::spawn needs a tokio context: Tauri's own runtime.
+        let _runtime = tauri::async_runtime::handle().inner().enter();
+        Sampler::spawn(move || reader.read(), PERIOD, HISTORY)
+    };
+    let mut latest = sampler.subscribe();
+    let state = app.state::<AppState>();
+    if state.memory.set(sampler).is_err() {
+        tracing::warn!("the memory sampler was already running");
+        return Ok(());
+    }
+    let app = app.clone();
+    tauri::async_runtime::spawn(async move {
+        let mut last_tooltip = String::new();
+        while latest.changed().await.is_ok() {
+            let Some(sample) = *latest.borrow_and_update() else { continue };
+            let sample = MemorySample::from_sample(&sample, headroom_engine::mlx_memory().ok());
+            if let Err(e) = app.emit(MEMORY_EVENT, sample) {
+                tracing::debug!("could not emit the memory sample: {e}");
+            }
+            let text = tooltip(&sample);
+            if text != last_tooltip {
+                if let Some(tray) = app.tray_by_id(TRAY_ID) {
+                    if let Err(e) = tray.set_tooltip(Some(&text)) {
+                        tracing::debug!("could not set the tray tooltip: {e}");
+                    }
+                }
+                last_tooltip = text;
+            }
+        }
+    });
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_memory::MemoryReading;
+
+    use super::*;
+
+    #[test]
+    fn samples_serialize_in_camel_case_and_the_tooltip_names_the_level() {
+        let reading = MemoryReading {
+            total: 32 * GIB,
+            available: 12 * GIB,
+            used: 19 * GIB + GIB / 10,
+            swap_total: 2 * GIB,
+            swap_used: 0,
+            pressure: PressureLevel::Warning,
+            process_rss: 1 << 20,
+        };
+        let mlx = headroom_engine::MlxMemory { active: 7, cache: 8, peak: 9 };
+        let s = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, Some(mlx));
+        let v = serde_json::to_value(s).unwrap_or_default();
+        for key in ["atUnixMs", "total", "available", "used", "swapTotal", "swapUsed", "pressure", "processRss", "mlxActive", "mlxPeak"] {
+            assert!(v.get(key).is_some(), "{key} in {v}");
+        }
+        assert_eq!((v["pressure"].as_str(), v["mlxActive"].as_u64(), v["mlxPeak"].as_u64()), (Some("warning"), Some(7), Some(9)));
+        assert_eq!(tooltip(&s), "Headroom — memory pressure warning, 19.1 / 32.0 GB used");
+        let none = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, None);
+        assert!(serde_json::to_value(none).unwrap_or_default()["mlxActive"].is_null());
+    }
+}

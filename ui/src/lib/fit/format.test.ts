@@ -1,0 +1,60 @@
+import { describe, expect, it } from 'vitest';
+import type { FitReport, ModelEntry } from '../ipc/models';
+import { formatContext, formatGB, formatUsed, groupBySize, refuses, sparkline, swapSentence, verdictLabel, verdictLevel } from './format';
+
+const GB = 1024 ** 3;
+const report = (verdict: FitReport['verdict'], largest: number | null = 4096): FitReport => ({
+  estimate: { context_tokens: 8192, weight_bytes: 8 * GB, kv_cache_bytes: 3 * GB, overhead: { total_bytes: GB }, predicted_peak_bytes: 12 * GB },
+  budget: { available_bytes: 14 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB },
+  verdict,
+  spare_bytes: -2 * GB,
+  largest_context_that_fits: largest,
+});
+const entry = (size_bytes: number, id = `m${size_bytes}`): ModelEntry => ({
+  id,
+  name: id,
+  path: '/m',
+  arch: null,
+  bits: null,
+  size_bytes,
+  loaded: false,
+  fit: null,
+});
+
+describe('fit format', () => {
+  it('colours verdicts green, amber, red', () => {
+    expect(verdictLevel({ kind: 'fits' })).toBe('normal');
+    expect(verdictLevel({ kind: 'tight' })).toBe('warning');
+    expect(verdictLevel({ kind: 'would_swap', by_bytes: 1 })).toBe('critical');
+    expect(verdictLevel({ kind: 'cannot_fit', by_bytes: 1 })).toBe('critical');
+    expect(verdictLevel(null)).toBe('unknown');
+    expect(verdictLabel({ kind: 'would_swap', by_bytes: 2.3 * GB })).toBe('would swap by 2.3 GB');
+  });
+
+  it('says contexts and sizes the way people do', () => {
+    expect([formatContext(8192), formatContext(4096), formatContext(1536), formatContext(512)]).toEqual(['8K', '4K', '1.5K', '512']);
+    expect(formatGB(4.3 * GB)).toBe('4.3 GB');
+    expect(formatUsed(19.1 * GB, 32 * GB)).toBe('19.1/32.0 GB');
+  });
+
+  it('writes the warning sentence', () => {
+    expect(swapSentence('Qwen2.5-14B', report({ kind: 'would_swap', by_bytes: 2.3 * GB }))).toBe(
+      'Qwen2.5-14B would push this Mac into swap by 2.3 GB at 8K context',
+    );
+    expect(swapSentence('huge', report({ kind: 'cannot_fit', by_bytes: 180 * GB }, null))).toContain('no smaller context fits');
+    expect(refuses(report({ kind: 'would_swap', by_bytes: 1 }))).toBe(true);
+    expect(refuses(report({ kind: 'tight' }))).toBe(false);
+    expect(refuses(null)).toBe(false);
+  });
+
+  it('groups by size in order and draws a sparkline', () => {
+    const groups = groupBySize([entry(2e6), entry(3e6), entry(4.3e9), entry(200e9)]);
+    expect(groups.map((g) => [g.label, g.models.length])).toEqual([
+      ['Under 1 GB', 2],
+      ['1–8 GB', 1],
+      ['Over 24 GB', 1],
+    ]);
+    expect(sparkline([0, 5, 10], 10, 60, 14)).toBe('0.0,14.0 30.0,7.0 60.0,0.0');
+    expect(sparkline([], 10, 60, 14)).toBe('');
+  });
+});

@@ -1,0 +1,107 @@
+// Words and colours for fit verdicts and memory figures.
+import type { PressureLevel } from '../ipc/memory';
+import type { FitReport, ModelEntry, Verdict } from '../ipc/models';
+
+const GIB = 1024 ** 3;
+
+/** Bytes as GB (2^30, as Activity Monitor counts), one decimal: `4.3 GB`. */
+export function formatGB(bytes: number): string {
+  return `${(bytes / GIB).toFixed(1)} GB`;
+}
+
+/** A context length the way people say it: 8192 → `8K`, 1536 → `1.5K`, 512 → `512`. */
+export function formatContext(tokens: number): string {
+  if (tokens < 1024) return `${tokens}`;
+  const k = tokens / 1024;
+  return `${Number.isInteger(k) ? k : Number(k.toFixed(1))}K`;
+}
+
+/** The dot colour for a verdict (unknown when there is none). */
+export function verdictLevel(verdict: Verdict | null | undefined): PressureLevel {
+  switch (verdict?.kind) {
+    case 'fits':
+      return 'normal';
+    case 'tight':
+      return 'warning';
+    case 'would_swap':
+    case 'cannot_fit':
+      return 'critical';
+    default:
+      return 'unknown';
+  }
+}
+
+/** A verdict in a few words. */
+export function verdictLabel(verdict: Verdict | null | undefined): string {
+  switch (verdict?.kind) {
+    case 'fits':
+      return 'fits';
+    case 'tight':
+      return 'tight';
+    case 'would_swap':
+      return `would swap by ${formatGB(verdict.by_bytes)}`;
+    case 'cannot_fit':
+      return 'cannot fit';
+    default:
+      return 'fit unknown';
+  }
+}
+
+/** Whether loading needs the user's say-so (the backend refuses without `override`). */
+export function refuses(report: FitReport | null | undefined): boolean {
+  return report?.verdict.kind === 'would_swap' || report?.verdict.kind === 'cannot_fit';
+}
+
+/** The sheet's sentence, e.g. `Qwen2.5-14B would push this Mac into swap by 2.3 GB at 8K context`. */
+export function swapSentence(name: string, report: FitReport): string {
+  const v = report.verdict;
+  const by = v.kind === 'would_swap' || v.kind === 'cannot_fit' ? v.by_bytes : 0;
+  const ctx = formatContext(report.estimate.context_tokens);
+  if (v.kind === 'cannot_fit') {
+    return `${name} would push this Mac into swap by ${formatGB(by)} at ${ctx} context, and no smaller context fits`;
+  }
+  return `${name} would push this Mac into swap by ${formatGB(by)} at ${ctx} context`;
+}
+
+/** The picker's size groups. */
+export function sizeGroup(m: ModelEntry): string {
+  const gb = m.size_bytes / 1e9;
+  if (gb < 1) return 'Under 1 GB';
+  if (gb < 8) return '1–8 GB';
+  if (gb < 24) return '8–24 GB';
+  return 'Over 24 GB';
+}
+
+/** Models grouped by size (the list arrives smallest first; order is kept). */
+export function groupBySize(models: ModelEntry[]): Array<{ label: string; models: ModelEntry[] }> {
+  const groups: Array<{ label: string; models: ModelEntry[] }> = [];
+  for (const m of models) {
+    const label = sizeGroup(m);
+    const group = groups.find((g) => g.label === label);
+    if (group) group.models.push(m);
+    else groups.push({ label, models: [m] });
+  }
+  return groups;
+}
+
+/** A picker row's memory part: `needs 4.3 GB`. */
+export function predictedMemory(m: ModelEntry): string {
+  return m.fit ? `needs ${formatGB(m.fit.estimate.predicted_peak_bytes)}` : '';
+}
+
+/** The live strip's figure: `19.1/32.0 GB`. */
+export function formatUsed(used: number, total: number): string {
+  return `${(used / GIB).toFixed(1)}/${(total / GIB).toFixed(1)} GB`;
+}
+
+/** An SVG polyline's points for `values` in a `width` × `height` box (0 at the bottom, `max` at the top). */
+export function sparkline(values: number[], max: number, width: number, height: number): string {
+  if (values.length === 0 || max <= 0) return '';
+  const step = values.length > 1 ? width / (values.length - 1) : 0;
+  return values
+    .map((v, i) => {
+      const y = height - (Math.min(Math.max(v, 0), max) / max) * height;
+      return `${(i * step).toFixed(1)},${y.toFixed(1)}`;
+    })
+    .join(' ');
+}
