@@ -122,7 +122,7 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
     };
     format!(
         "model: {model}\n\
-         context: {ctx} tokens\n\
+         context: {ctx} tokens{beyond}\n\
          \x20 weights          {w:>10}  (exact, from the safetensors headers)\n\
          \x20 KV cache         {kv:>10}  (2 × {layers} layers × {kvh} KV heads × {hd} × {pos} positions × {bpe} bytes)\n\
          \x20 overhead         {oh:>10}  (attention {att} + activations {act} + logits {lg} + fixed {fx}; prefill chunk {chunk})\n\
@@ -131,6 +131,11 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
          verdict: {verdict}\n\
          largest context that fits: {largest}\n",
         ctx = e.context_tokens,
+        beyond = match f.max_context {
+            // Memory would allow it, but the model was not trained that far.
+            Some(max) if e.context_tokens > max => format!(" (beyond the model's maximum of {max}: answers past it degrade)"),
+            _ => String::new(),
+        },
         w = gb(e.weight_bytes),
         kv = gb(e.kv_cache_bytes),
         layers = f.layers,
@@ -206,6 +211,14 @@ mod tests {
         for needle in ["context: 1024 tokens", "weights", "KV cache", "overhead", "predicted peak", "budget", "available 8.00 GB", "OS headroom 4.00 GB", "verdict: fits", "largest context that fits:"] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
+        assert!(!text.contains("beyond the model's maximum"), "{text}");
+
+        // The tiny demo model is trained for 4096 positions: more fits in
+        // memory but is said to be past what the model can do.
+        let mut out = Vec::new();
+        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&out);
+        assert!(text.contains("context: 8192 tokens (beyond the model's maximum of 4096"), "{text}");
         let _ = std::fs::remove_dir_all(dir);
     }
 
