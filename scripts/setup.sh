@@ -42,7 +42,7 @@ DEBIAN_PACKAGES=(
 if [ "$OS" = Linux ] && command -v dpkg-query >/dev/null; then
   missing=()
   for p in "${DEBIAN_PACKAGES[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    [ "$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" = "install ok installed" ] || missing+=("$p")
   done
   if [ ${#missing[@]} -gt 0 ]; then
     say "installing Debian packages: ${missing[*]}"
