@@ -6,6 +6,7 @@ mod error;
 mod fit;
 mod generate;
 mod hub;
+mod models;
 
 use std::process::ExitCode;
 
@@ -15,6 +16,7 @@ pub use demo_model::DemoModelArgs;
 pub use error::CliError;
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
+pub use models::ModelsArgs;
 
 /// Run local LLMs on a memory-tight Mac: fit checks before loading, honest
 /// speed figures, and a local/cloud router. With no subcommand, opens the
@@ -43,6 +45,9 @@ pub enum Command {
     /// Generate a reply with a local model, streaming it, then print the
     /// turn's stats (like `ollama run --verbose`).
     Generate(GenerateArgs),
+    /// List the models in the app's models folder and the Hugging Face
+    /// cache, with disk size and fit verdict at the default context.
+    Models(ModelsArgs),
 }
 
 /// Runs one subcommand; the exit code says whether it succeeded.
@@ -69,6 +74,7 @@ pub fn run(command: Command) -> ExitCode {
         Command::DemoModel(args) => report(demo_model::run(&args)),
         Command::Fit(args) => report(fit::run(&args)),
         Command::Generate(args) => report(generate::run(&args)),
+        Command::Models(args) => report(models::run(&args)),
     }
 }
 

@@ -15,12 +15,10 @@ mod popover;
 mod state;
 mod tray;
 
-use std::path::PathBuf;
-
 use tauri::{App, Builder, Context, Emitter, Manager, RunEvent, Runtime};
 
 pub use error::CommandError;
-pub use state::{AppState, Locations};
+pub use state::{platform_app_data_dir, AppState, Locations};
 
 /// Label of the popover window (tauri.conf.json).
 pub const MAIN_WINDOW: &str = "main";
@@ -116,13 +114,7 @@ pub fn run_app<R: Runtime>(
         .build(context)?;
     let locations = match locations {
         Some(l) => l,
-        None => {
-            let data_dir = match std::env::var_os(DATA_DIR_ENV).filter(|v| !v.is_empty()) {
-                Some(dir) => PathBuf::from(dir),
-                None => app.path().app_data_dir()?,
-            };
-            Locations { data_dir, hub: models::HubEnv::from_process() }
-        }
+        None => Locations::from_env(|| app.path().app_data_dir())?,
     };
     let engine = headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     app.manage(AppState::new(engine, locations));
@@ -274,10 +266,22 @@ mod tests {
         let r = invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!((r["id"].as_str(), r["loaded"].as_bool(), r["context_limit"].as_u64()), (Some(id), Some(true), Some(1024)));
         assert!(r["unload_ms"].as_u64().is_some() && r["load_ms"].as_u64().is_some(), "{r}");
+        // It replaced the demo model loaded above, and caps MLX's cache from the budget.
+        assert!(r["freed_bytes"].as_u64().is_some(), "{r}");
+        assert!(r["cache_limit_bytes"].as_u64().is_some_and(|b| b >= crate::models::MIN_CACHE_LIMIT_BYTES), "{r}");
         assert_eq!(r["fit"]["estimate"]["context_tokens"], 1024);
         assert!(matches!(r["fit"]["verdict"]["kind"].as_str(), Some("fits" | "tight")), "{r}");
         // No sampler in tests: the history is empty, not an error.
         assert_eq!(invoke(&window, "memory_history", json!({})).ok(), Some(json!([])));
+    }
+
+    #[test]
+    fn the_cli_finds_the_same_app_data_folder_as_tauri() {
+        let mut context = mock_context(noop_assets());
+        context.config_mut().identifier = crate::state::app_identifier();
+        let app = mock_builder().build(context).unwrap_or_else(|e| panic!("app: {e}"));
+        assert_eq!(crate::platform_app_data_dir(), app.path().app_data_dir().ok());
+        assert!(!crate::state::app_identifier().is_empty());
     }
 
     #[test]

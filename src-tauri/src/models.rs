@@ -7,7 +7,6 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
-use std::time::Instant;
 
 use headroom_core::fit::{FitReport, GIB};
 use headroom_engine::mlx_memory;
@@ -100,7 +99,23 @@ pub struct LoadResult {
     pub context_limit: usize,
     /// Unloading the previous model (and clearing MLX's cache); 0 if none was loaded.
     pub unload_ms: u64,
+    /// MLX memory (active + cache) that unloading the previous model gave back.
+    pub freed_bytes: u64,
     pub load_ms: u64,
+    /// The cap on MLX's buffer cache while this model is loaded.
+    pub cache_limit_bytes: usize,
+}
+
+/// The least buffer cache a model gets, even on a tight budget: without
+/// one MLX reallocates every step's temporaries and decoding crawls.
+pub const MIN_CACHE_LIMIT_BYTES: u64 = 256 << 20;
+
+/// MLX's buffer-cache cap for a model with this verdict: the budget left
+/// over after its predicted peak (floored at [`MIN_CACHE_LIMIT_BYTES`]), so
+/// the cache a long chat grows stays inside what the verdict approved.
+pub fn cache_limit_bytes(report: &FitReport) -> usize {
+    let spare = report.budget.budget_bytes.saturating_sub(report.estimate.predicted_peak_bytes);
+    usize::try_from(spare.max(MIN_CACHE_LIMIT_BYTES)).unwrap_or(usize::MAX)
 }
 
 /// The HF cache snapshot of `org/name`, offline.
@@ -202,16 +217,24 @@ pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
     Ok(BudgetSource { available_bytes: Some(reading.available), freed_by_unload_bytes, ..BudgetSource::default() })
 }
 
+/// [`list_models`], each with its fit verdict at `context` tokens against
+/// `source` (none when there is no budget or the headers cannot be read).
+pub fn list_models_with_fit(data_dir: &Path, env: &HubEnv, context: usize, source: Option<BudgetSource>) -> Vec<ModelEntry> {
+    let mut list = list_models(data_dir, env);
+    for m in &mut list {
+        m.fit = source.and_then(|s| fit::check_model(&m.path, context, s).ok());
+    }
+    list
+}
+
 /// The models the picker offers, the loaded one marked, each with its fit
 /// verdict at the app's context limit.
 pub fn entries(state: &AppState) -> Vec<ModelEntry> {
     let loaded = state.loaded_model();
     let source = budget_source(state).ok();
-    let context = state.context_limit();
-    let mut list = list_models(&state.locations.data_dir, &state.locations.hub);
+    let mut list = list_models_with_fit(&state.locations.data_dir, &state.locations.hub, state.context_limit(), source);
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
-        m.fit = source.and_then(|s| fit::check_model(&m.path, context, s).ok());
     }
     list
 }
@@ -249,21 +272,27 @@ pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_f
     }
     // Switching: unload the old model (which clears MLX's cache) first, so
     // its memory is back before the new weights arrive.
-    let started = Instant::now();
-    let unload_ms = if state.loaded_model().is_some() {
+    let (unload_ms, freed_bytes) = if state.loaded_model().is_some() {
         state.set_loaded(None);
-        state.engine.unload()?;
-        millis(started.elapsed())
+        let unloaded = state.engine.unload()?;
+        (millis(unloaded.unload_time), unloaded.freed_bytes)
     } else {
-        0
+        (0, 0)
     };
-    let started = Instant::now();
-    state.engine.load(&entry.path, LoadSettings { context_limit, ..LoadSettings::default() })?;
-    let load_ms = millis(started.elapsed());
+    let cache_limit = cache_limit_bytes(&report);
+    let settings = LoadSettings { context_limit, cache_limit_bytes: Some(cache_limit), ..LoadSettings::default() };
+    let info = state.engine.load(&entry.path, settings)?;
     state.set_loaded(Some(LoadedModel { id: entry.id.clone(), path: entry.path.clone() }));
     entry.loaded = true;
     entry.fit = Some(report);
-    Ok(LoadResult { entry, context_limit, unload_ms, load_ms })
+    Ok(LoadResult {
+        entry,
+        context_limit,
+        unload_ms,
+        freed_bytes,
+        load_ms: millis(info.load_time),
+        cache_limit_bytes: cache_limit,
+    })
 }
 
 fn millis(d: std::time::Duration) -> u64 {
@@ -379,4 +408,22 @@ mod tests {
         std::fs::remove_dir_all(snap).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(resolve_repo("org/broken", &env), Err(ModelsError::BrokenCacheEntry { .. })));
     }
+
+    #[test]
+    fn the_cache_limit_is_the_budget_left_after_the_peak_but_never_below_the_floor() {
+        let dir = scratch("cachelimit").join("demo");
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        let at = |available: u64| {
+            let source = BudgetSource { available_bytes: Some(available), ..BudgetSource::default() };
+            fit::check_model(&dir, 1024, source).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let roomy = at(16 * GIB);
+        let spare = roomy.budget.budget_bytes - roomy.estimate.predicted_peak_bytes;
+        assert!(spare > MIN_CACHE_LIMIT_BYTES);
+        assert_eq!(cache_limit_bytes(&roomy) as u64, spare);
+        // Nothing to spare (even a budget of 0): the floor.
+        assert_eq!(cache_limit_bytes(&at(GIB)) as u64, MIN_CACHE_LIMIT_BYTES);
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+
 }

@@ -20,6 +20,30 @@ pub struct Locations {
     pub hub: HubEnv,
 }
 
+impl Locations {
+    /// `$HEADROOM_DATA_DIR`, else `app_data_dir()`; the process's HF cache variables.
+    pub fn from_env<E>(app_data_dir: impl FnOnce() -> Result<PathBuf, E>) -> Result<Self, E> {
+        let data_dir = match std::env::var_os(crate::DATA_DIR_ENV).filter(|v| !v.is_empty()) {
+            Some(dir) => PathBuf::from(dir),
+            None => app_data_dir()?,
+        };
+        Ok(Self { data_dir, hub: HubEnv::from_process() })
+    }
+}
+
+/// The bundle identifier in tauri.conf.json, which names the app's folders.
+pub fn app_identifier() -> String {
+    let conf: serde_json::Value = serde_json::from_str(include_str!("../tauri.conf.json")).unwrap_or_default();
+    conf["identifier"].as_str().unwrap_or_default().to_owned()
+}
+
+/// Tauri's app data folder without a running app (the CLI has none): the
+/// platform data folder joined with the bundle identifier, which is what
+/// `app.path().app_data_dir()` resolves to. `None` if the platform has none.
+pub fn platform_app_data_dir() -> Option<PathBuf> {
+    Some(dirs::data_dir()?.join(app_identifier()))
+}
+
 /// The model the engine holds now, as the picker names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadedModel {

@@ -55,3 +55,34 @@ fn a_run_on_a_deeper_model_exits_cleanly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// `headroom models` finds the app's models folder through HEADROOM_DATA_DIR,
+/// as the app does, and lists each model with its size and verdict.
+#[test]
+fn models_lists_the_data_folder_with_verdicts() {
+    let data: PathBuf = std::env::temp_dir().join(format!("headroom-cli-models-bin-{}", std::process::id()));
+    let model = data.join("models").join("demo");
+    let out = headroom(&["demo-model", &model.to_string_lossy()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(args)
+            .env("HEADROOM_DATA_DIR", &data)
+            .env("HF_HUB_CACHE", std::env::temp_dir().join("headroom-cli-test-empty-hub"))
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
+    };
+    let out = run(&["models", "--json", "--available-gb", "16"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
+    assert_eq!(v[0]["id"], "demo");
+    assert!(v[0]["size_bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
+    assert_eq!(v[0]["fit"]["verdict"]["kind"], "fits");
+
+    let out = run(&["models"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.lines().any(|l| l.starts_with("demo ") && l.contains("GB")), "{text}");
+    let _ = std::fs::remove_dir_all(&data);
+}

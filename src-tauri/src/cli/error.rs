@@ -24,6 +24,9 @@ pub enum CliError {
     /// A repo in the HF cache whose `refs/main` points at no snapshot.
     #[error("model `{model}` is in the Hugging Face cache at {repo_dir} but has no usable snapshot ({reason})")]
     BrokenCacheEntry { model: String, repo_dir: PathBuf, reason: String },
+    /// Neither `$HEADROOM_DATA_DIR` nor a platform data folder is known.
+    #[error("cannot find the app's data folder: set HEADROOM_DATA_DIR")]
+    NoDataDir,
     /// Writing to stdout failed (a closed pipe).
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

@@ -59,13 +59,17 @@ pub struct FitArgs {
 /// The verdict for the model in `dir` at `context` tokens (the shared check
 /// in [`crate::fit`]): reads only config.json and the weight headers.
 pub fn check_model(dir: &Path, context: usize, budget: &BudgetArgs) -> Result<FitReport, CliError> {
-    let source = BudgetSource {
+    Ok(crate::fit::check_model(dir, context, budget_source(budget))?)
+}
+
+/// The budget the CLI's flags describe.
+pub(crate) fn budget_source(budget: &BudgetArgs) -> BudgetSource {
+    BudgetSource {
         available_bytes: budget.available_gb.map(gb_to_bytes),
         // The CLI runs in its own process: nothing is loaded to unload.
         freed_by_unload_bytes: 0,
         os_headroom_bytes: gb_to_bytes(budget.headroom_gb),
-    };
-    Ok(crate::fit::check_model(dir, context, source)?)
+    }
 }
 
 pub fn run(args: &FitArgs) -> Result<(), CliError> {

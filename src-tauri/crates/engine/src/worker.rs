@@ -19,6 +19,7 @@ use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::loader::{load_model, ComputeDtype};
+use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::Tokenizer;
@@ -33,12 +34,33 @@ pub struct LoadSettings {
     /// Most positions a session's cache may hold (prompt + generated). The
     /// fit verdict was computed at this length, so the engine enforces it.
     pub context_limit: usize,
+    /// Most bytes MLX may keep in its buffer cache (freed buffers kept for
+    /// reuse) while this model is loaded: the caller's budget minus the
+    /// predicted peak, so a long chat cannot grow the cache into swap.
+    /// `None`: MLX's default (its memory limit).
+    pub cache_limit_bytes: Option<usize>,
 }
 
 impl Default for LoadSettings {
     fn default() -> Self {
-        Self { dtype: ComputeDtype::Native, context_limit: DEFAULT_CONTEXT_LIMIT }
+        Self { dtype: ComputeDtype::Native, context_limit: DEFAULT_CONTEXT_LIMIT, cache_limit_bytes: None }
     }
+}
+
+/// What unloading a model gave back, measured on the engine thread from
+/// MLX's counters (active + cache) before dropping the model and after
+/// clearing MLX's buffer cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct UnloadReport {
+    /// Whether a model was loaded.
+    pub had_model: bool,
+    /// Dropping the model and sessions and clearing MLX's cache.
+    pub unload_time: Duration,
+    /// MLX's active + cache bytes before minus after (0 if it grew:
+    /// another thread of the process may allocate meanwhile).
+    pub freed_bytes: u64,
+    pub before: MlxMemory,
+    pub after: MlxMemory,
 }
 
 /// What was loaded.
@@ -55,6 +77,10 @@ pub struct ModelInfo {
     pub eos_ids: Vec<u32>,
     /// Time to read the weights and the tokenizer (separate from any turn's TTFT).
     pub load_time: Duration,
+    /// Unloading the model this load replaced (`had_model` false if none).
+    pub replaced: UnloadReport,
+    /// The buffer-cache limit set for this model, as asked in [`LoadSettings`].
+    pub cache_limit_bytes: Option<usize>,
 }
 
 /// What to do with a prompt longer than the context limit.
@@ -204,7 +230,7 @@ fn empty_stats(generated: usize) -> TurnStats {
 
 enum Job {
     Load { dir: PathBuf, settings: LoadSettings, reply: Sender<Result<ModelInfo>> },
-    Unload { reply: Sender<()> },
+    Unload { reply: Sender<Result<UnloadReport>> },
     Generate { id: RunId, request: Box<GenerateRequest>, accepted: Instant, events: Sender<EngineEvent> },
     DropSession { session: String },
     /// Drop everything and end the thread.
@@ -270,7 +296,8 @@ impl EngineHandle {
     pub fn spawn() -> Result<Self> {
         let (jobs, rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
-        let worker = Worker { shared: Arc::clone(&shared), loaded: None, sessions: HashMap::new() };
+        let worker =
+            Worker { shared: Arc::clone(&shared), loaded: None, sessions: HashMap::new(), default_cache_limit: None };
         let thread = std::thread::Builder::new()
             .name("headroom-engine".into())
             .spawn(move || worker.run(&rx))
@@ -287,11 +314,12 @@ impl EngineHandle {
         rx.recv().map_err(|_| EngineError::EngineStopped)?
     }
 
-    /// Drops the model and every session cache.
-    pub fn unload(&self) -> Result<()> {
+    /// Drops the model and every session cache, clears MLX's buffer cache
+    /// and says how much memory came back and how long it took.
+    pub fn unload(&self) -> Result<UnloadReport> {
         let (reply, rx) = mpsc::channel();
         self.send(Job::Unload { reply })?;
-        rx.recv().map_err(|_| EngineError::EngineStopped)
+        rx.recv().map_err(|_| EngineError::EngineStopped)?
     }
 
     /// Queues a turn and returns at once; the events arrive on the run's channel.
@@ -354,6 +382,9 @@ struct Worker {
     shared: Arc<Shared>,
     loaded: Option<Loaded>,
     sessions: HashMap<String, KvCache>,
+    /// MLX's cache limit before the first model set one, to restore for a
+    /// model loaded without a limit.
+    default_cache_limit: Option<usize>,
 }
 
 impl Worker {
@@ -364,8 +395,7 @@ impl Worker {
                     let _ = reply.send(self.load(&dir, settings));
                 }
                 Job::Unload { reply } => {
-                    self.unload();
-                    let _ = reply.send(());
+                    let _ = reply.send(self.unload());
                 }
                 Job::DropSession { session } => {
                     self.sessions.remove(&session);
@@ -400,15 +430,44 @@ impl Worker {
         }
     }
 
-    fn unload(&mut self) {
+    fn unload(&mut self) -> Result<UnloadReport> {
+        let started = Instant::now();
+        let had_model = self.loaded.is_some();
+        let before = mlx_memory()?;
         self.sessions.clear();
         self.loaded = None;
         // Give the freed buffers back now rather than at the next allocation.
-        let _ = mlx_rs::memory::clear_cache();
+        mlx_rs::memory::clear_cache().op("clear_cache")?;
+        let after = mlx_memory()?;
+        let total = |m: &MlxMemory| m.active.saturating_add(m.cache);
+        Ok(UnloadReport {
+            had_model,
+            unload_time: started.elapsed(),
+            freed_bytes: total(&before).saturating_sub(total(&after)),
+            before,
+            after,
+        })
+    }
+
+    /// Sets MLX's buffer-cache limit for the model about to be loaded:
+    /// the caller's, else the one MLX had before any was set.
+    fn apply_cache_limit(&mut self, limit: Option<usize>) -> Result<()> {
+        match (limit, self.default_cache_limit) {
+            (Some(limit), _) => {
+                let previous = mlx_rs::memory::set_cache_limit(limit).op("set_cache_limit")?;
+                self.default_cache_limit.get_or_insert(previous);
+            }
+            (None, Some(default)) => {
+                mlx_rs::memory::set_cache_limit(default).op("set_cache_limit")?;
+            }
+            (None, None) => {}
+        }
+        Ok(())
     }
 
     fn load(&mut self, dir: &Path, settings: LoadSettings) -> Result<ModelInfo> {
-        self.unload();
+        // The old model goes first, so two models never share memory.
+        let replaced = self.unload()?;
         if settings.context_limit == 0 {
             return Err(EngineError::InvalidSetting {
                 name: "context_limit",
@@ -429,7 +488,10 @@ impl Worker {
             context_limit: settings.context_limit,
             eos_ids: tokenizer.eos_ids().to_vec(),
             load_time: started.elapsed(),
+            replaced,
+            cache_limit_bytes: settings.cache_limit_bytes,
         };
+        self.apply_cache_limit(settings.cache_limit_bytes)?;
         self.loaded = Some(Loaded { model, tokenizer, settings });
         Ok(info)
     }
