@@ -20,10 +20,10 @@ pub struct Attention {
     pub k_proj: Linear,
     pub v_proj: Linear,
     pub o_proj: Linear,
-    n_heads: i32,
-    n_kv_heads: i32,
-    scale: f32,
-    rope: Rope,
+    pub(super) n_heads: i32,
+    pub(super) n_kv_heads: i32,
+    pub(super) scale: f32,
+    pub(super) rope: Rope,
 }
 
 impl decoder::Attention for Attention {
