@@ -52,18 +52,7 @@ export async function call<T>(command: string, args?: InvokeArgs): Promise<T> {
  * is nothing to hear, so it resolves to a no-op rather than rejecting.
  */
 export async function subscribe(event: string, handler: () => void): Promise<() => void> {
-  try {
-    const unlisten = await listen(event, () => handler());
-    return () => {
-      // Tauri's unlisten is async; once the bridge is gone (window closing)
-      // there is nothing left to undo.
-      void Promise.resolve()
-        .then(() => unlisten())
-        .catch(() => {});
-    };
-  } catch {
-    return () => {};
-  }
+  return subscribeTo<unknown>(event, () => handler());
 }
 
 /**
@@ -74,6 +63,8 @@ export async function subscribeTo<T>(event: string, handler: (payload: T) => voi
   try {
     const unlisten = await listen<T>(event, (e) => handler(e.payload));
     return () => {
+      // Tauri's unlisten is async; once the bridge is gone (window closing)
+      // there is nothing left to undo.
       void Promise.resolve()
         .then(() => unlisten())
         .catch(() => {});
