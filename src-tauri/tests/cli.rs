@@ -2,16 +2,9 @@
 //! give one line on stderr and exit code 1.
 
 use std::path::PathBuf;
-use std::process::{Command, Output};
 
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        // A cache that holds nothing, so repo ids resolve the same everywhere.
-        .env("HF_HUB_CACHE", std::env::temp_dir().join("headroom-cli-test-empty-hub"))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
-}
+mod common;
+use common::{headroom, headroom_with};
 
 #[test]
 fn demo_model_then_generate_json_then_a_clear_error() {
@@ -64,14 +57,7 @@ fn models_lists_the_data_folder_with_verdicts() {
     let model = data.join("models").join("demo");
     let out = headroom(&["demo-model", &model.to_string_lossy()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let run = |args: &[&str]| {
-        Command::new(env!("CARGO_BIN_EXE_headroom"))
-            .args(args)
-            .env("HEADROOM_DATA_DIR", &data)
-            .env("HF_HUB_CACHE", std::env::temp_dir().join("headroom-cli-test-empty-hub"))
-            .output()
-            .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
-    };
+    let run = |args: &[&str]| headroom_with(args, &[("HEADROOM_DATA_DIR", data.as_os_str())]);
     let out = run(&["models", "--json", "--available-gb", "16"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));

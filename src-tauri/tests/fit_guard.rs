@@ -6,11 +6,14 @@
 use std::fs::File;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Output};
+use std::process::ExitCode;
 
 use clap::Parser;
 use headroom::cli::{run, Cli};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+
+mod common;
+use common::headroom;
 
 const CLAIMED: u64 = 200_000_000_000;
 
@@ -32,14 +35,6 @@ fn sparse_huge_model() -> PathBuf {
     f.write_all(header.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
     f.set_len(8 + header.len() as u64 + CLAIMED).unwrap_or_else(|e| panic!("{e}"));
     dir
-}
-
-fn headroom(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(args)
-        .env("HF_HUB_CACHE", std::env::temp_dir().join("headroom-cli-test-empty-hub"))
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
 }
 
 fn disk_usage(path: &Path) -> u64 {
