@@ -110,14 +110,17 @@ fi
 # ---------------------------------------------------------------------------
 # 3b. Linux: the parity reference, mlx-lm 0.32.2 on the same MLX (mlx-cpu),
 #     in .deps/venv; tests/parity.rs runs scripts/parity/mlx_lm_reference.py
-#     with it and fails (not skips) when it is missing.
+#     with it and fails (not skips) when it is missing. The same venv holds
+#     the official `openai` client, which tests our local server, and
+#     mlx_lm.server, which the cloud client is tested against.
 # ---------------------------------------------------------------------------
 MLX_LM_VERSION=0.32.2
+OPENAI_VERSION=3.57.0
 if [ "$OS" = Linux ]; then
   VENV="$DEPS/venv"
-  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-cpu==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION"
+  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-cpu==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION"
   if [ "$(cat "$VENV/.headroom-version" 2>/dev/null)" != "$venv_stamp" ]; then
-    say "creating .deps/venv with $venv_stamp (the parity reference)"
+    say "creating .deps/venv with $venv_stamp (test references)"
     rm -rf "$VENV"
     python3 -m venv "$VENV"
     # shellcheck disable=SC2086 # the stamp is the package list, word-split on purpose
