@@ -502,27 +502,28 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       intervalMs: 250,
       message: `model-select to show the loaded ${DEMO_MODEL_ID}`,
     });
+    await session.click(select);
     const options = await session.allByTestId('model-option');
     const ids = await Promise.all(options.map((o) => session.attribute(o, 'data-model-id')));
     assert.deepEqual(ids, [DEMO_MODEL_ID, HUGE_MODEL_ID], 'the data folder holds the demo model and the huge one, smallest first');
+    await session.click(select);
+    await waitFor(async () => (await session.allByTestId('model-option')).length === 0, { timeoutMs: 5_000, message: 'the list to close' });
     assert.ok(existsSync(path.join(DATA_DIR, 'models', DEMO_MODEL_ID, 'config.json')), 'the demo model is in HEADROOM_DATA_DIR');
     assert.ok((await session.text(await session.byTestId('route-chip'))).includes(DEMO_MODEL_ID), 'the route chip names the model');
   });
 
   test('picking the huge model opens the swap warning with numbers; Cancel keeps the demo model', { timeout: 40_000 }, async () => {
     requireApp();
+    // Choose it as a user would: open the list, click its row.
+    await session.click(await session.byTestId('model-select'));
     const options = await session.allByTestId('model-option');
     const verdicts = {};
     for (const o of options) verdicts[await session.attribute(o, 'data-model-id')] = await session.attribute(o, 'data-verdict');
     assert.equal(verdicts[HUGE_MODEL_ID], 'cannot_fit', `verdicts: ${JSON.stringify(verdicts)}`);
     assert.ok(['fits', 'tight'].includes(verdicts[DEMO_MODEL_ID]), `verdicts: ${JSON.stringify(verdicts)}`);
-
-    // Choose it as a user would: the select's value, then its change event.
-    await session.execute(`
-      const s = document.querySelector('[data-testid="model-select"]');
-      s.value = '${HUGE_MODEL_ID}';
-      s.dispatchEvent(new Event('change', { bubbles: true }));
-    `);
+    const png0 = await session.screenshot(30_000);
+    writeFileSync(path.join(OUT, 'model-list.png'), png0);
+    await session.click(await session.find(`[data-testid="model-option"][data-model-id="${HUGE_MODEL_ID}"]`));
     const sheet = await session.waitForElement('[data-testid="fit-warning"]', 5_000);
     const text = await session.text(sheet);
     assert.match(text, new RegExp(`${HUGE_MODEL_ID} would push this Mac into swap by [\\d.]+ GB at 8K context`), text);

@@ -2,7 +2,7 @@ import { mockIPC } from '@tauri-apps/api/mocks';
 import type { Channel, InvokeArgs } from '@tauri-apps/api/core';
 import { render, screen, waitFor, within } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import App from './App.svelte';
 import type { AppInfo } from './lib/ipc/app';
 import type { ChatEvent, TurnStats } from './lib/ipc/chat';
@@ -109,10 +109,27 @@ function setup() {
   return { user, input, send: () => screen.getByTestId('send-button') };
 }
 
+/** Picks a model as a user would: open the list, click the row. */
+async function pick(user: ReturnType<typeof setup>['user'], id: string): Promise<void> {
+  await user.click(screen.getByTestId('model-select'));
+  const row = (await screen.findAllByTestId('model-option')).find((o) => o.dataset.modelId === id);
+  if (!row) throw new Error(`no row for ${id}`);
+  await user.click(row);
+}
+
+/** Opens the model list and returns its rows. */
+async function openList(user: ReturnType<typeof setup>['user'], count: number): Promise<HTMLElement[]> {
+  await waitFor(() => expect(screen.getByTestId('model-select')).toBeEnabled());
+  await user.click(screen.getByTestId('model-select'));
+  const rows = await screen.findAllByTestId('model-option');
+  expect(rows).toHaveLength(count);
+  return rows;
+}
+
 describe('App', () => {
   it('shows the layout skeleton and the loaded model in the picker', async () => {
     fakeBackend();
-    setup();
+    const { user } = setup();
 
     expect(screen.getByTestId('live-graph')).toHaveTextContent(/memory\s*—/);
     expect(screen.getByTestId('settings-button')).toHaveAccessibleName('Settings');
@@ -120,17 +137,18 @@ describe('App', () => {
     expect(screen.getByTestId('send-button')).toBeDisabled();
     expect(screen.getAllByRole('tab').map((tab) => tab.textContent?.trim())).toEqual(['Chat', 'Sessions', 'Bench']);
     await waitFor(() => expect(screen.getByTestId('app-info')).toHaveTextContent('v0.1.0 · MLX cpu'));
-    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue('headroom-demo-tiny'));
-    const option = screen.getByTestId('model-option');
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'headroom-demo-tiny'));
+    const [option] = await openList(user, 1);
     expect(option).toHaveAttribute('data-model-id', 'headroom-demo-tiny');
-    expect(option).toHaveTextContent('headroom-demo-tiny · 4-bit · 2 MB');
+    expect(option).toHaveTextContent(/headroom-demo-tiny\s*4-bit · 2 MB/);
+    expect(option).toHaveAttribute('aria-selected', 'true');
     expect(screen.getByTestId('route-chip')).toHaveTextContent('Local headroom-demo-tiny');
   });
 
   it('says so when there is no model, and refreshes when the backend says models changed', async () => {
     const calls = fakeBackend(answer, []);
     setup();
-    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveDisplayValue('No model loaded'));
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveTextContent('No model found'));
     const lists = calls.filter((c) => c.cmd === 'models_list').length;
     const { emit } = await import('@tauri-apps/api/event');
     await emit('models-changed');
@@ -140,11 +158,11 @@ describe('App', () => {
   it('loads the model picked in the dropdown', async () => {
     const calls = fakeBackend(answer, [DEMO, OTHER]);
     const { user } = setup();
-    await waitFor(() => expect(screen.getAllByTestId('model-option')).toHaveLength(2));
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', DEMO.id));
 
-    await user.selectOptions(screen.getByTestId('model-select'), 'org/Other-4bit');
+    await pick(user, 'org/Other-4bit');
 
-    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue('org/Other-4bit'));
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'org/Other-4bit'));
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
     expect(screen.getByTestId('route-chip')).toHaveTextContent('Other-4bit');
   });
@@ -152,12 +170,12 @@ describe('App', () => {
   it('warns before loading a model that would swap, with three choices', async () => {
     const calls = fakeBackend(answer, [DEMO, BIG]);
     const { user } = setup();
-    await waitFor(() => expect(screen.getAllByTestId('model-option')).toHaveLength(2));
-    const big = screen.getAllByTestId('model-option').find((o) => o.dataset.modelId === 'org/Big-14B');
+    const rows = await openList(user, 2);
+    const big = rows.find((o) => o.dataset.modelId === 'org/Big-14B');
     expect(big?.dataset.verdict).toBe('would_swap');
     expect(big).toHaveTextContent('needs 12.0 GB');
-
-    await user.selectOptions(screen.getByTestId('model-select'), 'org/Big-14B');
+    expect(big).toHaveTextContent('would swap by 2.0 GB');
+    if (big) await user.click(big);
     const sheet = await screen.findByTestId('fit-warning');
     expect(sheet).toHaveTextContent('Big-14B would push this Mac into swap by 2.0 GB at 8K context');
     expect(within(sheet).getByTestId('fit-largest')).toHaveTextContent('4K tokens');
@@ -166,16 +184,16 @@ describe('App', () => {
     expect(screen.queryByTestId('fit-warning')).toBeNull();
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([]);
 
-    await user.selectOptions(screen.getByTestId('model-select'), 'org/Big-14B');
+    await pick(user, 'org/Big-14B');
     await user.click(await screen.findByRole('button', { name: 'Load with 4K context' }));
     await waitFor(() => expect(screen.queryByTestId('fit-warning')).toBeNull());
     await waitFor(() => expect(screen.getByTestId('switch-note')).toHaveTextContent('unloaded in 0.1 s, loaded in 0.9 s'));
 
     // Back to the demo model (it fits: no sheet), then Big again, anyway.
-    await user.selectOptions(screen.getByTestId('model-select'), DEMO.id);
+    await pick(user, DEMO.id);
     await waitFor(() => expect(calls.filter((c) => c.cmd === 'model_load')).toHaveLength(2));
-    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveValue(DEMO.id));
-    await user.selectOptions(screen.getByTestId('model-select'), 'org/Big-14B');
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', DEMO.id));
+    await pick(user, 'org/Big-14B');
     await user.click(await screen.findByTestId('fit-warning-load-anyway'));
     await waitFor(() => expect(calls.filter((c) => c.cmd === 'model_load')).toHaveLength(3));
     expect(calls.filter((c) => c.cmd === 'model_load').map((c) => c.args)).toEqual([
@@ -183,6 +201,26 @@ describe('App', () => {
       { id: DEMO.id },
       { id: 'org/Big-14B', override: true },
     ]);
+  });
+
+  it('Cmd+K opens the model list; arrows and Enter pick; Esc closes only the list', async () => {
+    const calls = fakeBackend(answer, [DEMO, OTHER]);
+    const { user } = setup();
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', DEMO.id));
+
+    await user.keyboard('{Control>}k{/Control}');
+    const list = await screen.findByRole('listbox', { name: 'Models' });
+    expect(list).toHaveFocus();
+    expect(list.getAttribute('aria-activedescendant')).toBe('model-option-0');
+    await user.keyboard('{Escape}');
+    expect(screen.queryByRole('listbox')).toBeNull();
+    expect(calls.filter((c) => c.cmd === 'hide_window')).toEqual([]);
+    expect(screen.getByTestId('model-select')).toHaveFocus();
+
+    await user.keyboard('{Control>}k{/Control}');
+    await screen.findByRole('listbox');
+    await user.keyboard('{ArrowDown}{Enter}');
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: OTHER.id } }]));
   });
 
   it('streams the answer as Markdown, then the stats line that expands', async () => {
@@ -294,6 +332,23 @@ describe('App', () => {
     await screen.findByTestId('message-assistant');
     expect(screen.queryByTestId('error')).toBeNull();
     expect(within(screen.getByRole('log')).getByTestId('message-user')).toHaveTextContent('retry me');
+  });
+
+  it('copies an answer as its Markdown source, and shows the live then final speed', async () => {
+    fakeBackend();
+    const { user, input, send } = setup();
+    const writeText = vi.fn().mockResolvedValue(undefined);
+    Object.defineProperty(navigator, 'clipboard', { value: { writeText }, configurable: true });
+
+    await user.type(input, 'hello world!');
+    await user.click(send());
+    const reply = await screen.findByTestId('message-assistant');
+    await waitFor(() => expect(reply).toHaveAttribute('data-finish-reason', 'stop'));
+    await user.click(await screen.findByTestId('copy-answer'));
+    expect(writeText).toHaveBeenCalledWith(expect.stringContaining('**world**'));
+    expect(screen.getByTestId('copy-answer')).toHaveAccessibleName('Copied');
+    await waitFor(() => expect(screen.getByTestId('speed')).toHaveTextContent(/^\d+\.\d tok\/s$/));
+    expect(screen.getByTestId('speed')).toHaveAttribute('data-live', 'false');
   });
 
   it('renders no script from model output', async () => {

@@ -6,3 +6,6 @@ import { afterEach } from 'vitest';
 afterEach(() => {
   clearMocks();
 });
+
+// jsdom does no layout, so it has no scrollIntoView; the picker calls it.
+if (!Element.prototype.scrollIntoView) Element.prototype.scrollIntoView = () => {};

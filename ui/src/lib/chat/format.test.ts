@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { ModelEntry } from '../ipc/models';
-import { formatAppInfo, formatModelOption } from './format';
+import { formatAppInfo, modelFacts } from './format';
 
 const model = (o: Partial<ModelEntry> = {}): ModelEntry => ({
   id: 'm',
@@ -22,10 +22,10 @@ describe('formatAppInfo', () => {
   });
 });
 
-describe('formatModelOption', () => {
+describe('modelFacts', () => {
   it('names the model, its quantization and size', () => {
-    expect(formatModelOption(model())).toBe('Qwen2.5-7B-Instruct-4bit · 4-bit · 4.3 GB');
-    expect(formatModelOption(model({ bits: null, size_bytes: 1_600_000 }))).toBe('Qwen2.5-7B-Instruct-4bit · 2 MB');
-    expect(formatModelOption(model({ size_bytes: 10 }))).toContain('1 MB');
+    expect(modelFacts(model())).toBe('4-bit · 4.3 GB');
+    expect(modelFacts(model({ bits: null, size_bytes: 1_600_000 }))).toBe('2 MB');
+    expect(modelFacts(model({ size_bytes: 10 }))).toContain('1 MB');
   });
 });

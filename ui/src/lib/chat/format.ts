@@ -8,9 +8,9 @@ export function formatAppInfo(info: AppInfo): string {
   return `v${info.version} · MLX ${info.device}`;
 }
 
-/** A picker row: `headroom-demo-tiny · 4-bit · 2 MB`. */
-export function formatModelOption(m: ModelEntry): string {
-  const parts = [m.name];
+/** A picker row's second line: `4-bit · 4.3 GB` (quantization, size on disk). */
+export function modelFacts(m: ModelEntry): string {
+  const parts: string[] = [];
   if (m.bits !== null) parts.push(`${m.bits}-bit`);
   parts.push(m.size_bytes >= 1e9 ? `${(m.size_bytes / 1e9).toFixed(1)} GB` : `${Math.max(1, Math.round(m.size_bytes / 1e6))} MB`);
   return parts.join(' · ');
