@@ -1,0 +1,207 @@
+//! The user's settings: the struct, its defaults and its validation. Pure;
+//! `headroom-store` persists it, one row per field.
+
+use serde::{Deserialize, Serialize};
+
+/// The smallest context a model is loaded at: below this a chat template
+/// alone does not fit.
+pub const MIN_CONTEXT_LIMIT: usize = 256;
+/// The largest context a model may be loaded at (the largest any supported
+/// architecture names in `max_position_embeddings`).
+pub const MAX_CONTEXT_LIMIT: usize = 1 << 20;
+/// The most new tokens one turn may ask for.
+pub const MAX_MAX_TOKENS: usize = 32_768;
+/// The most memory the user may keep back for the OS (GB).
+pub const MAX_OS_HEADROOM_GB: f64 = 1024.0;
+/// The most disk the cloud-answer cache may use (MB).
+pub const MAX_CLOUD_CACHE_MB: u64 = 100_000;
+
+/// Everything the user can set. Serialized camelCase (the UI's names, and
+/// the keys of the `settings` table); a missing field takes its default.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, rename_all = "camelCase", deny_unknown_fields)]
+pub struct Settings {
+    /// Tokens (prompt + reply) a model is checked and loaded at.
+    pub context_limit: usize,
+    /// Max new tokens per turn.
+    pub max_tokens: usize,
+    /// Sampling temperature; 0 is greedy.
+    pub temperature: f32,
+    /// Nucleus sampling: keep the smallest set of tokens with this much probability.
+    pub top_p: f32,
+    /// Memory (GB) the fit check keeps back for the OS and other apps.
+    pub os_headroom_gb: f64,
+    /// An OpenAI-compatible endpoint (`https://…/v1`); `None`: no cloud.
+    pub cloud_base_url: Option<String>,
+    /// The model to ask at that endpoint.
+    pub cloud_model: Option<String>,
+    /// Prompts longer than this (tokens) go to the cloud, if one is set.
+    pub local_threshold_tokens: usize,
+    /// Disk (MB) for cached cloud answers; 0 turns the cache off.
+    pub cloud_cache_mb: u64,
+    /// Send a summary of the conversation to the cloud instead of all of it.
+    pub summarise_for_cloud: bool,
+    /// Port of the local OpenAI-compatible server.
+    pub server_port: u16,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            context_limit: 8192,
+            max_tokens: 512,
+            temperature: 0.7,
+            top_p: 0.95,
+            os_headroom_gb: 4.0,
+            cloud_base_url: None,
+            cloud_model: None,
+            local_threshold_tokens: 8192,
+            cloud_cache_mb: 50,
+            summarise_for_cloud: false,
+            server_port: 8080,
+        }
+    }
+}
+
+/// Why a settings value was refused; the message names the field as the UI does.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{field} must be between {min} and {max} (got {value})")]
+    OutOfRange { field: &'static str, value: String, min: String, max: String },
+    #[error("max tokens ({max_tokens}) must be smaller than the context limit ({context_limit}), which also holds the prompt")]
+    MaxTokensOverContext { max_tokens: usize, context_limit: usize },
+    #[error("cloud base URL `{url}` is not usable: {reason}")]
+    InvalidUrl { url: String, reason: &'static str },
+    #[error("{field} is empty; leave it unset instead")]
+    Empty { field: &'static str },
+    #[error("the cloud model is set but there is no cloud base URL to ask it at")]
+    CloudModelWithoutUrl,
+    #[error("server port must be 1024 or above (ports below need root), got {0}")]
+    PrivilegedPort(u16),
+}
+
+fn range<T: PartialOrd + ToString + Copy>(field: &'static str, value: T, min: T, max: T) -> Result<(), SettingsError> {
+    // `!(a <= b)` rather than `a > b`: NaN is out of every range.
+    if !(min <= value && value <= max) {
+        return Err(SettingsError::OutOfRange {
+            field,
+            value: value.to_string(),
+            min: min.to_string(),
+            max: max.to_string(),
+        });
+    }
+    Ok(())
+}
+
+impl Settings {
+    /// Checks every field; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), SettingsError> {
+        range("context limit", self.context_limit, MIN_CONTEXT_LIMIT, MAX_CONTEXT_LIMIT)?;
+        range("max tokens", self.max_tokens, 1, MAX_MAX_TOKENS)?;
+        if self.max_tokens >= self.context_limit {
+            return Err(SettingsError::MaxTokensOverContext {
+                max_tokens: self.max_tokens,
+                context_limit: self.context_limit,
+            });
+        }
+        range("temperature", self.temperature, 0.0, 2.0)?;
+        // top_p = 0 would keep no token at all.
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return Err(SettingsError::OutOfRange {
+                field: "top p",
+                value: self.top_p.to_string(),
+                min: "more than 0".into(),
+                max: "1".into(),
+            });
+        }
+        range("OS headroom (GB)", self.os_headroom_gb, 0.0, MAX_OS_HEADROOM_GB)?;
+        if let Some(url) = &self.cloud_base_url {
+            check_url(url)?;
+        }
+        match &self.cloud_model {
+            Some(m) if m.trim().is_empty() => return Err(SettingsError::Empty { field: "cloud model" }),
+            Some(_) if self.cloud_base_url.is_none() => return Err(SettingsError::CloudModelWithoutUrl),
+            _ => {}
+        }
+        range("local threshold (tokens)", self.local_threshold_tokens, 1, MAX_CONTEXT_LIMIT)?;
+        range("cloud cache (MB)", self.cloud_cache_mb, 0, MAX_CLOUD_CACHE_MB)?;
+        if self.server_port < 1024 {
+            return Err(SettingsError::PrivilegedPort(self.server_port));
+        }
+        Ok(())
+    }
+}
+
+fn check_url(url: &str) -> Result<(), SettingsError> {
+    let bad = |reason| Err(SettingsError::InvalidUrl { url: url.to_owned(), reason });
+    if url.trim().is_empty() {
+        return Err(SettingsError::Empty { field: "cloud base URL" });
+    }
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return bad("it needs a scheme, e.g. https://api.openai.com/v1");
+    };
+    if scheme != "https" && scheme != "http" {
+        return bad("only http:// and https:// are supported");
+    }
+    let host = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if host.is_empty() {
+        return bad("it names no host");
+    }
+    if url.chars().any(char::is_whitespace) {
+        return bad("it contains spaces");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid_and_the_issue_s_values() {
+        let s = Settings::default();
+        assert_eq!(s.validate(), Ok(()));
+        assert_eq!((s.context_limit, s.max_tokens, s.local_threshold_tokens), (8192, 512, 8192));
+        assert_eq!((s.os_headroom_gb, s.cloud_cache_mb, s.server_port), (4.0, 50, 8080));
+        assert!(!s.summarise_for_cloud && s.cloud_base_url.is_none());
+    }
+
+    #[test]
+    fn partial_json_takes_defaults_and_unknown_keys_are_refused() {
+        let s: Settings = serde_json::from_str(r#"{"maxTokens": 64, "cloudBaseUrl": "http://127.0.0.1:9/v1"}"#)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.max_tokens, 64);
+        assert_eq!(s.context_limit, 8192);
+        assert_eq!(s.validate(), Ok(()));
+        let err = serde_json::from_str::<Settings>(r#"{"maxTokenz": 64}"#).err().map(|e| e.to_string());
+        assert!(err.unwrap_or_default().contains("maxTokenz"));
+    }
+
+    #[test]
+    fn each_bad_value_gets_an_error_that_names_it() {
+        let cases: Vec<(Settings, &str)> = vec![
+            (Settings { context_limit: 10, ..Settings::default() }, "context limit must be between 256"),
+            (Settings { max_tokens: 0, ..Settings::default() }, "max tokens must be between 1 and 32768 (got 0)"),
+            (Settings { max_tokens: 8192, ..Settings::default() }, "smaller than the context limit (8192)"),
+            (Settings { temperature: -0.5, ..Settings::default() }, "temperature must be between 0 and 2 (got -0.5)"),
+            (Settings { temperature: f32::NAN, ..Settings::default() }, "temperature"),
+            (Settings { top_p: 0.0, ..Settings::default() }, "top p must be between more than 0 and 1"),
+            (Settings { os_headroom_gb: -1.0, ..Settings::default() }, "OS headroom (GB)"),
+            (Settings { cloud_base_url: Some("api.openai.com".into()), ..Settings::default() }, "needs a scheme"),
+            (
+                Settings { cloud_base_url: Some("ftp://x/v1".into()), ..Settings::default() },
+                "only http:// and https://",
+            ),
+            (Settings { cloud_base_url: Some("https:///v1".into()), ..Settings::default() }, "names no host"),
+            (Settings { cloud_base_url: Some(" ".into()), ..Settings::default() }, "cloud base URL is empty"),
+            (Settings { cloud_model: Some("gpt".into()), ..Settings::default() }, "no cloud base URL"),
+            (Settings { local_threshold_tokens: 0, ..Settings::default() }, "local threshold"),
+            (Settings { cloud_cache_mb: 1 << 40, ..Settings::default() }, "cloud cache (MB)"),
+            (Settings { server_port: 80, ..Settings::default() }, "server port must be 1024 or above"),
+        ];
+        for (s, needle) in cases {
+            let msg = s.validate().err().map(|e| e.to_string()).unwrap_or_default();
+            assert!(msg.contains(needle), "{needle:?} in {msg:?}");
+        }
+    }
+}

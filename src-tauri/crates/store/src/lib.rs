@@ -1,0 +1,239 @@
+//! headroom-store: the app's SQLite database (sqlx). Sessions, messages,
+//! per-turn stats, benchmark runs, the memory timeline and settings; the
+//! only crate that depends on sqlx. Every method is async; callers on plain
+//! threads drive them with a tokio runtime handle's `block_on`.
+
+pub mod bench;
+pub mod cloud_cache;
+pub mod error;
+pub mod export;
+pub mod sessions;
+pub mod settings;
+pub mod timeline;
+
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+pub use error::{Result, StoreError};
+pub use export::SessionExport;
+pub use timeline::MemoryPoint;
+pub use sessions::{
+    MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart, TurnStatsRecord,
+};
+
+use error::Context;
+
+/// The database file inside the data folder.
+pub const DB_FILE: &str = "headroom.db";
+
+/// Every migration in the top-level `migrations/` folder, embedded at build time.
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../../migrations");
+
+/// A cheap, cloneable handle to the database (a connection pool).
+#[derive(Debug, Clone)]
+pub struct Store {
+    pool: SqlitePool,
+    path: PathBuf,
+}
+
+/// Milliseconds since the Unix epoch, the unit of every stored time.
+pub fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl Store {
+    /// Opens (creating if needed) `dir/headroom.db`, runs the migrations it
+    /// lacks, and marks as `interrupted` any answer a dead process left
+    /// `streaming`.
+    pub async fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_owned(), source })?;
+        let path = dir.join(DB_FILE);
+        let store = Self::open_file(&path).await?;
+        MIGRATOR.run(&store.pool).await.map_err(|source| StoreError::Migrate { path: path.clone(), source })?;
+        let recovered = store.recover_streaming().await?;
+        if recovered > 0 {
+            tracing::info!(recovered, "answers left streaming by a process that ended were marked interrupted");
+        }
+        Ok(store)
+    }
+
+    /// The pool on `path` with the settings every connection needs, without
+    /// migrating (tests use it to build a database at an older version).
+    pub async fn open_file(path: &Path) -> Result<Self> {
+        let options = SqliteConnectOptions::from_str("sqlite:")
+            .map_err(|source| StoreError::Open { path: path.to_owned(), source })?
+            .filename(path)
+            .create_if_missing(true)
+            // Readers (the UI listing sessions) never wait for the writer
+            // streaming an answer, and a killed process loses nothing committed.
+            .journal_mode(SqliteJournalMode::Wal)
+            // NORMAL is durable against a process crash under WAL; only a
+            // power cut can lose the last commits.
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            // The app and a CLI run may write at the same moment.
+            .busy_timeout(Duration::from_secs(10));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await
+            .map_err(|source| StoreError::Open { path: path.to_owned(), source })?;
+        Ok(Self { pool, path: path.to_owned() })
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The pool, for crates that keep tables of their own in this database
+    /// (their migrations live in `migrations/` too).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    /// Closes every connection (checkpointing the WAL); later calls fail.
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+
+    /// A writer that is still alive rewrites its row as `streaming` at its
+    /// next save (at most about a second later), so a second process opening
+    /// the database mid-answer only flips it briefly.
+    async fn recover_streaming(&self) -> Result<u64> {
+        let done =
+            sqlx::query("UPDATE messages SET status = 'interrupted', updated_at = ?1 WHERE status = 'streaming'")
+                .bind(now_ms())
+                .execute(&self.pool)
+                .await
+                .ctx("mark unfinished answers interrupted")?;
+        Ok(done.rows_affected())
+    }
+}
+
+#[cfg(test)]
+pub(crate) mod testutil {
+    use std::path::PathBuf;
+
+    /// A fresh folder under the workspace's target/test-tmp (not /tmp: CI
+    /// machines may mount it small).
+    pub fn temp_dir(tag: &str) -> PathBuf {
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../target/test-tmp")
+            .join(format!("store-{tag}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        dir
+    }
+
+    pub async fn store(tag: &str) -> super::Store {
+        super::Store::open(&temp_dir(tag)).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sqlx::Row;
+
+    use super::*;
+    use crate::testutil::temp_dir;
+
+    const TABLES: [&str; 6] = ["sessions", "messages", "turn_stats", "bench_runs", "memory_timeline", "settings"];
+
+    async fn applied(store: &Store) -> Vec<i64> {
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
+            .fetch_all(store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn a_fresh_database_gets_every_migration_wal_and_foreign_keys() {
+        let dir = temp_dir("fresh");
+        let store = Store::open(&dir).await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(dir.join(DB_FILE).is_file());
+        let all: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        assert_eq!(all.first(), Some(&1));
+        assert_eq!(applied(&store).await, all);
+        for table in TABLES {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1")
+                .bind(table)
+                .fetch_one(store.pool())
+                .await
+                .unwrap_or(0);
+            assert_eq!(n, 1, "table {table}");
+        }
+        // Every pooled connection, not just the first: hold several at once.
+        let mut conns = Vec::new();
+        for _ in 0..3 {
+            conns.push(store.pool().acquire().await.unwrap_or_else(|e| panic!("{e}")));
+        }
+        for conn in &mut conns {
+            let mode: String =
+                sqlx::query_scalar("PRAGMA journal_mode").fetch_one(&mut **conn).await.unwrap_or_default();
+            let fk: i64 = sqlx::query_scalar("PRAGMA foreign_keys").fetch_one(&mut **conn).await.unwrap_or(0);
+            assert_eq!((mode.as_str(), fk), ("wal", 1));
+        }
+        drop(conns);
+        // Foreign keys are enforced, not just declared.
+        let orphan = sqlx::query("INSERT INTO messages (session_id, role, content, status, created_at, updated_at) VALUES ('none', 'user', 'x', 'complete', 0, 0)")
+            .execute(store.pool())
+            .await;
+        assert!(orphan.is_err_and(|e| e.to_string().contains("FOREIGN KEY")));
+        let bad_status = sqlx::query("INSERT INTO sessions (id, title, created_at, updated_at) VALUES ('', 't', 0, 0)")
+            .execute(store.pool())
+            .await;
+        assert!(bad_status.is_err(), "an empty session id is refused by the schema");
+    }
+
+    #[tokio::test]
+    async fn a_database_at_migration_1_is_brought_up_to_date_and_keeps_its_rows() {
+        let dir = temp_dir("existing");
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let old = Store::open_file(&dir.join(DB_FILE)).await.unwrap_or_else(|e| panic!("{e}"));
+        MIGRATOR.run_to(1, old.pool()).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(applied(&old).await, [1]);
+        let t = old
+            .begin_turn("kept", "from the old version", Some("m"), Route::Local)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        old.close().await;
+
+        let store = Store::open(&dir).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(applied(&store).await, MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>());
+        let msgs = store.messages("kept").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(msgs[0].content, "from the old version");
+        // The old process died mid-answer: the reopen says so.
+        assert_eq!(msgs[1].id, t.assistant_message_id);
+        assert_eq!(msgs[1].status, MessageStatus::Interrupted);
+        // Opening an up-to-date database again changes nothing.
+        store.close().await;
+        let again = Store::open(&dir).await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(again.messages("kept").await.map(|m| m.len()).ok(), Some(2));
+        let checksums = sqlx::query("SELECT version, checksum FROM _sqlx_migrations ORDER BY version")
+            .fetch_all(again.pool())
+            .await
+            .unwrap_or_default();
+        for (row, m) in checksums.iter().zip(MIGRATOR.iter()) {
+            assert_eq!(
+                row.get::<Vec<u8>, _>("checksum"),
+                m.checksum.to_vec(),
+                "migration {} was edited after release",
+                m.version
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unwritable_data_folder_is_a_clear_error() {
+        let dir = temp_dir("unwritable");
+        std::fs::create_dir_all(dir.parent().unwrap_or(&dir)).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&dir, b"a file, not a folder").unwrap_or_else(|e| panic!("{e}"));
+        let msg = Store::open(&dir).await.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(msg.starts_with("cannot create the data folder") && msg.contains("unwritable"), "{msg}");
+        let _ = std::fs::remove_file(&dir);
+    }
+}

@@ -1,0 +1,107 @@
+//! Sessions and settings: list, create, rename, delete, search, read (with
+//! stats), export, import; read and write the settings.
+
+use headroom_core::settings::Settings;
+use headroom_store::{SearchHit, Session, SessionExport, SessionSummary, StoreError, StoredMessage};
+use tauri::State;
+
+use crate::error::CommandError;
+use crate::state::AppState;
+
+impl From<StoreError> for CommandError {
+    fn from(e: StoreError) -> Self {
+        let code = match &e {
+            StoreError::SessionNotFound(_) => "SESSION_NOT_FOUND",
+            StoreError::MessageNotFound(_) => "MESSAGE_NOT_FOUND",
+            StoreError::InvalidSessionId(_) | StoreError::EmptyTitle => "INVALID_INPUT",
+            StoreError::Settings(_) => "INVALID_SETTING",
+            StoreError::ImportFormat(_) => "IMPORT_FORMAT",
+            StoreError::StoredSettings(_) | StoreError::Corrupt { .. } => "DATABASE_CORRUPT",
+            StoreError::CreateDir { .. }
+            | StoreError::Open { .. }
+            | StoreError::Migrate { .. }
+            | StoreError::Query { .. }
+            | StoreError::Json(_) => "DATABASE",
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+#[tauri::command]
+pub async fn sessions_list(state: State<'_, AppState>) -> Result<Vec<SessionSummary>, CommandError> {
+    Ok(state.store.list_sessions().await?)
+}
+
+#[tauri::command]
+pub async fn session_create(title: Option<String>, state: State<'_, AppState>) -> Result<Session, CommandError> {
+    Ok(state.store.create_session(title.as_deref().unwrap_or("New chat")).await?)
+}
+
+#[tauri::command]
+pub async fn session_rename(
+    session_id: String,
+    title: String,
+    state: State<'_, AppState>,
+) -> Result<Session, CommandError> {
+    Ok(state.store.rename_session(&session_id, &title).await?)
+}
+
+/// Also frees the session's KV cache in the engine. False if there was none.
+#[tauri::command]
+pub async fn session_delete(session_id: String, state: State<'_, AppState>) -> Result<bool, CommandError> {
+    let deleted = state.store.delete_session(&session_id).await?;
+    // The engine may be stopped (app quitting); the rows are gone either way.
+    let _ = state.engine.drop_session(&session_id);
+    Ok(deleted)
+}
+
+#[tauri::command]
+pub async fn session_search(text: String, state: State<'_, AppState>) -> Result<Vec<SearchHit>, CommandError> {
+    Ok(state.store.search_sessions(&text).await?)
+}
+
+#[tauri::command]
+pub async fn session_messages(
+    session_id: String,
+    state: State<'_, AppState>,
+) -> Result<Vec<StoredMessage>, CommandError> {
+    if state.store.session(&session_id).await?.is_none() {
+        return Err(StoreError::SessionNotFound(session_id).into());
+    }
+    Ok(state.store.messages(&session_id).await?)
+}
+
+/// `format`: "md" or "json".
+#[tauri::command]
+pub async fn session_export(
+    session_id: String,
+    format: String,
+    state: State<'_, AppState>,
+) -> Result<String, CommandError> {
+    match format.as_str() {
+        "md" => Ok(state.store.export_markdown(&session_id).await?),
+        "json" => Ok(state.store.export_json(&session_id).await?),
+        other => Err(CommandError::new("INVALID_INPUT", format!("Unknown export format `{other}`: use md or json."))),
+    }
+}
+
+/// `json`: the text of a JSON export. Returns the session as stored (its id
+/// gets a suffix if taken).
+#[tauri::command]
+pub async fn session_import(json: String, state: State<'_, AppState>) -> Result<Session, CommandError> {
+    let export = SessionExport::from_json(&json)?;
+    Ok(state.store.import_session(&export).await?)
+}
+
+#[tauri::command]
+pub async fn settings_get(state: State<'_, AppState>) -> Result<Settings, CommandError> {
+    Ok(state.store.settings().await?)
+}
+
+/// Validates and stores every field; the context limit applies to the next load.
+#[tauri::command]
+pub async fn settings_set(settings: Settings, state: State<'_, AppState>) -> Result<Settings, CommandError> {
+    state.store.set_settings(&settings).await?;
+    state.context_limit.store(settings.context_limit, std::sync::atomic::Ordering::Relaxed);
+    Ok(settings)
+}

@@ -1,0 +1,31 @@
+// Typed bindings for settings (src-tauri/src/commands/sessions.rs; the
+// struct and its validation are headroom_core::settings).
+import { call } from './invoke';
+
+/** Mirrors `headroom_core::settings::Settings` (serde camelCase). */
+export interface Settings {
+  contextLimit: number;
+  maxTokens: number;
+  temperature: number;
+  topP: number;
+  osHeadroomGb: number;
+  cloudBaseUrl: string | null;
+  cloudModel: string | null;
+  localThresholdTokens: number;
+  cloudCacheMb: number;
+  summariseForCloud: boolean;
+  serverPort: number;
+}
+
+/** The stored settings; fields never set have their defaults. */
+export function settingsGet(): Promise<Settings> {
+  return call<Settings>('settings_get');
+}
+
+/**
+ * Validates and stores every field; rejects with `INVALID_SETTING` and a
+ * message naming the field otherwise (nothing is then changed).
+ */
+export function settingsSet(settings: Settings): Promise<Settings> {
+  return call<Settings>('settings_set', { settings });
+}
