@@ -1,0 +1,55 @@
+import { mockIPC } from '@tauri-apps/api/mocks';
+import { describe, expect, it } from 'vitest';
+import { cloudCacheStats, isSensitive, routePreview, type Decision } from './route';
+
+const LOCAL: Decision = {
+  target: { kind: 'local', model: 'qwen2.5-7b' },
+  reasons: [
+    {
+      code: 'SENSITIVE_EMAIL',
+      message: 'This message contains an email address (j***@example.com): it stays on this Mac.',
+      finding: { kind: 'email', masked: 'j***@example.com', start: 8, end: 25 },
+      earlierMessage: null,
+    },
+    { code: 'SHORT_INPUT', message: 'The input is 9 tokens, within the local limit of 8192.' },
+  ],
+  inputTokens: 9,
+  tokensExact: true,
+  thresholdTokens: 8192,
+  neededContext: 521,
+};
+
+describe('route', () => {
+  it('asks route_preview with every flag spelled out', async () => {
+    const calls: [string, unknown][] = [];
+    mockIPC((cmd, args) => {
+      calls.push([cmd, args]);
+      return LOCAL;
+    });
+    await expect(routePreview('mail to j.doe@example.com', { needsWeb: true, force: 'cloud' })).resolves.toEqual(LOCAL);
+    expect(calls).toEqual([
+      [
+        'route_preview',
+        { text: 'mail to j.doe@example.com', needsTools: false, needsWeb: true, force: 'cloud', allowSensitive: false },
+      ],
+    ]);
+  });
+
+  it('tells sensitive decisions apart', () => {
+    expect(isSensitive(LOCAL)).toBe(true);
+    expect(isSensitive({ ...LOCAL, reasons: LOCAL.reasons.slice(1) })).toBe(false);
+  });
+
+  it('reads the cache counters with cloud_cache_stats', async () => {
+    const stats = { hits: 3, misses: 5, entries: 2, bytes: 1234 };
+    mockIPC((cmd) => (cmd === 'cloud_cache_stats' ? stats : null));
+    await expect(cloudCacheStats()).resolves.toEqual(stats);
+  });
+
+  it('rejects with the backend CommandError', async () => {
+    mockIPC(() => {
+      throw { code: 'ROUTE_NO_CLOUD', message: 'you asked for the cloud, but no cloud provider is set up' };
+    });
+    await expect(routePreview('hi', { force: 'cloud' })).rejects.toMatchObject({ code: 'ROUTE_NO_CLOUD' });
+  });
+});
