@@ -1,0 +1,580 @@
+//! The cloud route end to end: the client and `headroom chat --route cloud`
+//! against a real OpenAI-compatible server (`mlx_lm.server` serving a demo
+//! model) on loopback, and the failures (server down, 401, a stream cut
+//! mid-way) each giving their clear error while the user's text is kept.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use headroom_cloud::{ChatParams, CloudClient, CloudConfig};
+use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_store::{MessageStatus, Route, Store};
+
+mod common;
+use common::{headroom, headroom_with};
+
+fn temp_dir(tag: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../target/test-tmp")
+        .join(format!("cloud-chat-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    dir
+}
+
+/// A port nothing listens on right now.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("no free port: {e}"))
+}
+
+/// `mlx_lm.server` on loopback; killed when dropped.
+struct MlxServer {
+    child: Child,
+    base_url: String,
+}
+
+impl MlxServer {
+    fn start(model: &Path, scratch: &Path) -> Self {
+        let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/venv/bin/python");
+        assert!(
+            python.exists(),
+            "{} is missing: run scripts/setup.sh (it installs mlx-lm 0.32.2, whose mlx_lm.server these tests talk to)",
+            python.display()
+        );
+        let port = free_port();
+        // An empty HF cache: /v1/models scans it and fails without one; offline
+        // so nothing is ever downloaded.
+        let hub = scratch.join("hf-hub");
+        std::fs::create_dir_all(&hub).unwrap_or_else(|e| panic!("{e}"));
+        let child = Command::new(&python)
+            .args([
+                "-m",
+                "mlx_lm.server",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--model",
+            ])
+            .arg(model)
+            .env("HF_HUB_CACHE", &hub)
+            .env("HF_HUB_OFFLINE", "1")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start mlx_lm.server: {e}"));
+        let server = Self {
+            child,
+            base_url: format!("http://127.0.0.1:{port}/v1"),
+        };
+        server.wait_ready(port);
+        server
+    }
+
+    fn wait_ready(&self, port: u16) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while Instant::now() < deadline {
+            if let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = s.write_all(b"GET /health HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
+                let mut answer = String::new();
+                let _ = s.read_to_string(&mut answer);
+                if answer.starts_with("HTTP/1.0 200") || answer.starts_with("HTTP/1.1 200") {
+                    return;
+                }
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        panic!("mlx_lm.server did not answer /health on port {port} within 60 s");
+    }
+}
+
+impl Drop for MlxServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn demo_model(dir: &Path) -> PathBuf {
+    let model = dir.join("demo");
+    let out = headroom(&["demo-model", &model.to_string_lossy()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    model
+}
+
+fn stored(data: &Path, session: &str) -> Vec<headroom_store::StoredMessage> {
+    tauri::async_runtime::block_on(async {
+        let store = Store::open(data).await.unwrap_or_else(|e| panic!("{e}"));
+        store
+            .messages(session)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+    })
+}
+
+/// `headroom chat … --route cloud` with its own data folder and no keychain.
+fn chat_cloud(
+    data: &Path,
+    model: &Path,
+    url: &str,
+    extra: &[&str],
+    key: Option<&str>,
+) -> std::process::Output {
+    let model = model.to_string_lossy();
+    let args = [
+        &[
+            "chat",
+            &model,
+            "--route",
+            "cloud",
+            "--cloud-url",
+            url,
+            "--cloud-model",
+            "default_model",
+        ],
+        extra,
+    ]
+    .concat();
+    let mut env = vec![
+        ("HEADROOM_DATA_DIR", data.as_os_str()),
+        (
+            "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/nonexistent/headroom-test-bus".as_ref(),
+        ),
+    ];
+    if let Some(key) = key {
+        env.push(("HEADROOM_CLOUD_API_KEY", key.as_ref()));
+    }
+    headroom_with(&args, &env)
+}
+
+#[test]
+fn streaming_chat_against_mlx_lm_server_end_to_end() {
+    let dir = temp_dir("e2e");
+    let model = demo_model(&dir);
+    let server = MlxServer::start(&model, &dir);
+
+    // The client alone: structure, not content (the demo model's tokens are random).
+    let client = CloudClient::new(CloudConfig::new(&server.base_url, "default_model"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (models, events) = tauri::async_runtime::block_on(async {
+        let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
+        let msgs = [Message::new(Role::User, "Hello there")];
+        let params = ChatParams {
+            max_tokens: Some(8),
+            temperature: Some(0.0),
+            ..ChatParams::default()
+        };
+        let r = headroom_cloud::run_turn(
+            &client,
+            &msgs,
+            &params,
+            headroom_cloud::CancellationToken::new(),
+            |_| true,
+        )
+        .await;
+        (models, r)
+    });
+    let canonical = model.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+    assert!(
+        models.iter().any(|m| Path::new(m) == canonical),
+        "{models:?}"
+    );
+    let finished = events
+        .end
+        .unwrap_or_else(|e| panic!("the turn failed: {e}"));
+    let usage = finished
+        .stats
+        .usage
+        .unwrap_or_else(|| panic!("mlx_lm.server reports usage when asked"));
+    assert!(usage.prompt_tokens > 0);
+    assert!((1..=8).contains(&usage.completion_tokens), "{usage:?}");
+    assert_eq!(
+        finished.reason == FinishReason::Length,
+        usage.completion_tokens == 8,
+        "{finished:?}"
+    );
+    // Chunks are not tokens: the server merges pieces of multi-byte characters.
+    assert!(
+        finished.stats.chunks >= 1 && finished.stats.chunks <= usage.completion_tokens as usize
+    );
+    assert!(!events.text.is_empty());
+    assert!(finished.stats.rates.ttft_ms.is_some_and(|t| t > 0.0));
+    assert_eq!(
+        finished.stats.timings.generated_tokens,
+        usage.completion_tokens
+    );
+
+    // The CLI: two persisted turns, both stored with route = cloud.
+    let data = dir.join("data");
+    let out = chat_cloud(
+        &data,
+        &model,
+        &server.base_url,
+        &[
+            "--session",
+            "c",
+            "--message",
+            "Hi",
+            "--max-tokens",
+            "6",
+            "--json",
+        ],
+        Some("k"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(v["status"], "complete", "{v}");
+    let generated = v["stats"]["generatedTokens"].as_i64().unwrap_or(0);
+    assert!((1..=6).contains(&generated), "{v}");
+    assert_eq!(v["stats"]["batch"], 1);
+
+    let out = chat_cloud(
+        &data,
+        &model,
+        &server.base_url,
+        &["--session", "c", "--message", "And?", "--max-tokens", "3"],
+        Some("k"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let streamed = String::from_utf8_lossy(&out.stdout).into_owned();
+    let msgs = stored(&data, "c");
+    assert_eq!(msgs.len(), 4);
+    assert!(
+        msgs.iter()
+            .all(|m| m.route == Route::Cloud && m.status == MessageStatus::Complete),
+        "{msgs:?}"
+    );
+    assert_eq!(
+        format!("{}\n", msgs[3].content),
+        streamed,
+        "what streamed is what was stored"
+    );
+    let prompts: Vec<i64> = msgs
+        .iter()
+        .filter_map(|m| m.stats.as_ref().map(|s| s.prompt_tokens))
+        .collect();
+    assert!(
+        prompts.len() == 2 && prompts[1] > prompts[0],
+        "the second prompt holds the first turn: {prompts:?}"
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A one-shot HTTP server in a thread: reads a request, answers `reply`
+/// (or the 401 when the bearer key is not `want_key`), then closes.
+fn stub(reply: String, want_key: Option<&'static str>) -> String {
+    stub_recording(reply, want_key).0
+}
+
+/// [`stub`], also handing back the request bodies it received.
+fn stub_recording(
+    reply: String,
+    want_key: Option<&'static str>,
+) -> (String, Arc<Mutex<Vec<String>>>) {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let seen = bodies.clone();
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
+    let port = listener
+        .local_addr()
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("{e}"));
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let mut reader = BufReader::new(conn.try_clone().unwrap_or_else(|e| panic!("{e}")));
+            let (mut auth, mut len) = (String::new(), 0usize);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
+                    break;
+                }
+                let lower = line.to_ascii_lowercase();
+                if let Some(v) = lower.strip_prefix("content-length:") {
+                    len = v.trim().parse().unwrap_or(0);
+                }
+                if lower.starts_with("authorization:") {
+                    auth = line.trim().to_owned();
+                }
+            }
+            let mut body = vec![0; len];
+            let _ = reader.read_exact(&mut body);
+            if let Ok(mut all) = seen.lock() {
+                all.push(String::from_utf8_lossy(&body).into_owned());
+            }
+            let answer = match want_key {
+                Some(key)
+                    if auth != format!("Authorization: Bearer {key}")
+                        && auth != format!("authorization: Bearer {key}") =>
+                {
+                    let b = r#"{"error":{"message":"Incorrect API key provided"}}"#;
+                    format!("HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}", b.len())
+                }
+                _ => reply.clone(),
+            };
+            let _ = conn.write_all(answer.as_bytes());
+        }
+    });
+    (format!("http://127.0.0.1:{port}/v1"), bodies)
+}
+
+fn sse(pieces: &[&str], end: bool) -> String {
+    let mut s = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
+        .to_owned();
+    for p in pieces {
+        let v = serde_json::json!({"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
+        s.push_str(&format!("data: {v}\n\n"));
+    }
+    if end {
+        s.push_str(
+            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+        );
+        s.push_str("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":4,\"total_tokens\":15}}\n\ndata: [DONE]\n\n");
+    }
+    s
+}
+
+#[test]
+fn failures_give_their_clear_error_and_keep_the_users_text() {
+    let dir = temp_dir("errors");
+    // The cloud route never loads MODEL; any folder name does.
+    let model = dir.join("unused-model");
+    let data = dir.join("data");
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+
+    // Server down.
+    let down = format!("http://127.0.0.1:{}/v1", free_port());
+    let out = chat_cloud(
+        &data,
+        &model,
+        &down,
+        &["--session", "down", "--message", "keep me"],
+        Some("k"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("connection refused") && stderr(&out).contains(&down),
+        "{}",
+        stderr(&out)
+    );
+    let msgs = stored(&data, "down");
+    assert_eq!(
+        msgs.iter()
+            .map(|m| (m.content.as_str(), m.status))
+            .collect::<Vec<_>>(),
+        [
+            ("keep me", MessageStatus::Complete),
+            ("", MessageStatus::Error)
+        ]
+    );
+    assert!(msgs[1]
+        .error
+        .as_deref()
+        .is_some_and(|e| e.contains("connection refused")));
+    assert_eq!(msgs[1].route, Route::Cloud);
+
+    // 401 from a stub that wants another key.
+    let url = stub(sse(&["never"], true), Some("right-key"));
+    let out = chat_cloud(
+        &data,
+        &model,
+        &url,
+        &["--session", "auth", "--message", "my question"],
+        Some("wrong-key"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("rejected the API key (HTTP 401)"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(stored(&data, "auth")[0].content, "my question");
+
+    // The stored key (no keychain here: the user-only file) is the one sent.
+    let mut set = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["cloud-key", "set", "--url", &url])
+        .env("HEADROOM_DATA_DIR", &data)
+        .env(
+            "DBUS_SESSION_BUS_ADDRESS",
+            "unix:path=/nonexistent/headroom-test-bus",
+        )
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{e}"));
+    set.stdin
+        .take()
+        .map(|mut s| s.write_all(b"right-key\n"))
+        .transpose()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let set = set.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    assert!(set.status.success());
+    assert!(String::from_utf8_lossy(&set.stdout).contains("readable only by you"));
+    let out = chat_cloud(
+        &data,
+        &model,
+        &url,
+        &["--session", "auth", "--message", "again"],
+        None,
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "never\n");
+
+    // A stream cut after two chunks: the partial answer is saved with the error.
+    let url = stub(sse(&["half ", "an answer"], false), None);
+    let out = chat_cloud(
+        &data,
+        &model,
+        &url,
+        &["--session", "cut", "--message", "long one"],
+        Some("k"),
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr(&out).contains("cut after 2 text chunks"),
+        "{}",
+        stderr(&out)
+    );
+    let msgs = stored(&data, "cut");
+    assert_eq!(
+        (msgs[0].content.as_str(), msgs[1].content.as_str()),
+        ("long one", "half an answer")
+    );
+    assert_eq!(msgs[1].status, MessageStatus::Error);
+
+    // --route auto: a prompt over the local threshold (8192 estimated tokens
+    // by default) goes to the cloud, and stderr says why.
+    let model = demo_model(&dir);
+    let url = stub(sse(&["routed"], true), None);
+    let long = "lorem ipsum ".repeat(4000);
+    let mut env_args = vec!["--session", "auto", "--message", long.as_str()];
+    env_args.extend(["--route", "auto"]);
+    let m = model.to_string_lossy();
+    let args = [
+        &[
+            "chat",
+            &*m,
+            "--cloud-url",
+            &url,
+            "--cloud-model",
+            "default_model",
+        ],
+        env_args.as_slice(),
+    ]
+    .concat();
+    let out = headroom_with(
+        &args,
+        &[
+            ("HEADROOM_DATA_DIR", data.as_os_str()),
+            ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--route auto: the cloud"),
+        "{}",
+        stderr(&out)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "routed\n");
+    assert_eq!(stored(&data, "auto")[1].route, Route::Cloud);
+
+    // "Summarise for cloud" on: the local model condenses the older turns,
+    // the request carries the summary, and stderr says what it saved.
+    tauri::async_runtime::block_on(async {
+        let store = Store::open(&data).await.unwrap_or_else(|e| panic!("{e}"));
+        let mut settings = store.settings().await.unwrap_or_else(|e| panic!("{e}"));
+        settings.summarise_for_cloud = true;
+        store
+            .set_settings(&settings)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        for i in 0..3 {
+            let t = store
+                .begin_turn(
+                    "sum",
+                    &format!("question {i}: {}", "lorem ipsum ".repeat(350)),
+                    None,
+                    Route::Cloud,
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let answer = headroom_store::TurnOutcome {
+                content: format!("answer {i}: {}", "dolor sit amet ".repeat(280)),
+                status: MessageStatus::Complete,
+                error: None,
+                stats: None,
+            };
+            store
+                .finish_turn(t.assistant_message_id, &answer)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    let (url, bodies) = stub_recording(sse(&["short"], true), None);
+    let out = headroom_with(
+        &[
+            "chat",
+            &*m,
+            "--session",
+            "sum",
+            "--message",
+            "next?",
+            "--route",
+            "cloud",
+            "--cloud-url",
+            &url,
+            "--cloud-model",
+            "x",
+        ],
+        &[
+            ("HEADROOM_DATA_DIR", data.as_os_str()),
+            ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
+        ],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("tokens saved"), "{}", stderr(&out));
+    let body = bodies.lock().map(|b| b.concat()).unwrap_or_default();
+    let sent: serde_json::Value =
+        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let sent = sent["messages"].as_array().cloned().unwrap_or_default();
+    assert!(
+        sent[0]["content"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("Summary of the earlier conversation:"),
+        "{sent:?}"
+    );
+    assert_eq!(
+        sent.last().map(|m| m["content"].clone()),
+        Some("next?".into())
+    );
+    assert!(sent.len() < 7, "7 messages without the summary: {sent:?}");
+    assert_eq!(
+        stored(&data, "sum").len(),
+        8,
+        "the stored history is untouched"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
