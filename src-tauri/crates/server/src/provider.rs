@@ -1,0 +1,40 @@
+//! The one thing the server asks of its embedder: which models exist, and
+//! "make this one the loaded model if it fits". The app implements it over
+//! its model list and fit check, so the server, the CLI and the popover
+//! agree on what exists and on what would swap.
+
+use crate::error::ProvideError;
+
+/// A model as `GET /v1/models` lists it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelCard {
+    /// What clients put in `model`.
+    pub id: String,
+    /// Unix seconds (the folder's modification time; 0 if unknown).
+    pub created: u64,
+    /// The organisation for `org/name` ids, else "headroom".
+    pub owned_by: String,
+}
+
+/// The model a request will run on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ReadyModel {
+    /// The id responses name (`model`).
+    pub id: String,
+}
+
+/// Answers the server's questions about models. Calls may block (reading
+/// headers, loading weights): the server makes them off its async threads,
+/// one at a time, so a load and the run that needed it are never split by
+/// another request's load.
+pub trait ModelProvider: Send + Sync + 'static {
+    /// Every model a client may name.
+    fn models(&self) -> Vec<ModelCard>;
+
+    /// Makes `id` the engine's loaded model: nothing to do when it is loaded
+    /// already; otherwise a fit check at `context_limit` (`None`: the
+    /// provider's default) and, only if it fits, a load that replaces the
+    /// current model (the engine drops the old one first, so two models
+    /// never share memory).
+    fn ensure_loaded(&self, id: &str, context_limit: Option<usize>) -> Result<ReadyModel, ProvideError>;
+}

@@ -1,0 +1,232 @@
+//! Starting and stopping the server. It runs on a thread of its own with
+//! its own small tokio runtime, so the CLI (no runtime) and the app (Tauri's
+//! runtime) embed it the same way: [`Server::bind`] returns once it listens,
+//! [`Server::stop`] (or dropping it) cancels the runs in flight, stops
+//! accepting and joins the thread.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::{mpsc, Arc};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use headroom_engine::worker::EngineHandle;
+use tokio::sync::oneshot;
+
+use crate::error::{Result, ServerError};
+use crate::provider::ModelProvider;
+use crate::routes::{router, Ctx};
+use crate::run::Tally;
+
+/// The port `headroom serve` and the app's toggle use unless told otherwise.
+pub const DEFAULT_PORT: u16 = 8080;
+/// Max new tokens for a request that sets none (the app's chat default).
+pub const DEFAULT_MAX_TOKENS: usize = 512;
+/// How long stopping waits for work already on the blocking threads (a load).
+const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// How the server behaves.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServeConfig {
+    /// Listen on a non-loopback address. Also requires `api_key`.
+    pub allow_non_loopback: bool,
+    /// When set, every request must send `Authorization: Bearer <key>`.
+    pub api_key: Option<String>,
+    /// The context limit models the server loads get (`None`: the
+    /// provider's default). A model already loaded keeps its own.
+    pub context_limit: Option<usize>,
+    pub default_max_tokens: usize,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self { allow_non_loopback: false, api_key: None, context_limit: None, default_max_tokens: DEFAULT_MAX_TOKENS }
+    }
+}
+
+impl ServeConfig {
+    /// Refuses settings that would expose the model, before anything listens.
+    pub fn check(&self, addr: SocketAddr) -> Result<()> {
+        if self.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+            return Err(ServerError::EmptyApiKey);
+        }
+        if !addr.ip().is_loopback() {
+            if !self.allow_non_loopback {
+                return Err(ServerError::NonLoopback { addr });
+            }
+            if self.api_key.is_none() {
+                return Err(ServerError::RemoteWithoutKey { addr });
+            }
+        }
+        if self.context_limit == Some(0) {
+            return Err(ServerError::InvalidSetting {
+                name: "context_limit",
+                value: "0".into(),
+                reason: "must be at least 1",
+            });
+        }
+        if self.default_max_tokens == 0 {
+            return Err(ServerError::InvalidSetting {
+                name: "default_max_tokens",
+                value: "0".into(),
+                reason: "must be at least 1",
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What the server has done so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerStats {
+    /// Chat-completion requests received (valid or not).
+    pub requests: u64,
+    /// Runs that ended on their own (finished, or failed in the engine).
+    pub completed: u64,
+    /// Runs cancelled because the client went away (or the server stopped).
+    pub cancelled: u64,
+    /// Runs queued or generating now.
+    pub active: usize,
+}
+
+/// A running server. Dropping it stops it.
+#[derive(Debug)]
+pub struct Server {
+    addr: SocketAddr,
+    engine: EngineHandle,
+    tally: Arc<Tally>,
+    runtime: tokio::runtime::Handle,
+    shutdown: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    /// Checks `config`, listens on `addr` (port 0: any free port) and serves
+    /// on a thread of its own until stopped. Runs go to `engine`, the same
+    /// handle the app's chat uses, so they queue behind each other.
+    pub fn bind(
+        addr: SocketAddr,
+        config: ServeConfig,
+        engine: EngineHandle,
+        provider: Arc<dyn ModelProvider>,
+    ) -> Result<Self> {
+        config.check(addr)?;
+        // Bound here, synchronously, so a taken port is the caller's error.
+        let listener = std::net::TcpListener::bind(addr).map_err(|source| ServerError::Bind { addr, source })?;
+        let local = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
+        listener.set_nonblocking(true).map_err(|source| ServerError::Bind { addr, source })?;
+
+        let tally = Arc::new(Tally::default());
+        let epoch = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
+        let ctx = Ctx {
+            engine: engine.clone(),
+            provider,
+            loopback_only: !config.allow_non_loopback,
+            config: Arc::new(config),
+            turn: Arc::default(),
+            tally: Arc::clone(&tally),
+            epoch,
+        };
+        let (shutdown, shutdown_rx) = oneshot::channel();
+        let (ready_tx, ready_rx) = mpsc::channel();
+        // The runtime is built, used and dropped on this thread: dropping a
+        // runtime inside another (Tauri's) panics.
+        let thread = std::thread::Builder::new()
+            .name("headroom-server".into())
+            .spawn(move || {
+                let runtime = match tokio::runtime::Builder::new_multi_thread()
+                    .worker_threads(2)
+                    .thread_name("headroom-server-io")
+                    .enable_all()
+                    .build()
+                {
+                    Ok(rt) => rt,
+                    Err(source) => {
+                        let _ = ready_tx.send(Err(ServerError::Start { what: "runtime", source }));
+                        return;
+                    }
+                };
+                let served = runtime.block_on(async move {
+                    let listener = match tokio::net::TcpListener::from_std(listener) {
+                        Ok(l) => l,
+                        Err(source) => {
+                            let _ = ready_tx.send(Err(ServerError::Bind { addr: local, source }));
+                            return Ok(());
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(tokio::runtime::Handle::current()));
+                    axum::serve(listener, router(ctx))
+                        .with_graceful_shutdown(async move {
+                            let _ = shutdown_rx.await;
+                        })
+                        .await
+                });
+                if let Err(e) = served {
+                    tracing::error!("the server stopped: {e}");
+                }
+                runtime.shutdown_timeout(STOP_GRACE);
+            })
+            .map_err(|source| ServerError::Start { what: "thread", source })?;
+        let runtime = match ready_rx.recv() {
+            Ok(Ok(handle)) => handle,
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                return Err(e);
+            }
+            Err(_) => {
+                let _ = thread.join();
+                return Err(ServerError::Panicked);
+            }
+        };
+        tracing::info!("serving the OpenAI-compatible API on http://{local}/v1");
+        Ok(Self { addr: local, engine, tally, runtime, shutdown: Some(shutdown), thread: Some(thread) })
+    }
+
+    /// The address it listens on (with the port chosen, if 0 was asked).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The base URL clients use (`OPENAI_BASE_URL`).
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn stats(&self) -> ServerStats {
+        ServerStats {
+            requests: self.tally.requests.load(Ordering::Relaxed),
+            completed: self.tally.completed.load(Ordering::Relaxed),
+            cancelled: self.tally.cancelled.load(Ordering::Relaxed),
+            active: self.tally.active(),
+        }
+    }
+
+    /// Blocks until the process gets Ctrl-C (SIGINT), for `headroom serve`.
+    /// Call it from a thread outside any async runtime.
+    pub fn wait_for_ctrl_c(&self) -> Result<()> {
+        self.runtime.block_on(tokio::signal::ctrl_c()).map_err(ServerError::Signal)
+    }
+
+    /// Stops accepting, cancels the runs in flight, lets their responses end
+    /// and joins the server thread. Blocks (briefly): call it off async threads.
+    pub fn stop(mut self) -> Result<()> {
+        self.stop_inner()
+    }
+
+    fn stop_inner(&mut self) -> Result<()> {
+        let Some(thread) = self.thread.take() else { return Ok(()) };
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        // Graceful shutdown waits for open responses; a stream ends once its run does.
+        self.tally.cancel_all(&self.engine);
+        thread.join().map_err(|_| ServerError::Panicked)
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        if let Err(e) = self.stop_inner() {
+            tracing::warn!("stopping the server: {e}");
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! `headroom serve`: the local OpenAI-compatible server in the foreground,
+//! on the models the app knows (plus any folders named here), until Ctrl-C.
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use clap::Args;
+use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
+use headroom_engine::EngineError;
+use headroom_server::{
+    ModelProvider, ProvideError, ServeConfig, Server, ServerError, DEFAULT_MAX_TOKENS, DEFAULT_PORT,
+};
+
+use super::CliError;
+use crate::serve::AppModels;
+use crate::{AppState, Locations};
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeArgs {
+    /// The port to listen on (0: any free port; the URL printed says which).
+    #[arg(long, default_value_t = DEFAULT_PORT)]
+    pub port: u16,
+    /// The address to listen on. Anything but loopback needs --allow-remote and --api-key-env.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    pub host: IpAddr,
+    /// Load this model before serving: a model folder, or an id from `headroom models`.
+    #[arg(long)]
+    pub model: Option<String>,
+    /// Also offer every model folder inside this folder.
+    #[arg(long, value_name = "DIR")]
+    pub models_dir: Option<PathBuf>,
+    /// Context limit in tokens (prompt + reply) for the models the server loads.
+    #[arg(long, default_value_t = DEFAULT_CONTEXT_LIMIT)]
+    pub context: usize,
+    /// Max new tokens for a request that sets none.
+    #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
+    pub max_tokens: usize,
+    /// Accept clients from other machines (with --host 0.0.0.0 or a LAN address).
+    #[arg(long, requires = "api_key_env")]
+    pub allow_remote: bool,
+    /// The environment variable holding the API key every request must send
+    /// (a variable, not the key itself, so it stays out of `ps` and shell history).
+    #[arg(long, value_name = "VAR")]
+    pub api_key_env: Option<String>,
+}
+
+/// What `serve` can fail with, beyond the other subcommands' errors.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error(transparent)]
+    Cli(#[from] CliError),
+    #[error(transparent)]
+    Server(#[from] ServerError),
+    #[error("the environment variable {var} named by --api-key-env is not set or is empty")]
+    MissingKey { var: String },
+    #[error("cannot read --models-dir {}: {source}", dir.display())]
+    ModelsDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Load(ProvideError),
+    /// --model is neither a folder nor an id of a model Headroom knows.
+    #[error(
+        "model `{model}` not found: not a folder, nor a model in {} or the Hugging Face cache ({}); `headroom models` lists them",
+        models_dir.display(),
+        hubs.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+    )]
+    UnknownModel { model: String, models_dir: PathBuf, hubs: Vec<PathBuf> },
+}
+
+impl From<EngineError> for ServeError {
+    fn from(e: EngineError) -> Self {
+        Self::Cli(CliError::Engine(e))
+    }
+}
+
+/// Runs the server until Ctrl-C; errors are one line on stderr, exit code 1.
+pub fn run(args: &ServeArgs) -> ExitCode {
+    match serve(args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("headroom: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn serve(args: &ServeArgs) -> Result<(), ServeError> {
+    let api_key = match &args.api_key_env {
+        Some(var) => Some(
+            std::env::var(var)
+                .ok()
+                .filter(|k| !k.trim().is_empty())
+                .ok_or_else(|| ServeError::MissingKey { var: var.clone() })?,
+        ),
+        None => None,
+    };
+    let config = ServeConfig {
+        allow_non_loopback: args.allow_remote,
+        api_key,
+        context_limit: Some(args.context),
+        default_max_tokens: args.max_tokens,
+    };
+    let addr = SocketAddr::new(args.host, args.port);
+    // Refused before a model is loaded: a misconfigured server costs nothing.
+    config.check(addr)?;
+
+    let locations = Locations::from_env(|| crate::platform_app_data_dir().ok_or(CliError::NoDataDir))?;
+    // The app's state needs its database, though the server stores nothing yet.
+    let store = crate::chat::block_on(headroom_store::Store::open(&locations.data_dir)).map_err(CliError::from)?;
+    let engine = EngineHandle::spawn()?;
+    let state = AppState::new(engine.clone(), locations, store);
+    state.context_limit.store(args.context, Ordering::Relaxed);
+    let mut provider = AppModels::new(state.clone());
+    if let Some(dir) = &args.models_dir {
+        provider.add_models_dir(dir).map_err(|source| ServeError::ModelsDir { dir: dir.clone(), source })?;
+    }
+    let preload = match &args.model {
+        Some(m) if std::path::Path::new(m).is_dir() => {
+            let dir = std::path::Path::new(m);
+            Some(provider.add_folder(dir).ok_or_else(|| EngineError::MissingConfig { dir: dir.to_owned() })?)
+        }
+        Some(id) => Some(id.clone()),
+        None => None,
+    };
+    // Listening first: a taken port fails in milliseconds, not after a load.
+    let server = Server::bind(addr, config, engine.clone(), Arc::new(provider.clone()))?;
+    let loaded = match &preload {
+        Some(id) => Some(provider.ensure_loaded(id, Some(args.context)).map_err(|e| match e {
+            ProvideError::NotFound { model } => ServeError::UnknownModel {
+                model,
+                models_dir: state.locations.data_dir.join(crate::models::MODELS_DIR),
+                hubs: state.locations.hub.hub_dirs(),
+            },
+            ProvideError::WouldNotFit { model, report } => ServeError::Cli(CliError::WouldNotFit { model, report }),
+            other => ServeError::Load(other),
+        })?),
+        None => None,
+    };
+    let offered = provider.entries().len();
+    let mut out = std::io::stdout().lock();
+    let model = loaded.map_or_else(|| "none yet: the first request loads the one it names".to_owned(), |m| m.id);
+    // The first line is the URL alone, so scripts (and tests) can read it.
+    writeln!(out, "{}", server.base_url()).map_err(CliError::from)?;
+    writeln!(out, "OpenAI-compatible API. Models on offer: {offered}; loaded: {model}. Ctrl-C stops.")
+        .and_then(|()| out.flush())
+        .map_err(CliError::from)?;
+    drop(out);
+
+    server.wait_for_ctrl_c()?;
+    eprintln!("headroom: stopping the server");
+    server.stop()?;
+    // The model goes on its own thread before the process's exit handlers run.
+    engine.shutdown();
+    Ok(())
+}

@@ -1,0 +1,163 @@
+//! The app's side of the local server: the [`ModelProvider`] that answers
+//! from the same model list and fit check as the picker, and loads through
+//! the app's engine handle, so the popover and the server share one model
+//! and one queue.
+
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use headroom_engine::worker::LoadSettings;
+use headroom_server::{ModelCard, ModelProvider, ProvideError, ReadyModel};
+
+use crate::fit;
+use crate::models::{self, ModelEntry};
+use crate::state::{AppState, LoadedModel};
+
+/// A model the server can name: its id and folder.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Offered {
+    pub id: String,
+    pub path: PathBuf,
+}
+
+/// The models the server offers: the picker's (the app's models folder and
+/// the HF cache) plus any folders the CLI named.
+#[derive(Debug, Clone)]
+pub struct AppModels {
+    state: AppState,
+    /// Folders outside the app's own, first in the list (they win a duplicate id).
+    extra: Vec<Offered>,
+}
+
+impl AppModels {
+    pub fn new(state: AppState) -> Self {
+        Self { state, extra: Vec::new() }
+    }
+
+    /// Offers the model in `dir`, as its folder name; `None` if it holds no config.json.
+    pub fn add_folder(&mut self, dir: &Path) -> Option<String> {
+        if !dir.join("config.json").is_file() {
+            return None;
+        }
+        let id = dir.file_name()?.to_str()?.to_owned();
+        self.extra.retain(|m| m.id != id);
+        self.extra.push(Offered { id: id.clone(), path: dir.to_owned() });
+        Some(id)
+    }
+
+    /// Offers every model folder directly inside `dir`; returns how many.
+    pub fn add_models_dir(&mut self, dir: &Path) -> std::io::Result<usize> {
+        let mut subdirs: Vec<PathBuf> =
+            std::fs::read_dir(dir)?.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
+        subdirs.sort();
+        Ok(subdirs.iter().filter(|d| self.add_folder(d).is_some()).count())
+    }
+
+    /// Every model on offer, the CLI's folders first.
+    pub fn entries(&self) -> Vec<Offered> {
+        let mut list = self.extra.clone();
+        for ModelEntry { id, path, .. } in
+            models::list_models(&self.state.locations.data_dir, &self.state.locations.hub)
+        {
+            if !list.iter().any(|e| e.id == id) {
+                list.push(Offered { id, path });
+            }
+        }
+        list
+    }
+}
+
+fn card(m: &Offered) -> ModelCard {
+    let created = std::fs::metadata(&m.path)
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let owned_by = m.id.split_once('/').map_or("headroom", |(org, _)| org).to_owned();
+    ModelCard { id: m.id.clone(), created, owned_by }
+}
+
+impl ModelProvider for AppModels {
+    fn models(&self) -> Vec<ModelCard> {
+        self.entries().iter().map(card).collect()
+    }
+
+    fn ensure_loaded(&self, id: &str, context_limit: Option<usize>) -> Result<ReadyModel, ProvideError> {
+        let state = &self.state;
+        let entry = self
+            .entries()
+            .into_iter()
+            .find(|m| m.id == id)
+            .ok_or_else(|| ProvideError::NotFound { model: id.to_owned() })?;
+        // Already loaded (by the server or the popover): use it as it is.
+        if state.loaded_model().is_some_and(|m| m.path == entry.path) {
+            return Ok(ReadyModel { id: entry.id });
+        }
+        let failed = |reason: String| ProvideError::LoadFailed { model: id.to_owned(), reason };
+        let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
+        // The picker's guard: headers and a fresh memory reading (counting
+        // what unloading the current model gives back), before anything moves.
+        let source = models::budget_source(state).map_err(|e| failed(e.message))?;
+        let report = fit::check_model(&entry.path, context_limit, source).map_err(|e| failed(e.to_string()))?;
+        if report.verdict.refuses() {
+            return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });
+        }
+        if state.loaded_model().is_some() {
+            state.set_loaded(None);
+            state.engine.unload().map_err(|e| failed(e.to_string()))?;
+        }
+        let settings = LoadSettings {
+            context_limit,
+            cache_limit_bytes: Some(models::cache_limit_bytes(&report)),
+            ..LoadSettings::default()
+        };
+        state.engine.load(&entry.path, settings).map_err(|e| failed(e.to_string()))?;
+        state.set_loaded(Some(LoadedModel { id: entry.id.clone(), path: entry.path.clone() }));
+        tracing::info!(model = %entry.id, context_limit, "the server loaded a model");
+        Ok(ReadyModel { id: entry.id })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn offers_the_app_models_and_extra_folders_and_refuses_what_would_not_fit() {
+        let state = crate::test_state("serve-provider");
+        let own = state.locations.data_dir.join(models::MODELS_DIR).join("huge-demo");
+        fit::write_sparse_model(&own, 200_000_000_000);
+        let outside = state.locations.data_dir.join("elsewhere");
+        let demo = outside.join("tiny");
+        headroom_engine::demo::write_demo_model(
+            &demo,
+            &headroom_engine::demo::DemoSpec::new(
+                headroom_engine::demo::Arch::Qwen2,
+                headroom_engine::demo::Preset::Tiny,
+                headroom_engine::demo::Bits::Four,
+            ),
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(outside.join("not-a-model")).unwrap_or_else(|e| panic!("{e}"));
+
+        let mut provider = AppModels::new(state.clone());
+        assert_eq!(provider.add_models_dir(&outside).ok(), Some(1));
+        let cards = provider.models();
+        let ids: Vec<&str> = cards.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["tiny", "huge-demo"]);
+        assert!(cards[0].created > 0 && cards[0].owned_by == "headroom", "{cards:?}");
+
+        let err = provider.ensure_loaded("nobody/nothing", None).err();
+        assert!(matches!(err, Some(ProvideError::NotFound { .. })), "{err:?}");
+        let err = provider.ensure_loaded("huge-demo", None).err();
+        let Some(ProvideError::WouldNotFit { model, report }) = err else { panic!("{err:?}") };
+        assert_eq!((model.as_str(), report.estimate.weight_bytes), ("huge-demo", 200_000_000_000));
+        assert!(state.loaded_model().is_none(), "nothing was loaded");
+
+        let ready = provider.ensure_loaded("tiny", Some(512)).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(ready.id, "tiny");
+        assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
+        // Loaded already: nothing to do, the same answer.
+        assert_eq!(provider.ensure_loaded("tiny", None).ok(), Some(ready));
+    }
+}

@@ -1,0 +1,140 @@
+//! `headroom serve` against a client none of us wrote: the official `openai`
+//! Python package (tests/openai/client_test.py) on loopback, on a demo
+//! model, then Ctrl-C stops the server cleanly.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+mod common;
+use common::{headroom, headroom_with};
+
+/// The context limit the server loads with: small, so the test's
+/// over-the-limit prompt is cheap.
+const CONTEXT: &str = "256";
+
+/// Kills the server if the test fails before stopping it.
+struct Running(Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if matches!(self.0.try_wait(), Ok(None)) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
+fn workspace() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn python() -> PathBuf {
+    let python = workspace().join(".deps/venv/bin/python");
+    assert!(
+        python.is_file(),
+        "{} is missing: run scripts/setup.sh (it installs the openai client this test drives)",
+        python.display()
+    );
+    python
+}
+
+#[test]
+fn the_official_openai_client_talks_to_headroom_serve() {
+    let python = python();
+    let root = std::env::temp_dir().join(format!("headroom-openai-client-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let model = root.join("demo-tiny");
+    let out = headroom(&["demo-model", &model.to_string_lossy(), "--preset", "tiny"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["serve", "--port", "0", "--context", CONTEXT, "--model"])
+        .arg(&model)
+        // Only the demo model: an empty app data folder and HF cache.
+        .env("HEADROOM_DATA_DIR", root.join("data"))
+        .env("HF_HUB_CACHE", root.join("empty-hub"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run headroom serve: {e}"));
+    let mut server = Running(child);
+    let mut stdout = BufReader::new(server.0.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut url = String::new();
+    stdout.read_line(&mut url).unwrap_or_else(|e| panic!("{e}"));
+    let url = url.trim().to_owned();
+    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"), "first line: {url:?}");
+
+    let started = Instant::now();
+    let client = Command::new(&python)
+        .arg(workspace().join("tests/openai/client_test.py"))
+        .args([url.as_str(), "demo-tiny", CONTEXT])
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+    let (report, errors) = (String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&client.stderr));
+    assert!(client.status.success(), "the openai client failed ({:?}):\n{report}\n{errors}", client.status);
+    for check in [
+        "models",
+        "plain_completion",
+        "streamed_completion",
+        "unknown_model_404",
+        "malformed_json_400",
+        "missing_messages_400",
+        "context_length_exceeded_400",
+    ] {
+        assert!(report.lines().any(|l| l == format!("ok {check}")), "{check} in:\n{report}");
+    }
+    assert!(report.contains(": 7/7 passed"), "{report}");
+    eprintln!("openai client checks took {:.1} s", started.elapsed().as_secs_f64());
+
+    // Ctrl-C: the server stops, joins the engine and exits 0.
+    let pid = server.0.id().to_string();
+    let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap_or_else(|e| panic!("kill: {e}"));
+    assert!(sent.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        match server.0.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+            Some(status) => break status,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
+            None => panic!("headroom serve did not stop within 20 s of Ctrl-C"),
+        }
+    };
+    let mut stderr = String::new();
+    if let Some(mut e) = server.0.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("stopping the server"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+#[test]
+fn serve_refuses_a_non_loopback_address_without_opt_in_and_key() {
+    let out = headroom(&["serve", "--host", "0.0.0.0", "--port", "0"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("headroom: refusing to listen on 0.0.0.0:0"), "{stderr}");
+    assert!(stderr.contains("--allow-remote"), "{stderr}");
+
+    let out = headroom(&["serve", "--host", "0.0.0.0", "--allow-remote", "--api-key-env", "HEADROOM_TEST_UNSET_KEY"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("HEADROOM_TEST_UNSET_KEY") && stderr.contains("not set"), "{stderr}");
+
+    let empty = std::env::temp_dir().join(format!("headroom-serve-empty-{}", std::process::id()));
+    let out = headroom_with(
+        &["serve", "--port", "0", "--model", "nobody/nothing"],
+        &[("HEADROOM_DATA_DIR", empty.as_os_str())],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.starts_with("headroom: model `nobody/nothing` not found"), "{stderr}");
+    assert!(stderr.contains("`headroom models` lists them"), "{stderr}");
+    let _ = std::fs::remove_dir_all(&empty);
+
+    // --allow-remote without a key is a usage error clap reports.
+    let out = headroom(&["serve", "--allow-remote"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--api-key-env"));
+}

@@ -1,0 +1,42 @@
+// Typed bindings for the local OpenAI-compatible server's toggle
+// (src-tauri/src/commands/server.rs).
+import { call } from './invoke';
+
+/** Mirrors `commands::server::ServerInfo`. */
+export interface ServerInfo {
+  /** The base URL clients use, e.g. `http://127.0.0.1:8080/v1`. */
+  url: string;
+  port: number;
+  /** Chat-completion requests received (valid or not). */
+  requests: number;
+  /** Runs that ended on their own. */
+  completed: number;
+  /** Runs cancelled because the client went away. */
+  cancelled: number;
+  /** Runs queued or generating now. */
+  active: number;
+}
+
+/** The port the server uses when none is given. */
+export const DEFAULT_SERVER_PORT = 8080;
+
+/** The code a start rejects with when the port is taken. */
+export const PORT_UNAVAILABLE = 'PORT_UNAVAILABLE';
+
+/**
+ * Starts the server on 127.0.0.1 (`port` defaults to 8080); if it already
+ * runs, resolves to where. Rejects with `PORT_UNAVAILABLE` if the port is taken.
+ */
+export function serverStart(port?: number): Promise<ServerInfo> {
+  return call<ServerInfo>('server_start', port === undefined ? {} : { port });
+}
+
+/** Stops the server; resolves to false if it was not running. */
+export function serverStop(): Promise<boolean> {
+  return call<boolean>('server_stop');
+}
+
+/** The running server, or null. */
+export function serverStatus(): Promise<ServerInfo | null> {
+  return call<ServerInfo | null>('server_status');
+}
