@@ -1,0 +1,110 @@
+//! The standard Hugging Face cache layout, written the way huggingface_hub
+//! writes it so other tools (mlx-lm, transformers) find the same files:
+//! `models--org--name/{blobs/<etag>, snapshots/<commit>/<file> -> ../../blobs/<etag>, refs/<revision>}`.
+//!
+//! A blob is downloaded as `blobs/<etag>.incomplete` (resumed from its
+//! length) and renamed only once verified; snapshot links and the ref are
+//! written only after every file of the pull is verified, so a cancelled or
+//! failed pull never makes a half model visible to the model list.
+
+use std::path::{Path, PathBuf};
+
+use crate::error::{io, Result};
+use crate::repo::RepoId;
+
+/// One repo's folder inside a hub cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RepoCache {
+    dir: PathBuf,
+}
+
+impl RepoCache {
+    /// The folder of `repo` under the hub cache `root` (e.g. `~/.cache/huggingface/hub`).
+    pub fn new(root: &Path, repo: &RepoId) -> Self {
+        Self { dir: root.join(repo.cache_folder()) }
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    pub fn blob(&self, etag: &str) -> PathBuf {
+        self.dir.join("blobs").join(etag)
+    }
+
+    pub fn incomplete(&self, etag: &str) -> PathBuf {
+        self.dir.join("blobs").join(format!("{etag}.incomplete"))
+    }
+
+    pub fn snapshot(&self, commit: &str) -> PathBuf {
+        self.dir.join("snapshots").join(commit)
+    }
+
+    /// Creates `blobs/` (and the repo folder).
+    pub fn create_blobs_dir(&self) -> Result<()> {
+        let blobs = self.dir.join("blobs");
+        std::fs::create_dir_all(&blobs).map_err(io(blobs))
+    }
+
+    /// `snapshots/<commit>/<file>` as a relative link to its blob (replacing
+    /// an older one), like huggingface_hub; a copy where links are not possible.
+    pub fn link(&self, commit: &str, file: &str, etag: &str) -> Result<PathBuf> {
+        let target = self.snapshot(commit).join(file);
+        if let Some(parent) = target.parent() {
+            std::fs::create_dir_all(parent).map_err(io(parent))?;
+        }
+        match std::fs::symlink_metadata(&target) {
+            Ok(_) => std::fs::remove_file(&target).map_err(io(&target))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(io(&target)(e)),
+        }
+        // From snapshots/<commit>/<a>/<b>/<file>: up one per folder, then to blobs/.
+        let depth = file.split('/').count() - 1;
+        let relative = PathBuf::from(format!("{}../../blobs/{etag}", "../".repeat(depth)));
+        #[cfg(unix)]
+        std::os::unix::fs::symlink(&relative, &target).map_err(io(&target))?;
+        #[cfg(not(unix))]
+        std::fs::copy(self.blob(etag), &target).map(drop).map_err(io(&target))?;
+        Ok(target)
+    }
+
+    /// Points `refs/<revision>` at `commit`, atomically (write, then rename).
+    pub fn write_ref(&self, revision: &str, commit: &str) -> Result<()> {
+        let refs = self.dir.join("refs");
+        std::fs::create_dir_all(&refs).map_err(io(&refs))?;
+        let tmp = refs.join(format!(".{revision}.tmp"));
+        std::fs::write(&tmp, commit).map_err(io(&tmp))?;
+        let dest = refs.join(revision);
+        std::fs::rename(&tmp, &dest).map_err(io(dest))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn links_point_from_the_snapshot_into_blobs_at_any_depth() {
+        let root = std::env::temp_dir().join(format!("headroom-hub-cache-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&root);
+        let repo = RepoId::parse("org/m").unwrap_or_else(|e| panic!("{e}"));
+        let cache = RepoCache::new(&root, &repo);
+        cache.create_blobs_dir().unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(cache.blob("e1"), b"top").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(cache.blob("e2"), b"nested").unwrap_or_else(|e| panic!("{e}"));
+        let top = cache.link("c0ffee", "config.json", "e1").unwrap_or_else(|e| panic!("{e}"));
+        let nested = cache.link("c0ffee", "sub/dir/x.txt", "e2").unwrap_or_else(|e| panic!("{e}"));
+        // Linking again replaces the link.
+        cache.link("c0ffee", "config.json", "e1").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read(top).ok().as_deref(), Some(&b"top"[..]));
+        assert_eq!(std::fs::read(nested).ok().as_deref(), Some(&b"nested"[..]));
+        #[cfg(unix)]
+        assert_eq!(
+            std::fs::read_link(root.join("models--org--m/snapshots/c0ffee/sub/dir/x.txt")).ok(),
+            Some(PathBuf::from("../../../../blobs/e2"))
+        );
+        cache.write_ref("main", "c0ffee").unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(std::fs::read_to_string(root.join("models--org--m/refs/main")).ok().as_deref(), Some("c0ffee"));
+        let _ = std::fs::remove_dir_all(&root);
+    }
+}

@@ -1,0 +1,63 @@
+//! What a hub check or pull can fail with; every variant names the repo,
+//! file, URL or path it is about.
+
+use std::path::PathBuf;
+
+/// A failed hub request, fit check or download.
+#[derive(Debug, thiserror::Error)]
+pub enum HubError {
+    #[error("`{repo}` is not a Hugging Face repo id: expected `org/name` (letters, digits, `-`, `_`, `.`)")]
+    InvalidRepoId { repo: String },
+    #[error("`{revision}` is not a revision Headroom can pull: expected a branch, tag or commit without `/`, `..` or spaces")]
+    InvalidRevision { revision: String },
+    #[error("`{endpoint}` is not a hub endpoint: expected an http:// or https:// URL")]
+    InvalidEndpoint { endpoint: String },
+    /// The hub answers 401/404 alike for a missing and a private repo.
+    #[error(
+        "repository {repo} was not found at {endpoint} (HTTP {status}); check the id (it may also be private or gated)"
+    )]
+    RepoNotFound { repo: String, endpoint: String, status: u16 },
+    #[error("revision `{revision}` of {repo} was not found at {endpoint}")]
+    RevisionNotFound { repo: String, revision: String, endpoint: String },
+    #[error("{file} was not found in {repo} at revision {revision}")]
+    FileNotFound { repo: String, revision: String, file: String },
+    #[error("{url} answered HTTP {status}")]
+    Status { url: String, status: u16 },
+    #[error("cannot reach {url}: {source}")]
+    Http {
+        url: String,
+        #[source]
+        source: reqwest::Error,
+    },
+    #[error("{url} sent an answer Headroom cannot use: {reason}")]
+    Protocol { url: String, reason: String },
+    #[error("{repo} has no weights Headroom can run: expected model.safetensors or model.safetensors.index.json")]
+    NoWeights { repo: String },
+    #[error("the config.json of {repo} cannot be used: {reason}")]
+    BadConfig { repo: String, reason: String },
+    #[error("the safetensors header of {file} in {repo} is corrupt: {reason}")]
+    BadHeader { repo: String, file: String, reason: String },
+    #[error("{file} arrived with sha256 {actual}, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
+    HashMismatch { file: String, expected: String, actual: String },
+    #[error("{file} arrived with {actual} bytes, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
+    SizeMismatch { file: String, expected: u64, actual: u64 },
+    #[error("{file}: the transfer kept failing ({attempts} attempts); the {kept} bytes received are kept and the next pull resumes from there: {reason}")]
+    TransferFailed { file: String, attempts: u32, kept: u64, reason: String },
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// Cancelled by the user; partial blobs stay as `*.incomplete` for the next pull.
+    #[error("the pull of {repo} was cancelled; nothing was added to the model list, and the next pull resumes what was received")]
+    Cancelled { repo: String },
+}
+
+pub type Result<T, E = HubError> = std::result::Result<T, E>;
+
+/// An `Io` error about `path`, for `map_err`.
+pub(crate) fn io(path: impl Into<PathBuf>) -> impl FnOnce(std::io::Error) -> HubError {
+    let path = path.into();
+    move |source| HubError::Io { path, source }
+}
