@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Runs mlx_lm.benchmark (mlx-lm 0.32.2, the same libmlx) and `headroom bench`
+# on the same demo model with the same shapes (p prompt tokens, n generated,
+# batch 1, depth 0), alternating which goes first, K rounds of T trials each,
+# then prints each figure side by side with the ratio (scripts/bench/compare.py).
+#
+#   scripts/bench/compare-mlx-lm.sh [--preset tiny] [--bits 4] [-p 512] [-n 128] [-k 3] [-t 3]
+#
+# Needs scripts/setup.sh done and `cargo build -p headroom` (HEADROOM=path to
+# use another binary, e.g. a release build). The model is written once under
+# target/bench-models/ and reused.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+preset=tiny bits=4 p=512 n=128 k=3 t=3
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --preset) preset=$2; shift 2 ;;
+    --bits) bits=$2; shift 2 ;;
+    -p) p=$2; shift 2 ;;
+    -n) n=$2; shift 2 ;;
+    -k) k=$2; shift 2 ;;
+    -t) t=$2; shift 2 ;;
+    *) echo "compare-mlx-lm.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+headroom=${HEADROOM:-$root/target/debug/headroom}
+python=$root/.deps/venv/bin/python
+[ -x "$headroom" ] || { echo "compare-mlx-lm.sh: no $headroom: run cargo build -p headroom" >&2; exit 1; }
+[ -x "$python" ] || { echo "compare-mlx-lm.sh: no $python: run scripts/setup.sh" >&2; exit 1; }
+
+started=$(date +%s)
+model=$root/target/bench-models/$preset-q$bits
+if [ ! -f "$model/config.json" ]; then
+  "$headroom" demo-model "$model" --preset "$preset" --bits "$bits" >&2
+fi
+out=$(mktemp -d "${TMPDIR:-/tmp}/headroom-compare.XXXXXX")
+
+run_mlx() {
+  "$python" -m mlx_lm.benchmark --model "$model" -p "$p" -g "$n" -b 1 -n "$t" >"$out/mlx-$1.log" 2>&1 \
+    || { cat "$out/mlx-$1.log" >&2; exit 1; }
+}
+run_headroom() {
+  # --bandwidth: the roofline is not compared here, so skip its measurement.
+  "$headroom" bench "$model" -p "$p" -n "$n" -r "$t" -d 0 --json --no-save --bandwidth 1 \
+    >"$out/headroom-$1.json" 2>"$out/headroom-$1.log" || { cat "$out/headroom-$1.log" >&2; exit 1; }
+}
+
+for i in $(seq 1 "$k"); do
+  echo "round $i/$k" >&2
+  # Alternate the order so that drift in the machine's load hits both alike.
+  if [ $((i % 2)) -eq 1 ]; then run_mlx "$i"; run_headroom "$i"; else run_headroom "$i"; run_mlx "$i"; fi
+done
+
+echo "model: $model ($preset, $bits-bit); $k rounds × $t trials each (one warm-up per round, not counted)"
+"$python" "$root/scripts/bench/compare.py" "$out" "$p" "$n"
+echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
+echo "took $(( $(date +%s) - started )) s; raw outputs in $out"

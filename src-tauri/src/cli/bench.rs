@@ -1,0 +1,507 @@
+//! `headroom bench`: llama-bench's measurement on the engine's real
+//! generation path. For each context depth d: fill the KV cache to d, then
+//! r counted runs (after one warm-up) of prefill p + decode n, batch 1; the
+//! mean ± sd of each figure with every label, peak memory, pressure and swap
+//! delta; then the roofline (decode bytes per token vs memory bandwidth).
+//! The Tauri command `bench_run` runs the same plan through [`run_plan`].
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use clap::Args;
+use headroom_core::bench::{rated_bandwidth, BenchShape, MeanSd, RateSummary, RatedBandwidth, Roofline};
+use headroom_core::pressure::PressureLevel;
+use headroom_engine::bench::{run_case, BenchCase, BenchEvent, BenchRun, CaseResult};
+use headroom_engine::worker::{EngineHandle, LoadSettings};
+use headroom_engine::ComputeDtype;
+use headroom_memory::bandwidth::{self, BandwidthOptions, BandwidthReport, MachineInfo};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use super::fit::{check_model, BudgetArgs};
+use super::hub::{resolve_model, HubEnv};
+use super::CliError;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
+    pub model: String,
+    /// Prompt tokens prefilled per run (random ids), after the depth.
+    #[arg(short = 'p', long = "prompt-tokens", default_value_t = 512)]
+    pub prompt_tokens: usize,
+    /// Tokens decoded per run (EOS ignored); decode tok/s excludes the first.
+    #[arg(short = 'n', long = "gen-tokens", default_value_t = 128)]
+    pub gen_tokens: usize,
+    /// Counted runs per depth (one more warm-up run is not counted).
+    #[arg(short = 'r', long = "repetitions", default_value_t = 5)]
+    pub repetitions: usize,
+    /// Context depths: positions already in the KV cache before each run (comma-separated).
+    #[arg(short = 'd', long = "depth", value_delimiter = ',', default_value = "0")]
+    pub depths: Vec<usize>,
+    /// Seed of the random prompt ids.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Compute dtype: native (the checkpoint's) or f32.
+    #[arg(long, default_value = "native", value_parser = super::fit::parse_dtype)]
+    pub dtype: ComputeDtype,
+    /// Memory bandwidth for the roofline, GB/s; without it `headroom bandwidth`'s
+    /// measurement runs first (2 passes: seconds optimized, ~15 s in a debug build).
+    #[arg(long, value_name = "GB_PER_S")]
+    pub bandwidth: Option<f64>,
+    /// Print the raw runs and the summary as one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not save the results in the app's database.
+    #[arg(long)]
+    pub no_save: bool,
+    #[command(flatten)]
+    pub budget: BudgetArgs,
+    /// Load even if the fit check says the model would swap or cannot fit.
+    #[arg(long)]
+    pub override_fit: bool,
+}
+
+/// What to run on a loaded model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchPlan {
+    pub depths: Vec<usize>,
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    pub repetitions: usize,
+    pub seed: u64,
+}
+
+impl BenchPlan {
+    /// Cache positions the deepest case needs: the context to load (and fit-check) at.
+    pub fn context(&self) -> usize {
+        self.depths.iter().max().copied().unwrap_or(0) + self.prompt_tokens + self.gen_tokens
+    }
+}
+
+/// Where the roofline's bandwidth comes from.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "source", rename_all = "snake_case")]
+pub enum Bandwidth {
+    /// `headroom bandwidth`'s best kernel (copy or triad).
+    Measured(BandwidthReport),
+    /// `--bandwidth` on the command line.
+    Given { gb_per_s: f64 },
+}
+
+impl Bandwidth {
+    pub fn gb_per_s(&self) -> f64 {
+        match self {
+            Self::Measured(r) => r.best_gb_per_s(),
+            Self::Given { gb_per_s } => *gb_per_s,
+        }
+    }
+}
+
+/// One depth's results.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DepthReport {
+    pub case: CaseResult,
+    pub summary: RateSummary,
+    /// The worst level read before, between and after the runs.
+    pub pressure: PressureLevel,
+    /// Swap used after the last run minus before the fill, bytes.
+    pub swap_delta_bytes: i64,
+    /// The largest MLX peak of the counted runs.
+    pub peak_memory_bytes: usize,
+    /// Against the measured (or given) bandwidth.
+    pub roofline: Option<Roofline>,
+    /// Against the chip's rated bandwidth (Apple silicon).
+    pub rated_roofline: Option<Roofline>,
+}
+
+/// A whole benchmark.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BenchReport {
+    pub model: String,
+    pub dir: PathBuf,
+    pub plan: BenchPlan,
+    pub machine: MachineInfo,
+    pub bandwidth: Bandwidth,
+    pub rated: Option<&'static RatedBandwidth>,
+    pub depths: Vec<DepthReport>,
+}
+
+/// Progress while a plan runs, for a progress line or the app's Channel.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BenchProgress {
+    pub depth: usize,
+    /// 0 is the warm-up.
+    pub run: usize,
+    pub runs: usize,
+    pub decode_tps: Option<f64>,
+}
+
+/// Runs `plan` on the model loaded in `engine`, one depth after the other.
+pub fn run_plan(
+    engine: &EngineHandle,
+    model: &str,
+    dir: &Path,
+    plan: &BenchPlan,
+    bandwidth: Bandwidth,
+    cancel: &Arc<AtomicBool>,
+    mut on_progress: impl FnMut(&BenchProgress),
+) -> Result<BenchReport, CliError> {
+    let machine = bandwidth::machine_info()?;
+    let rated = rated_bandwidth(&machine.cpu, machine.cpu_cores);
+    let mut reader = headroom_memory::Reader::new()?;
+    let mut depths = Vec::new();
+    for &depth in &plan.depths {
+        let shape = BenchShape { depth, prompt_tokens: plan.prompt_tokens, gen_tokens: plan.gen_tokens };
+        let first = reader.read();
+        let mut pressure = first.pressure;
+        let case = BenchCase { shape, runs: plan.repetitions, seed: plan.seed.wrapping_add(depth as u64) };
+        let result = run_case(engine, case, cancel, |event| {
+            if let BenchEvent::Run(run) = event {
+                pressure = worse(pressure, reader.read().pressure);
+                on_progress(&BenchProgress {
+                    depth,
+                    run: run.index,
+                    runs: plan.repetitions,
+                    decode_tps: run.rates.decode_tps,
+                });
+            }
+        })?;
+        let last = reader.read();
+        let pressure = worse(pressure, last.pressure);
+        let summary = RateSummary::of(&result.runs.iter().map(|r| r.rates).collect::<Vec<_>>());
+        let roofline_at = |gb_per_s: f64| {
+            summary.decode_tps.and_then(|d| Roofline::new(&result.labels.traffic, &shape, gb_per_s * 1e9, d.mean))
+        };
+        depths.push(DepthReport {
+            summary,
+            pressure,
+            swap_delta_bytes: i64::try_from(last.swap_used).unwrap_or(i64::MAX)
+                - i64::try_from(first.swap_used).unwrap_or(i64::MAX),
+            peak_memory_bytes: result.runs.iter().map(|r| r.peak_memory_bytes).max().unwrap_or(0),
+            roofline: roofline_at(bandwidth.gb_per_s()),
+            rated_roofline: rated.and_then(|r| roofline_at(r.gb_per_s)),
+            case: result,
+        });
+    }
+    Ok(BenchReport {
+        model: model.to_owned(),
+        dir: dir.to_owned(),
+        plan: plan.clone(),
+        machine,
+        bandwidth,
+        rated,
+        depths,
+    })
+}
+
+/// Unknown says nothing, so any real reading is worse than it.
+fn worse(a: PressureLevel, b: PressureLevel) -> PressureLevel {
+    match (a, b) {
+        (PressureLevel::Unknown, x) | (x, PressureLevel::Unknown) => x,
+        (a, b) => a.max(b),
+    }
+}
+
+pub fn run(args: &BenchArgs) -> Result<(), CliError> {
+    let stdout = std::io::stdout();
+    let report = bench(args, &HubEnv::from_process(), &mut stdout.lock(), &mut std::io::stderr())?;
+    if !args.no_save {
+        save(&report)?;
+    }
+    Ok(())
+}
+
+/// The command with its outputs injected, so tests can read them.
+pub(crate) fn bench(
+    args: &BenchArgs,
+    env: &HubEnv,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<BenchReport, CliError> {
+    let plan = BenchPlan {
+        depths: args.depths.clone(),
+        prompt_tokens: args.prompt_tokens,
+        gen_tokens: args.gen_tokens,
+        repetitions: args.repetitions,
+        seed: args.seed,
+    };
+    if plan.depths.is_empty() {
+        return Err(CliError::BadArgument { name: "--depth", reason: "give at least one depth".into() });
+    }
+    if let Some(b) = args.bandwidth {
+        if !(b.is_finite() && b > 0.0) {
+            return Err(CliError::BadArgument {
+                name: "--bandwidth",
+                reason: format!("{b} is not a positive GB/s figure"),
+            });
+        }
+    }
+    let dir = resolve_model(&args.model, env)?;
+    let report = check_model(&dir, plan.context(), args.dtype, &args.budget)?;
+    if report.verdict.refuses() {
+        if !args.override_fit {
+            return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
+        }
+        writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
+    }
+    // Measured before the model is loaded, so its buffers do not compete.
+    let bandwidth = match args.bandwidth {
+        Some(gb_per_s) => Bandwidth::Given { gb_per_s },
+        None => {
+            writeln!(err, "measuring memory bandwidth (headroom bandwidth) …")?;
+            Bandwidth::Measured(bandwidth::measure(&BandwidthOptions { passes: 2, ..BandwidthOptions::default() })?)
+        }
+    };
+    let engine = EngineHandle::spawn()?;
+    engine.load(&dir, LoadSettings { context_limit: plan.context(), dtype: args.dtype, ..LoadSettings::default() })?;
+    let cancel = Arc::new(AtomicBool::new(false));
+    let report = run_plan(&engine, &args.model, &dir, &plan, bandwidth, &cancel, |p| {
+        let what = if p.run == 0 { "warm-up".to_owned() } else { format!("run {}/{}", p.run, p.runs) };
+        let tps = p.decode_tps.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"));
+        let _ = writeln!(err, "depth {}: {what}: decode {tps} tok/s", p.depth);
+    })?;
+    if args.json {
+        writeln!(out, "{}", serde_json::to_string(&report_json(&report))?)?;
+    } else {
+        write!(out, "{}", table(&report))?;
+    }
+    Ok(report)
+}
+
+/// Saves the report in the app's database.
+fn save(report: &BenchReport) -> Result<(), CliError> {
+    let store = super::chat::open_store()?;
+    let r = StoreRecord::of(report);
+    crate::chat::block_on(store.add_bench_run(&report.model, &r.labels, &r.machine, &r.summary, &r.runs))?;
+    Ok(())
+}
+
+/// A report split the way the store's `bench_runs` table keeps it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoreRecord {
+    pub labels: Value,
+    /// The machine, the bandwidth used and the chip's rated figure.
+    pub machine: Value,
+    /// Per depth: the summary, roofline, pressure, swap delta, peak memory.
+    pub summary: Value,
+    /// Per depth: the fill time, the warm-up and every counted run, raw.
+    pub runs: Value,
+}
+
+impl StoreRecord {
+    pub fn of(report: &BenchReport) -> Self {
+        let v = report_json(report);
+        let depths = v["depths"].as_array().cloned().unwrap_or_default();
+        let pick = |keys: &[&str]| -> Value {
+            Value::Array(
+                depths
+                    .iter()
+                    .map(|d| Value::Object(keys.iter().map(|&k| (k.to_owned(), d[k].clone())).collect()))
+                    .collect(),
+            )
+        };
+        Self {
+            summary: pick(&[
+                "depth",
+                "summary",
+                "roofline",
+                "rated_roofline",
+                "pressure",
+                "swap_delta_bytes",
+                "peak_memory_bytes",
+            ]),
+            runs: pick(&["depth", "fill_ms", "warmup", "runs"]),
+            machine: json!({ "machine": v["machine"], "bandwidth": v["bandwidth"], "rated_bandwidth": v["rated_bandwidth"] }),
+            labels: v["labels"].clone(),
+        }
+    }
+}
+
+fn run_json(r: &BenchRun) -> Value {
+    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+    json!({
+        "index": r.index,
+        "context_tokens": r.context_tokens,
+        "prompt_tokens": r.prompt_tokens,
+        "generated_tokens": r.generated_tokens,
+        "cache_tokens_after": r.cache_tokens_after,
+        "ttft_ms": r.rates.ttft_ms,
+        "prefill_tps": r.rates.prefill_tps,
+        "decode_tps": r.rates.decode_tps,
+        "e2e_tps": r.rates.e2e_tps,
+        "prefill_ms": r.timings.prefill.as_secs_f64() * 1e3,
+        "first_token_ms": ms(r.timings.first_token_at),
+        "last_token_ms": ms(r.timings.last_token_at),
+        "peak_memory_bytes": r.peak_memory_bytes,
+    })
+}
+
+/// The `--json` object: labels, machine, bandwidth, and per depth the raw
+/// runs (warm-up apart), the summary and the roofline.
+pub(crate) fn report_json(r: &BenchReport) -> Value {
+    let labels = r.depths.first().map(|d| &d.case.labels);
+    json!({
+        "model": r.model,
+        "path": r.dir,
+        "labels": {
+            "model_type": labels.map(|l| l.model_type.clone()),
+            "quantization": labels.and_then(|l| l.quantization).map(|(bits, group_size)| json!({"bits": bits, "group_size": group_size})),
+            "kv_dtype": labels.map(|l| l.kv_dtype.clone()),
+            "weight_bytes": labels.map(|l| l.traffic.weight_bytes),
+            "kv_bytes_per_position": labels.map(|l| l.traffic.kv_bytes_per_position),
+            "batch": 1,
+            "prompt_tokens": r.plan.prompt_tokens,
+            "gen_tokens": r.plan.gen_tokens,
+            "repetitions": r.plan.repetitions,
+            "depths": r.plan.depths,
+            "seed": r.plan.seed,
+        },
+        "machine": r.machine,
+        "bandwidth": r.bandwidth,
+        "rated_bandwidth": r.rated,
+        "depths": r.depths.iter().map(|d| json!({
+            "depth": d.case.case.shape.depth,
+            "fill_ms": d.case.fill_time.as_secs_f64() * 1e3,
+            "warmup": run_json(&d.case.warmup),
+            "runs": d.case.runs.iter().map(run_json).collect::<Vec<_>>(),
+            "summary": d.summary,
+            "pressure": d.pressure,
+            "swap_delta_bytes": d.swap_delta_bytes,
+            "peak_memory_bytes": d.peak_memory_bytes,
+            "roofline": d.roofline,
+            "rated_roofline": d.rated_roofline,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+fn cell(v: Option<MeanSd>, digits: usize) -> String {
+    v.map_or_else(|| "n/a".to_owned(), |m| format!("{m:.digits$}"))
+}
+
+/// A llama-bench-like Markdown table, then the labels and the roofline lines.
+pub(crate) fn table(r: &BenchReport) -> String {
+    let mut s = String::new();
+    let labels = r.depths.first().map(|d| &d.case.labels);
+    let quant = labels
+        .and_then(|l| l.quantization)
+        .map_or_else(|| "none".to_owned(), |(bits, group)| format!("{bits}-bit g{group}"));
+    let kv = labels.map_or("?", |l| l.kv_dtype.as_str());
+    let model_type = labels.map_or("?", |l| l.model_type.as_str());
+    s.push_str("| model | quant | KV | batch | depth | test | TTFT ms | prefill tok/s | decode tok/s | e2e tok/s | peak MB |\n");
+    s.push_str("|---|---|---|--:|--:|---|--:|--:|--:|--:|--:|\n");
+    for d in &r.depths {
+        let shape = d.case.case.shape;
+        s.push_str(&format!(
+            "| {model_type} | {quant} | {kv} | 1 | {} | pp{} tg{} | {} | {} | {} | {} | {:.1} |\n",
+            shape.depth,
+            shape.prompt_tokens,
+            shape.gen_tokens,
+            cell(d.summary.ttft_ms, 1),
+            cell(d.summary.prefill_tps, 1),
+            cell(d.summary.decode_tps, 2),
+            cell(d.summary.e2e_tps, 2),
+            d.peak_memory_bytes as f64 / 1e6,
+        ));
+    }
+    s.push_str(&format!(
+        "\nmodel {} ({}); {} counted runs per depth after 1 warm-up; mean ± sd; decode excludes the first token; random prompt ids, EOS ignored\n",
+        r.model,
+        r.dir.display(),
+        r.plan.repetitions
+    ));
+    s.push_str(&format!(
+        "machine: {} ({} cores, {:.1} GB, {})\n",
+        r.machine.cpu,
+        r.machine.cpu_cores,
+        r.machine.total_memory_bytes as f64 / 1e9,
+        r.machine.os
+    ));
+    for d in &r.depths {
+        s.push_str(&format!(
+            "depth {}: fill {:.0} ms (not counted); pressure {}; swap delta {:+.1} MB\n",
+            d.case.case.shape.depth,
+            d.case.fill_time.as_secs_f64() * 1e3,
+            d.pressure,
+            d.swap_delta_bytes as f64 / 1e6
+        ));
+    }
+    let bw_source = match &r.bandwidth {
+        Bandwidth::Measured(m) => {
+            format!("measured, best of copy and triad, {} threads, {} MiB arrays", m.threads, m.array_bytes >> 20)
+        }
+        Bandwidth::Given { .. } => "given with --bandwidth".to_owned(),
+    };
+    for d in &r.depths {
+        let depth = d.case.case.shape.depth;
+        if let Some(l) = &d.roofline {
+            let traffic = &d.case.labels.traffic;
+            s.push_str(&format!(
+                "roofline depth {depth}: {:.2} MB per token (weights {:.2} MB + KV {:.2} MB at {:.0} positions); bound {:.1} tok/s at {:.1} GB/s ({bw_source}); achieved {:.1} tok/s = {:.1} %\n",
+                l.bytes_per_token / 1e6,
+                traffic.weight_bytes as f64 / 1e6,
+                (l.bytes_per_token - traffic.weight_bytes as f64) / 1e6,
+                d.case.case.shape.mean_decode_context(),
+                l.bound_tps,
+                l.bandwidth_bytes_per_s / 1e9,
+                l.achieved_tps,
+                l.achieved_percent,
+            ));
+        }
+        if let (Some(l), Some(rated)) = (&d.rated_roofline, r.rated) {
+            s.push_str(&format!(
+                "roofline depth {depth} (rated): bound {:.1} tok/s at {:.1} GB/s (Apple {} rated, {}); achieved {:.1} %\n",
+                l.bound_tps, rated.gb_per_s, rated.chip, rated.source, l.achieved_percent
+            ));
+        }
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+    use crate::cli::{Cli, Command};
+
+    fn parse(argv: &[&str]) -> BenchArgs {
+        match Cli::try_parse_from([&["headroom", "bench"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
+            Some(Command::Bench(args)) => args,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn flags_parse_like_llama_bench() {
+        let a = parse(&["m", "-p", "64", "-n", "16", "-r", "3", "-d", "0,4096,12288", "--json", "--no-save"]);
+        assert_eq!((a.prompt_tokens, a.gen_tokens, a.repetitions), (64, 16, 3));
+        assert_eq!(a.depths, [0, 4096, 12288]);
+        assert!(a.json && a.no_save && !a.override_fit);
+        let d = parse(&["m"]);
+        assert_eq!((d.prompt_tokens, d.gen_tokens, d.repetitions, d.depths.as_slice()), (512, 128, 5, &[0][..]));
+        let plan = BenchPlan { depths: a.depths, prompt_tokens: 64, gen_tokens: 16, repetitions: 3, seed: 0 };
+        assert_eq!(plan.context(), 12288 + 64 + 16);
+    }
+
+    #[test]
+    fn pressure_keeps_the_worst_real_reading() {
+        use PressureLevel::*;
+        assert_eq!(worse(Unknown, Normal), Normal);
+        assert_eq!(worse(Warning, Unknown), Warning);
+        assert_eq!(worse(Normal, Critical), Critical);
+        assert_eq!(worse(Unknown, Unknown), Unknown);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused_before_loading() {
+        let mut out = Vec::new();
+        let mut err = Vec::new();
+        let e = bench(&parse(&["m", "--bandwidth=-1"]), &HubEnv::default(), &mut out, &mut err).err();
+        assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("--bandwidth"));
+        let e = bench(&parse(&["nobody/nothing", "--bandwidth", "10"]), &HubEnv::default(), &mut out, &mut err).err();
+        assert!(matches!(e, Some(CliError::ModelNotFound { .. })), "{e:?}");
+    }
+}

@@ -1,0 +1,73 @@
+//! The benchmark in the app: `headroom bench`'s plan on the loaded model,
+//! progress over a Channel, the result saved with the machine's description
+//! and returned with its depth chart (decode and prefill tok/s vs depth).
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+
+use headroom_charts::{bench_depth_svg, ChartStyle, DepthPoint, Theme};
+use headroom_memory::bandwidth::{self, BandwidthOptions};
+use tauri::ipc::Channel;
+use tauri::State;
+
+use crate::cli::bench::{report_json, run_plan, Bandwidth, BenchPlan, BenchProgress, StoreRecord};
+use crate::cli::CliError;
+use crate::error::CommandError;
+use crate::state::AppState;
+
+/// Runs p prompt + n generated tokens at each depth, r counted runs after a
+/// warm-up, on the model loaded now; resolves to the report (`headroom bench
+/// --json`'s object plus the stored `id` and `chart_svg`, drawn in `theme`).
+#[tauri::command]
+pub async fn bench_run(
+    depths: Vec<usize>,
+    p: usize,
+    n: usize,
+    r: usize,
+    theme: String,
+    on_progress: Channel<BenchProgress>,
+    state: State<'_, AppState>,
+) -> Result<serde_json::Value, CommandError> {
+    let theme: Theme = theme.parse()?;
+    let state = AppState::clone(&state);
+    let loaded = state.loaded_model().ok_or_else(|| CommandError::from(headroom_engine::EngineError::NoModelLoaded))?;
+    let plan = BenchPlan { depths, prompt_tokens: p, gen_tokens: n, repetitions: r, seed: 0 };
+    let engine = state.engine.clone();
+    let report = tauri::async_runtime::spawn_blocking(move || {
+        let bandwidth =
+            Bandwidth::Measured(bandwidth::measure(&BandwidthOptions { passes: 2, ..BandwidthOptions::default() })?);
+        let cancel = Arc::new(AtomicBool::new(false));
+        run_plan(&engine, &loaded.id, &loaded.path, &plan, bandwidth, &cancel, |p| {
+            let _ = on_progress.send(p.clone());
+        })
+    })
+    .await
+    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The benchmark stopped unexpectedly: {e}")))?
+    .map_err(bench_error)?;
+    let record = StoreRecord::of(&report);
+    let id = state
+        .store
+        .add_bench_run(&report.model, &record.labels, &record.machine, &record.summary, &record.runs)
+        .await
+        .map_err(|e| CommandError::new("STORE", e.to_string()))?;
+    let points: Vec<DepthPoint> = report
+        .depths
+        .iter()
+        .map(|d| DepthPoint {
+            depth_tokens: u32::try_from(d.case.case.shape.depth).unwrap_or(u32::MAX),
+            decode_tps: d.summary.decode_tps.map(|m| m.mean),
+            prefill_tps: d.summary.prefill_tps.map(|m| m.mean),
+        })
+        .collect();
+    let mut out = report_json(&report);
+    out["id"] = serde_json::json!(id);
+    out["chart_svg"] = serde_json::json!(bench_depth_svg(&points, &ChartStyle::popover(theme))?);
+    Ok(out)
+}
+
+fn bench_error(e: CliError) -> CommandError {
+    match e {
+        CliError::Engine(e) => CommandError::from(e),
+        other => CommandError::new("BENCH", other.to_string()),
+    }
+}
