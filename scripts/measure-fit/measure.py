@@ -1,0 +1,177 @@
+"""Predicted vs measured peak memory of `headroom generate` (issue #4's check
+of the fit estimator). Called by scripts/measure-fit.sh; stdlib only, except
+the `tokenizers` package (from the project's venv) to cut prompts to an exact
+token count.
+
+For each case: write a demo model into a temp folder, run `headroom generate`
+on a prompt of a known length with --json, read the process's peak resident
+set from the kernel, then ask `headroom fit --json` for its prediction at the
+positions that turn held (prompt + generated - 1, with the same dtype and the
+same prefill chunk, which fit derives from the context). The process's own
+baseline (binary, libmlx, tokenizer, allocator arenas) is not part of the fit
+estimate -- in the app it is already spent before a model is chosen -- so it
+is measured once, on the tiny demo model, and added to every prediction.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+
+MB = 1e6
+
+
+def peak_rss_run(argv, stdin=None):
+    """Runs argv to completion; returns (exit code, stdout, stderr, peak RSS bytes).
+
+    The peak is the kernel's high-water mark of the child's resident set
+    (`ru_maxrss` from wait4, the figure `/usr/bin/time -v` prints as
+    "Maximum resident set size" and /proc/PID/status as VmHWM): exact over
+    the whole life of the process, where polling could miss a short peak.
+    """
+    out = tempfile.TemporaryFile()
+    err = tempfile.TemporaryFile()
+    proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=stdin)
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    out.seek(0)
+    err.seek(0)
+    # Linux reports ru_maxrss in KiB.
+    return proc.returncode, out.read().decode(), err.read().decode(), usage.ru_maxrss * 1024
+
+
+def run_checked(argv, what):
+    res = subprocess.run(argv, capture_output=True, text=True)
+    if res.returncode != 0:
+        sys.exit(f"measure-fit: {what} failed ({' '.join(argv)}):\n{res.stderr.strip()}")
+    return res.stdout
+
+
+def write_prompt(model_dir, tokens, path, text):
+    """Writes a user message of exactly `tokens` tokens of the demo text (repeated)."""
+    try:
+        from tokenizers import Tokenizer
+    except ImportError:
+        sys.exit("measure-fit: the `tokenizers` package is missing: run scripts/setup.sh (it installs .deps/venv)")
+    tok = Tokenizer.from_file(os.path.join(model_dir, "tokenizer.json"))
+    body = text
+    while len(tok.encode(body, add_special_tokens=False).ids) < tokens:
+        body += "\n" + text
+    ids = tok.encode(body, add_special_tokens=False).ids[:tokens]
+    prompt = tok.decode(ids)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(prompt)
+
+
+def measure(bin_, model_dir, prompt_file, max_tokens, dtype):
+    """One generate run under the RSS watch, then fit at the positions it held."""
+    # A context limit large enough for any prompt here: the limit does not
+    # change what the engine allocates (the KV cache grows in 256-position
+    # steps as needed), only what it allows.
+    argv = [bin_, "generate", model_dir, "--prompt-file", prompt_file, "--max-tokens", str(max_tokens),
+            "--ignore-eos", "--json", "--dtype", dtype, "--context", "4096"]
+    started = time.monotonic()
+    code, out, err, peak = peak_rss_run(argv)
+    wall = time.monotonic() - started
+    if code != 0:
+        sys.exit(f"measure-fit: {' '.join(argv)} failed (exit {code}):\n{err.strip()}")
+    stats = json.loads(out)["stats"]
+    positions = stats["prompt_tokens"] + stats["generated_tokens"] - 1
+    fit = json.loads(run_checked([bin_, "fit", model_dir, "--context", str(positions), "--dtype", dtype, "--json"], "fit"))
+    return {
+        "prompt_tokens": stats["prompt_tokens"],
+        "positions": positions,
+        "rss": peak,
+        "mlx_peak": stats["peak_memory_bytes"],
+        "predicted": fit["estimate"]["predicted_peak_bytes"],
+        "weights": fit["estimate"]["weight_bytes"],
+        "kv": fit["estimate"]["kv_cache_bytes"],
+        "overhead": fit["estimate"]["overhead"]["total_bytes"],
+        "wall": wall,
+    }
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--bin", required=True)
+    ap.add_argument("--text", required=True, help="text the prompts are cut from")
+    ap.add_argument("--skip-7b", action="store_true", help="leave out the 7B-shape case (4.3 GB written)")
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder")
+    ap.add_argument("--models-dir", help="write the demo models here (kept) and reuse any already there, "
+                    "instead of a temp folder: reruns skip the 10-minute 7B write")
+    ap.add_argument("--json", help="also write the rows to this file")
+    args = ap.parse_args()
+    text = open(args.text, encoding="utf-8").read()
+    started = time.monotonic()
+
+    work = tempfile.mkdtemp(prefix="headroom-measure-fit-")
+    rows = []
+    try:
+        def demo(name, preset, bits):
+            d = os.path.join(args.models_dir or work, name)
+            if args.models_dir and os.path.exists(os.path.join(d, "model.safetensors.index.json")):
+                print(f"  reusing {d}", file=sys.stderr)
+                return d
+            t = time.monotonic()
+            run_checked([args.bin, "demo-model", d, "--preset", preset, "--bits", bits], f"demo-model {preset}")
+            print(f"  wrote {preset} {bits}-bit in {time.monotonic() - t:.0f} s", file=sys.stderr)
+            return d
+
+        def case(label, model_dir, tokens, max_tokens=2, dtype="f32"):
+            prompt = os.path.join(work, f"prompt-{tokens}.txt")
+            write_prompt(model_dir, tokens, prompt, text)
+            r = measure(args.bin, model_dir, prompt, max_tokens, dtype)
+            r["case"] = label
+            rows.append(r)
+            print(f"  {label}: {r['prompt_tokens']} prompt tokens, peak RSS {r['rss'] / MB:.1f} MB, "
+                  f"predicted {r['predicted'] / MB:.1f} MB + baseline, {r['wall']:.0f} s", file=sys.stderr)
+            return r
+
+        # The baseline: the whole process with a model of 0.1 MB.
+        tiny = demo("tiny", "tiny", "4")
+        base = case("baseline (tiny, 16-token prompt)", tiny, 16)
+        baseline = base["rss"] - base["predicted"]
+
+        medium = demo("medium", "medium", "4")
+        case("medium ~100M 4-bit, f32, ~256 tokens", medium, 232)
+        case("medium ~100M 4-bit, f32, ~2048 tokens", medium, 2024)
+        if not args.skip_7b:
+            big = demo("qwen7b", "qwen2.5-7b", "4")
+            # MLX's CPU quantized matmul prefills this shape at ~0.1 tok/s
+            # here: the chat template's ~28 tokens and two of the user's.
+            case("qwen2.5-7b shape 4-bit, f32, short prompt", big, 2)
+    finally:
+        if args.keep:
+            print(f"  kept {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+    total = time.monotonic() - started
+    print()
+    print(f"baseline (process without a model): {baseline / MB:.1f} MB = peak RSS of the tiny run "
+          f"({base['rss'] / MB:.1f} MB) - its predicted peak ({base['predicted'] / MB:.1f} MB)")
+    print()
+    print("| case | prompt tok | weights MB | KV MB | overhead MB | predicted peak + baseline MB | measured peak RSS MB | error | MLX peak MB | run s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for r in rows[1:]:
+        predicted = r["predicted"] + baseline
+        err = predicted / r["rss"] - 1
+        r["error"] = err
+        print(f"| {r['case']} | {r['prompt_tokens']} | {r['weights'] / MB:.1f} | {r['kv'] / MB:.1f} | "
+              f"{r['overhead'] / MB:.1f} | {predicted / MB:.1f} | {r['rss'] / MB:.1f} | {err * 100:+.1f} % | "
+              f"{r['mlx_peak'] / MB:.1f} | {r['wall']:.0f} |")
+    print()
+    print(f"total wall time: {total:.0f} s")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"baseline": baseline, "rows": rows, "total_s": total}, f, indent=1)
+    worst = max((abs(r["error"]) for r in rows[1:]), default=0)
+    return 0 if worst <= 0.10 else 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
