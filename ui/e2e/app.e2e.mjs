@@ -40,7 +40,7 @@ const DEMO_MODEL_ID = 'headroom-demo-tiny';
 // disk), put into the data folder before the app starts: too big to load.
 const HUGE_MODEL_ID = 'huge-demo';
 const HUGE_CLAIMED = 200_000_000_000;
-const WHOLE_FILE_MS = 150_000; // watchdog: the file may never take longer
+const WHOLE_FILE_MS = 240_000; // watchdog: the file may never take longer
 // The app's data folder and HF cache for this run: empty, so the app writes
 // its bundled demo model there.
 const SCRATCH = mkdtempSync(path.join(os.tmpdir(), 'headroom-e2e-'));
@@ -214,6 +214,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
   let driver = null;
   let session = null;
   let expected = null; // { version, mlx_version, device, platform } from the binary itself
+  let driverUrl = null; // tauri-driver's URL, to open a second app session (the restart)
   const driverLog = path.join(OUT, 'tauri-driver.log');
 
   // Whatever happens (a hung hook, an uncaught error), nothing outlives us.
@@ -371,6 +372,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       try {
         const baseUrl = await startDriver();
         session = await openSession(baseUrl);
+        driverUrl = baseUrl;
         break;
       } catch (e) {
         const early = e.appDied && Date.now() - began < 15_000;
@@ -691,5 +693,63 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     writeFileSync(file, png);
     const { width, height } = pngSize(png);
     assert.ok(width >= 400 && height >= 600, `popover screenshot is ${width}×${height}, expected about 420×640 (${file})`);
+  });
+
+  /** The session ids the sessions list shows, in its order. */
+  async function listedSessions() {
+    const items = await session.allByTestId('session-item');
+    return Promise.all(items.map((i) => session.attribute(i, 'data-session-id')));
+  }
+
+  async function openTab(name) {
+    await session.click(await session.find(`[role="tab"]#tab-${name}`));
+  }
+
+  test('sessions: a new one starts empty; both are kept across a restart; the chart opens', { timeout: 120_000 }, async () => {
+    requireApp();
+    // Everything so far went into one session, created by the first message.
+    await openTab('sessions');
+    await session.waitForElement('[data-testid="session-list"]', 5_000);
+    const first = await waitFor(async () => {
+      const ids = await listedSessions();
+      return ids.length === 1 && ids;
+    }, { timeoutMs: 10_000, message: 'the list to show the one session' });
+
+    await session.click(await session.byTestId('new-session'));
+    await session.waitForElement('[data-testid="chat-input"]', 5_000);
+    await waitFor(async () => (await session.allByTestId('message-user')).length === 0, { timeoutMs: 5_000, message: 'an empty chat' });
+    await sendMessage('a second session');
+    await finishedAnswer(1, 40_000);
+    await openTab('sessions');
+    const both = await waitFor(async () => {
+      const ids = await listedSessions();
+      return ids.length === 2 && ids;
+    }, { timeoutMs: 10_000, message: 'the list to show two sessions' });
+    assert.equal(both[1], first[0], 'the newest session is listed first');
+
+    // Restart the app on the same data folder.
+    const error = await session.delete(15_000);
+    if (error) throw error;
+    await waitFor(() => appPids().length === 0, { timeoutMs: 15_000, message: 'the app to quit' });
+    session = await openSession(driverUrl);
+    await session.waitForElement('[data-testid="chat-input"]', 20_000);
+    // It reopens the most recent session…
+    const users = await waitFor(async () => {
+      const found = await session.allByTestId('message-user');
+      return found.length === 1 && found;
+    }, { timeoutMs: 15_000, message: 'the most recent session to reopen' });
+    assert.equal((await session.text(users[0])).trim(), 'a second session');
+    // …and keeps the other, with its speed chart.
+    await openTab('sessions');
+    await waitFor(async () => (await listedSessions()).length === 2, { timeoutMs: 10_000, message: 'both sessions after the restart' });
+    await session.click(await session.find(`[data-testid="session-item"][data-session-id="${first[0]}"]`));
+    const chart = await session.waitForElement('[data-testid="session-chart"] svg', 15_000);
+    assert.ok(chart, 'the session chart is drawn');
+    writeFileSync(path.join(OUT, 'sessions.png'), await session.screenshot(30_000));
+    await session.click(await session.byTestId('session-open'));
+    await waitFor(async () => {
+      const texts = await Promise.all((await session.allByTestId('message-user')).map((m) => session.text(m)));
+      return texts[0]?.trim() === 'hello' && texts;
+    }, { timeoutMs: 10_000, message: 'the first session to open in the chat, starting with "hello"' });
   });
 });

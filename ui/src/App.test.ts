@@ -7,6 +7,14 @@ import App from './App.svelte';
 import type { AppInfo } from './lib/ipc/app';
 import type { ChatEvent, TurnStats } from './lib/ipc/chat';
 import type { FitReport, ModelEntry } from './lib/ipc/models';
+import type { StoredMessage } from './lib/ipc/sessions';
+import type { Settings } from './lib/ipc/settings';
+
+interface FakeSession {
+  id: string;
+  title: string;
+  messages: StoredMessage[];
+}
 
 const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'cpu', platform: 'linux' };
 
@@ -38,6 +46,8 @@ const SWAP_REPORT: FitReport = {
 };
 const BIG: ModelEntry = { ...DEMO, id: 'org/Big-14B', name: 'Big-14B', size_bytes: 8_600_000_000, loaded: false, fit: SWAP_REPORT };
 
+const LOCAL_ROUTE = { target: 'local' as const, modelOrProvider: 'headroom-demo-tiny', reasons: [{ code: 'SHORT_INPUT', message: 'Short input: stays on this Mac' }] };
+
 const STATS: TurnStats = {
   ttftMs: 25,
   prefillTps: 800,
@@ -61,7 +71,7 @@ type Chat = (text: string, emit: (e: ChatEvent) => void) => void;
 
 /** The answer "Hello **world**" in two tokens, then stats and finished. */
 const answer: Chat = (_text, emit) => {
-  emit({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0 } });
+  emit({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0, route: LOCAL_ROUTE } });
   emit({ event: 'token', data: { text: 'Hello ' } });
   emit({ event: 'token', data: { text: '**world**' } });
   emit({ event: 'stats', data: STATS });
@@ -69,11 +79,94 @@ const answer: Chat = (_text, emit) => {
 };
 
 /** A fake backend: answers like the Rust commands do and records every call. */
-function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO]): Call[] {
+function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], sessions: FakeSession[] = []): Call[] {
   const calls: Call[] = [];
+  let nextMessage = 1;
+  let settings: Settings = {
+    contextLimit: 8192,
+    maxTokens: 512,
+    temperature: 0.7,
+    topP: 0.95,
+    osHeadroomGb: 4,
+    cloudBaseUrl: null,
+    cloudModel: null,
+    localThresholdTokens: 8192,
+    cloudCacheMb: 50,
+    summariseForCloud: false,
+    serverPort: 8080,
+  };
+  const message = (sessionId: string, role: 'user' | 'assistant', content: string): StoredMessage => ({
+    id: nextMessage++,
+    sessionId,
+    role,
+    content,
+    model: null,
+    route: 'local',
+    status: 'complete',
+    error: null,
+    createdAt: 0,
+    updatedAt: 0,
+    stats: null,
+  });
   mockIPC((cmd, args) => {
     calls.push({ cmd, args });
     switch (cmd) {
+      case 'settings_get':
+        return settings;
+      case 'settings_set': {
+        const next = (args as { settings: Settings }).settings;
+        if (next.maxTokens < 1 || next.maxTokens > 32768) {
+          throw { code: 'INVALID_SETTING', message: 'max new tokens must be between 1 and 32768 (got 0)' };
+        }
+        settings = next;
+        return settings;
+      }
+      case 'server_status':
+        return null;
+      case 'cloud_cache_stats':
+        return { hits: 3, misses: 5, entries: 2, bytes: 1_200_000 };
+      case 'route_preview': {
+        const loaded = models.find((m) => m.loaded);
+        const a = args as { text: string; force: string | null };
+        const cloud = a.force === 'cloud' || a.text.length > 200;
+        return {
+          target: cloud ? { kind: 'cloud', provider: 'gpt-test' } : { kind: 'local', model: loaded?.name ?? 'none' },
+          reasons: [cloud ? { code: 'LONG_INPUT', message: 'Long input: goes to the cloud' } : { code: 'SHORT_INPUT', message: 'Short input: stays on this Mac' }],
+          inputTokens: Math.ceil(a.text.length / 4),
+          tokensExact: true,
+          thresholdTokens: 8192,
+          neededContext: 0,
+        };
+      }
+      case 'sessions_list':
+        return sessions.map((x) => ({ id: x.id, title: x.title, createdAt: 0, updatedAt: Date.now(), messageCount: x.messages.length, preview: null }));
+      case 'session_create': {
+        const created = { id: `s${sessions.length + 1}`, title: (args as { title?: string } | undefined)?.title ?? 'New chat', messages: [] };
+        sessions.unshift(created);
+        return { id: created.id, title: created.title, createdAt: 0, updatedAt: 0 };
+      }
+      case 'session_messages':
+        return sessions.find((x) => x.id === (args as { sessionId: string }).sessionId)?.messages ?? [];
+      case 'session_delete': {
+        const id = (args as { sessionId: string }).sessionId;
+        const before = sessions.length;
+        sessions = sessions.filter((x) => x.id !== id);
+        return sessions.length < before;
+      }
+      case 'session_rename': {
+        const a = args as { sessionId: string; title: string };
+        const found = sessions.find((x) => x.id === a.sessionId);
+        if (found) found.title = a.title;
+        return { id: a.sessionId, title: a.title, createdAt: 0, updatedAt: 0 };
+      }
+      case 'session_search': {
+        const q = (args as { text: string }).text.toLowerCase();
+        return sessions
+          .filter((x) => x.title.toLowerCase().includes(q) || x.messages.some((m) => m.content.toLowerCase().includes(q)))
+          .map((x) => ({ id: x.id, title: x.title, createdAt: 0, updatedAt: 0, messageId: null, snippet: null }));
+      }
+      case 'session_chart':
+        return '<svg xmlns="http://www.w3.org/2000/svg" width="400" height="200"><circle class="turn" cx="1" cy="1" r="2"/></svg>';
       case 'app_info':
         return INFO;
       case 'models_list':
@@ -84,7 +177,8 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO]): Call[]
         return { ...models.find((m) => m.id === id), context_limit: 8192, unload_ms: 120, load_ms: 900 };
       }
       case 'chat_send': {
-        const a = args as { text: string; onEvent: Channel<ChatEvent> };
+        const a = args as { sessionId: string; text: string; onEvent: Channel<ChatEvent> };
+        sessions.find((x) => x.id === a.sessionId)?.messages.push(message(a.sessionId, 'user', a.text));
         // Events arrive after the command has returned its run id.
         setTimeout(() => chat(a.text, (e) => a.onEvent.onmessage(e)));
         return 1;
@@ -142,7 +236,7 @@ describe('App', () => {
     expect(option).toHaveAttribute('data-model-id', 'headroom-demo-tiny');
     expect(option).toHaveTextContent(/headroom-demo-tiny\s*4-bit · 2 MB/);
     expect(option).toHaveAttribute('aria-selected', 'true');
-    expect(screen.getByTestId('route-chip')).toHaveTextContent('Local headroom-demo-tiny');
+    expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · headroom-demo-tiny');
   });
 
   it('says so when there is no model, and refreshes when the backend says models changed', async () => {
@@ -164,7 +258,7 @@ describe('App', () => {
 
     await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'org/Other-4bit'));
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
-    expect(screen.getByTestId('route-chip')).toHaveTextContent('Other-4bit');
+    expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit');
   });
 
   it('warns before loading a model that would swap, with three choices', async () => {
@@ -238,11 +332,16 @@ describe('App', () => {
     expect(reply.querySelector('strong')).toHaveTextContent('world');
     const stats = screen.getByTestId('turn-stats');
     expect(stats).toHaveTextContent('TTFT 25 ms · 193 tok/s · 40 tok · ctx 20');
+    const route = screen.getByTestId('answer-route');
+    expect(route).toHaveTextContent('local');
+    expect(route).toHaveAttribute('title', 'Short input: stays on this Mac');
     await user.click(stats);
     expect(screen.getByTestId('turn-stats-details')).toHaveTextContent('Peak memory12 MB');
     const send_ = calls.find((c) => c.cmd === 'chat_send')?.args as Record<string, unknown>;
     expect(send_).toMatchObject({ text: 'hello world!', maxTokens: 512 });
-    expect(String(send_.sessionId)).toMatch(/^session-/);
+    // The first message created the session it was sent to.
+    expect(calls.filter((c) => c.cmd === 'session_create')).toHaveLength(1);
+    expect(send_.sessionId).toBe('s1');
     expect(screen.getByTestId('send-button')).toBeInTheDocument();
   });
 
@@ -250,7 +349,7 @@ describe('App', () => {
     let emit!: (e: ChatEvent) => void;
     const calls = fakeBackend((_t, e) => {
       emit = e;
-      e({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0 } });
+      e({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0, route: LOCAL_ROUTE } });
       e({ event: 'token', data: { text: 'one ' } });
     });
     const { user, input } = setup();
@@ -301,7 +400,9 @@ describe('App', () => {
   it('on a refused send shows its message and puts the text back', async () => {
     mockIPC((cmd) => {
       if (cmd === 'chat_send') throw { code: 'NO_MODEL_LOADED', message: 'No model is loaded yet. Pick one from the list at the top.' };
-      return cmd === 'models_list' ? [] : null;
+      if (cmd === 'session_create') return { id: 's1', title: 'New chat', createdAt: 0, updatedAt: 0 };
+      if (cmd === 'models_list' || cmd === 'sessions_list') return [];
+      throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
     }, { shouldMockEvents: true });
     const { user, input, send } = setup();
 
@@ -351,9 +452,31 @@ describe('App', () => {
     expect(screen.getByTestId('speed')).toHaveAttribute('data-live', 'false');
   });
 
+  it('previews the route as you type, and a per-message override goes with that message only', async () => {
+    const calls = fakeBackend();
+    const { user, input } = setup();
+    await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · headroom-demo-tiny'));
+    await user.type(input, 'x'.repeat(250));
+    await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveAttribute('data-target', 'cloud'));
+    expect(screen.getByTestId('route-why')).toHaveTextContent('Long input: goes to the cloud');
+    await user.clear(input);
+    await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveAttribute('data-target', 'local'));
+
+    await user.click(screen.getByRole('button', { name: /Local · / }));
+    await user.click(screen.getByTestId('route-force-cloud'));
+    await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveTextContent('Cloud · gpt-test'));
+    await user.type(input, 'first{Enter}');
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'chat_send')).toHaveLength(1));
+    expect(calls.find((c) => c.cmd === 'chat_send')?.args).toMatchObject({ text: 'first', force: 'cloud' });
+    await waitFor(() => expect(screen.getByTestId('send-button')).toBeInTheDocument());
+    await user.type(input, 'second{Enter}');
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'chat_send')).toHaveLength(2));
+    expect(calls.filter((c) => c.cmd === 'chat_send')[1]?.args).not.toHaveProperty('force');
+  });
+
   it('renders no script from model output', async () => {
     fakeBackend((_t, emit) => {
-      emit({ event: 'started', data: { runId: 1, promptTokens: 1, reusedTokens: 0 } });
+      emit({ event: 'started', data: { runId: 1, promptTokens: 1, reusedTokens: 0, route: LOCAL_ROUTE } });
       emit({ event: 'token', data: { text: '<img src=x onerror=alert(1)><script>alert(2)</script>[x](javascript:alert(3))' } });
       emit({ event: 'finished', data: { reason: 'stop' } });
     });
@@ -365,14 +488,23 @@ describe('App', () => {
     expect(reply.innerHTML).not.toMatch(/onerror|javascript:/);
   });
 
-  it('sends the max new tokens chosen in settings', async () => {
+  it('stores settings, keeps a refused value in its field with the reason, and sends the max new tokens', async () => {
     const calls = fakeBackend();
     const { user, input } = setup();
     await user.click(screen.getByTestId('settings-button'));
     const field = await screen.findByTestId('max-tokens');
     await user.clear(field);
+    await user.type(field, '0');
+    field.blur();
+    expect(await screen.findByTestId('error-maxTokens')).toHaveTextContent('max new tokens must be between 1 and 32768');
+    expect(screen.getByTestId('cloud-cache-stats')).toHaveTextContent('2 answers, 1.2 MB · 3 hits, 5 misses');
+    expect(field).toHaveValue(0);
+
+    await user.clear(field);
     await user.type(field, '4096');
     field.blur();
+    await waitFor(() => expect(screen.queryByTestId('error-maxTokens')).toBeNull());
+    expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { maxTokens: 4096, contextLimit: 8192 } });
     await user.click(screen.getByRole('button', { name: 'Done' }));
 
     await user.type(input, 'long please{Enter}');
@@ -401,17 +533,85 @@ describe('App', () => {
     expect(calls.map((c) => c.cmd)).not.toContain('hide_window');
   });
 
+  it('reopens the most recent session, and the sessions view lists, charts, opens and starts sessions', async () => {
+    const stored = (sessionId: string, texts: string[]): StoredMessage[] =>
+      texts.map((content, i) => ({
+        id: i + 100 * sessionId.length,
+        sessionId,
+        role: i % 2 ? 'assistant' : 'user',
+        content,
+        model: null,
+        route: 'local',
+        status: 'complete',
+        error: null,
+        createdAt: 0,
+        updatedAt: 0,
+        stats: null,
+      }));
+    const calls = fakeBackend(answer, [DEMO], [
+      { id: 'recent', title: 'Recent chat', messages: stored('recent', ['first question', 'first answer']) },
+      { id: 'older', title: 'Older chat about llamas', messages: stored('older', ['llamas?', 'yes, llamas']) },
+    ]);
+    const { user } = setup();
+
+    // Where the user left off.
+    await waitFor(() => expect(screen.getAllByTestId('message-user').map((m) => m.textContent)).toEqual(['first question']));
+    expect(screen.getByTestId('message-assistant')).toHaveTextContent('first answer');
+
+    await user.click(screen.getByRole('tab', { name: 'Sessions' }));
+    const list = await screen.findByTestId('session-list');
+    await waitFor(() => expect(within(list).getAllByTestId('session-item')).toHaveLength(2));
+    expect(within(list).getAllByTestId('session-item')[0]).toHaveAttribute('aria-current', 'true');
+
+    await user.type(screen.getByTestId('session-search'), 'llama');
+    await waitFor(() => expect(within(list).getAllByTestId('session-item')).toHaveLength(1));
+    await user.click(within(list).getByTestId('session-item'));
+    const chart = await screen.findByTestId('session-chart');
+    await waitFor(() => expect(chart.querySelector('svg circle.turn')).not.toBeNull());
+    expect(calls.find((c) => c.cmd === 'session_chart')?.args).toMatchObject({ sessionId: 'older' });
+
+    await user.click(screen.getByTestId('session-open'));
+    await waitFor(() => expect(screen.getAllByTestId('message-user').map((m) => m.textContent)).toEqual(['llamas?']));
+    expect(screen.getByTestId('chat-input')).toBeVisible();
+
+    // Cmd+N: a new, empty chat; its first message creates the session.
+    await user.keyboard('{Control>}n{/Control}');
+    await waitFor(() => expect(screen.queryAllByTestId('message-user')).toHaveLength(0));
+    await user.type(screen.getByTestId('chat-input'), 'a new topic{Enter}');
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'session_create')).toEqual([{ cmd: 'session_create', args: { title: 'a new topic' } }]));
+    expect(calls.find((c) => c.cmd === 'chat_send')?.args).toMatchObject({ sessionId: 's3', text: 'a new topic' });
+  });
+
+  it('renames and deletes a session, deleting only after a second click', async () => {
+    const calls = fakeBackend(answer, [DEMO], [{ id: 'a', title: 'Old title', messages: [] }]);
+    const { user } = setup();
+    await user.click(screen.getByRole('tab', { name: 'Sessions' }));
+    await user.click(await screen.findByTestId('session-item'));
+
+    await user.click(screen.getByTestId('session-rename'));
+    const field = screen.getByTestId('session-rename-input');
+    await user.clear(field);
+    await user.type(field, 'Speed notes{Enter}');
+    await waitFor(() => expect(screen.getByTestId('session-title')).toHaveTextContent('Speed notes'));
+
+    await user.click(screen.getByTestId('session-delete'));
+    expect(calls.filter((c) => c.cmd === 'session_delete')).toEqual([]);
+    await user.click(screen.getByTestId('session-delete-confirm'));
+    await waitFor(() => expect(screen.getByText(/No sessions yet/)).toBeVisible());
+    expect(calls.filter((c) => c.cmd === 'session_delete')).toEqual([{ cmd: 'session_delete', args: { sessionId: 'a' } }]);
+  });
+
   it('switches views and keeps the draft', async () => {
     fakeBackend();
     const { user, input } = setup();
 
     await user.type(input, 'half-written');
     await user.click(screen.getByRole('tab', { name: 'Sessions' }));
-    expect(screen.getByText('No sessions yet')).toBeVisible();
+    expect(await screen.findByText(/No sessions yet/)).toBeVisible();
     expect(input).not.toBeVisible();
 
     await user.click(screen.getByRole('tab', { name: 'Bench' }));
-    expect(screen.getByText('No benchmarks yet')).toBeVisible();
+    expect(screen.getByTestId('bench-run')).toBeVisible();
 
     await user.click(screen.getByRole('tab', { name: 'Chat' }));
     expect(input).toBeVisible();

@@ -24,7 +24,7 @@ describe('formatAppInfo', () => {
 
 describe('modelFacts', () => {
   it('names the model, its quantization and size', () => {
-    expect(modelFacts(model())).toBe('4-bit · 4.3 GB');
+    expect(modelFacts(model())).toBe('4-bit · 4.0 GB');
     expect(modelFacts(model({ bits: null, size_bytes: 1_600_000 }))).toBe('2 MB');
     expect(modelFacts(model({ size_bytes: 10 }))).toContain('1 MB');
   });

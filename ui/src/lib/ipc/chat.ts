@@ -18,9 +18,29 @@ export interface TurnStats {
   model: string;
 }
 
+/**
+ * Where an answer comes from: the local model, the cloud, or the cloud's
+ * earlier answer to the same request from this Mac's cache.
+ */
+export type RouteTarget = 'local' | 'cloud' | 'cached';
+
+/** One reason for the route: a stable `code` (e.g. `SHORT_INPUT`, `CACHED`) and a sentence. */
+export interface RouteReason {
+  code: string;
+  message: string;
+}
+
+/** Mirrors `chat::RouteInfo`, sent with `started`. */
+export interface RouteInfo {
+  target: RouteTarget;
+  /** The local model's id, or the cloud model (also for a cached answer). */
+  modelOrProvider: string;
+  reasons: RouteReason[];
+}
+
 /** Mirrors `chat::ChatEvent` (serde: tag `event`, content `data`). */
 export type ChatEvent =
-  | { event: 'started'; data: { runId: number; promptTokens: number; reusedTokens: number } }
+  | { event: 'started'; data: { runId: number; promptTokens: number; reusedTokens: number; route: RouteInfo } }
   | { event: 'token'; data: { text: string } }
   | { event: 'stats'; data: TurnStats }
   | { event: 'finished'; data: { reason: FinishReason } }
@@ -29,6 +49,10 @@ export type ChatEvent =
 export interface SendOptions {
   /** Max new tokens; the backend's default (512) when absent. */
   maxTokens?: number;
+  /** Run this message here or in the cloud instead of where the router would send it. */
+  force?: 'local' | 'cloud';
+  /** Let this message's sensitive content go to the cloud (the user said so); `force: 'cloud'` alone does not. */
+  allowSensitive?: boolean;
 }
 
 /**
@@ -45,10 +69,12 @@ export function chatSend(
   channel.onmessage = onEvent;
   const args: Record<string, unknown> = { sessionId, text, onEvent: channel };
   if (options.maxTokens !== undefined) args.maxTokens = options.maxTokens;
+  if (options.force !== undefined) args.force = options.force;
+  if (options.allowSensitive) args.allowSensitive = true;
   return call<number>('chat_send', args);
 }
 
-/** Stops a run; resolves to false if it was already over. */
+/** Stops a run, local or cloud; resolves to false if it was already over. */
 export function chatCancel(runId: number): Promise<boolean> {
   return call<boolean>('chat_cancel', { runId });
 }

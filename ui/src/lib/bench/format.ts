@@ -1,0 +1,76 @@
+// The benchmark's words and table rows, as llama-bench prints them: mean ± sd
+// with the labels that make a figure mean something.
+import type { BenchDepth, BenchReport, MeanSd } from '../ipc/bench';
+import { formatContext } from '../fit/format';
+
+/** `61.2 ± 0.4`; `61.2` for one run; `—` when undefined. */
+export function formatMeanSd(m: MeanSd | null, digits = 1): string {
+  if (!m) return '—';
+  return m.sd === null ? m.mean.toFixed(digits) : `${m.mean.toFixed(digits)} ± ${m.sd.toFixed(digits)}`;
+}
+
+/** One table row per depth. */
+export interface BenchRow {
+  depth: string;
+  prefill: string;
+  decode: string;
+  ttft: string;
+  e2e: string;
+}
+
+export function benchRows(report: BenchReport): BenchRow[] {
+  return report.depths.map((d: BenchDepth) => ({
+    depth: formatContext(d.depth),
+    prefill: formatMeanSd(d.summary.prefill_tps),
+    decode: formatMeanSd(d.summary.decode_tps),
+    ttft: formatMeanSd(d.summary.ttft_ms, 0),
+    e2e: formatMeanSd(d.summary.e2e_tps),
+  }));
+}
+
+/** The labels line under the table: `p 512 · n 128 · batch 1 · 5 runs + 1 warm-up · 4-bit g64 · KV float16`. */
+export function benchLabels(report: BenchReport): string {
+  const l = report.labels;
+  const parts = [
+    `p ${l.prompt_tokens}`,
+    `n ${l.gen_tokens}`,
+    `batch ${l.batch}`,
+    `${l.repetitions} run${l.repetitions === 1 ? '' : 's'} + 1 warm-up`,
+  ];
+  if (l.quantization) parts.push(`${l.quantization.bits}-bit g${l.quantization.group_size}`);
+  if (l.kv_dtype) parts.push(`KV ${l.kv_dtype}`);
+  return parts.join(' · ');
+}
+
+/**
+ * How close decode ran to the memory-bandwidth limit, in words, from the
+ * shallowest depth with a roofline: `Decode reached 78 % of the bandwidth
+ * limit (48.1 of 61.7 tok/s at 100 GB/s, measured)`.
+ */
+export function rooflineSentence(report: BenchReport): string | null {
+  for (const d of report.depths) {
+    const r = d.roofline ?? d.rated_roofline;
+    if (!r) continue;
+    const gbps = r.bandwidth_bytes_per_s / 1e9;
+    const source = d.roofline ? 'measured' : `rated for ${report.rated_bandwidth?.chip ?? 'this chip'}`;
+    return (
+      `Decode reached ${Math.round(r.achieved_percent)} % of the bandwidth limit at depth ${formatContext(d.depth)} ` +
+      `(${r.achieved_tps.toFixed(1)} of ${r.bound_tps.toFixed(1)} tok/s at ${gbps.toFixed(0)} GB/s, ${source})`
+    );
+  }
+  return null;
+}
+
+/** Depths as typed (`0, 4096, 12k`) → numbers, or an error sentence. */
+export function parseDepths(typed: string): number[] | string {
+  const parts = typed.split(/[\s,]+/).filter(Boolean);
+  if (parts.length === 0) return 'Give at least one depth, e.g. 0, 4096.';
+  const out: number[] = [];
+  for (const p of parts) {
+    const m = p.match(/^(\d+(?:\.\d+)?)(k?)$/i);
+    if (!m?.[1]) return `“${p}” is not a depth: use token counts like 0, 4096 or 12k.`;
+    const n = Math.round(Number(m[1]) * (m[2] ? 1024 : 1));
+    out.push(n);
+  }
+  return out;
+}

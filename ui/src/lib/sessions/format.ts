@@ -1,0 +1,95 @@
+// Sessions as the list and the chat show them.
+import type { FinishReason, RouteInfo, TurnStats } from '../ipc/chat';
+import type { StoredMessage, StoredTurnStats } from '../ipc/sessions';
+
+/** A message as the chat view holds it. */
+export interface ChatMessage {
+  id: number;
+  role: 'user' | 'assistant';
+  text: string;
+  stats?: TurnStats;
+  reason?: FinishReason;
+  /** Saved as it streamed, then cut short (the app quit, or Stop). */
+  interrupted?: boolean;
+  /** The turn failed; the text is what arrived before. */
+  failed?: string;
+  /** Where an answer came from and why (live answers carry the reasons; stored ones only the place). */
+  route?: RouteInfo;
+}
+
+/** The stats line's figures from a stored turn. */
+export function toTurnStats(s: StoredTurnStats): TurnStats {
+  return {
+    ttftMs: s.ttftMs,
+    prefillTps: s.prefillTps,
+    decodeTps: s.decodeTps,
+    e2eTps: s.e2eTps,
+    promptTokens: s.promptTokens,
+    generatedTokens: s.generatedTokens,
+    contextTokens: s.contextTokens,
+    batch: s.batch,
+    peakMemoryBytes: s.peakMemoryBytes,
+    model: s.modelId,
+  };
+}
+
+/** Stored messages → the chat's, in order; system prompts are not shown. */
+export function toChatMessages(stored: StoredMessage[]): ChatMessage[] {
+  return stored
+    .filter((m) => m.role !== 'system')
+    .map((m) => {
+      const message: ChatMessage = { id: m.id, role: m.role as 'user' | 'assistant', text: m.content };
+      if (m.stats) {
+        message.stats = toTurnStats(m.stats);
+        message.reason = m.stats.finishReason;
+      }
+      if (m.status === 'interrupted') {
+        message.interrupted = true;
+        message.reason ??= 'cancelled';
+      }
+      if (m.status === 'error') message.failed = m.error ?? 'This answer failed.';
+      if (m.role === 'assistant') {
+        // A cached answer is stored as a cloud turn whose stats name `cache:<model>`.
+        const cached = m.stats?.modelId.startsWith('cache:') ?? false;
+        message.route = {
+          target: cached ? 'cached' : m.route,
+          modelOrProvider: cached ? (m.stats?.modelId.slice('cache:'.length) ?? '') : (m.model ?? m.stats?.modelId ?? ''),
+          reasons: [],
+        };
+      }
+      return message;
+    });
+}
+
+/** A new session's title: its first message's first line, at most 60 characters. */
+export function sessionTitle(firstMessage: string): string {
+  const line = firstMessage.trim().split('\n')[0]?.trim() ?? '';
+  const chars = Array.from(line);
+  return chars.length > 60 ? `${chars.slice(0, 59).join('')}…` : line || 'New chat';
+}
+
+const DAY = 24 * 60 * 60 * 1000;
+
+/** When, as a list says it: `14:02` today, `Yesterday`, `Mon`, `3 Mar`, `3 Mar 2025`. */
+export function formatWhen(ms: number, now: number = Date.now()): string {
+  const when = new Date(ms);
+  const today = new Date(now);
+  today.setHours(0, 0, 0, 0);
+  const start = today.getTime();
+  if (ms >= start) return when.toLocaleTimeString([], { hour: '2-digit', minute: '2-digit', hour12: false });
+  if (ms >= start - DAY) return 'Yesterday';
+  if (ms >= start - 6 * DAY) return when.toLocaleDateString('en-GB', { weekday: 'short' });
+  const sameYear = when.getFullYear() === today.getFullYear();
+  return when.toLocaleDateString('en-GB', sameYear ? { day: 'numeric', month: 'short' } : { day: 'numeric', month: 'short', year: 'numeric' });
+}
+
+/** `3 messages`. */
+export function formatCount(n: number): string {
+  return `${n} message${n === 1 ? '' : 's'}`;
+}
+
+/** A safe file name for an export: the title without path characters. */
+export function exportFileName(title: string, format: 'md' | 'json'): string {
+  const base = title.replace(/[\\/:*?"<>|\u0000-\u001f]+/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80) || 'session';
+  return `${base}.${format}`;
+}
