@@ -1,22 +1,43 @@
 //! The headless subcommands. Each parses its arguments here and calls into
 //! the library crates; none needs a display.
 
+mod bandwidth;
+pub(crate) mod bench;
+mod chart;
+mod chat;
+mod chat_cloud;
+mod cloud_key;
 mod demo_model;
 mod error;
+mod export;
 mod fit;
 mod generate;
 mod hub;
 mod models;
+mod pull;
+mod route;
+mod serve;
+mod sessions;
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+pub use bandwidth::BandwidthArgs;
+pub use bench::BenchArgs;
+pub use chart::ChartArgs;
+pub use chat::ChatArgs;
+pub use cloud_key::CloudKeyArgs;
 pub use demo_model::DemoModelArgs;
+pub use export::{ExportArgs, ExportFormat, ImportArgs};
 pub use error::CliError;
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
 pub use models::ModelsArgs;
+pub use pull::PullArgs;
+pub use route::RouteArgs;
+pub use serve::ServeArgs;
+pub use sessions::SessionsArgs;
 
 /// Run local LLMs on a memory-tight Mac: fit checks before loading, honest
 /// speed figures, and a local/cloud router. With no subcommand, opens the
@@ -36,18 +57,49 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure this machine's memory bandwidth (STREAM copy and triad), the
+    /// roofline's denominator; on Apple silicon also the chip's rated figure.
+    Bandwidth(BandwidthArgs),
+    /// Benchmark a model like llama-bench: per context depth, prefill p and
+    /// decode n tokens, r runs after a warm-up; mean ± sd, labels, roofline.
+    Bench(BenchArgs),
+    /// Store, delete or check the API key of a cloud endpoint (OpenAI-
+    /// compatible): the OS keychain, or a user-only file where there is none.
+    CloudKey(CloudKeyArgs),
+    /// Draw a chart as SVG: `chart session ID` is a stored session's decode
+    /// tok/s and TTFT per turn against context.
+    Chart(ChartArgs),
+    /// One chat turn in a stored session (created if new, continued
+    /// otherwise): the history is the context; the answer is saved as it streams.
+    Chat(ChatArgs),
     /// Write a model with random weights in the mlx-community layout (for
     /// tests and demos; the real-shape presets write several GB).
     DemoModel(DemoModelArgs),
     /// Say whether a model fits in memory before loading it: weights, KV
     /// cache, overhead, predicted peak, budget, verdict, largest context.
     Fit(FitArgs),
+    /// Print a stored session as Markdown or JSON (with its stats).
+    Export(ExportArgs),
     /// Generate a reply with a local model, streaming it, then print the
     /// turn's stats (like `ollama run --verbose`).
     Generate(GenerateArgs),
+    /// Add a session from a JSON export (`headroom export --format json`).
+    Import(ImportArgs),
     /// List the models in the app's models folder and the Hugging Face
     /// cache, with disk size and fit verdict at the default context.
     Models(ModelsArgs),
+    /// Download a model from the Hugging Face hub into the HF cache: the fit
+    /// verdict from its safetensors headers first (a model that would swap
+    /// is refused unless --override-fit), then a resumable, verified download.
+    Pull(PullArgs),
+    /// Say where one message would run (the local model or the cloud) and
+    /// why: sensitive content, input length, tools, web, fit. Sends nothing.
+    Route(RouteArgs),
+    /// Serve the OpenAI-compatible API (/v1/models, /v1/chat/completions)
+    /// on 127.0.0.1 until Ctrl-C, on the models the app knows.
+    Serve(ServeArgs),
+    /// List the stored chat sessions, most recent first.
+    Sessions(SessionsArgs),
 }
 
 /// Runs one subcommand; the exit code says whether it succeeded.
@@ -71,10 +123,21 @@ pub fn run(command: Command) -> ExitCode {
             }
             ExitCode::SUCCESS
         }
+        Command::Bandwidth(args) => report(bandwidth::run(&args)),
+        Command::Bench(args) => report(bench::run(&args)),
+        Command::Chart(args) => chart::run(&args),
+        Command::Chat(args) => report(chat::run(&args)),
+        Command::CloudKey(args) => report(cloud_key::run(&args)),
         Command::DemoModel(args) => report(demo_model::run(&args)),
+        Command::Export(args) => report(export::run_export(&args)),
+        Command::Import(args) => report(export::run_import(&args)),
+        Command::Sessions(args) => report(sessions::run(&args)),
         Command::Fit(args) => report(fit::run(&args)),
         Command::Generate(args) => report(generate::run(&args)),
         Command::Models(args) => report(models::run(&args)),
+        Command::Pull(args) => pull::run(&args),
+        Command::Route(args) => route::run(&args),
+        Command::Serve(args) => serve::run(&args),
     }
 }
 

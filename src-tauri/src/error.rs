@@ -44,6 +44,9 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::ContextOverflow { .. } => "CONTEXT_OVERFLOW",
             E::NoModelLoaded => "NO_MODEL_LOADED",
             E::Panicked { .. } | E::EngineStopped => "ENGINE_INTERNAL",
+            E::MemoryNotReturned { .. } => "MEMORY_NOT_RETURNED",
+            E::BenchCancelled => "BENCH_CANCELLED",
+            E::BenchContext { .. } => "CONTEXT_OVERFLOW",
         };
         Self::new(code, e.to_string())
     }

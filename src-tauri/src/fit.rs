@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use headroom_core::fit::{check, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
-use headroom_engine::{inspect_model, EngineError};
+use headroom_engine::{inspect_model_as, ComputeDtype, EngineError};
 use headroom_memory::MemoryError;
 use serde_json::json;
 
@@ -19,11 +19,19 @@ pub struct BudgetSource {
     pub freed_by_unload_bytes: u64,
     /// What to leave to the OS and other apps.
     pub os_headroom_bytes: u64,
+    /// macOS: Metal's recommended working-set size, the second limit
+    /// (`None` elsewhere). Read from MLX by [`BudgetSource::default`].
+    pub gpu_working_set_bytes: Option<u64>,
 }
 
 impl Default for BudgetSource {
     fn default() -> Self {
-        Self { available_bytes: None, freed_by_unload_bytes: 0, os_headroom_bytes: DEFAULT_OS_HEADROOM }
+        Self {
+            available_bytes: None,
+            freed_by_unload_bytes: 0,
+            os_headroom_bytes: DEFAULT_OS_HEADROOM,
+            gpu_working_set_bytes: headroom_engine::gpu_working_set_bytes(),
+        }
     }
 }
 
@@ -47,15 +55,20 @@ pub fn budget_inputs(source: BudgetSource) -> Result<BudgetInputs, MemoryError> 
         available_bytes,
         freed_by_unload_bytes: source.freed_by_unload_bytes,
         os_headroom_bytes: source.os_headroom_bytes,
-        // TODO(macOS): Metal's recommended working-set size, once the engine exposes it.
-        gpu_working_set_bytes: None,
+        gpu_working_set_bytes: source.gpu_working_set_bytes,
     })
 }
 
 /// The verdict for the model in `dir` at `context` tokens. Reads only
 /// config.json and the weight headers: nothing is loaded.
 pub fn check_model(dir: &Path, context: usize, source: BudgetSource) -> Result<FitReport, FitError> {
-    let footprint = inspect_model(dir)?;
+    check_model_as(dir, context, ComputeDtype::Native, source)
+}
+
+/// [`check_model`] for the model loaded as `dtype` (f32 widens the float
+/// weights, the KV cache and the activations).
+pub fn check_model_as(dir: &Path, context: usize, dtype: ComputeDtype, source: BudgetSource) -> Result<FitReport, FitError> {
+    let footprint = inspect_model_as(dir, dtype)?;
     let inputs = budget_inputs(source)?;
     Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
 }
@@ -150,6 +163,26 @@ mod tests {
         assert_eq!(report.budget.budget_bytes, 16 * GIB);
         assert_eq!(report.verdict, Verdict::Fits);
         assert_eq!(over_by(&report), 0);
+        let _ = std::fs::remove_dir_all(dir);
+    }
+
+    #[test]
+    fn the_gpu_working_set_caps_the_budget_when_it_is_lower() {
+        let dir = scratch("gpu");
+        write_sparse_model(&dir, 10_000_000_000);
+        // 24 GB available − 4 GB headroom = 20 GB from memory; a Mac whose
+        // GPU may keep only 12 GB resident gets 12 GB, and the 10 GB model
+        // at 8k no longer fits comfortably.
+        let source = BudgetSource { available_bytes: Some(24 * GIB), gpu_working_set_bytes: Some(12 * GIB), ..BudgetSource::default() };
+        let report = check_model(&dir, 8192, source).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.budget.from_memory_bytes, 20 * GIB);
+        assert_eq!((report.budget.budget_bytes, report.budget.limited_by), (12 * GIB, headroom_core::fit::BudgetLimit::GpuWorkingSet));
+        let roomy = check_model(&dir, 8192, BudgetSource { gpu_working_set_bytes: Some(30 * GIB), ..source }).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((roomy.budget.budget_bytes, roomy.budget.limited_by), (20 * GIB, headroom_core::fit::BudgetLimit::Memory));
+        assert!(roomy.spare_bytes > report.spare_bytes);
+        // Off macOS nothing is read: the default has no GPU limit.
+        #[cfg(not(target_os = "macos"))]
+        assert_eq!(BudgetSource::default().gpu_working_set_bytes, None);
         let _ = std::fs::remove_dir_all(dir);
     }
 

@@ -5,6 +5,7 @@
 
 mod chat;
 pub mod cli;
+mod cloud_turn;
 mod commands;
 mod error;
 pub mod fit;
@@ -12,6 +13,7 @@ mod memory;
 pub mod models;
 mod platform;
 mod popover;
+mod serve;
 mod state;
 mod tray;
 
@@ -103,12 +105,36 @@ pub fn run_app<R: Runtime>(
     let app = builder
         .invoke_handler(tauri::generate_handler![
             commands::app::app_info,
+            commands::bench::bench_run,
             commands::chat::chat_send,
             commands::chat::chat_cancel,
+            commands::cloud::cloud_key_set,
+            commands::cloud::cloud_key_status,
+            commands::cloud::cloud_key_delete,
             commands::memory::memory_history,
             commands::models::models_list,
             commands::models::model_load,
+            commands::pull::model_pull_check,
+            commands::pull::model_pull,
+            commands::pull::model_pull_cancel,
+            commands::sessions::sessions_list,
+            commands::sessions::session_create,
+            commands::sessions::session_rename,
+            commands::sessions::session_delete,
+            commands::sessions::session_search,
+            commands::sessions::session_messages,
+            commands::sessions::session_export,
+            commands::charts::session_chart,
+            commands::export::session_export_file,
+            commands::sessions::session_import,
+            commands::sessions::settings_get,
+            commands::sessions::settings_set,
+            commands::route::route_preview,
+            commands::route::cloud_cache_stats,
             commands::window::hide_window,
+            commands::server::server_start,
+            commands::server::server_stop,
+            commands::server::server_status,
         ])
         .on_window_event(popover::on_window_event)
         .build(context)?;
@@ -117,7 +143,15 @@ pub fn run_app<R: Runtime>(
         None => Locations::from_env(|| app.path().app_data_dir())?,
     };
     let engine = headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
-    app.manage(AppState::new(engine, locations));
+    // Opened (and migrated) before any command can run.
+    let store = chat::block_on(headroom_store::Store::open(&locations.data_dir))
+        .map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
+    let state = AppState::new(engine, locations, store);
+    match chat::block_on(state.store.settings()) {
+        Ok(s) => state.context_limit.store(s.context_limit, std::sync::atomic::Ordering::Relaxed),
+        Err(e) => tracing::warn!("the stored settings are unreadable, using the defaults: {e}"),
+    }
+    app.manage(state);
     Ok(app)
 }
 
@@ -127,7 +161,8 @@ pub(crate) fn test_state(tag: &str) -> AppState {
     let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let engine = headroom_engine::worker::EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
-    AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() })
+    let store = chat::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
+    AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() }, store)
 }
 
 #[cfg(test)]

@@ -1,7 +1,8 @@
 //! Live memory for the UI and the tray: the `headroom-memory` sampler runs
 //! on Tauri's async runtime (about 1 Hz); each sample is emitted as the
 //! `memory` event, kept in the sampler's ring buffer for the live strip's
-//! first paint (`memory_history`), and summarized in the tray's tooltip.
+//! first paint (`memory_history`), summarized in the tray's tooltip, and
+//! folded into the store's downsampled memory timeline (kept a week).
 
 use headroom_core::fit::GIB;
 use std::time::Duration;
@@ -19,6 +20,8 @@ pub const MEMORY_EVENT: &str = "memory";
 const PERIOD: Duration = Duration::from_secs(1);
 /// Ten minutes of history at 1 Hz.
 const HISTORY: usize = 600;
+/// How long the stored timeline keeps its readings.
+const TIMELINE_KEPT_MS: i64 = 7 * 24 * 60 * 60 * 1000;
 
 /// One sample as the UI sees it (bytes; camelCase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -56,6 +59,21 @@ impl MemorySample {
     }
 }
 
+/// A sample as a point of the stored timeline (the store keeps the worst per bucket).
+fn timeline_point(s: &MemorySample) -> headroom_store::MemoryPoint {
+    let i = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+    headroom_store::MemoryPoint {
+        at_ms: i(s.at_unix_ms),
+        total_bytes: i(s.total),
+        available_bytes: i(s.available),
+        used_bytes: i(s.used),
+        swap_total_bytes: i(s.swap_total),
+        swap_used_bytes: i(s.swap_used),
+        process_rss_bytes: i(s.process_rss),
+        pressure: s.pressure,
+    }
+}
+
 /// The tray's tooltip for a sample: the pressure level, then used / total.
 pub fn tooltip(s: &MemorySample) -> String {
     let level = match s.pressure {
@@ -89,13 +107,22 @@ pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::Memo
         return Ok(());
     }
     let app = app.clone();
+    let store = state.store.clone();
     tauri::async_runtime::spawn(async move {
+        let week_ago = headroom_store::now_ms() - TIMELINE_KEPT_MS;
+        if let Err(e) = store.prune_memory_timeline(week_ago).await {
+            tracing::warn!("could not prune the stored memory timeline: {e}");
+        }
         let mut last_tooltip = String::new();
         while latest.changed().await.is_ok() {
             let Some(sample) = *latest.borrow_and_update() else { continue };
             let sample = MemorySample::from_sample(&sample, headroom_engine::mlx_memory().ok());
             if let Err(e) = app.emit(MEMORY_EVENT, sample) {
                 tracing::debug!("could not emit the memory sample: {e}");
+            }
+            // A failed write loses one point of history, never the app.
+            if let Err(e) = store.record_memory(&timeline_point(&sample)).await {
+                tracing::debug!("could not store the memory sample: {e}");
             }
             let text = tooltip(&sample);
             if text != last_tooltip {
@@ -136,6 +163,8 @@ mod tests {
         }
         assert_eq!((v["pressure"].as_str(), v["mlxActive"].as_u64(), v["mlxPeak"].as_u64()), (Some("warning"), Some(7), Some(9)));
         assert_eq!(tooltip(&s), "Headroom — memory pressure warning, 19.1 / 32.0 GB used");
+        let p = timeline_point(&s);
+        assert_eq!((p.at_ms, p.used_bytes, p.available_bytes, p.pressure), (5, (19 * GIB + GIB / 10) as i64, (12 * GIB) as i64, PressureLevel::Warning));
         let none = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, None);
         assert!(serde_json::to_value(none).unwrap_or_default()["mlxActive"].is_null());
     }

@@ -101,6 +101,13 @@ pub struct LoadResult {
     pub unload_ms: u64,
     /// MLX memory (active + cache) that unloading the previous model gave back.
     pub freed_bytes: u64,
+    /// What the previous model's weights and KV caches held: the memory
+    /// that had to come back (checked before loading; 0 if none was loaded).
+    pub expected_freed_bytes: u64,
+    /// This process's resident set before and after that unload (the OS's
+    /// view; on Linux the allocator may keep some freed pages for reuse).
+    pub rss_before_unload_bytes: u64,
+    pub rss_after_unload_bytes: u64,
     pub load_ms: u64,
     /// The cap on MLX's buffer cache while this model is loaded.
     pub cache_limit_bytes: usize,
@@ -272,13 +279,19 @@ pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_f
     }
     // Switching: unload the old model (which clears MLX's cache) first, so
     // its memory is back before the new weights arrive.
-    let (unload_ms, freed_bytes) = if state.loaded_model().is_some() {
+    let rss = || headroom_memory::process_rss().unwrap_or(0);
+    let rss_before_unload_bytes = rss();
+    let (unload_ms, freed_bytes, expected_freed_bytes) = if state.loaded_model().is_some() {
         state.set_loaded(None);
         let unloaded = state.engine.unload()?;
-        (millis(unloaded.unload_time), unloaded.freed_bytes)
+        // The budget above counted this memory as free: load only once MLX's
+        // readings show it back, or two models would share the budget.
+        unloaded.confirm()?;
+        (millis(unloaded.unload_time), unloaded.freed_bytes, unloaded.expected_bytes)
     } else {
-        (0, 0)
+        (0, 0, 0)
     };
+    let rss_after_unload_bytes = rss();
     let cache_limit = cache_limit_bytes(&report);
     let settings = LoadSettings { context_limit, cache_limit_bytes: Some(cache_limit), ..LoadSettings::default() };
     let info = state.engine.load(&entry.path, settings)?;
@@ -290,6 +303,9 @@ pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_f
         context_limit,
         unload_ms,
         freed_bytes,
+        expected_freed_bytes,
+        rss_before_unload_bytes,
+        rss_after_unload_bytes,
         load_ms: millis(info.load_time),
         cache_limit_bytes: cache_limit,
     })
@@ -426,4 +442,37 @@ mod tests {
         let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
     }
 
+    #[test]
+    fn switching_confirms_the_old_model_memory_came_back_and_reports_both_times() {
+        let state = crate::test_state("switch");
+        assert_eq!(ensure_demo_model(&state).ok(), Some(true));
+        // bf16 `small`: about 20 MB of weights, well above the tolerance.
+        let small = state.locations.data_dir.join(MODELS_DIR).join("small-bf16");
+        write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen)).unwrap_or_else(|e| panic!("{e}"));
+
+        let to_small = load(&state, "small-bf16", Some(1024), false).unwrap_or_else(|e| panic!("{e:?}"));
+        // The demo model it replaced: its weights had to come back.
+        assert!(to_small.expected_freed_bytes > 0, "{to_small:?}");
+        assert!(to_small.rss_before_unload_bytes > 0 && to_small.rss_after_unload_bytes > 0, "{to_small:?}");
+        let small_weights = headroom_engine::inspect_model(&small).unwrap_or_else(|e| panic!("{e}")).weight_bytes;
+        assert!(small_weights > 16 << 20, "{small_weights}");
+
+        let back = load(&state, DEMO_MODEL_ID, Some(1024), false).unwrap_or_else(|e| panic!("{e:?}"));
+        // Expected = what the engine held: exactly the small model's weights
+        // (no session was opened), and MLX gave (at least about) that back.
+        assert_eq!(back.expected_freed_bytes, small_weights, "{back:?}");
+        assert!(back.freed_bytes + headroom_engine::worker::RETURN_TOLERANCE_BYTES >= small_weights, "{back:?}");
+        assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
+
+        // A refused switch touches nothing: the loaded model stays, and MLX
+        // allocates nothing for the 200 GB model (headers only were read).
+        crate::fit::write_sparse_model(&state.locations.data_dir.join(MODELS_DIR).join("huge"), 200_000_000_000);
+        let active = || mlx_memory().map(|m| m.active).unwrap_or(0);
+        let before = active();
+        let err = load(&state, "huge", Some(1024), false).err();
+        assert_eq!(err.map(|e| e.code), Some("MODEL_TOO_LARGE"));
+        assert!(active() <= before + headroom_engine::worker::RETURN_TOLERANCE_BYTES, "{before} -> {}", active());
+        assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
+        let _ = std::fs::remove_dir_all(&state.locations.data_dir);
+    }
 }

@@ -1,11 +1,9 @@
 //! AppState: the cheap handles every command can reach.
 
-use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
-use headroom_core::chat::Message;
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
 use headroom_memory::Sampler;
 use headroom_engine::BackendInfo;
@@ -60,24 +58,27 @@ pub struct AppState {
     pub engine: EngineHandle,
     pub locations: Locations,
     pub loaded: Arc<Mutex<Option<LoadedModel>>>,
-    /// Conversation per session id, in memory until the store lands.
-    pub sessions: Arc<Mutex<HashMap<String, Vec<Message>>>>,
+    /// The database: sessions, messages, stats, settings.
+    pub store: headroom_store::Store,
     /// Context length (tokens) models are checked and loaded at unless a load names another.
     pub context_limit: Arc<AtomicUsize>,
     /// The memory sampler, once `run()` has started it (tests run without one).
     pub memory: Arc<OnceLock<Sampler>>,
+    /// The local OpenAI-compatible server, while the toggle has it on.
+    pub server: Arc<Mutex<Option<headroom_server::Server>>>,
 }
 
 impl AppState {
-    pub fn new(engine: EngineHandle, locations: Locations) -> Self {
+    pub fn new(engine: EngineHandle, locations: Locations, store: headroom_store::Store) -> Self {
         Self {
             backend: headroom_engine::backend_info(),
             engine,
             locations,
             loaded: Arc::default(),
-            sessions: Arc::default(),
+            store,
             context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
             memory: Arc::default(),
+            server: Arc::default(),
         }
     }
 
@@ -91,11 +92,5 @@ impl AppState {
 
     pub fn set_loaded(&self, model: Option<LoadedModel>) {
         *self.loaded.lock().unwrap_or_else(PoisonError::into_inner) = model;
-    }
-
-    /// Runs `f` on one session's history.
-    pub fn with_session<T>(&self, session: &str, f: impl FnOnce(&mut Vec<Message>) -> T) -> T {
-        let mut sessions = self.sessions.lock().unwrap_or_else(PoisonError::into_inner);
-        f(sessions.entry(session.to_owned()).or_default())
     }
 }

@@ -24,9 +24,33 @@ pub enum CliError {
     /// A repo in the HF cache whose `refs/main` points at no snapshot.
     #[error("model `{model}` is in the Hugging Face cache at {repo_dir} but has no usable snapshot ({reason})")]
     BrokenCacheEntry { model: String, repo_dir: PathBuf, reason: String },
+    /// `generate --prompt-file` could not be read.
+    #[error("cannot read the prompt from {}: {source}", path.display())]
+    PromptFile { path: PathBuf, source: std::io::Error },
+    #[error(transparent)]
+    Store(#[from] headroom_store::StoreError),
+    /// `chat --message` is empty or blank.
+    #[error("the message is empty: pass the text with --message")]
+    EmptyMessage,
+    /// The engine failed mid-answer; what arrived is stored with status `error`.
+    #[error("the answer failed (what arrived is saved): {0}")]
+    TurnFailed(String),
+    /// `import FILE` could not be read.
+    #[error("cannot read {}: {source}", path.display())]
+    ImportFile { path: PathBuf, source: std::io::Error },
+    /// A flag's value makes no sense (`bench --depth` empty, a negative bandwidth).
+    #[error("invalid {name}: {reason}")]
+    BadArgument { name: &'static str, reason: String },
     /// Neither `$HEADROOM_DATA_DIR` nor a platform data folder is known.
     #[error("cannot find the app's data folder: set HEADROOM_DATA_DIR")]
     NoDataDir,
+    #[error(transparent)]
+    Cloud(#[from] headroom_cloud::CloudError),
+    #[error(transparent)]
+    CloudKey(#[from] headroom_cloud::KeyError),
+    /// `cloud-key set` got nothing on stdin.
+    #[error("no API key on stdin: pipe it in, e.g. `printf %s \"$KEY\" | headroom cloud-key set --url URL`")]
+    NoKeyOnStdin,
     /// Writing to stdout failed (a closed pipe).
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),

@@ -8,6 +8,7 @@ use std::path::Path;
 use clap::Args;
 use headroom_core::fit::{BudgetLimit, FitReport, Verdict, GIB, MIN_CONTEXT};
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
+use headroom_engine::ComputeDtype;
 
 use super::hub::{resolve_model, HubEnv};
 use crate::fit::BudgetSource;
@@ -37,6 +38,16 @@ fn parse_gb(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--dtype`: `native` keeps the checkpoint's float dtype (bf16 for
+/// mlx-community models), `f32` widens it at load (much faster on MLX's CPU backend).
+pub(crate) fn parse_dtype(s: &str) -> Result<ComputeDtype, String> {
+    match s.to_ascii_lowercase().as_str() {
+        "native" => Ok(ComputeDtype::Native),
+        "f32" | "float32" => Ok(ComputeDtype::F32),
+        _ => Err(format!("`{s}` is not a compute dtype (native or f32)")),
+    }
+}
+
 fn gb_to_bytes(gb: f64) -> u64 {
     // Finite and non-negative (parse_gb): the cast only rounds.
     (gb * GIB as f64) as u64
@@ -49,6 +60,9 @@ pub struct FitArgs {
     /// Context length in tokens (prompt + reply) the verdict is for.
     #[arg(long, default_value_t = DEFAULT_CONTEXT_LIMIT)]
     pub context: usize,
+    /// The dtype the model would be loaded with, as `generate --dtype`: native | f32.
+    #[arg(long, default_value = "native", value_parser = parse_dtype)]
+    pub dtype: ComputeDtype,
     #[command(flatten)]
     pub budget: BudgetArgs,
     /// Print one JSON object (every part of the estimate, the budget and the verdict).
@@ -58,8 +72,8 @@ pub struct FitArgs {
 
 /// The verdict for the model in `dir` at `context` tokens (the shared check
 /// in [`crate::fit`]): reads only config.json and the weight headers.
-pub fn check_model(dir: &Path, context: usize, budget: &BudgetArgs) -> Result<FitReport, CliError> {
-    Ok(crate::fit::check_model(dir, context, budget_source(budget))?)
+pub fn check_model(dir: &Path, context: usize, dtype: ComputeDtype, budget: &BudgetArgs) -> Result<FitReport, CliError> {
+    Ok(crate::fit::check_model_as(dir, context, dtype, budget_source(budget))?)
 }
 
 /// The budget the CLI's flags describe.
@@ -69,6 +83,7 @@ pub(crate) fn budget_source(budget: &BudgetArgs) -> BudgetSource {
         // The CLI runs in its own process: nothing is loaded to unload.
         freed_by_unload_bytes: 0,
         os_headroom_bytes: gb_to_bytes(budget.headroom_gb),
+        ..BudgetSource::default()
     }
 }
 
@@ -79,7 +94,7 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
-    let report = check_model(&dir, args.context, &args.budget)?;
+    let report = check_model(&dir, args.context, args.dtype, &args.budget)?;
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {
@@ -238,6 +253,18 @@ mod tests {
         assert_eq!(v["budget"]["budget_bytes"], 0);
         assert!(v["estimate"]["weight_bytes"].as_u64().is_some_and(|w| w > 0));
         assert!(v["largest_context_that_fits"].is_null());
+
+        // --dtype f32: what `generate --dtype f32` will hold (floats widened).
+        let json = |extra: &[&str]| {
+            let mut out = Vec::new();
+            fit(&parse(&[&[d.as_str(), "--json", "--available-gb", "8"], extra].concat()), &HubEnv::default(), &mut out)
+                .unwrap_or_else(|e| panic!("{e}"));
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let (native, wide) = (json(&[]), json(&["--dtype", "f32"]));
+        assert_eq!((native["footprint"]["kv_bytes_per_element"].as_u64(), wide["footprint"]["kv_bytes_per_element"].as_u64()), (Some(2), Some(4)));
+        assert!(wide["estimate"]["weight_bytes"].as_u64() > native["estimate"]["weight_bytes"].as_u64());
+        assert!(Cli::try_parse_from(["headroom", "fit", "m", "--dtype", "int8"]).is_err());
         let _ = std::fs::remove_dir_all(dir);
     }
 

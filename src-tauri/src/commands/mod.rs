@@ -5,7 +5,15 @@
 #![allow(clippy::needless_pass_by_value)]
 
 pub mod app;
+pub mod bench;
+pub mod charts;
 pub mod chat;
+pub mod cloud;
+pub mod export;
 pub mod memory;
 pub mod models;
+pub mod pull;
+pub mod route;
+pub mod server;
+pub mod sessions;
 pub mod window;

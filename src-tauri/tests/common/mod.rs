@@ -1,5 +1,8 @@
 //! What the binary-level test files share.
 
+// Each test binary compiles this module and uses only part of it.
+#![allow(dead_code)]
+
 use std::ffi::OsStr;
 use std::process::{Command, Output};
 

@@ -1,7 +1,11 @@
 //! headroom-core: the pure logic every other crate shares. No IO, no heavy
 //! dependencies, so it is tested in milliseconds and used everywhere.
 
+pub mod cache_policy;
+pub mod bench;
 pub mod chat;
 pub mod fit;
 pub mod pressure;
+pub mod router;
+pub mod settings;
 pub mod stats;

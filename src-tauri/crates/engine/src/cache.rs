@@ -116,6 +116,11 @@ impl KvCache {
         self.layers.first().map_or(0, |l| usize::try_from(l.capacity()).unwrap_or(0))
     }
 
+    /// The keys' element type; `None` before the first write.
+    pub fn dtype(&self) -> Option<mlx_rs::Dtype> {
+        self.layers.first().and_then(|l| l.keys.as_ref()).map(Array::dtype)
+    }
+
     /// Bytes held by the buffers (allocated capacity, not just the filled part).
     pub fn nbytes(&self) -> usize {
         self.layers.iter().map(LayerKv::nbytes).sum()

@@ -116,6 +116,23 @@ pub enum EngineError {
     /// The engine thread has stopped (it panicked or was shut down).
     #[error("the engine thread has stopped")]
     EngineStopped,
+    /// A benchmark was stopped (cancelled, or its listener went away) before its last run.
+    #[error("the benchmark was cancelled")]
+    BenchCancelled,
+    /// A benchmark case needs more cache positions than the model was loaded for.
+    #[error(
+        "the bench case needs {} cache positions (depth {depth} + prompt {prompt} + generated {generated} − 1), beyond the context limit of {limit} tokens the model was loaded with",
+        depth + prompt + generated - 1
+    )]
+    BenchContext { depth: usize, prompt: usize, generated: usize, limit: usize },
+    /// Unloading the old model did not give its memory back (something still
+    /// holds its arrays), so the next model was not loaded on top of it.
+    #[error(
+        "the unloaded model's memory did not come back: MLX's active memory fell by {:.1} MB of the {:.1} MB it held; nothing new was loaded",
+        *returned_bytes as f64 / 1e6,
+        *expected_bytes as f64 / 1e6
+    )]
+    MemoryNotReturned { expected_bytes: u64, returned_bytes: u64 },
 }
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;

@@ -21,3 +21,26 @@ pub(crate) fn mlx_version() -> Option<String> {
         out.flatten()
     }
 }
+
+/// A size-valued entry of MLX's device info (`mlx::core::device_info`) for
+/// device 0 of the given kind; `None` when the key is absent, is a string,
+/// or the call fails. Metal reports `max_recommended_working_set_size`
+/// (the GPU's share of unified memory macOS recommends keeping resident).
+// Off macOS only the tests call it (there is no GPU to ask).
+#[cfg_attr(not(target_os = "macos"), allow(dead_code))]
+pub(crate) fn device_info_size(gpu: bool, key: &CStr) -> Option<u64> {
+    let kind = if gpu { mlx_sys::mlx_device_type__MLX_GPU } else { mlx_sys::mlx_device_type__MLX_CPU };
+    // SAFETY: the device and the info object are created here, used only
+    // through mlx-c's accessors with a NUL-terminated key, and freed before
+    // returning; `value` is a plain integer mlx-c writes on success only.
+    unsafe {
+        let device = mlx_sys::mlx_device_new_type(kind, 0);
+        let mut info = mlx_sys::mlx_device_info_new();
+        let mut value: usize = 0;
+        let found = mlx_sys::mlx_device_info_get(&mut info, device) == 0
+            && mlx_sys::mlx_device_info_get_size(&mut value, info, key.as_ptr()) == 0;
+        mlx_sys::mlx_device_info_free(info);
+        mlx_sys::mlx_device_free(device);
+        found.then(|| u64::try_from(value).unwrap_or(u64::MAX))
+    }
+}

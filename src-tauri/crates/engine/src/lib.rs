@@ -5,6 +5,7 @@
 //! worker thread. Nothing outside this crate sees an `mlx_rs::Array`.
 
 mod backend;
+pub mod bench;
 pub mod demo;
 mod error;
 mod ffi;
@@ -32,7 +33,7 @@ pub use config::{Arch, ModelConfig};
 pub use generate::{generate, Clock, FinishReason, GenerateOptions, Generation, WallClock};
 pub use inspect::{inspect_model, inspect_model_as};
 pub use loader::{load_model, ComputeDtype};
-pub use mlx_memory::{mlx_memory, MlxMemory};
+pub use mlx_memory::{gpu_working_set_bytes, mlx_memory, MlxMemory};
 pub use models::{Logits, Model};
 pub use sampler::{Sampler, SamplingParams};
 pub use tokenizer::{Detokenizer, Tokenizer};

@@ -26,9 +26,38 @@ pub fn mlx_memory() -> Result<MlxMemory> {
     })
 }
 
+/// Metal's recommended working-set size (`max_recommended_working_set_size`
+/// in MLX's device info): what macOS lets the GPU keep resident of the
+/// unified memory. A model past it pages even with RAM free, so the fit
+/// budget takes it as a second limit. `None` off macOS (no GPU here) or when
+/// MLX cannot say.
+pub fn gpu_working_set_bytes() -> Option<u64> {
+    #[cfg(target_os = "macos")]
+    {
+        crate::ffi::device_info_size(true, c"max_recommended_working_set_size")
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gpu_working_set_is_read_only_where_there_is_metal() {
+        let ws = gpu_working_set_bytes();
+        #[cfg(target_os = "macos")]
+        assert!(ws.is_some_and(|b| b > 1 << 30), "{ws:?}");
+        #[cfg(not(target_os = "macos"))]
+        assert_eq!(ws, None);
+        // The reader behind it: the CPU device has string entries only, so a
+        // size is None whether the key is a string or absent, never a crash.
+        assert_eq!(crate::ffi::device_info_size(false, c"device_name"), None);
+        assert_eq!(crate::ffi::device_info_size(false, c"no_such_key"), None);
+    }
 
     #[test]
     fn counters_see_a_live_array() -> Result<()> {

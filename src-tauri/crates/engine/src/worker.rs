@@ -59,8 +59,41 @@ pub struct UnloadReport {
     /// MLX's active + cache bytes before minus after (0 if it grew:
     /// another thread of the process may allocate meanwhile).
     pub freed_bytes: u64,
+    /// What the dropped arrays held: the weights plus every session's KV
+    /// cache (their `nbytes`). MLX's active memory must fall by this much.
+    pub expected_bytes: u64,
+    /// Whether MLX's active memory fell by `expected_bytes` (within
+    /// [`RETURN_TOLERANCE_BYTES`]): nothing still holds the old model, so the
+    /// next one does not land on top of it.
+    pub memory_returned: bool,
     pub before: MlxMemory,
     pub after: MlxMemory,
+}
+
+/// Slack for [`UnloadReport::memory_returned`]. MLX's counter is exact for
+/// its own buffers and the worker holds no others, so the only error is what
+/// other threads of the process allocate in the milliseconds between the two
+/// readings (a test binary runs many engines at once); 16 MiB covers that
+/// and is nothing next to the gigabytes the guard decides about.
+pub const RETURN_TOLERANCE_BYTES: u64 = 16 << 20;
+
+/// Whether active memory going from `before` to `after` gave back `expected` bytes.
+pub fn memory_returned(before_active: u64, after_active: u64, expected: u64) -> bool {
+    before_active.saturating_sub(after_active).saturating_add(RETURN_TOLERANCE_BYTES) >= expected
+}
+
+impl UnloadReport {
+    /// Ok if the old model's memory is back (or there was none), else
+    /// [`EngineError::MemoryNotReturned`]: loading now would stack two models.
+    pub fn confirm(&self) -> Result<()> {
+        if !self.had_model || self.memory_returned {
+            return Ok(());
+        }
+        Err(EngineError::MemoryNotReturned {
+            expected_bytes: self.expected_bytes,
+            returned_bytes: self.before.active.saturating_sub(self.after.active),
+        })
+    }
 }
 
 /// What was loaded.
@@ -228,11 +261,16 @@ fn empty_stats(generated: usize) -> TurnStats {
     }
 }
 
+/// A [`Job::WithModel`] body: the loaded model (if any) and its context limit.
+type ModelJob = Box<dyn FnOnce(Option<&Model>, usize) + Send>;
+
 enum Job {
     Load { dir: PathBuf, settings: LoadSettings, reply: Sender<Result<ModelInfo>> },
     Unload { reply: Sender<Result<UnloadReport>> },
     Generate { id: RunId, request: Box<GenerateRequest>, accepted: Instant, events: Sender<EngineEvent> },
     DropSession { session: String },
+    /// Work that needs the loaded model but is not a chat turn (the benchmark).
+    WithModel(ModelJob),
     /// Drop everything and end the thread.
     Stop,
 }
@@ -356,6 +394,13 @@ impl EngineHandle {
         self.send(Job::DropSession { session: session.to_owned() })
     }
 
+    /// Runs `job` on the engine thread with the loaded model (`None` if none)
+    /// and its context limit, between other jobs; returns at once. For the
+    /// benchmark (bench.rs), which drives `generate` itself on a cache of its own.
+    pub(crate) fn with_model(&self, job: impl FnOnce(Option<&Model>, usize) + Send + 'static) -> Result<()> {
+        self.send(Job::WithModel(Box::new(job)))
+    }
+
     /// Frees the model and ends the engine thread, waiting for both; later
     /// calls on any clone get `EngineStopped`. For a process about to exit
     /// without dropping its handles (the app's Quit).
@@ -401,6 +446,12 @@ impl Worker {
                     self.sessions.remove(&session);
                 }
                 Job::Stop => break,
+                Job::WithModel(job) => {
+                    let limit = self.loaded.as_ref().map_or(0, |l| l.settings.context_limit);
+                    // The job owns its arrays and reports its own errors; a
+                    // panic in MLX must not end the engine thread.
+                    let _ = catch_unwind(AssertUnwindSafe(|| job(self.loaded.as_ref().map(|l| &l.model), limit)));
+                }
                 Job::Generate { id, request, accepted, events } => {
                     let cancel = self.shared.flag(id).unwrap_or_default();
                     let session = request.session.clone();
@@ -433,6 +484,9 @@ impl Worker {
     fn unload(&mut self) -> Result<UnloadReport> {
         let started = Instant::now();
         let had_model = self.loaded.is_some();
+        let held = self.loaded.as_ref().map_or(0, |l| l.model.nbytes())
+            + self.sessions.values().map(KvCache::nbytes).sum::<usize>();
+        let expected_bytes = u64::try_from(held).unwrap_or(u64::MAX);
         let before = mlx_memory()?;
         self.sessions.clear();
         self.loaded = None;
@@ -444,6 +498,8 @@ impl Worker {
             had_model,
             unload_time: started.elapsed(),
             freed_bytes: total(&before).saturating_sub(total(&after)),
+            expected_bytes,
+            memory_returned: memory_returned(before.active, after.active, expected_bytes),
             before,
             after,
         })
@@ -466,8 +522,10 @@ impl Worker {
     }
 
     fn load(&mut self, dir: &Path, settings: LoadSettings) -> Result<ModelInfo> {
-        // The old model goes first, so two models never share memory.
+        // The old model goes first, so two models never share memory, and
+        // its memory must be seen back before the new weights arrive.
         let replaced = self.unload()?;
+        replaced.confirm()?;
         if settings.context_limit == 0 {
             return Err(EngineError::InvalidSetting {
                 name: "context_limit",

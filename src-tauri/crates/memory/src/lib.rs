@@ -3,6 +3,7 @@
 //! sampler that publishes them about once a second. MLX's own counters live
 //! in the engine (`headroom_engine::mlx_memory`); the app shows both.
 
+pub mod bandwidth;
 mod error;
 #[cfg(not(target_os = "macos"))]
 mod linux;

@@ -48,6 +48,20 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             max_position_embeddings: 4096,
             tie_word_embeddings: false,
         },
+        // About 100 M parameters with the demo vocabulary: big enough that
+        // the KV cache and activations of a 2048-token prefill are hundreds
+        // of MB (the fit estimator's calibration), small enough for a CPU.
+        Preset::Medium => ModelShape {
+            hidden_size: 768,
+            num_hidden_layers: 12,
+            num_attention_heads: 12,
+            num_key_value_heads: 4,
+            head_dim: 64,
+            intermediate_size: 3072,
+            vocab_size: 0,
+            max_position_embeddings: 4096,
+            tie_word_embeddings: false,
+        },
         // The three below are the published Qwen2.5 configs.
         Preset::Qwen25_0_5B => ModelShape {
             hidden_size: 896,

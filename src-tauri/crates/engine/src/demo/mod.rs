@@ -75,6 +75,8 @@ pub enum Preset {
     Tiny,
     /// 12 layers × 256 wide: still quick on a CPU, big enough to time.
     Small,
+    /// 12 layers × 768 wide, 12/4 heads: about 100 M parameters (fit calibration).
+    Medium,
     /// Qwen2.5-0.5B: 24 layers × 896, 14/2 heads, tied embeddings.
     Qwen25_0_5B,
     /// Qwen2.5-7B: 28 layers × 3584, 28/4 heads, untied.
@@ -84,9 +86,10 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 5] = [
+    pub const ALL: [Preset; 6] = [
         Preset::Tiny,
         Preset::Small,
+        Preset::Medium,
         Preset::Qwen25_0_5B,
         Preset::Qwen25_7B,
         Preset::Qwen25_14B,
@@ -97,6 +100,7 @@ impl Preset {
         match self {
             Preset::Tiny => "tiny",
             Preset::Small => "small",
+            Preset::Medium => "medium",
             Preset::Qwen25_0_5B => "qwen2.5-0.5b",
             Preset::Qwen25_7B => "qwen2.5-7b",
             Preset::Qwen25_14B => "qwen2.5-14b",
@@ -163,7 +167,7 @@ cli_enum!(Arch, "architecture", "qwen2, qwen3, llama, mistral", []);
 cli_enum!(
     Preset,
     "preset",
-    "tiny, small, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b",
+    "tiny, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b",
     []
 );
 cli_enum!(Bits, "bit width", "4, 8, 16", ["bf16" => Bits::Sixteen]);

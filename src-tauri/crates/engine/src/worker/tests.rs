@@ -246,3 +246,59 @@ fn a_load_sets_the_cache_limit_it_was_given_and_the_next_one_restores_the_defaul
     let out = e.generate(request(user("x"), 2)).expect("generate").collect().expect("run");
     assert_eq!(out.token_ids.len(), 2);
 }
+
+#[test]
+fn unloading_gives_back_the_weights_and_the_session_caches_before_the_next_load() {
+    let _heavy = heavy_lock();
+    let small = temp_dir("worker-return");
+    write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen)).expect("demo model");
+    let e = EngineHandle::spawn().expect("spawn");
+    let pre_load = mlx_memory().expect("mlx memory").active;
+    let info = e.load(&small, LoadSettings::default()).expect("load");
+    // A session keeps its KV cache after the turn: that must come back too.
+    let turn = GenerateRequest { session: Some("s".into()), ..request(user("hello there"), 4) };
+    e.generate(turn).expect("generate").collect().expect("run");
+
+    let report = e.unload().expect("unload");
+    let weights = u64::try_from(info.weight_bytes).expect("bytes");
+    assert!(report.expected_bytes > weights, "weights + the session's cache: {report:?}");
+    assert!(report.memory_returned, "{report:?}");
+    report.confirm().expect("confirmed");
+    // MLX's active memory is back to about where it was before the load.
+    assert!(report.after.active <= pre_load + RETURN_TOLERANCE_BYTES, "before the load {pre_load}: {report:?}");
+
+    // A switch confirms the same way, and reports it in the new model's info.
+    e.load(&small, LoadSettings::default()).expect("load");
+    let switched = e.load(demo_dir(), LoadSettings::default()).expect("switch");
+    assert!(switched.replaced.had_model && switched.replaced.memory_returned, "{:?}", switched.replaced);
+    assert_eq!(switched.replaced.expected_bytes, weights, "no session this time: the weights alone");
+    let _ = std::fs::remove_dir_all(small);
+}
+
+#[test]
+fn the_return_check_allows_only_its_tolerance_and_names_the_shortfall() {
+    const MB: u64 = 1 << 20;
+    assert!(memory_returned(600 * MB, 100 * MB, 500 * MB));
+    // 10 MB short of 500: within the 16 MiB slack (another thread allocating).
+    assert!(memory_returned(600 * MB, 110 * MB, 500 * MB));
+    // 300 MB short: something still holds the model.
+    assert!(!memory_returned(600 * MB, 400 * MB, 500 * MB));
+    // Active memory that grew is not an underflow.
+    assert!(!memory_returned(100 * MB, 900 * MB, 500 * MB));
+
+    let before = MlxMemory { active: 600 * MB, cache: 0, peak: 600 * MB };
+    let after = MlxMemory { active: 400 * MB, cache: 0, peak: 600 * MB };
+    let stuck = UnloadReport {
+        had_model: true,
+        expected_bytes: 500 * MB,
+        memory_returned: memory_returned(before.active, after.active, 500 * MB),
+        before,
+        after,
+        ..UnloadReport::default()
+    };
+    let err = stuck.confirm().expect_err("not returned");
+    assert!(matches!(err, EngineError::MemoryNotReturned { expected_bytes, returned_bytes } if expected_bytes == 500 * MB && returned_bytes == 200 * MB), "{err}");
+    assert!(err.to_string().contains("209.7 MB of the 524.3 MB"), "{err}");
+    // Nothing was loaded: nothing to confirm.
+    assert!(UnloadReport::default().confirm().is_ok());
+}
