@@ -108,6 +108,7 @@ pub fn run_app<R: Runtime>(
             commands::bench::bench_run,
             commands::chat::chat_send,
             commands::chat::chat_cancel,
+            commands::chat::chat_regenerate,
             commands::cloud::cloud_key_set,
             commands::cloud::cloud_key_status,
             commands::cloud::cloud_key_delete,
@@ -246,6 +247,9 @@ mod tests {
         assert_eq!(err["code"], "NO_MODEL_LOADED", "{err}");
         let err = invoke(&window, "chat_send", json!({ "sessionId": "s", "text": "  ", "onEvent": channel })).err();
         assert_eq!(err.map(|e| e["code"].clone()), Some(json!("EMPTY_MESSAGE")));
+        // A chat with no answer has nothing to regenerate (and nothing is deleted).
+        let err = invoke(&window, "chat_regenerate", json!({ "sessionId": "s", "onEvent": channel })).err();
+        assert_eq!(err.map(|e| e["code"].clone()), Some(json!("NOTHING_TO_REGENERATE")));
         // Cancelling a run that does not exist is not an error, just false.
         assert_eq!(invoke(&window, "chat_cancel", json!({ "runId": 999 })).ok(), Some(json!(false)));
     }

@@ -185,6 +185,13 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], session
       }
       case 'chat_cancel':
         return true;
+      case 'chat_regenerate': {
+        const a = args as { sessionId: string; onEvent: Channel<ChatEvent> };
+        const found = sessions.find((x) => x.id === a.sessionId);
+        const question = found?.messages.filter((m) => m.role === 'user').at(-1)?.content ?? '';
+        setTimeout(() => chat(question, (e) => a.onEvent.onmessage(e)));
+        return 2;
+      }
       case 'hide_window':
         return null;
       case 'memory_history':
@@ -472,6 +479,24 @@ describe('App', () => {
     await user.type(input, 'second{Enter}');
     await waitFor(() => expect(calls.filter((c) => c.cmd === 'chat_send')).toHaveLength(2));
     expect(calls.filter((c) => c.cmd === 'chat_send')[1]?.args).not.toHaveProperty('force');
+  });
+
+  it('regenerates the last answer: the question is asked again in place', async () => {
+    let n = 0;
+    const calls = fakeBackend((text, emit) => {
+      n += 1;
+      emit({ event: 'started', data: { runId: n, promptTokens: 3, reusedTokens: 0, route: LOCAL_ROUTE } });
+      emit({ event: 'token', data: { text: `answer ${n} to ${text}` } });
+      emit({ event: 'stats', data: STATS });
+      emit({ event: 'finished', data: { reason: 'stop' } });
+    });
+    const { user, input } = setup();
+    await user.type(input, 'why?{Enter}');
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 1 to why?'));
+    await user.click(await screen.findByTestId('regenerate'));
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 2 to why?'));
+    expect(screen.getAllByTestId('message-user')).toHaveLength(1);
+    expect(calls.filter((c) => c.cmd === 'chat_regenerate').map((c) => (c.args as { sessionId: string }).sessionId)).toEqual(['s1']);
   });
 
   it('renders no script from model output', async () => {

@@ -34,6 +34,29 @@ pub fn chat_send(
     Ok(id.0)
 }
 
+/// Asks the session's last question again: its last answer (and that
+/// question) are taken out of the store, then the question is sent as a new
+/// turn, routed like any other. Fails with `NOTHING_TO_REGENERATE` if the
+/// session does not end in an answer.
+#[tauri::command]
+#[allow(clippy::too_many_arguments)]
+pub fn chat_regenerate(
+    session_id: String,
+    max_tokens: Option<usize>,
+    force: Option<Force>,
+    allow_sensitive: Option<bool>,
+    on_event: Channel<ChatEvent>,
+    state: State<'_, AppState>,
+) -> Result<u64, CommandError> {
+    let Some(text) = chat::block_on(state.store.take_back_last_turn(&session_id))? else {
+        return Err(CommandError::new(
+            "NOTHING_TO_REGENERATE",
+            "This chat has no answer to regenerate yet.",
+        ));
+    };
+    chat_send(session_id, text, max_tokens, force, allow_sensitive, on_event, state)
+}
+
 /// Stops a run, local or cloud, after the token being computed or received;
 /// false if it was already over.
 #[tauri::command]

@@ -464,6 +464,35 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
+    /// Takes the session's last turn back out (its answer, with the answer's
+    /// stats, and the question before it) so it can be asked again; returns
+    /// the question's text. `None` if the session does not end in an answer
+    /// to a question (then nothing is deleted).
+    pub async fn take_back_last_turn(&self, session_id: &str) -> Result<Option<String>> {
+        let mut tx = self.pool.begin().await.ctx("begin take back")?;
+        let last: Vec<(i64, String, String)> =
+            sqlx::query_as("SELECT id, role, content FROM messages WHERE session_id = ?1 ORDER BY id DESC LIMIT 2")
+                .bind(session_id)
+                .fetch_all(&mut *tx)
+                .await
+                .ctx("read the last turn")?;
+        let [(answer_id, answer_role, _), (question_id, question_role, question)] = last.as_slice() else {
+            return Ok(None);
+        };
+        if answer_role != "assistant" || question_role != "user" {
+            return Ok(None);
+        }
+        // turn_stats goes with its message (ON DELETE CASCADE).
+        sqlx::query("DELETE FROM messages WHERE id IN (?1, ?2)")
+            .bind(answer_id)
+            .bind(question_id)
+            .execute(&mut *tx)
+            .await
+            .ctx("delete the last turn")?;
+        tx.commit().await.ctx("commit take back")?;
+        Ok(Some(question.clone()))
+    }
+
     /// Sessions whose title or messages contain `text` (case-insensitive for
     /// ASCII), the most recent first; at most 100.
     pub async fn search_sessions(&self, text: &str) -> Result<Vec<SearchHit>> {
@@ -731,6 +760,35 @@ pub(crate) mod tests {
         assert_eq!(store.history("cli-1").await.unwrap_or_default().len(), 3);
         assert!(matches!(store.finish_turn(999, &failed).await, Err(StoreError::MessageNotFound(999))));
         assert!(matches!(store.begin_turn("", "x", None, Route::Local).await, Err(StoreError::InvalidSessionId(_))));
+    }
+
+    #[tokio::test]
+    async fn the_last_turn_can_be_taken_back_to_ask_again() {
+        let store = store("take-back").await;
+        assert_eq!(store.take_back_last_turn("none").await.unwrap_or_else(|e| panic!("{e}")), None);
+        for (q, a) in [("first?", "one"), ("second?", "two")] {
+            let t = store.begin_turn("s", q, None, Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
+            let done = TurnOutcome { content: a.into(), status: MessageStatus::Complete, error: None, stats: Some(stats("m", 2)) };
+            store.finish_turn(t.assistant_message_id, &done).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        let question = store.take_back_last_turn("s").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(question.as_deref(), Some("second?"));
+        let left: Vec<String> = store.messages("s").await.unwrap_or_default().into_iter().map(|m| m.content).collect();
+        assert_eq!(left, ["first?", "one"], "the first turn stays, stats and all");
+        let stats_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM turn_stats")
+            .fetch_one(store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(stats_rows, 1, "the taken-back answer's stats went with it");
+
+        // A session ending in a question with no answer yet has no turn to take back.
+        store.begin_turn("t", "pending?", None, Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
+        sqlx::query("DELETE FROM messages WHERE session_id = 't' AND role = 'assistant'")
+            .execute(store.pool())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.take_back_last_turn("t").await.unwrap_or_else(|e| panic!("{e}")), None);
+        assert_eq!(store.messages("t").await.unwrap_or_default().len(), 1, "nothing was deleted");
     }
 
     #[tokio::test]

@@ -65,13 +65,26 @@ export function chatSend(
   onEvent: (event: ChatEvent) => void,
   options: SendOptions = {},
 ): Promise<number> {
+  return call<number>('chat_send', { sessionId, text, ...turnArgs(onEvent, options) });
+}
+
+/**
+ * Asks the session's last question again: the stored last turn is replaced
+ * by a new one, whose events arrive on `onEvent` as with `chatSend`.
+ */
+export function chatRegenerate(sessionId: string, onEvent: (event: ChatEvent) => void, options: SendOptions = {}): Promise<number> {
+  return call<number>('chat_regenerate', { sessionId, ...turnArgs(onEvent, options) });
+}
+
+/** The arguments every turn takes: the channel and the options that are set. */
+function turnArgs(onEvent: (event: ChatEvent) => void, options: SendOptions): Record<string, unknown> {
   const channel = new Channel<ChatEvent>();
   channel.onmessage = onEvent;
-  const args: Record<string, unknown> = { sessionId, text, onEvent: channel };
+  const args: Record<string, unknown> = { onEvent: channel };
   if (options.maxTokens !== undefined) args.maxTokens = options.maxTokens;
   if (options.force !== undefined) args.force = options.force;
   if (options.allowSensitive) args.allowSensitive = true;
-  return call<number>('chat_send', args);
+  return args;
 }
 
 /** Stops a run, local or cloud; resolves to false if it was already over. */
