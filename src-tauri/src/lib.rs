@@ -149,7 +149,7 @@ pub fn run_app<R: Runtime>(
         .map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     let state = AppState::new(engine, locations, store);
     match chat::block_on(state.store.settings()) {
-        Ok(s) => state.context_limit.store(s.context_limit, std::sync::atomic::Ordering::Relaxed),
+        Ok(s) => state.apply_settings(&s),
         Err(e) => tracing::warn!("the stored settings are unreadable, using the defaults: {e}"),
     }
     app.manage(state);

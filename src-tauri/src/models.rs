@@ -221,7 +221,12 @@ pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
         Some(_) => mlx_memory().map(|m| m.active.saturating_add(m.cache)).unwrap_or(0),
         None => 0,
     };
-    Ok(BudgetSource { available_bytes: Some(reading.available), freed_by_unload_bytes, ..BudgetSource::default() })
+    Ok(BudgetSource {
+        available_bytes: Some(reading.available),
+        freed_by_unload_bytes,
+        os_headroom_bytes: state.os_headroom_bytes(),
+        ..BudgetSource::default()
+    })
 }
 
 /// [`list_models`], each with its fit verdict at `context` tokens against
@@ -352,6 +357,18 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_settings_context_and_os_headroom_shape_the_budget() {
+        let state = crate::test_state("settings-budget");
+        let before = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(before.os_headroom_bytes, headroom_core::fit::DEFAULT_OS_HEADROOM);
+        let settings = headroom_core::settings::Settings { os_headroom_gb: 6.5, context_limit: 4096, ..Default::default() };
+        state.apply_settings(&settings);
+        let after = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(after.os_headroom_bytes, 6 * headroom_core::fit::GIB + headroom_core::fit::GIB / 2);
+        assert_eq!(state.context_limit(), 4096);
+    }
 
     fn scratch(tag: &str) -> PathBuf {
         let dir = std::env::temp_dir().join(format!("headroom-models-{tag}-{}", std::process::id()));

@@ -1,7 +1,7 @@
 //! AppState: the cheap handles every command can reach.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
@@ -62,6 +62,8 @@ pub struct AppState {
     pub store: headroom_store::Store,
     /// Context length (tokens) models are checked and loaded at unless a load names another.
     pub context_limit: Arc<AtomicUsize>,
+    /// Memory never given to a model (the settings' OS headroom), in bytes.
+    pub os_headroom_bytes: Arc<AtomicU64>,
     /// The memory sampler, once `run()` has started it (tests run without one).
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
@@ -77,6 +79,7 @@ impl AppState {
             loaded: Arc::default(),
             store,
             context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
+            os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
             memory: Arc::default(),
             server: Arc::default(),
         }
@@ -84,6 +87,19 @@ impl AppState {
 
     pub fn context_limit(&self) -> usize {
         self.context_limit.load(Ordering::Relaxed)
+    }
+
+    pub fn os_headroom_bytes(&self) -> u64 {
+        self.os_headroom_bytes.load(Ordering::Relaxed)
+    }
+
+    /// Makes the settings that shape fit checks and loads take effect (at
+    /// start and after each save): the context limit and the OS headroom.
+    pub fn apply_settings(&self, settings: &headroom_core::settings::Settings) {
+        self.context_limit.store(settings.context_limit, Ordering::Relaxed);
+        // Validated to 0..=1024 GB, so the product fits a u64.
+        let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
+        self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
     }
 
     pub fn loaded_model(&self) -> Option<LoadedModel> {

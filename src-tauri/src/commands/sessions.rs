@@ -98,10 +98,11 @@ pub async fn settings_get(state: State<'_, AppState>) -> Result<Settings, Comman
     Ok(state.store.settings().await?)
 }
 
-/// Validates and stores every field; the context limit applies to the next load.
+/// Validates and stores every field; the context limit and the OS headroom
+/// apply to the next fit check and load.
 #[tauri::command]
 pub async fn settings_set(settings: Settings, state: State<'_, AppState>) -> Result<Settings, CommandError> {
     state.store.set_settings(&settings).await?;
-    state.context_limit.store(settings.context_limit, std::sync::atomic::Ordering::Relaxed);
+    state.apply_settings(&settings);
     Ok(settings)
 }
