@@ -238,6 +238,19 @@ mod tests {
     }
 
     #[test]
+    fn a_new_session_is_titled_after_its_first_message_by_the_stores_rule() {
+        let (_app, window) = app_with_window_in("session-title");
+        let first = format!("\n  {}  \nsecond line", "x".repeat(70));
+        let s = invoke(&window, "session_create", json!({ "firstMessage": first })).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s["title"], json!(headroom_store::title_from(&first)));
+        assert_eq!(s["title"], json!(format!("{}…", "x".repeat(60))));
+        let named = invoke(&window, "session_create", json!({ "title": "Mine", "firstMessage": "hi" }));
+        assert_eq!(named.map(|s| s["title"].clone()).ok(), Some(json!("Mine")));
+        let bare = invoke(&window, "session_create", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(bare["title"], "New chat");
+    }
+
+    #[test]
     fn chat_send_without_a_model_is_a_typed_error_and_needs_a_channel() {
         let (_app, window) = app_with_window_in("send");
         // A channel id as the JS side's `new Channel()` serializes it.

@@ -141,7 +141,8 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], session
       case 'sessions_list':
         return sessions.map((x) => ({ id: x.id, title: x.title, createdAt: 0, updatedAt: Date.now(), messageCount: x.messages.length, preview: null }));
       case 'session_create': {
-        const created = { id: `s${sessions.length + 1}`, title: (args as { title?: string } | undefined)?.title ?? 'New chat', messages: [] };
+        const a = args as { title?: string; firstMessage?: string } | undefined;
+        const created = { id: `s${sessions.length + 1}`, title: a?.title ?? a?.firstMessage ?? 'New chat', messages: [] };
         sessions.unshift(created);
         return { id: created.id, title: created.title, createdAt: 0, updatedAt: 0 };
       }
@@ -603,7 +604,7 @@ describe('App', () => {
     await user.keyboard('{Control>}n{/Control}');
     await waitFor(() => expect(screen.queryAllByTestId('message-user')).toHaveLength(0));
     await user.type(screen.getByTestId('chat-input'), 'a new topic{Enter}');
-    await waitFor(() => expect(calls.filter((c) => c.cmd === 'session_create')).toEqual([{ cmd: 'session_create', args: { title: 'a new topic' } }]));
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'session_create')).toEqual([{ cmd: 'session_create', args: { firstMessage: 'a new topic' } }]));
     expect(calls.find((c) => c.cmd === 'chat_send')?.args).toMatchObject({ sessionId: 's3', text: 'a new topic' });
   });
 

@@ -32,8 +32,15 @@ pub async fn sessions_list(state: State<'_, AppState>) -> Result<Vec<SessionSumm
     Ok(state.store.list_sessions().await?)
 }
 
+/// A new session titled `title`, else after `first_message` (the store's
+/// rule, as for sessions the CLI creates), else "New chat".
 #[tauri::command]
-pub async fn session_create(title: Option<String>, state: State<'_, AppState>) -> Result<Session, CommandError> {
+pub async fn session_create(
+    title: Option<String>,
+    first_message: Option<String>,
+    state: State<'_, AppState>,
+) -> Result<Session, CommandError> {
+    let title = title.or_else(|| first_message.as_deref().map(headroom_store::title_from));
     Ok(state.store.create_session(title.as_deref().unwrap_or("New chat")).await?)
 }
 

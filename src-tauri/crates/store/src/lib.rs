@@ -21,7 +21,8 @@ pub use error::{Result, StoreError};
 pub use export::SessionExport;
 pub use timeline::MemoryPoint;
 pub use sessions::{
-    MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart, TurnStatsRecord,
+    title_from, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart,
+    TurnStatsRecord,
 };
 
 use error::Context;

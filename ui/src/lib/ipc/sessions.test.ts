@@ -21,7 +21,8 @@ describe('sessions', () => {
     });
     await sessionsList();
     await sessionCreate();
-    await sessionCreate('Plans');
+    await sessionCreate({ title: 'Plans' });
+    await sessionCreate({ firstMessage: 'How fast is 14B?' });
     await sessionRename('s1', 'Trips');
     await expect(sessionDelete('s1')).resolves.toBe(true);
     await sessionSearch('50%');
@@ -32,6 +33,7 @@ describe('sessions', () => {
       ['sessions_list', {}],
       ['session_create', {}],
       ['session_create', { title: 'Plans' }],
+      ['session_create', { firstMessage: 'How fast is 14B?' }],
       ['session_rename', { sessionId: 's1', title: 'Trips' }],
       ['session_delete', { sessionId: 's1' }],
       ['session_search', { text: '50%' }],

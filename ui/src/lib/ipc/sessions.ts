@@ -73,9 +73,12 @@ export function sessionsList(): Promise<SessionSummary[]> {
   return call<SessionSummary[]>('sessions_list');
 }
 
-/** A new empty session ("New chat" when no title is given). */
-export function sessionCreate(title?: string): Promise<Session> {
-  return call<Session>('session_create', title === undefined ? {} : { title });
+/**
+ * A new empty session, titled `title`, else after `firstMessage` (its first
+ * line, as the store titles every session), else "New chat".
+ */
+export function sessionCreate(options: { title?: string; firstMessage?: string } = {}): Promise<Session> {
+  return call<Session>('session_create', { ...options });
 }
 
 export function sessionRename(sessionId: string, title: string): Promise<Session> {

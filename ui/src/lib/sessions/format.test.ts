@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { StoredMessage, StoredTurnStats } from '../ipc/sessions';
-import { exportFileName, formatCount, formatWhen, sessionTitle, toChatMessages } from './format';
+import { formatCount, formatWhen, toChatMessages } from './format';
 
 const STATS: StoredTurnStats = {
   modelId: 'demo',
@@ -73,17 +73,5 @@ describe('list words', () => {
     expect(formatWhen(new Date(2025, 2, 3, 12, 0).getTime(), now)).toBe('3 Mar 2025');
     expect(formatCount(1)).toBe('1 message');
     expect(formatCount(4)).toBe('4 messages');
-  });
-
-  it('titles a session after its first line', () => {
-    expect(sessionTitle('  How fast is 14B?\nAnd 7B?')).toBe('How fast is 14B?');
-    expect(sessionTitle('x'.repeat(70))).toBe(`${'x'.repeat(59)}…`);
-    expect(sessionTitle('   ')).toBe('New chat');
-  });
-
-  it('makes safe export file names', () => {
-    expect(exportFileName('How fast is 14B?', 'md')).toBe('How fast is 14B.md');
-    expect(exportFileName('a/b\\c:d', 'json')).toBe('a b c d.json');
-    expect(exportFileName('   ', 'md')).toBe('session.md');
   });
 });

@@ -61,13 +61,6 @@ export function toChatMessages(stored: StoredMessage[]): ChatMessage[] {
     });
 }
 
-/** A new session's title: its first message's first line, at most 60 characters. */
-export function sessionTitle(firstMessage: string): string {
-  const line = firstMessage.trim().split('\n')[0]?.trim() ?? '';
-  const chars = Array.from(line);
-  return chars.length > 60 ? `${chars.slice(0, 59).join('')}…` : line || 'New chat';
-}
-
 const DAY = 24 * 60 * 60 * 1000;
 
 /** When, as a list says it: `14:02` today, `Yesterday`, `Mon`, `3 Mar`, `3 Mar 2025`. */
@@ -86,10 +79,4 @@ export function formatWhen(ms: number, now: number = Date.now()): string {
 /** `3 messages`. */
 export function formatCount(n: number): string {
   return `${n} message${n === 1 ? '' : 's'}`;
-}
-
-/** A safe file name for an export: the title without path characters. */
-export function exportFileName(title: string, format: 'md' | 'json'): string {
-  const base = title.replace(/[\\/:*?"<>|\u0000-\u001f]+/g, ' ').replace(/\s+/g, ' ').trim().slice(0, 80) || 'session';
-  return `${base}.${format}`;
 }
