@@ -1036,7 +1036,9 @@ mod tests {
         }
     }
 
-    fn wait_for_status(
+    /// The session's messages once the turn's end is committed (also used by
+    /// the routing tests).
+    pub(super) fn wait_for_status(
         state: &AppState,
         session: &str,
         n: usize,

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use headroom_core::chat::Role;
 
+use super::tests::wait_for_status;
 use super::*;
 
 const MODEL: &str = "stub-model";
@@ -159,21 +160,6 @@ fn text_of(events: &[ChatEvent]) -> String {
         .collect()
 }
 
-/// The session's messages once the turn's end is committed.
-fn stored(state: &AppState, session: &str, n: usize) -> Vec<headroom_store::StoredMessage> {
-    for _ in 0..250 {
-        let msgs = block_on(state.store.messages(session)).unwrap_or_default();
-        if msgs.len() == n && msgs.iter().all(|m| m.status != MessageStatus::Streaming) {
-            return msgs;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    panic!(
-        "the turn was not committed: {:?}",
-        block_on(state.store.messages(session))
-    );
-}
-
 #[test]
 fn short_or_sensitive_messages_stay_local_and_never_reach_the_cloud() {
     let state = crate::test_state("route-local");
@@ -197,7 +183,7 @@ fn short_or_sensitive_messages_stay_local_and_never_reach_the_cloud() {
         matches!(events.last(), Some(ChatEvent::Finished { .. })),
         "{events:?}"
     );
-    assert_eq!(stored(&state, "short", 2)[1].route, Route::Local);
+    assert_eq!(wait_for_status(&state, "short", 2)[1].route, Route::Local);
 
     // Forcing the cloud is not an override of the privacy rule.
     let (_, events) = turn(
@@ -222,7 +208,7 @@ fn short_or_sensitive_messages_stay_local_and_never_reach_the_cloud() {
             .all(|r| !r.message.contains("11010519491231002X")),
         "the reason never repeats the secret"
     );
-    assert_eq!(stored(&state, "private", 2)[1].route, Route::Local);
+    assert_eq!(wait_for_status(&state, "private", 2)[1].route, Route::Local);
     assert_eq!(stub.requests(), 0, "nothing reached the cloud");
 }
 
@@ -252,7 +238,7 @@ fn a_cloud_turn_streams_is_stored_and_the_same_request_is_answered_from_the_cach
             reason: FinishReason::Stop
         })
     );
-    let msgs = stored(&state, "a", 2);
+    let msgs = wait_for_status(&state, "a", 2);
     assert_eq!(
         (msgs[0].role, msgs[0].content.as_str()),
         (Role::User, "say hello")
@@ -297,7 +283,7 @@ fn a_cloud_turn_streams_is_stored_and_the_same_request_is_answered_from_the_cach
         })
     );
     assert_eq!(stub.requests(), 1, "a cache hit sends nothing");
-    let msgs = stored(&state, "b", 2);
+    let msgs = wait_for_status(&state, "b", 2);
     assert_eq!(
         (msgs[1].route, msgs[1].status, msgs[1].content.as_str()),
         (Route::Cloud, MessageStatus::Complete, "Hello there!")
@@ -358,7 +344,7 @@ fn sensitive_text_leaves_only_with_the_override_and_its_answer_is_not_cached() {
     assert_eq!(route.target, RouteTarget::Cloud);
     assert!(codes(&route).contains(&"PRIVACY_OVERRIDDEN"), "{route:?}");
     assert_eq!(text_of(&events), "ok");
-    assert_eq!(stored(&state, "s", 2)[1].route, Route::Cloud);
+    assert_eq!(wait_for_status(&state, "s", 2)[1].route, Route::Cloud);
     assert_eq!(stub.requests(), 1);
 
     // The override was for that message, not for a copy on disk.
@@ -406,7 +392,7 @@ fn a_cloud_turn_stops_on_chat_cancel_and_keeps_what_arrived() {
         }),
         "{events:?}"
     );
-    let msgs = stored(&state, "c", 2);
+    let msgs = wait_for_status(&state, "c", 2);
     assert_eq!(
         (msgs[1].route, msgs[1].status),
         (Route::Cloud, MessageStatus::Interrupted)
