@@ -89,6 +89,18 @@ fi
 #    mlx-c 0.7.0 pins). Its bundled reference BLAS/LAPACK is ~20x slower than
 #    OpenBLAS on matmul, so the two bundled sonames become links to OpenBLAS.
 # ---------------------------------------------------------------------------
+# Points the wheel's two bundled BLAS/LAPACK sonames in DIR at OpenBLAS.
+use_openblas() {
+  # awk reads to the end: exiting early would SIGPIPE ldconfig and, under
+  # pipefail, fail the whole step.
+  local openblas lib
+  openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found { print $NF; found = 1 }')"
+  [ -n "$openblas" ] || { echo "setup: libopenblas.so.0 not found (Debian package libopenblas0)" >&2; exit 1; }
+  for lib in "$1"/libblas-*.so* "$1"/liblapack-*.so*; do
+    ln -sf "$openblas" "$lib"
+  done
+}
+
 if [ "$OS" = Linux ]; then
   MLX_DIR="$DEPS/mlx-cpu"
   if [ "$(cat "$MLX_DIR/.headroom-version" 2>/dev/null)" != "$MLX_WHEEL_VERSION" ]; then
@@ -96,13 +108,7 @@ if [ "$OS" = Linux ]; then
     rm -rf "$MLX_DIR" "$DEPS/wheels"
     python3 -m pip download --quiet --no-deps "mlx-cpu==$MLX_WHEEL_VERSION" -d "$DEPS/wheels"
     python3 -m zipfile -e "$DEPS"/wheels/mlx_cpu-"$MLX_WHEEL_VERSION"-*.whl "$MLX_DIR"
-    # awk reads to the end: exiting early would SIGPIPE ldconfig and, under
-    # pipefail, fail the whole step.
-    openblas="$(ldconfig -p | awk '/libopenblas\.so\.0 .*x86-64/ && !found { print $NF; found = 1 }')"
-    [ -n "$openblas" ] || { echo "setup: libopenblas.so.0 not found (Debian package libopenblas0)" >&2; exit 1; }
-    for lib in "$MLX_DIR"/mlx_cpu.libs/libblas-*.so* "$MLX_DIR"/mlx_cpu.libs/liblapack-*.so*; do
-      ln -sf "$openblas" "$lib"
-    done
+    use_openblas "$MLX_DIR/mlx_cpu.libs"
     echo "$MLX_WHEEL_VERSION" >"$MLX_DIR/.headroom-version"
   fi
 fi
@@ -127,6 +133,11 @@ if [ "$OS" = Linux ]; then
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check $venv_stamp
     echo "$venv_stamp" >"$VENV/.headroom-version"
   fi
+  # The venv's mlx-cpu wheel bundles the same slow reference BLAS: point it at
+  # OpenBLAS as well, so mlx-lm (the parity and speed reference) runs on
+  # exactly the libraries headroom runs on. Idempotent, so an existing venv
+  # gets it too.
+  use_openblas "$(echo "$VENV"/lib/python3*/site-packages/mlx_cpu.libs)"
 fi
 
 # ---------------------------------------------------------------------------
