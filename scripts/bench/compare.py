@@ -1,7 +1,7 @@
 """Side by side: mlx_lm.benchmark's trials vs `headroom bench --json` runs.
 
-Usage: compare.py DIR P N  (DIR holds mlx-*.log and headroom-*.json from
-compare-mlx-lm.sh). Figures are put on mlx-lm's definitions so the ratio
+Usage: compare.py DIR P N KERNEL  (DIR holds mlx-*.log and
+headroom-KERNEL-*.json from compare-mlx-lm.sh). Figures are put on mlx-lm's definitions so the ratio
 compares like with like:
 
 - TTFT: mlx-lm's prompt_time = P / prompt_tps (request to first token, the
@@ -33,7 +33,7 @@ def mean_sd(values):
 
 
 def main():
-    folder, p, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+    folder, p, n, kernel = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
     mlx = {"ttft_ms": [], "decode_tps": [], "e2e_s": []}
     for log in sorted(glob.glob(f"{folder}/mlx-*.log")):
         for m in TRIAL.finditer(open(log).read()):
@@ -42,7 +42,7 @@ def main():
             mlx["decode_tps"].append(gen_tps)
             mlx["e2e_s"].append(total)
     hr = {"ttft_ms": [], "decode_tps": [], "e2e_s": [], "own_decode_tps": []}
-    for path in sorted(glob.glob(f"{folder}/headroom-*.json")):
+    for path in sorted(glob.glob(f"{folder}/headroom-{kernel}-*.json")):
         report = json.load(open(path))
         for depth in report["depths"]:
             for run in depth["runs"]:

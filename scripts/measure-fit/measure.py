@@ -102,7 +102,7 @@ def main():
     ap.add_argument("--skip-7b", action="store_true", help="leave out the 7B-shape case (4.3 GB written)")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
     ap.add_argument("--models-dir", help="write the demo models here (kept) and reuse any already there, "
-                    "instead of a temp folder: reruns skip the 10-minute 7B write")
+                    "instead of a temp folder: reruns skip the 8-minute 7B write")
     ap.add_argument("--json", help="also write the rows to this file")
     args = ap.parse_args()
     text = open(args.text, encoding="utf-8").read()
@@ -141,8 +141,8 @@ def main():
         case("medium ~100M 4-bit, f32, ~2048 tokens", medium, 2024)
         if not args.skip_7b:
             big = demo("qwen7b", "qwen2.5-7b", "4")
-            # MLX's CPU quantized matmul prefills this shape at ~0.1 tok/s
-            # here: the chat template's ~28 tokens and two of the user's.
+            # A short prompt (the chat template's ~28 tokens and two of the
+            # user's): at this size the weights are the figure to check.
             case("qwen2.5-7b shape 4-bit, f32, short prompt", big, 2)
     finally:
         if args.keep:
@@ -169,8 +169,10 @@ def main():
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump({"baseline": baseline, "rows": rows, "total_s": total}, f, indent=1)
-    worst = max((abs(r["error"]) for r in rows[1:]), default=0)
-    return 0 if worst <= 0.10 else 2
+    # The bounds core::fit's test holds: erring low risks swap, erring high
+    # only costs usable context.
+    ok = all(-0.05 <= r["error"] <= 0.25 for r in rows[1:])
+    return 0 if ok else 2
 
 
 if __name__ == "__main__":

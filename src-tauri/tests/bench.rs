@@ -31,6 +31,9 @@ fn bench_json_has_raw_runs_a_summary_labels_and_the_roofline_and_is_saved() {
     assert_eq!(labels["model_type"], "qwen2");
     assert_eq!(labels["quantization"]["bits"], 4);
     assert_eq!(labels["kv_dtype"], "bfloat16");
+    // Linux runs MLX on its CPU backend, which gets the f32 kernel.
+    assert_eq!(labels["quant_kernel"]["kind"], "cpu-f32");
+    assert_eq!(labels["quant_kernel"]["dequantize_from_rows"], 8);
     assert_eq!(v["bandwidth"]["source"], "given");
     assert!(v["machine"]["cpu_cores"].as_u64().is_some_and(|c| c >= 1));
 

@@ -15,7 +15,7 @@ use headroom_core::bench::{rated_bandwidth, BenchShape, MeanSd, RateSummary, Rat
 use headroom_core::pressure::PressureLevel;
 use headroom_engine::bench::{run_case, BenchCase, BenchEvent, BenchRun, CaseResult};
 use headroom_engine::worker::{EngineHandle, LoadSettings};
-use headroom_engine::ComputeDtype;
+use headroom_engine::{ComputeDtype, QuantKernel};
 use headroom_memory::bandwidth::{self, BandwidthOptions, BandwidthReport, MachineInfo};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -46,6 +46,12 @@ pub struct BenchArgs {
     /// Compute dtype: native (the checkpoint's) or f32.
     #[arg(long, default_value = "native", value_parser = super::fit::parse_dtype)]
     pub dtype: ComputeDtype,
+    /// Quantized matmul: auto (what suits the device), fused (MLX's
+    /// quantized_matmul in the activations' dtype for every shape, as mlx-lm
+    /// and as on Metal), or cpu (in f32; prompt chunks through the weight
+    /// dequantized once and BLAS: the CPU backend's default).
+    #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
+    pub kernel: KernelArg,
     /// Memory bandwidth for the roofline, GB/s; without it `headroom bandwidth`'s
     /// measurement runs first (2 passes: seconds optimized, ~15 s in a debug build).
     #[arg(long, value_name = "GB_PER_S")]
@@ -61,6 +67,25 @@ pub struct BenchArgs {
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
+}
+
+/// `--kernel`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum KernelArg {
+    Auto,
+    Fused,
+    Cpu,
+}
+
+impl KernelArg {
+    /// `None`: the engine's choice for the device.
+    pub fn kernel(self) -> Option<QuantKernel> {
+        match self {
+            Self::Auto => None,
+            Self::Fused => Some(QuantKernel::Fused),
+            Self::Cpu => Some(QuantKernel::CPU),
+        }
+    }
 }
 
 /// What to run on a loaded model.
@@ -256,7 +281,11 @@ pub(crate) fn bench(
         }
     };
     let engine = EngineHandle::spawn()?;
-    engine.load(&dir, LoadSettings { context_limit: plan.context(), dtype: args.dtype, ..LoadSettings::default() })?;
+    let mut settings = LoadSettings { context_limit: plan.context(), dtype: args.dtype, ..LoadSettings::default() };
+    if let Some(kernel) = args.kernel.kernel() {
+        settings.kernel = kernel;
+    }
+    engine.load(&dir, settings)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let report = run_plan(&engine, &args.model, &dir, &plan, bandwidth, &cancel, |p| {
         let what = if p.run == 0 { "warm-up".to_owned() } else { format!("run {}/{}", p.run, p.runs) };
@@ -350,6 +379,13 @@ pub(crate) fn report_json(r: &BenchReport) -> Value {
             "model_type": labels.map(|l| l.model_type.clone()),
             "quantization": labels.and_then(|l| l.quantization).map(|(bits, group_size)| json!({"bits": bits, "group_size": group_size})),
             "kv_dtype": labels.map(|l| l.kv_dtype.clone()),
+            "quant_kernel": labels.and_then(|l| l.quant_kernel).map(|k| json!({
+                "kind": k.as_str(),
+                "dequantize_from_rows": match k {
+                    QuantKernel::CpuF32 { dequantize_from_rows } => Some(dequantize_from_rows),
+                    QuantKernel::Fused => None,
+                },
+            })),
             "weight_bytes": labels.map(|l| l.traffic.weight_bytes),
             "kv_bytes_per_position": labels.map(|l| l.traffic.kv_bytes_per_position),
             "batch": 1,
@@ -412,6 +448,9 @@ pub(crate) fn table(r: &BenchReport) -> String {
         r.dir.display(),
         r.plan.repetitions
     ));
+    if let Some(kernel) = labels.and_then(|l| l.quant_kernel) {
+        s.push_str(&format!("quantized matmul: {}\n", kernel.describe()));
+    }
     s.push_str(&format!(
         "machine: {} ({} cores, {:.1} GB, {})\n",
         r.machine.cpu,
@@ -482,6 +521,10 @@ mod tests {
         assert!(a.json && a.no_save && !a.override_fit);
         let d = parse(&["m"]);
         assert_eq!((d.prompt_tokens, d.gen_tokens, d.repetitions, d.depths.as_slice()), (512, 128, 5, &[0][..]));
+        assert_eq!(d.kernel.kernel(), None, "the engine's choice for the device unless asked");
+        assert_eq!(parse(&["m", "--kernel", "fused"]).kernel.kernel(), Some(QuantKernel::Fused));
+        assert_eq!(parse(&["m", "--kernel", "cpu"]).kernel.kernel(), Some(QuantKernel::CPU));
+        assert!(Cli::try_parse_from(["headroom", "bench", "m", "--kernel", "fast"]).is_err());
         let plan = BenchPlan { depths: a.depths, prompt_tokens: 64, gen_tokens: 16, repetitions: 3, seed: 0 };
         assert_eq!(plan.context(), 12288 + 64 + 16);
     }

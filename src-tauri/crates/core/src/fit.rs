@@ -20,6 +20,14 @@
 //!     bytes (projections, the MLP's gate/up/product, the residual stream);
 //!   * logits: LOGITS_FACTOR × vocabulary × 4 bytes (the last position's
 //!     logits in f32 and the sampler's working copies);
+//!   * dequantized weight: where the engine multiplies prompt chunks by
+//!     dequantized weights (MLX's CPU backend, see the engine's
+//!     `QuantKernel`), twice the largest such matrix in f32,
+//!     2 × hidden × max(intermediate, heads × head_dim) × 4 bytes: one matrix
+//!     is multiplied at a time, but MLX's CPU dequantize is made of
+//!     whole-matrix element-wise steps, so an intermediate of the same size
+//!     lives beside it (measured: MLX's peak rose by 2.0 such matrices at the
+//!     7B shape). Zero on Metal, whose fused kernel never materializes a weight;
 //!   * fixed: the runtime's own small allocations.
 //!
 //! Calibration: MLX 0.32.2 CPU backend, bf16 activations, random 4-bit demo
@@ -45,30 +53,53 @@
 //! points, rounded to simple fractions (the vocabulary factor rounded up: only
 //! one shape has a large vocabulary). Every point from 1 MB up is within
 //! ±8 %, seven of ten within ±2 %; the smallest run is off by 0.3 MB of fixed
-//! cost. `calibration_points_are_reproduced` keeps it that way.
+//! cost. `calibration_points_are_reproduced` keeps it that way. These runs
+//! used MLX's fused quantized matmul, the kernel Metal gets.
+//!
+//! The CPU backend's own kernel (f32 matmuls, prompt chunks through
+//! dequantized weights; the default on Linux since issue #6) measured the
+//! same way, with the dequantized-weight term (no refit; the prompts are
+//! "hello world " repeated):
+//!
+//! | preset        | prompt tok | measured MB | predicted MB | error   |
+//! |---------------|-----------:|------------:|-------------:|--------:|
+//! | tiny          |        210 |        0.91 |         1.51 | +65.8 % |
+//! | tiny          |       1110 |       13.30 |        15.10 | +13.5 % |
+//! | tiny          |       3030 |       41.56 |        44.85 |  +7.9 % |
+//! | tiny          |       6030 |      109.71 |       113.06 |  +3.1 % |
+//! | tiny          |      12630 |      233.88 |       236.09 |  +0.9 % |
+//! | small         |        180 |        9.44 |        11.35 | +20.3 % |
+//! | small         |        750 |       22.35 |        29.68 | +32.8 % |
+//! | small         |       2010 |       92.95 |       105.25 | +13.2 % |
+//! | qwen2.5-0.5b  |        180 |      325.44 |       334.71 |  +2.8 % |
+//!
+//! Every point errs high, so the formula stays; the small models' excess is
+//! the activation term, which the f32 matmuls of this kernel need less of.
 //!
 //! Checked against the OS's figure: `scripts/measure-fit.sh` runs
-//! `headroom generate --dtype f32` on demo models and compares the process's
-//! peak RSS (`ru_maxrss`) with this estimate at the positions the turn held
-//! plus the process's baseline (84.6 MB: binary, libmlx, tokenizer; measured
-//! on the tiny model, and not part of this estimate because in the app it is
-//! spent before any model is chosen):
+//! `headroom generate --dtype f32` on demo models (on the CPU backend's
+//! kernel) and compares the process's peak RSS (`ru_maxrss`) with this
+//! estimate at the positions the turn held plus the process's baseline
+//! (86.1 MB: binary, libmlx, tokenizer; measured on the tiny model, and not
+//! part of this estimate because in the app it is spent before any model is
+//! chosen):
 //!
 //! | case (f32 activations)          | positions | predicted + baseline MB | peak RSS MB | error   | MLX peak MB |
 //! |---------------------------------|----------:|------------------------:|------------:|--------:|------------:|
-//! | medium (~100 M params), 4-bit   |       262 |                   196.5 |       185.7 |  +5.8 % |        97.8 |
-//! | medium (~100 M params), 4-bit   |      2054 |                   619.6 |       563.5 | +10.0 % |       454.9 |
-//! | qwen2.5-7b shape, 4-bit         |        32 |                  4898.7 |      4918.3 |  -0.4 % |      4799.2 |
+//! | medium (~100 M params), 4-bit   |       262 |                   216.9 |       210.2 |  +3.2 % |       107.1 |
+//! | medium (~100 M params), 4-bit   |      2054 |                   640.0 |       532.1 | +20.3 % |       375.0 |
+//! | qwen2.5-7b shape, 4-bit         |        32 |                  5443.3 |      5515.1 |  -1.3 % |      5339.7 |
 //!
-//! At the user's size the weights dominate and the estimate is within half a
-//! percent. With f32 activations the overhead errs high: against MLX's own
-//! peak the 2054-position run has 332 MB of overhead where the formula says
-//! 412 (the activation term, fitted on bf16 where the CPU's matmuls go
-//! through f32 temporaries, is about twice what f32 needs; attention is about
-//! 1.2× the formula); glibc's arenas add 24–46 MB of RSS on top, varying
-//! from run to run (+5.9 % in an earlier run of the same case). Two f32
-//! points are too few to refit two terms, so the formula stays bf16's, on the
-//! safe side. `process_rss_measurements_are_within_ten_percent` keeps these.
+//! At the user's size the weights dominate and the estimate is within 1.5 %
+//! (with MLX's fused kernel the same case measured 4918.3 MB, -0.4 %: the
+//! CPU kernel's dequantized weights cost about 540 MB at this shape). With
+//! f32 activations and a long prompt the overhead errs high: the activation
+//! term was fitted on bf16 through the fused kernel, which needs more than
+//! this kernel's f32 matmuls do; glibc's arenas add 24–46 MB of RSS on top,
+//! varying from run to run. Erring high costs some usable context; erring
+//! low is the failure the guard exists to prevent, so
+//! `process_rss_measurements_stay_within_bounds` allows 5 % under and 25 %
+//! over.
 //! Not yet measured: Metal (where attention needs less: the estimate errs high).
 
 use serde::Serialize;
@@ -108,6 +139,9 @@ pub struct ModelFootprint {
     pub kv_bytes_per_element: u64,
     /// The model's own context ceiling (`max_position_embeddings`), if it names one.
     pub max_context: Option<u64>,
+    /// Whether prompt chunks multiply by dequantized (f32) weights: a
+    /// quantized model on MLX's CPU backend.
+    pub prefill_dequantizes: bool,
 }
 
 /// The runtime overhead, by term (see the module docs for each formula).
@@ -121,6 +155,9 @@ pub struct Overhead {
     pub attention_bytes: u64,
     pub activation_bytes: u64,
     pub logits_bytes: u64,
+    /// The largest weight matrix dequantized for a prompt chunk (0 unless
+    /// `ModelFootprint::prefill_dequantizes`).
+    pub dequantized_weight_bytes: u64,
     pub fixed_bytes: u64,
     pub total_bytes: u64,
 }
@@ -175,9 +212,17 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
     let activation_bytes =
         chunk.saturating_mul(model.hidden_size + model.intermediate_size).saturating_mul(b).saturating_mul(15) / 2;
     let logits_bytes = model.vocab_size.saturating_mul(4 * LOGITS_FACTOR);
+    // The output head multiplies one position (the last) and so stays fused.
+    let dequantized_weight_bytes = if model.prefill_dequantizes {
+        let widest = model.intermediate_size.max(model.attention_heads.saturating_mul(model.head_dim));
+        model.hidden_size.saturating_mul(widest).saturating_mul(2 * 4)
+    } else {
+        0
+    };
     let total_bytes = attention_bytes
         .saturating_add(activation_bytes)
         .saturating_add(logits_bytes)
+        .saturating_add(dequantized_weight_bytes)
         .saturating_add(FIXED_OVERHEAD);
     let overhead = Overhead {
         chunk_tokens: chunk,
@@ -186,6 +231,7 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         attention_bytes,
         activation_bytes,
         logits_bytes,
+        dequantized_weight_bytes,
         fixed_bytes: FIXED_OVERHEAD,
         total_bytes,
     };
@@ -362,6 +408,8 @@ mod tests {
             vocab_size: 152_064,
             kv_bytes_per_element: 2,
             max_context: Some(32768),
+            // As on a Mac (Metal's fused kernel).
+            prefill_dequantizes: false,
         }
     }
 
@@ -512,6 +560,8 @@ mod tests {
             vocab_size,
             kv_bytes_per_element: 2,
             max_context: Some(max),
+            // Measured with MLX's fused kernel.
+            prefill_dequantizes: false,
         };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
         let small = demo(5_404_160, 12, 8, 32, 256, 768, 1024, 4096);
@@ -552,8 +602,8 @@ mod tests {
     /// `scripts/measure-fit.sh`'s run in the module docs: (footprint with f32
     /// activations, positions held, peak RSS bytes), and the baseline.
     #[test]
-    fn process_rss_measurements_are_within_ten_percent() {
-        const BASELINE: u64 = 84_599_608;
+    fn process_rss_measurements_stay_within_bounds() {
+        const BASELINE: u64 = 86_100_000;
         let medium = ModelFootprint {
             weight_bytes: 66_001_920,
             layers: 12,
@@ -565,14 +615,15 @@ mod tests {
             vocab_size: 1024,
             kv_bytes_per_element: 4,
             max_context: Some(4096),
+            prefill_dequantizes: true,
         };
-        let q7b_f32 = ModelFootprint { weight_bytes: 4_760_885_248, kv_bytes_per_element: 4, ..qwen7b() };
+        let q7b_f32 = ModelFootprint { weight_bytes: 4_760_885_248, kv_bytes_per_element: 4, prefill_dequantizes: true, ..qwen7b() };
         for (model, positions, rss) in
-            [(&medium, 262, 185_663_488u64), (&medium, 2054, 563_470_336), (&q7b_f32, 32, 4_918_333_440)]
+            [(&medium, 262, 210_200_000u64), (&medium, 2054, 532_100_000), (&q7b_f32, 32, 5_515_100_000)]
         {
             let predicted = estimate(model, positions).predicted_peak_bytes + BASELINE;
             let error = predicted as f64 / rss as f64 - 1.0;
-            assert!(error.abs() <= 0.10, "{} layers at {positions}: {predicted} vs {rss} ({:+.1} %)", model.layers, error * 100.0);
+            assert!((-0.05..=0.25).contains(&error), "{} layers at {positions}: {predicted} vs {rss} ({:+.1} %)", model.layers, error * 100.0);
         }
     }
 

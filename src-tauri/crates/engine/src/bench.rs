@@ -20,6 +20,7 @@ use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::models::Model;
+use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::worker::EngineHandle;
 
@@ -42,6 +43,8 @@ pub struct ModelLabels {
     pub quantization: Option<(i32, i32)>,
     /// The KV cache's element type, as MLX names it ("bfloat16", …).
     pub kv_dtype: String,
+    /// How quantized matrices multiply; `None` if unquantized.
+    pub quant_kernel: Option<QuantKernel>,
     /// Weight bytes read per decoded token and KV bytes per cached position.
     pub traffic: DecodeTraffic,
 }
@@ -241,6 +244,7 @@ fn labels(model: &Model, cache: &KvCache) -> ModelLabels {
         model_type: c.model_type.clone(),
         quantization: c.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
         kv_dtype: dtype_name(kv_dtype).to_owned(),
+        quant_kernel: model.quant_kernel(),
         traffic: DecodeTraffic::new(
             u64::try_from(model.nbytes()).unwrap_or(u64::MAX),
             as_u64(c.num_hidden_layers),

@@ -1,6 +1,7 @@
 //! What a model folder will cost in memory, read from `config.json` and the
-//! safetensors headers only: no tensor data is read and MLX is not touched,
-//! so this is safe to call on a model far too large for the machine.
+//! safetensors headers only: no tensor data is read and MLX is asked only
+//! which device it computes on (which decides the matmul kernel), so this is
+//! safe to call on a model far too large for the machine.
 
 use std::path::Path;
 
@@ -8,7 +9,9 @@ use headroom_core::fit::ModelFootprint;
 
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
+use crate::backend::backend_info;
 use crate::loader::{dtype_size, is_dropped, read_header, weight_files, ComputeDtype};
+use crate::quant::QuantKernel;
 
 /// The footprint of the model in `dir` loaded with the engine's default dtype.
 pub fn inspect_model(dir: &Path) -> Result<ModelFootprint> {
@@ -63,6 +66,8 @@ pub fn inspect_model_as(dir: &Path, dtype: ComputeDtype) -> Result<ModelFootprin
         vocab_size: dim(config.vocab_size),
         kv_bytes_per_element: act_bytes,
         max_context: config.max_position_embeddings.and_then(|v| u64::try_from(v).ok()),
+        prefill_dequantizes: config.quantization.is_some()
+            && QuantKernel::for_device(backend_info().device) != QuantKernel::Fused,
     })
 }
 

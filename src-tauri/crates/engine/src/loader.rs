@@ -18,7 +18,8 @@ use crate::config::{Arch, LayerQuant, ModelConfig, Quantization};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::{Embedding, Linear, LinearWeight, RmsNorm};
 use crate::models::{llama, qwen2, qwen3, Model};
-use crate::quant::{QuantizedMatrix, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
+use crate::backend::backend_info;
+use crate::quant::{QuantKernel, QuantizedMatrix, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
 
 /// Which float dtype the model computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -149,10 +150,11 @@ pub(crate) struct Weights {
     source: PathBuf,
     dtype: ComputeDtype,
     quant: Option<Quantization>,
+    kernel: QuantKernel,
 }
 
 impl Weights {
-    fn open(dir: &Path, config: &ModelConfig, dtype: ComputeDtype) -> Result<Self> {
+    fn open(dir: &Path, config: &ModelConfig, dtype: ComputeDtype, kernel: QuantKernel) -> Result<Self> {
         let files = weight_files(dir)?;
         let source = if files.len() == 1 { files[0].clone() } else { dir.join("model.safetensors.index.json") };
         let mut entries: HashMap<String, Entry> = HashMap::new();
@@ -178,7 +180,11 @@ impl Weights {
                 }
             }
         }
-        Ok(Self { entries, source, dtype, quant: config.quantization.clone() })
+        Ok(Self { entries, source, dtype, quant: config.quantization.clone(), kernel })
+    }
+
+    pub(crate) fn kernel(&self) -> QuantKernel {
+        self.kernel
     }
 
     pub(crate) fn has(&self, name: &str) -> bool {
@@ -250,7 +256,7 @@ impl Weights {
         let weight = self.take_raw(&format!("{prefix}.weight"), &[out, inp * bits / 32], false)?;
         let scales = self.float(&format!("{prefix}.scales"), &[out, inp / group_size])?;
         let biases = self.float(&format!("{prefix}.biases"), &[out, inp / group_size])?;
-        Ok(Some(QuantizedMatrix { weight, scales, biases, group_size, bits }))
+        Ok(Some(QuantizedMatrix { weight, scales, biases, group_size, bits, kernel: self.kernel }))
     }
 
     pub(crate) fn linear(&mut self, prefix: &str, inp: i32, out: i32, bias: bool) -> Result<Linear> {
@@ -282,10 +288,17 @@ impl Weights {
     }
 }
 
-/// Loads the model in `dir`, strictly, and evaluates its weights once.
+/// Loads the model in `dir`, strictly, and evaluates its weights once, with
+/// the quantized-matmul kernel that suits this process's device.
 pub fn load_model(dir: &Path, dtype: ComputeDtype) -> Result<Model> {
+    load_model_with(dir, dtype, QuantKernel::for_device(backend_info().device))
+}
+
+/// `load_model` with the quantized-matmul kernel chosen by the caller (the
+/// benchmark compares them).
+pub fn load_model_with(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<Model> {
     let config = ModelConfig::from_dir(dir)?;
-    let mut weights = Weights::open(dir, &config, dtype)?;
+    let mut weights = Weights::open(dir, &config, dtype, kernel)?;
     let model = match config.arch {
         Arch::Qwen2 => Model::Qwen2(qwen2::Model::load(config, &mut weights)?),
         Arch::Qwen3 => Model::Qwen3(qwen3::Model::load(config, &mut weights)?),

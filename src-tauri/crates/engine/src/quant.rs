@@ -8,14 +8,69 @@
 //! `bits`/`group_size` need nothing special, and nothing is re-keyed (unlike
 //! `mlx_rs::nn::QuantizedLinear`, which expects `<prefix>.inner.weight`).
 
-use mlx_rs::{ops, Array};
+use mlx_rs::{ops, Array, Dtype};
 
+use crate::backend::DeviceKind;
 use crate::error::{EngineError, MlxContext, Result};
 
 /// Bit widths MLX's affine quantization supports.
 pub const SUPPORTED_BITS: [i32; 6] = [2, 3, 4, 5, 6, 8];
 /// Group sizes MLX's affine quantization supports.
 pub const SUPPORTED_GROUP_SIZES: [i32; 3] = [32, 64, 128];
+
+/// How `x · Wᵀ` over a quantized `W` is computed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum QuantKernel {
+    /// MLX's fused `quantized_matmul` in the activations' dtype for every
+    /// shape: what mlx-lm does, and the fast kernel on Metal.
+    #[default]
+    Fused,
+    /// For MLX's CPU backend, where two things make the fused kernel slow:
+    /// x86 has no bf16 arithmetic, so with bf16 activations it runs about
+    /// ten times slower than with f32 ones (and rounds more); and it redoes
+    /// the dequantization for every row of `x`, so a prompt chunk costs as
+    /// much per token as decode. So this kernel multiplies in f32 whatever
+    /// the activations' dtype and rounds the result once: fused below
+    /// `dequantize_from_rows` rows (decode), and from there on (a prompt
+    /// chunk) through `W` dequantized once and one BLAS matmul.
+    CpuF32 { dequantize_from_rows: i32 },
+}
+
+impl QuantKernel {
+    /// Rows from which dequantize + BLAS beats the fused kernel on MLX's CPU
+    /// backend: measured on a 2-core x86 machine (768 x 2048, 4-bit, f32),
+    /// fused costs 2 ms per row while dequantizing costs about 6.5 ms once,
+    /// so the two meet at about 4 rows; 8 leaves a margin for other shapes.
+    pub const CPU_DEQUANTIZE_FROM_ROWS: i32 = 8;
+
+    /// The CPU backend's kernel with the measured threshold.
+    pub const CPU: Self = Self::CpuF32 { dequantize_from_rows: Self::CPU_DEQUANTIZE_FROM_ROWS };
+
+    /// The kernel that suits the device MLX computes on.
+    pub fn for_device(device: DeviceKind) -> Self {
+        match device {
+            DeviceKind::Cpu => Self::CPU,
+            DeviceKind::Gpu => Self::Fused,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Fused => "fused",
+            Self::CpuF32 { .. } => "cpu-f32",
+        }
+    }
+
+    /// For labels: "fused", or "f32: fused below 8 rows, dequantized from 8".
+    pub fn describe(self) -> String {
+        match self {
+            Self::Fused => "fused, in the activations' dtype".to_owned(),
+            Self::CpuF32 { dequantize_from_rows: rows } => {
+                format!("in f32: fused below {rows} rows, dequantized + BLAS from {rows}")
+            }
+        }
+    }
+}
 
 /// A `[out, in]` weight matrix stored affine-quantized.
 #[derive(Debug)]
@@ -28,6 +83,16 @@ pub struct QuantizedMatrix {
     pub biases: Array,
     pub group_size: i32,
     pub bits: i32,
+    pub kernel: QuantKernel,
+}
+
+/// `a` in f32 (itself if it already is).
+fn to_f32(a: &Array) -> Result<Array> {
+    if a.dtype() == Dtype::Float32 {
+        Ok(a.clone())
+    } else {
+        a.as_dtype(Dtype::Float32).op("cast to f32")
+    }
 }
 
 fn check_params(group_size: i32, bits: i32) -> Result<()> {
@@ -53,7 +118,7 @@ impl QuantizedMatrix {
             }
         }
         let (weight, scales, biases) = ops::quantize(w, group_size, bits).op("quantize")?;
-        Ok(Self { weight, scales, biases, group_size, bits })
+        Ok(Self { weight, scales, biases, group_size, bits, kernel: QuantKernel::Fused })
     }
 
     /// Number of input features (columns of the dense matrix).
@@ -61,8 +126,38 @@ impl QuantizedMatrix {
         self.weight.shape().last().copied().unwrap_or(0) * 32 / self.bits
     }
 
-    /// `x · Wᵀ` for `x` of shape `[…, in]`, without materialising `W`.
+    /// `x · Wᵀ` for `x` of shape `[…, in]`, by this matrix's kernel.
     pub fn matmul_t(&self, x: &Array) -> Result<Array> {
+        match self.kernel {
+            QuantKernel::Fused => self.fused_matmul_t(x),
+            QuantKernel::CpuF32 { dequantize_from_rows } => {
+                let rows: i32 = x.shape().split_last().map_or(1, |(_, lead)| lead.iter().product());
+                if rows >= dequantize_from_rows {
+                    self.dense_matmul_t(x)
+                } else if x.dtype() == Dtype::Float32 {
+                    self.fused_matmul_t(x)
+                } else {
+                    // Widening the scales and biases each call reads 1/16 of
+                    // a 4-bit matrix's bytes (bf16 per 64 weights): far less
+                    // than the bf16 kernel's extra time, and no memory kept.
+                    let y = ops::quantized_matmul(
+                        &to_f32(x)?,
+                        &self.weight,
+                        &to_f32(&self.scales)?,
+                        &to_f32(&self.biases)?,
+                        true,
+                        self.group_size,
+                        self.bits,
+                    )
+                    .op("quantized_matmul")?;
+                    y.as_dtype(x.dtype()).op("cast back")
+                }
+            }
+        }
+    }
+
+    /// `x · Wᵀ` with MLX's fused kernel, in `x`'s dtype, without materialising `W`.
+    pub fn fused_matmul_t(&self, x: &Array) -> Result<Array> {
         ops::quantized_matmul(
             x,
             &self.weight,
@@ -73,6 +168,23 @@ impl QuantizedMatrix {
             self.bits,
         )
         .op("quantized_matmul")
+    }
+
+    /// `x · Wᵀ` through the dense `W`, dequantized in f32 (scales and biases
+    /// widened first, so a bf16 model loses nothing to rounding `W`) and
+    /// dropped after the matmul. The result has `x`'s dtype and is evaluated
+    /// here, so that one dequantized matrix is alive at a time: left lazy,
+    /// MLX dequantized several ahead of their matmuls (a ~100M model at 261
+    /// prompt tokens peaked 37 MB, four matrices, above the fused kernel;
+    /// evaluated here, 7.5 MB). One sync per matmul of a whole prompt chunk
+    /// costs nothing next to the chunk.
+    pub fn dense_matmul_t(&self, x: &Array) -> Result<Array> {
+        let w = ops::dequantize(&self.weight, &to_f32(&self.scales)?, &to_f32(&self.biases)?, self.group_size, self.bits)
+            .op("dequantize")?;
+        let y = ops::matmul(&to_f32(x)?, w.t()).op("dequantized matmul")?;
+        let y = if x.dtype() == Dtype::Float32 { y } else { y.as_dtype(x.dtype()).op("cast back")? };
+        y.eval().op("dequantized matmul")?;
+        Ok(y)
     }
 
     /// The dense `[out, in]` matrix these tensors stand for.
@@ -166,6 +278,55 @@ mod tests {
                 assert!((got - expect).abs() < 1e-3 * (1.0 + expect.abs()), "y[{b},{r}] = {got}, expected {expect}");
             }
         }
+        Ok(())
+    }
+
+    #[test]
+    fn the_cpu_kernel_computes_in_f32_and_rounds_once_on_either_side_of_its_row_threshold() -> Result<()> {
+        let (rows, cols) = (64, 256);
+        let w = Array::from_slice(&values(rows * cols, 3), &[rows as i32, cols as i32]);
+        for dtype in [Dtype::Float32, Dtype::Bfloat16] {
+            let mut q = QuantizedMatrix::quantize(&w.as_dtype(dtype).op("cast")?, 64, 4)?;
+            q.kernel = QuantKernel::CpuF32 { dequantize_from_rows: 8 };
+            // x · Wᵀ over the same quantized W, exactly (in f32 on the host).
+            let w32 = ops::dequantize(&q.weight, &to_f32(&q.scales)?, &to_f32(&q.biases)?, 64, 4).op("dequantize")?;
+            let w32 = w32.as_slice::<f32>();
+            let mut fused_worst = 0.0f32;
+            for batch in [1usize, 7, 8, 40] {
+                let x = Array::from_slice(&values(batch * cols, batch as u64), &[1, batch as i32, cols as i32])
+                    .as_dtype(dtype)
+                    .op("cast")?;
+                let got = q.matmul_t(&x)?;
+                assert_eq!(got.dtype(), dtype);
+                assert_eq!(got.shape(), &[1, batch as i32, rows as i32]);
+                let fused = q.fused_matmul_t(&x)?;
+                let (got, fused) = (to_f32(&got)?, to_f32(&fused)?);
+                let (got, fused) = (got.as_slice::<f32>(), fused.as_slice::<f32>());
+                if dtype == Dtype::Float32 && batch < 8 {
+                    // In f32 below the threshold it is the fused kernel itself.
+                    assert_eq!(got, fused, "batch {batch}");
+                    continue;
+                }
+                let x32 = to_f32(&x)?;
+                let x32 = x32.as_slice::<f32>();
+                // f32: summation order only; bf16: one rounding to 8 bits.
+                let tol = if dtype == Dtype::Float32 { 1e-5 } else { 1.0 / 256.0 };
+                for b in 0..batch {
+                    for r in 0..rows {
+                        let expect: f32 = (0..cols).map(|c| x32[b * cols + c] * w32[r * cols + c]).sum();
+                        let a = got[b * rows + r];
+                        assert!((a - expect).abs() <= tol * (1.0 + expect.abs()), "{dtype:?} [{b},{r}]: {a} vs {expect}");
+                        fused_worst = fused_worst.max((fused[b * rows + r] - expect).abs() / (1.0 + expect.abs()));
+                    }
+                }
+            }
+            if dtype == Dtype::Bfloat16 {
+                // Why not the bf16 fused kernel: it rounds well beyond one bf16 step.
+                assert!(fused_worst > 1.0 / 256.0, "the fused bf16 kernel erred at most {fused_worst}");
+            }
+        }
+        assert_eq!(QuantKernel::for_device(DeviceKind::Gpu), QuantKernel::Fused);
+        assert_eq!(QuantKernel::for_device(DeviceKind::Cpu), QuantKernel::CPU);
         Ok(())
     }
 

@@ -108,6 +108,9 @@ impl Sampler {
         if self.penalty_active() && !history.is_empty() {
             logits = self.repetition_penalty(&logits, history)?;
         }
+        // Greedy decoding too takes the argmax of the log-probabilities, not
+        // of the logits: in bf16 the subtraction rounds, which can tie or
+        // reorder the top two, and mlx-lm's tokens are the reference.
         let logprobs = logits
             .subtract(ops::logsumexp_axis(&logits, -1, true).op("logsumexp")?)
             .op("logprobs")?;

@@ -18,7 +18,9 @@ use headroom_core::stats::{Rates, TurnTimings};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
-use crate::loader::{load_model, ComputeDtype};
+use crate::backend::backend_info;
+use crate::loader::{load_model_with, ComputeDtype};
+use crate::quant::QuantKernel;
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
 use crate::sampler::{Sampler, SamplingParams};
@@ -31,6 +33,8 @@ pub const DEFAULT_CONTEXT_LIMIT: usize = 8192;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoadSettings {
     pub dtype: ComputeDtype,
+    /// How quantized matrices multiply; the default suits this process's device.
+    pub kernel: QuantKernel,
     /// Most positions a session's cache may hold (prompt + generated). The
     /// fit verdict was computed at this length, so the engine enforces it.
     pub context_limit: usize,
@@ -43,7 +47,12 @@ pub struct LoadSettings {
 
 impl Default for LoadSettings {
     fn default() -> Self {
-        Self { dtype: ComputeDtype::Native, context_limit: DEFAULT_CONTEXT_LIMIT, cache_limit_bytes: None }
+        Self {
+            dtype: ComputeDtype::Native,
+            kernel: QuantKernel::for_device(backend_info().device),
+            context_limit: DEFAULT_CONTEXT_LIMIT,
+            cache_limit_bytes: None,
+        }
     }
 }
 
@@ -536,7 +545,7 @@ impl Worker {
         let started = Instant::now();
         // The tokenizer first: it is cheap and its absence is a common mistake.
         let tokenizer = Tokenizer::from_dir(dir)?;
-        let model = load_model(dir, settings.dtype)?;
+        let model = load_model_with(dir, settings.dtype, settings.kernel)?;
         let config = model.config();
         let info = ModelInfo {
             dir: dir.to_owned(),

@@ -180,6 +180,11 @@ pub fn footprint(sizes: &ConfigSizes, headers: &[BTreeMap<String, TensorInfo>]) 
         vocab_size: sizes.vocab_size,
         kv_bytes_per_element: embed_float.or(any_float).unwrap_or(4),
         max_context: sizes.max_context,
+        // The engine's kernel choice (`QuantKernel::for_device`) without
+        // asking MLX, which this crate does not link: MLX computes on Metal on
+        // a Mac and on its CPU backend elsewhere. src-tauri/tests/pull.rs
+        // holds the two equal on this machine.
+        prefill_dequantizes: sizes.bits.is_some() && !cfg!(target_os = "macos"),
     }
 }
 

@@ -221,6 +221,7 @@ mod tests {
             vocab_size: 152_064,
             kv_bytes_per_element: 2,
             max_context: Some(32_768),
+            prefill_dequantizes: false,
         };
         let report = check(&model, 8192, BudgetInputs::new(16 * GIB));
         assert!(report.verdict.refuses(), "{:?}", report.verdict);

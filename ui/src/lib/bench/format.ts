@@ -28,7 +28,10 @@ export function benchRows(report: BenchReport): BenchRow[] {
   }));
 }
 
-/** The labels line under the table: `p 512 · n 128 · batch 1 · 5 runs + 1 warm-up · 4-bit g64 · KV float16`. */
+/**
+ * The labels line under the table:
+ * `p 512 · n 128 · batch 1 · 5 runs + 1 warm-up · 4-bit g64 · KV float16 · fused matmul`.
+ */
 export function benchLabels(report: BenchReport): string {
   const l = report.labels;
   const parts = [
@@ -39,6 +42,9 @@ export function benchLabels(report: BenchReport): string {
   ];
   if (l.quantization) parts.push(`${l.quantization.bits}-bit g${l.quantization.group_size}`);
   if (l.kv_dtype) parts.push(`KV ${l.kv_dtype}`);
+  const k = l.quant_kernel;
+  if (k?.kind === 'cpu-f32') parts.push(`f32 matmul, prompt dequantized from ${k.dequantize_from_rows} rows`);
+  else if (k?.kind === 'fused') parts.push('fused matmul');
   return parts.join(' · ');
 }
 

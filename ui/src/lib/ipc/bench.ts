@@ -77,6 +77,8 @@ export interface BenchReport {
     model_type: string | null;
     quantization: { bits: number; group_size: number } | null;
     kv_dtype: string | null;
+    /** How quantized matrices multiply; absent in runs saved before it was recorded. */
+    quant_kernel?: { kind: 'fused' | 'cpu-f32'; dequantize_from_rows: number | null } | null;
     weight_bytes: number | null;
     kv_bytes_per_position: number | null;
     batch: number;
@@ -114,4 +116,10 @@ export function benchRun(
   const channel = new Channel<BenchProgress>();
   channel.onmessage = onProgress;
   return call<BenchReport>('bench_run', { ...plan, theme, onProgress: channel });
+}
+
+/** Stops the running benchmark; its `benchRun` rejects with `BENCH_CANCELLED`.
+ *  Resolves to whether one was running. */
+export function benchCancel(): Promise<boolean> {
+  return call<boolean>('bench_cancel');
 }

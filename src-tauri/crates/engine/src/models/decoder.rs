@@ -12,6 +12,7 @@ use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::{last_position, Embedding, Linear, Mlp, Params, RmsNorm};
 use crate::loader::Weights;
+use crate::quant::QuantKernel;
 
 /// The part of a block that differs between architectures.
 pub(crate) trait Attention: Sized + std::fmt::Debug {
@@ -65,6 +66,8 @@ pub struct Decoder<A> {
     pub norm: RmsNorm,
     /// `None` when the head is tied to the embeddings.
     pub lm_head: Option<Linear>,
+    /// How its quantized matrices multiply (all share one).
+    pub kernel: QuantKernel,
 }
 
 #[allow(private_bounds)]
@@ -79,7 +82,7 @@ impl<A: Attention> Decoder<A> {
         } else {
             Some(w.linear("lm_head", c.hidden_size, c.vocab_size, false)?)
         };
-        Ok(Self { config, embed_tokens, layers, norm, lm_head })
+        Ok(Self { config, embed_tokens, layers, norm, lm_head, kernel: w.kernel() })
     }
 
     pub(crate) fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {

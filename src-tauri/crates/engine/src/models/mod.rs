@@ -6,6 +6,7 @@ use mlx_rs::Array;
 use crate::cache::KvCache;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
+use crate::quant::QuantKernel;
 
 pub mod decoder;
 pub mod llama;
@@ -69,6 +70,16 @@ impl Model {
             Model::Qwen3(m) => &m.config,
             Model::Llama(m) => &m.config,
         }
+    }
+
+    /// How the quantized matrices multiply; `None` for an unquantized model.
+    pub fn quant_kernel(&self) -> Option<QuantKernel> {
+        let kernel = match self {
+            Model::Qwen2(m) => m.kernel,
+            Model::Qwen3(m) => m.kernel,
+            Model::Llama(m) => m.kernel,
+        };
+        self.config().quantization.as_ref().map(|_| kernel)
     }
 
     /// An empty cache with one entry per layer of this model.
