@@ -106,6 +106,7 @@ pub fn run_app<R: Runtime>(
         .invoke_handler(tauri::generate_handler![
             commands::app::app_info,
             commands::bench::bench_run,
+            commands::bench::bench_cancel,
             commands::chat::chat_send,
             commands::chat::chat_cancel,
             commands::chat::chat_regenerate,

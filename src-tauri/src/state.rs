@@ -1,7 +1,7 @@
 //! AppState: the cheap handles every command can reach.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
@@ -68,6 +68,8 @@ pub struct AppState {
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
     pub server: Arc<Mutex<Option<headroom_server::Server>>>,
+    /// The running benchmark's stop flag (`bench_cancel` sets it).
+    pub bench_cancel: Arc<Mutex<Option<Arc<AtomicBool>>>>,
 }
 
 impl AppState {
@@ -82,6 +84,7 @@ impl AppState {
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
             memory: Arc::default(),
             server: Arc::default(),
+            bench_cancel: Arc::default(),
         }
     }
 

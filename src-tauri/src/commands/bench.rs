@@ -2,8 +2,8 @@
 //! progress over a Channel, the result saved with the machine's description
 //! and returned with its depth chart (decode and prefill tok/s vs depth).
 
-use std::sync::atomic::AtomicBool;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use headroom_charts::{bench_depth_svg, ChartStyle, DepthPoint, Theme};
 use headroom_memory::bandwidth::{self, BandwidthOptions};
@@ -33,10 +33,14 @@ pub async fn bench_run(
     let loaded = state.loaded_model().ok_or_else(|| CommandError::from(headroom_engine::EngineError::NoModelLoaded))?;
     let plan = BenchPlan { depths, prompt_tokens: p, gen_tokens: n, repetitions: r, seed: 0 };
     let engine = state.engine.clone();
+    let cancel = Arc::new(AtomicBool::new(false));
+    let _running = Running::start(&state.bench_cancel, &cancel)?;
     let report = tauri::async_runtime::spawn_blocking(move || {
         let bandwidth =
             Bandwidth::Measured(bandwidth::measure(&BandwidthOptions { passes: 2, ..BandwidthOptions::default() })?);
-        let cancel = Arc::new(AtomicBool::new(false));
+        if cancel.load(Ordering::Relaxed) {
+            return Err(CliError::Engine(headroom_engine::EngineError::BenchCancelled));
+        }
         run_plan(&engine, &loaded.id, &loaded.path, &plan, bandwidth, &cancel, |p| {
             let _ = on_progress.send(p.clone());
         })
@@ -65,9 +69,68 @@ pub async fn bench_run(
     Ok(out)
 }
 
+/// Stops the running benchmark between tokens or runs; its `bench_run`
+/// then fails with `BENCH_CANCELLED` and nothing is saved. Resolves to
+/// whether a benchmark was running.
+#[tauri::command]
+pub fn bench_cancel(state: State<'_, AppState>) -> bool {
+    cancel(&state.bench_cancel)
+}
+
+fn cancel(slot: &Mutex<Option<Arc<AtomicBool>>>) -> bool {
+    match slot.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
+        Some(flag) => {
+            flag.store(true, Ordering::Relaxed);
+            true
+        }
+        None => false,
+    }
+}
+
+/// The running benchmark's slot in the app state, emptied when the run ends
+/// however it ends. One benchmark at a time: two would measure each other.
+struct Running(Arc<Mutex<Option<Arc<AtomicBool>>>>);
+
+impl Running {
+    fn start(slot: &Arc<Mutex<Option<Arc<AtomicBool>>>>, flag: &Arc<AtomicBool>) -> Result<Self, CommandError> {
+        let mut current = slot.lock().unwrap_or_else(PoisonError::into_inner);
+        if current.is_some() {
+            return Err(CommandError::new("BENCH_RUNNING", "A benchmark is already running; stop it or wait for it to finish."));
+        }
+        *current = Some(Arc::clone(flag));
+        Ok(Self(Arc::clone(slot)))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
+    }
+}
+
 fn bench_error(e: CliError) -> CommandError {
     match e {
         CliError::Engine(e) => CommandError::from(e),
         other => CommandError::new("BENCH", other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn one_benchmark_at_a_time_and_cancel_reaches_the_running_one() {
+        let slot = Arc::default();
+        assert!(!cancel(&slot), "nothing to stop");
+        let flag = Arc::new(AtomicBool::new(false));
+        let running = Running::start(&slot, &flag).unwrap_or_else(|e| panic!("{e:?}"));
+        let second = Running::start(&slot, &Arc::new(AtomicBool::new(false)));
+        assert_eq!(second.err().map(|e| e.code), Some("BENCH_RUNNING"));
+        assert!(cancel(&slot) && flag.load(Ordering::Relaxed));
+        drop(running);
+        // The slot is free again once the run ends, whichever way it ended.
+        assert!(!cancel(&slot));
+        assert!(Running::start(&slot, &Arc::new(AtomicBool::new(false))).is_ok());
     }
 }
