@@ -81,4 +81,5 @@ for kernel in fused auto; do
   "$python" "$root/scripts/bench/compare.py" "$out" "$p" "$n" "$kernel"
 done
 echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg 2>/dev/null || uptime)"
+"$python" "$root/scripts/bench/jitter.py"
 echo "took $(( $(date +%s) - started )) s; raw outputs in $out"
