@@ -705,6 +705,39 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     await session.click(await session.find(`[role="tab"]#tab-${name}`));
   }
 
+  test('bench: a short plan runs to its table, labelled with the kernel; Stop ends the next run', { timeout: 120_000 }, async () => {
+    requireApp();
+    await openTab('bench');
+    const fill = async (id, value) => {
+      const input = await session.byTestId(id);
+      await session.clear(input);
+      await session.sendKeys(input, value);
+    };
+    await fill('bench-depths', '0');
+    await fill('bench-p', '16');
+    await fill('bench-n', '16');
+    await fill('bench-r', '2');
+    await session.click(await session.byTestId('bench-run'));
+    const table = await session.waitForElement('[data-testid="bench-table"]', 90_000);
+    const text = await session.text(table);
+    assert.match(text, /prefill tok\/s/);
+    const labels = await session.text(await session.find('.bench .labels'));
+    assert.match(labels, /p 16 · n 16 · batch 1 · 2 runs \+ 1 warm-up/);
+    // Linux runs MLX on its CPU backend: the f32 kernel.
+    assert.match(labels, /f32 matmul, prompt dequantized from 8 rows/);
+    await session.waitForElement('[data-testid="bench-chart"] svg', 10_000);
+    writeFileSync(path.join(OUT, 'bench.png'), await session.screenshot(30_000));
+
+    // A second run, stopped while it measures: nothing is saved, no error.
+    await fill('bench-n', '400');
+    await session.click(await session.byTestId('bench-run'));
+    await session.click(await session.waitForElement('[data-testid="bench-stop"]', 5_000));
+    const stopped = await session.waitForElement('[data-testid="bench-stopped"]', 60_000);
+    assert.match(await session.text(stopped), /Stopped; nothing was saved/);
+    assert.equal((await session.allByTestId('bench-error')).length, 0);
+    await openTab('chat');
+  });
+
   test('sessions: a new one starts empty; both are kept across a restart; the chart opens', { timeout: 120_000 }, async () => {
     requireApp();
     // Everything so far went into one session, created by the first message.

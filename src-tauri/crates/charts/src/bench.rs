@@ -109,6 +109,17 @@ mod tests {
     }
 
     #[test]
+    fn a_single_depth_gets_distinct_depth_ticks() {
+        let point = [DepthPoint { depth_tokens: 0, decode_tps: Some(379.1), prefill_tps: Some(1076.5) }];
+        let svg = bench_depth_svg(&point, &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let texts = svgtest::texts(&parse(&svg));
+        // "0" once per axis (two y axes, one x axis): a window of one token
+        // around depth 0 labelled the x ticks "0 0 1".
+        let zeros = texts.iter().filter(|t| t.as_str() == "0").count();
+        assert_eq!(zeros, 3, "{texts:?}");
+    }
+
+    #[test]
     fn one_mark_per_depth_in_each_panel() {
         let style = ChartStyle::light();
         let p = style.theme.palette();

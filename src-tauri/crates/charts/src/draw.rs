@@ -108,14 +108,16 @@ pub(crate) fn check_values<'v>(
     Ok(())
 }
 
-/// `lo..hi` widened so marks at either end are not cut by the axes; a single
-/// value gets a window around it.
+/// `lo..hi` (token counts) widened so marks at either end are not cut by
+/// the axes; a single value gets a window around it of at least the KV
+/// cache's 256-position step (a window of a token or two labels its ticks
+/// "0 0 1").
 pub(crate) fn padded(lo: f64, hi: f64) -> Range<f64> {
     let span = hi - lo;
     let pad = if span > 0.0 {
         span * 0.06
     } else {
-        (hi.abs() * 0.1).max(1.0)
+        (hi.abs() * 0.1).max(256.0)
     };
     (lo - pad)..(hi + pad)
 }

@@ -61,7 +61,8 @@ impl QuantKernel {
         }
     }
 
-    /// For labels: "fused", or "f32: fused below 8 rows, dequantized from 8".
+    /// For labels: "fused, in the activations' dtype", or "in f32: fused
+    /// below 8 rows, dequantized + BLAS from 8".
     pub fn describe(self) -> String {
         match self {
             Self::Fused => "fused, in the activations' dtype".to_owned(),
@@ -137,9 +138,10 @@ impl QuantizedMatrix {
                 } else if x.dtype() == Dtype::Float32 {
                     self.fused_matmul_t(x)
                 } else {
-                    // Widening the scales and biases each call reads 1/16 of
-                    // a 4-bit matrix's bytes (bf16 per 64 weights): far less
-                    // than the bf16 kernel's extra time, and no memory kept.
+                    // Widening the scales and biases each call reads an eighth
+                    // of a 4-bit matrix's bytes (two bf16 per 64 weights): far
+                    // less than the bf16 kernel's extra time, and nothing is
+                    // kept after the call.
                     let y = ops::quantized_matmul(
                         &to_f32(x)?,
                         &self.weight,

@@ -60,6 +60,13 @@ describe('benchmark words', () => {
       'Decode reached 78 % of the bandwidth limit at depth 4K (48.1 of 61.7 tok/s at 100 GB/s, measured)',
     );
     expect(rooflineSentence({ ...report, depths: [] })).toBeNull();
+    const tiny = structuredClone(report);
+    const roof = tiny.depths[1]?.roofline;
+    if (!roof) throw new Error('the fixture has a roofline at depth 4K');
+    Object.assign(roof, { achieved_tps: 379.1, bound_tps: 397179.04, achieved_percent: 0.0954 });
+    expect(rooflineSentence(tiny)).toBe(
+      'Decode reached 0.1 % of the bandwidth limit at depth 4K (379.1 of 397,179 tok/s at 100 GB/s, measured)',
+    );
   });
 
   it('reads depths as typed', () => {

@@ -59,9 +59,12 @@ export function rooflineSentence(report: BenchReport): string | null {
     if (!r) continue;
     const gbps = r.bandwidth_bytes_per_s / 1e9;
     const source = d.roofline ? 'measured' : `rated for ${report.rated_bandwidth?.chip ?? 'this chip'}`;
+    // A tiny model's bound is huge and its share tiny: keep digits where they say something.
+    const pct = r.achieved_percent < 10 ? r.achieved_percent.toFixed(1) : Math.round(r.achieved_percent).toString();
+    const tps = (v: number) => (v >= 1000 ? Math.round(v).toLocaleString('en-US') : v.toFixed(1));
     return (
-      `Decode reached ${Math.round(r.achieved_percent)} % of the bandwidth limit at depth ${formatContext(d.depth)} ` +
-      `(${r.achieved_tps.toFixed(1)} of ${r.bound_tps.toFixed(1)} tok/s at ${gbps.toFixed(0)} GB/s, ${source})`
+      `Decode reached ${pct} % of the bandwidth limit at depth ${formatContext(d.depth)} ` +
+      `(${tps(r.achieved_tps)} of ${tps(r.bound_tps)} tok/s at ${gbps.toFixed(0)} GB/s, ${source})`
     );
   }
   return null;
