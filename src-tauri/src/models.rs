@@ -5,12 +5,14 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::PoisonError;
 
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 
 use headroom_core::fit::{FitReport, GIB};
 use headroom_engine::mlx_memory;
 use headroom_engine::worker::LoadSettings;
+use headroom_engine::EngineError;
 use serde::Serialize;
 
 use crate::fit::{self, BudgetSource};
@@ -256,6 +258,7 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
 /// a model that would swap or cannot fit is refused before anything is
 /// unloaded or allocated, with `MODEL_TOO_LARGE` and the numbers.
 pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_fit: bool) -> Result<LoadResult, CommandError> {
+    let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
     let mut entry = list_models(&state.locations.data_dir, &state.locations.hub)
         .into_iter()
         .find(|m| m.id == id)
@@ -282,30 +285,62 @@ pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_f
         };
         return Err(CommandError { code: "MODEL_TOO_LARGE", message, details: Some(fit::refusal_details(&report)) });
     }
-    // Switching: unload the old model (which clears MLX's cache) first, so
-    // its memory is back before the new weights arrive.
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, &report)?;
+    entry.loaded = true;
+    entry.fit = Some(report);
+    Ok(LoadResult {
+        entry,
+        context_limit,
+        unload_ms: s.unload_ms,
+        freed_bytes: s.freed_bytes,
+        expected_freed_bytes: s.expected_freed_bytes,
+        rss_before_unload_bytes: s.rss_before_unload_bytes,
+        rss_after_unload_bytes: s.rss_after_unload_bytes,
+        load_ms: s.load_ms,
+        cache_limit_bytes: s.cache_limit_bytes,
+    })
+}
+
+/// What a switch measured.
+pub(crate) struct Switched {
+    unload_ms: u64,
+    freed_bytes: u64,
+    expected_freed_bytes: u64,
+    rss_before_unload_bytes: u64,
+    rss_after_unload_bytes: u64,
+    load_ms: u64,
+    cache_limit_bytes: usize,
+}
+
+/// Puts the model at `path` in the engine in place of the current one, the
+/// one way the popover and the local server switch: unload the old model
+/// (which clears MLX's cache) and wait until MLX's readings show its memory
+/// back (the fit `report` counted it as free, so loading earlier would let
+/// two models share one budget), then load under the report's cache limit.
+/// The caller holds `state.switching` from its fit check on.
+pub(crate) fn switch_to(
+    state: &AppState,
+    id: &str,
+    path: &Path,
+    context_limit: usize,
+    report: &FitReport,
+) -> Result<Switched, EngineError> {
     let rss = || headroom_memory::process_rss().unwrap_or(0);
     let rss_before_unload_bytes = rss();
     let (unload_ms, freed_bytes, expected_freed_bytes) = if state.loaded_model().is_some() {
         state.set_loaded(None);
         let unloaded = state.engine.unload()?;
-        // The budget above counted this memory as free: load only once MLX's
-        // readings show it back, or two models would share the budget.
         unloaded.confirm()?;
         (millis(unloaded.unload_time), unloaded.freed_bytes, unloaded.expected_bytes)
     } else {
         (0, 0, 0)
     };
     let rss_after_unload_bytes = rss();
-    let cache_limit = cache_limit_bytes(&report);
+    let cache_limit = cache_limit_bytes(report);
     let settings = LoadSettings { context_limit, cache_limit_bytes: Some(cache_limit), ..LoadSettings::default() };
-    let info = state.engine.load(&entry.path, settings)?;
-    state.set_loaded(Some(LoadedModel { id: entry.id.clone(), path: entry.path.clone() }));
-    entry.loaded = true;
-    entry.fit = Some(report);
-    Ok(LoadResult {
-        entry,
-        context_limit,
+    let info = state.engine.load(path, settings)?;
+    state.set_loaded(Some(LoadedModel { id: id.to_owned(), path: path.to_owned() }));
+    Ok(Switched {
         unload_ms,
         freed_bytes,
         expected_freed_bytes,
@@ -457,6 +492,29 @@ mod tests {
         // Nothing to spare (even a budget of 0): the floor.
         assert_eq!(cache_limit_bytes(&at(GIB)) as u64, MIN_CACHE_LIMIT_BYTES);
         let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
+    }
+
+    #[test]
+    fn a_switch_waits_for_one_already_under_way() {
+        let state = crate::test_state("switch-lock");
+        assert_eq!(ensure_demo_model(&state).ok(), Some(true));
+        state.set_loaded(None);
+        state.engine.unload().unwrap_or_else(|e| panic!("{e}"));
+        // Another switch (the server's, say) holds the lock…
+        let held = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let other = AppState::clone(&state);
+        let popover = std::thread::spawn(move || {
+            let _ = tx.send(load(&other, DEMO_MODEL_ID, Some(512), false).map(|r| r.entry.id));
+        });
+        // …so the popover's load neither finishes nor touches the engine
+        // (unlocked, the tiny demo model loads in tens of milliseconds).
+        assert!(rx.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the load ran during another switch");
+        assert!(state.loaded_model().is_none());
+        drop(held);
+        let loaded = rx.recv().unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(loaded.ok().as_deref(), Some(DEMO_MODEL_ID));
+        popover.join().unwrap_or_else(|_| panic!("the loading thread panicked"));
     }
 
     #[test]

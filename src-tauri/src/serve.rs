@@ -4,14 +4,14 @@
 //! and one queue.
 
 use std::path::{Path, PathBuf};
+use std::sync::PoisonError;
 use std::time::UNIX_EPOCH;
 
-use headroom_engine::worker::LoadSettings;
 use headroom_server::{ModelCard, ModelProvider, ProvideError, ReadyModel};
 
 use crate::fit;
 use crate::models::{self, ModelEntry};
-use crate::state::{AppState, LoadedModel};
+use crate::state::AppState;
 
 /// A model the server can name: its id and folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +84,8 @@ impl ModelProvider for AppModels {
 
     fn ensure_loaded(&self, id: &str, context_limit: Option<usize>) -> Result<ReadyModel, ProvideError> {
         let state = &self.state;
+        // One switch at a time, with the popover's (models::load).
+        let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
         let entry = self
             .entries()
             .into_iter()
@@ -102,17 +104,7 @@ impl ModelProvider for AppModels {
         if report.verdict.refuses() {
             return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });
         }
-        if state.loaded_model().is_some() {
-            state.set_loaded(None);
-            state.engine.unload().map_err(|e| failed(e.to_string()))?;
-        }
-        let settings = LoadSettings {
-            context_limit,
-            cache_limit_bytes: Some(models::cache_limit_bytes(&report)),
-            ..LoadSettings::default()
-        };
-        state.engine.load(&entry.path, settings).map_err(|e| failed(e.to_string()))?;
-        state.set_loaded(Some(LoadedModel { id: entry.id.clone(), path: entry.path.clone() }));
+        models::switch_to(state, &entry.id, &entry.path, context_limit, &report).map_err(|e| failed(e.to_string()))?;
         tracing::info!(model = %entry.id, context_limit, "the server loaded a model");
         Ok(ReadyModel { id: entry.id })
     }

@@ -68,6 +68,10 @@ pub struct AppState {
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
     pub server: Arc<Mutex<Option<headroom_server::Server>>>,
+    /// Held through a model switch, from its fit check to the end of its
+    /// load: the popover and the local server switch one at a time, so
+    /// neither checks a budget the other is about to spend.
+    pub switching: Arc<Mutex<()>>,
     /// The running benchmark's stop flag (`bench_cancel` sets it).
     pub bench_cancel: Arc<Mutex<Option<Arc<AtomicBool>>>>,
 }
@@ -84,6 +88,7 @@ impl AppState {
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
             memory: Arc::default(),
             server: Arc::default(),
+            switching: Arc::default(),
             bench_cancel: Arc::default(),
         }
     }
