@@ -157,10 +157,15 @@ pub fn run_app<R: Runtime>(
     Ok(app)
 }
 
-/// A state on a fresh temporary data folder and an empty HF cache.
+/// A state on a fresh temporary data folder and an empty HF cache. Each
+/// call gets a folder of its own: tests run in parallel threads of one
+/// process, and several share a tag (two of them once removed each other's
+/// database mid-test: "disk I/O error").
 #[cfg(test)]
 pub(crate) fn test_state(tag: &str) -> AppState {
-    let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}", std::process::id()));
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let engine = headroom_engine::worker::EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
     let store = chat::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
