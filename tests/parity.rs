@@ -83,10 +83,8 @@ fn ours(engine: &EngineHandle, dir: &Path) -> Ours {
     let settings = LoadSettings { kernel: QuantKernel::Fused, ..LoadSettings::default() };
     engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
     let request = GenerateRequest { max_tokens: TOKENS, ignore_eos: true, ..GenerateRequest::new(messages()) };
-    let out = engine
-        .generate(request)
-        .and_then(|run| run.collect())
-        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let out =
+        engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     Ours { prompt_ids, token_ids: out.token_ids, last_logits, default_kernel_logits, f32_logits }
 }
 
@@ -139,10 +137,13 @@ fn greedy_tokens_and_logits_match_mlx_lm() {
         assert_eq!(want.len(), TOKENS, "{name}: the reference produced {} tokens", want.len());
         if ours.token_ids != want {
             let at = ours.token_ids.iter().zip(&want).position(|(a, b)| a != b);
-            failures.push(format!("{name}: token ids differ at {at:?}:\n  ours   {:?}\n  mlx-lm {want:?}", ours.token_ids));
+            failures
+                .push(format!("{name}: token ids differ at {at:?}:\n  ours   {:?}\n  mlx-lm {want:?}", ours.token_ids));
         }
-        let their_logits: Vec<f32> =
-            theirs["last_logits"].as_array().map(|a| a.iter().filter_map(Value::as_f64).map(|x| x as f32).collect()).unwrap_or_default();
+        let their_logits: Vec<f32> = theirs["last_logits"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_f64).map(|x| x as f32).collect())
+            .unwrap_or_default();
         if their_logits.len() != ours.last_logits.len() {
             failures.push(format!("{name}: {} logits vs mlx-lm's {}", ours.last_logits.len(), their_logits.len()));
             continue;
@@ -150,7 +151,8 @@ fn greedy_tokens_and_logits_match_mlx_lm() {
         let worst = |a: &[f32], b: &[f32]| a.iter().zip(b).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
         let worst_fused = worst(&ours.last_logits, &their_logits);
         if worst_fused > LOGIT_TOLERANCE {
-            failures.push(format!("{name}: last-position logits differ by up to {worst_fused:e} (> {LOGIT_TOLERANCE:e})"));
+            failures
+                .push(format!("{name}: last-position logits differ by up to {worst_fused:e} (> {LOGIT_TOLERANCE:e})"));
         }
         // The device's default kernel need not round as mlx-lm's does (on the
         // CPU backend it computes prompt matmuls in f32 and rounds once), but

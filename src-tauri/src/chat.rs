@@ -26,9 +26,7 @@ use headroom_core::settings::Settings;
 use headroom_engine::worker::{EngineEvent, GenerateRequest, OverflowPolicy, RunId, TurnStats};
 use headroom_engine::SamplingParams;
 use headroom_store::cloud_cache::CachedAnswer;
-use headroom_store::{
-    MessageStatus, Route, Store, StoreError, TurnOutcome, TurnStart, TurnStatsRecord,
-};
+use headroom_store::{MessageStatus, Route, Store, StoreError, TurnOutcome, TurnStart, TurnStatsRecord};
 use serde::Serialize;
 
 use crate::cloud_turn;
@@ -41,12 +39,7 @@ pub const MAX_TOKENS_LIMIT: usize = 32_768;
 /// What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
 /// `Finished`; or `Error`, which ends it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(
-    tag = "event",
-    content = "data",
-    rename_all = "camelCase",
-    rename_all_fields = "camelCase"
-)]
+#[serde(tag = "event", content = "data", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ChatEvent {
     Started {
         run_id: u64,
@@ -129,23 +122,13 @@ pub const CACHED_REASON: &str = "CACHED";
 impl RouteInfo {
     /// A turn nobody routed (`headroom chat --route local|cloud`).
     pub fn unexplained(target: RouteTarget, model: &str) -> Self {
-        Self {
-            target,
-            model_or_provider: model.to_owned(),
-            reasons: Vec::new(),
-        }
+        Self { target, model_or_provider: model.to_owned(), reasons: Vec::new() }
     }
 
     /// The router's decision, answered by `model` at `target`.
     pub fn of(decision: &Decision, target: RouteTarget, model: &str) -> Self {
-        let mut reasons: Vec<RouteReason> = decision
-            .reasons
-            .iter()
-            .map(|r| RouteReason {
-                code: r.code(),
-                message: r.explain(),
-            })
-            .collect();
+        let mut reasons: Vec<RouteReason> =
+            decision.reasons.iter().map(|r| RouteReason { code: r.code(), message: r.explain() }).collect();
         if target == RouteTarget::Cached {
             reasons.push(RouteReason {
                 code: CACHED_REASON,
@@ -155,11 +138,7 @@ impl RouteInfo {
                 ),
             });
         }
-        Self {
-            target,
-            model_or_provider: model.to_owned(),
-            reasons,
-        }
+        Self { target, model_or_provider: model.to_owned(), reasons }
     }
 }
 
@@ -187,14 +166,7 @@ pub fn forward(
     on_gone: impl FnMut(),
     on_text: impl FnMut(&str),
 ) -> TurnEnd {
-    forward_routed(
-        run_id,
-        events,
-        &RouteInfo::unexplained(RouteTarget::Local, model),
-        send,
-        on_gone,
-        on_text,
-    )
+    forward_routed(run_id, events, &RouteInfo::unexplained(RouteTarget::Local, model), send, on_gone, on_text)
 }
 
 /// [`forward`] for a routed turn: `Started` carries `route`.
@@ -218,16 +190,8 @@ pub fn forward_routed(
     };
     for event in events {
         match event {
-            EngineEvent::Started {
-                prompt_tokens,
-                reused_tokens,
-            } => {
-                emit(ChatEvent::Started {
-                    run_id: run_id.0,
-                    prompt_tokens,
-                    reused_tokens,
-                    route: route.clone(),
-                });
+            EngineEvent::Started { prompt_tokens, reused_tokens } => {
+                emit(ChatEvent::Started { run_id: run_id.0, prompt_tokens, reused_tokens, route: route.clone() });
             }
             EngineEvent::Token { text: piece, .. } | EngineEvent::Text(piece) => {
                 if !piece.is_empty() {
@@ -242,39 +206,18 @@ pub fn forward_routed(
             }
             EngineEvent::Finished { reason } => {
                 emit(ChatEvent::Finished { reason });
-                return TurnEnd {
-                    text,
-                    reason: Some(reason),
-                    stats,
-                    error: None,
-                };
+                return TurnEnd { text, reason: Some(reason), stats, error: None };
             }
             EngineEvent::Error(e) => {
                 let e = CommandError::from(e);
-                emit(ChatEvent::Error {
-                    code: e.code,
-                    message: e.message.clone(),
-                });
-                return TurnEnd {
-                    text,
-                    reason: None,
-                    stats,
-                    error: Some(e.message),
-                };
+                emit(ChatEvent::Error { code: e.code, message: e.message.clone() });
+                return TurnEnd { text, reason: None, stats, error: Some(e.message) };
             }
         }
     }
     let e = CommandError::from(headroom_engine::EngineError::EngineStopped);
-    emit(ChatEvent::Error {
-        code: e.code,
-        message: e.message.clone(),
-    });
-    TurnEnd {
-        text,
-        reason: None,
-        stats,
-        error: Some(e.message),
-    }
+    emit(ChatEvent::Error { code: e.code, message: e.message.clone() });
+    TurnEnd { text, reason: None, stats, error: Some(e.message) }
 }
 
 /// Runs a store call from a plain thread (the chat thread, a sync command,
@@ -304,17 +247,12 @@ impl ModelLabels {
             .ok()
             .and_then(|t| serde_json::from_str(&t).ok())
             .unwrap_or_default();
-        let quant = if config["quantization"].is_object() {
-            &config["quantization"]
-        } else {
-            &config["quantization_config"]
-        };
-        let quantization = quant["bits"]
-            .as_u64()
-            .map(|bits| match quant["group_size"].as_u64() {
-                Some(g) => format!("{bits}-bit, group {g}"),
-                None => format!("{bits}-bit"),
-            });
+        let quant =
+            if config["quantization"].is_object() { &config["quantization"] } else { &config["quantization_config"] };
+        let quantization = quant["bits"].as_u64().map(|bits| match quant["group_size"].as_u64() {
+            Some(g) => format!("{bits}-bit, group {g}"),
+            None => format!("{bits}-bit"),
+        });
         // The engine keeps K/V in the activations' float type; only its width is known here.
         let kv_dtype = match headroom_engine::inspect_model(dir).map(|f| f.kv_bytes_per_element) {
             Ok(2) => "16-bit float".to_owned(),
@@ -322,11 +260,7 @@ impl ModelLabels {
             Ok(n) => format!("{}-bit", n * 8),
             Err(_) => "unknown".to_owned(),
         };
-        Self {
-            model_id: model_id.to_owned(),
-            quantization,
-            kv_dtype,
-        }
+        Self { model_id: model_id.to_owned(), quantization, kv_dtype }
     }
 }
 
@@ -358,12 +292,7 @@ pub struct TurnRecorder {
 impl TurnRecorder {
     /// Commits the user's message (creating the session if new) and an
     /// empty `streaming` answer; `start.history` is what to send the model.
-    pub fn begin(
-        store: &Store,
-        session: &str,
-        user_text: &str,
-        labels: ModelLabels,
-    ) -> Result<Self, StoreError> {
+    pub fn begin(store: &Store, session: &str, user_text: &str, labels: ModelLabels) -> Result<Self, StoreError> {
         Self::begin_routed(store, session, user_text, labels, Route::Local)
     }
 
@@ -394,10 +323,7 @@ impl TurnRecorder {
             return;
         }
         self.last_save = Instant::now();
-        match block_on(
-            self.store
-                .save_partial(self.start.assistant_message_id, text),
-        ) {
+        match block_on(self.store.save_partial(self.start.assistant_message_id, text)) {
             Ok(()) => self.saved_len = text.len(),
             Err(e) => {
                 tracing::warn!("could not save the answer so far: {e}");
@@ -415,41 +341,22 @@ impl TurnRecorder {
             None => MessageStatus::Error,
         };
         let after = headroom_memory::read().ok();
-        let stats = end
-            .stats
-            .as_ref()
-            .filter(|_| end.reason.is_some())
-            .map(|s| {
-                let pressure = match (&self.memory_before, &after) {
-                    (Some(b), Some(a)) => worse(b.pressure, a.pressure),
-                    (Some(r), None) | (None, Some(r)) => r.pressure,
-                    (None, None) => PressureLevel::Unknown,
-                };
-                let swap_delta_bytes = match (&self.memory_before, &after) {
-                    (Some(b), Some(a)) => i64::try_from(a.swap_used)
-                        .ok()
-                        .zip(i64::try_from(b.swap_used).ok())
-                        .map(|(a, b)| a - b),
-                    _ => None,
-                };
-                stats_record(
-                    s,
-                    &self.labels,
-                    end.reason.unwrap_or(FinishReason::Stop),
-                    pressure,
-                    swap_delta_bytes,
-                )
-            });
-        let outcome = TurnOutcome {
-            content: end.text.clone(),
-            status,
-            error: end.error.clone(),
-            stats,
-        };
-        block_on(
-            self.store
-                .finish_turn(self.start.assistant_message_id, &outcome),
-        )
+        let stats = end.stats.as_ref().filter(|_| end.reason.is_some()).map(|s| {
+            let pressure = match (&self.memory_before, &after) {
+                (Some(b), Some(a)) => worse(b.pressure, a.pressure),
+                (Some(r), None) | (None, Some(r)) => r.pressure,
+                (None, None) => PressureLevel::Unknown,
+            };
+            let swap_delta_bytes = match (&self.memory_before, &after) {
+                (Some(b), Some(a)) => {
+                    i64::try_from(a.swap_used).ok().zip(i64::try_from(b.swap_used).ok()).map(|(a, b)| a - b)
+                }
+                _ => None,
+            };
+            stats_record(s, &self.labels, end.reason.unwrap_or(FinishReason::Stop), pressure, swap_delta_bytes)
+        });
+        let outcome = TurnOutcome { content: end.text.clone(), status, error: end.error.clone(), stats };
+        block_on(self.store.finish_turn(self.start.assistant_message_id, &outcome))
     }
 
     /// Records a turn that failed before it started (the engine refused it).
@@ -460,10 +367,7 @@ impl TurnRecorder {
             error: Some(error.to_owned()),
             stats: None,
         };
-        block_on(
-            self.store
-                .finish_turn(self.start.assistant_message_id, &outcome),
-        )
+        block_on(self.store.finish_turn(self.start.assistant_message_id, &outcome))
     }
 }
 
@@ -524,8 +428,7 @@ const CLOUD_RUN_BASE: u64 = 1 << 52;
 
 /// The cloud turns in flight, by run id, for `chat_cancel`.
 fn cloud_runs() -> &'static Mutex<HashMap<u64, CancellationToken>> {
-    static RUNS: std::sync::OnceLock<Mutex<HashMap<u64, CancellationToken>>> =
-        std::sync::OnceLock::new();
+    static RUNS: std::sync::OnceLock<Mutex<HashMap<u64, CancellationToken>>> = std::sync::OnceLock::new();
     RUNS.get_or_init(Mutex::default)
 }
 
@@ -572,10 +475,7 @@ pub fn start_turn(
             format!("Max new tokens must be between 1 and {MAX_TOKENS_LIMIT}."),
         ));
     }
-    if state.loaded_model().is_none()
-        && settings.cloud_base_url.is_none()
-        && options.force != Some(Force::Cloud)
-    {
+    if state.loaded_model().is_none() && settings.cloud_base_url.is_none() && options.force != Some(Force::Cloud) {
         // Nothing to route to: the plainest words for the first run.
         return Err(no_model());
     }
@@ -583,20 +483,13 @@ pub fn start_turn(
     let flags = (false, false, options.force, options.allow_sensitive);
     let decision = crate::commands::route::preview(state, &settings, text, flags, &prior)?;
     match &decision.target {
-        Target::Local { .. } => {
-            start_local(state, session, text, max_tokens, &settings, &decision, send)
-        }
-        Target::Cloud { .. } => start_cloud(
-            state, session, text, max_tokens, &settings, &prior, decision, send,
-        ),
+        Target::Local { .. } => start_local(state, session, text, max_tokens, &settings, &decision, send),
+        Target::Cloud { .. } => start_cloud(state, session, text, max_tokens, &settings, &prior, decision, send),
     }
 }
 
 fn no_model() -> CommandError {
-    CommandError::new(
-        "NO_MODEL_LOADED",
-        "No model is loaded yet. Pick one from the list at the top.",
-    )
+    CommandError::new("NO_MODEL_LOADED", "No model is loaded yet. Pick one from the list at the top.")
 }
 
 fn start_local(
@@ -611,12 +504,7 @@ fn start_local(
     // The preview routes only to the loaded model; it may have been unloaded since.
     let model = state.loaded_model().ok_or_else(no_model)?;
     let route = RouteInfo::of(decision, RouteTarget::Local, &model.id);
-    let recorder = TurnRecorder::begin(
-        &state.store,
-        session,
-        text,
-        ModelLabels::of(&model.id, &model.path),
-    )?;
+    let recorder = TurnRecorder::begin(&state.store, session, text, ModelLabels::of(&model.id, &model.path))?;
     let request = GenerateRequest {
         session: Some(session.to_owned()),
         max_tokens,
@@ -642,30 +530,25 @@ fn start_local(
     let id = run.id;
     let engine = state.engine.clone();
     let canceller = state.engine.clone();
-    let spawned = std::thread::Builder::new()
-        .name(format!("headroom-chat-{}", id.0))
-        .spawn(move || {
-            let mut recorder = recorder;
-            let end = forward_routed(
-                id,
-                &run.events,
-                &route,
-                send,
-                || {
-                    canceller.cancel(id);
-                },
-                |so_far| recorder.on_text(so_far),
-            );
-            if let Err(e) = recorder.finish(&end) {
-                tracing::error!("could not store the finished turn: {e}");
-            }
-        });
+    let spawned = std::thread::Builder::new().name(format!("headroom-chat-{}", id.0)).spawn(move || {
+        let mut recorder = recorder;
+        let end = forward_routed(
+            id,
+            &run.events,
+            &route,
+            send,
+            || {
+                canceller.cancel(id);
+            },
+            |so_far| recorder.on_text(so_far),
+        );
+        if let Err(e) = recorder.finish(&end) {
+            tracing::error!("could not store the finished turn: {e}");
+        }
+    });
     if let Err(e) = spawned {
         engine.cancel(id);
-        return Err(CommandError::new(
-            "ENGINE_INTERNAL",
-            format!("Could not start the chat thread: {e}"),
-        ));
+        return Err(CommandError::new("ENGINE_INTERNAL", format!("Could not start the chat thread: {e}")));
     }
     Ok(id)
 }
@@ -694,13 +577,8 @@ fn start_cloud(
     };
     // The API has no top-k; 0 stands for "not used". The endpoint is part of
     // the model's name here: two providers may serve the same model id.
-    let sampling = SamplingKey {
-        temperature: settings.temperature,
-        top_p: settings.top_p,
-        top_k: 0,
-        max_tokens: max,
-        seed: None,
-    };
+    let sampling =
+        SamplingKey { temperature: settings.temperature, top_p: settings.top_p, top_k: 0, max_tokens: max, seed: None };
     let key = cache_policy::cache_key(
         text,
         &format!("{} {model}", config.base_url),
@@ -714,35 +592,20 @@ fn start_cloud(
         if let Some(hit) = block_on(state.store.cache_get(&key))? {
             let route = RouteInfo::of(&decision, RouteTarget::Cached, &model);
             let labels = cloud_turn::labels(&format!("cache:{model}"));
-            let recorder =
-                TurnRecorder::begin_routed(&state.store, session, text, labels, Route::Cloud)?;
+            let recorder = TurnRecorder::begin_routed(&state.store, session, text, labels, Route::Cloud)?;
             let id = next_cloud_run();
-            spawn_turn(id, move || {
-                answer_from_cache(id, recorder, &hit, route, send)
-            })?;
+            spawn_turn(id, move || answer_from_cache(id, recorder, &hit, route, send))?;
             return Ok(id);
         }
     }
     let client = CloudClient::new(config)?;
     let route = RouteInfo::of(&decision, RouteTarget::Cloud, &model);
-    let recorder = TurnRecorder::begin_routed(
-        &state.store,
-        session,
-        text,
-        cloud_turn::labels(&model),
-        Route::Cloud,
-    )?;
+    let recorder = TurnRecorder::begin_routed(&state.store, session, text, cloud_turn::labels(&model), Route::Cloud)?;
     let id = next_cloud_run();
     let cancel = CancellationToken::new();
-    cloud_runs()
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner)
-        .insert(id.0, cancel.clone());
+    cloud_runs().lock().unwrap_or_else(PoisonError::into_inner).insert(id.0, cancel.clone());
     let store = state.store.clone();
-    let budget = CacheSettings {
-        budget_bytes: settings.cloud_cache_mb.saturating_mul(1_000_000),
-        ttl: None,
-    };
+    let budget = CacheSettings { budget_bytes: settings.cloud_cache_mb.saturating_mul(1_000_000), ttl: None };
     let spawned = spawn_turn(id, move || {
         let mut send = send;
         let mut recorder = recorder;
@@ -754,12 +617,7 @@ fn start_cloud(
             params,
             cancel,
             |event| match event {
-                ChatEvent::Started {
-                    run_id,
-                    prompt_tokens,
-                    reused_tokens,
-                    ..
-                } => send(ChatEvent::Started {
+                ChatEvent::Started { run_id, prompt_tokens, reused_tokens, .. } => send(ChatEvent::Started {
                     run_id: *run_id,
                     prompt_tokens: *prompt_tokens,
                     reused_tokens: *reused_tokens,
@@ -769,10 +627,7 @@ fn start_cloud(
             },
             |so_far| recorder.on_text(so_far),
         );
-        cloud_runs()
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id.0);
+        cloud_runs().lock().unwrap_or_else(PoisonError::into_inner).remove(&id.0);
         // Cached before the end is committed: whoever sees the turn stored
         // can count on the cache (a cut or cancelled answer is not kept).
         if matches!(end.reason, Some(FinishReason::Stop | FinishReason::Length)) && cacheable {
@@ -786,10 +641,7 @@ fn start_cloud(
         }
     });
     if let Err(e) = spawned {
-        cloud_runs()
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .remove(&id.0);
+        cloud_runs().lock().unwrap_or_else(PoisonError::into_inner).remove(&id.0);
         return Err(e);
     }
     Ok(id)
@@ -800,12 +652,7 @@ fn spawn_turn(id: RunId, body: impl FnOnce() + Send + 'static) -> Result<(), Com
         .name(format!("headroom-chat-{}", id.0))
         .spawn(body)
         .map(drop)
-        .map_err(|e| {
-            CommandError::new(
-                "ENGINE_INTERNAL",
-                format!("Could not start the chat thread: {e}"),
-            )
-        })
+        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Could not start the chat thread: {e}")))
 }
 
 /// Replays a cached answer in a local turn's shape: `Started` (route
@@ -820,33 +667,18 @@ fn answer_from_cache(
 ) {
     let began = Instant::now();
     let model = recorder.labels.model_id.clone();
-    let mut listening = send(ChatEvent::Started {
-        run_id: id.0,
-        prompt_tokens: 0,
-        reused_tokens: 0,
-        route,
-    });
+    let mut listening = send(ChatEvent::Started { run_id: id.0, prompt_tokens: 0, reused_tokens: 0, route });
     let mut pieces = 0;
     for piece in hit.answer.split_inclusive(char::is_whitespace) {
-        listening = listening
-            && send(ChatEvent::Token {
-                text: piece.to_owned(),
-            });
+        listening = listening && send(ChatEvent::Token { text: piece.to_owned() });
         pieces += 1;
     }
     let elapsed = Some(began.elapsed());
     let stats = cloud_turn::turn_stats(&CloudStats::new(None, elapsed, elapsed, pieces, 0));
     if listening && send(ChatEvent::stats(&stats, &model)) {
-        send(ChatEvent::Finished {
-            reason: FinishReason::Stop,
-        });
+        send(ChatEvent::Finished { reason: FinishReason::Stop });
     }
-    let end = TurnEnd {
-        text: hit.answer.clone(),
-        reason: Some(FinishReason::Stop),
-        stats: Some(stats),
-        error: None,
-    };
+    let end = TurnEnd { text: hit.answer.clone(), reason: Some(FinishReason::Stop), stats: Some(stats), error: None };
     if let Err(e) = recorder.finish(&end) {
         tracing::error!("could not store the cached answer: {e}");
     }
@@ -867,11 +699,8 @@ mod tests {
 
     /// Greedy sampling, so a test's turns are the same on every run.
     fn greedy(state: &AppState) {
-        block_on(state.store.set_settings(&Settings {
-            temperature: 0.0,
-            ..Settings::default()
-        }))
-        .unwrap_or_else(|e| panic!("{e}"));
+        block_on(state.store.set_settings(&Settings { temperature: 0.0, ..Settings::default() }))
+            .unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]
@@ -879,31 +708,17 @@ mod tests {
         let route = RouteInfo {
             target: RouteTarget::Cached,
             model_or_provider: "gpt-x".into(),
-            reasons: vec![RouteReason {
-                code: "CACHED",
-                message: "m".into(),
-            }],
+            reasons: vec![RouteReason { code: "CACHED", message: "m".into() }],
         };
-        let v = serde_json::to_value(ChatEvent::Started {
-            run_id: 3,
-            prompt_tokens: 20,
-            reused_tokens: 0,
-            route,
-        })
-        .unwrap_or_default();
+        let v = serde_json::to_value(ChatEvent::Started { run_id: 3, prompt_tokens: 20, reused_tokens: 0, route })
+            .unwrap_or_default();
         let route = serde_json::json!({"target":"cached","modelOrProvider":"gpt-x","reasons":[{"code":"CACHED","message":"m"}]});
         assert_eq!(
             v,
             serde_json::json!({"event":"started","data":{"runId":3,"promptTokens":20,"reusedTokens":0,"route":route}})
         );
-        let v = serde_json::to_value(ChatEvent::Finished {
-            reason: FinishReason::Cancelled,
-        })
-        .unwrap_or_default();
-        assert_eq!(
-            v,
-            serde_json::json!({"event":"finished","data":{"reason":"cancelled"}})
-        );
+        let v = serde_json::to_value(ChatEvent::Finished { reason: FinishReason::Cancelled }).unwrap_or_default();
+        assert_eq!(v, serde_json::json!({"event":"finished","data":{"reason":"cancelled"}}));
     }
 
     #[test]
@@ -927,23 +742,12 @@ mod tests {
             peak_memory_bytes: 1,
         };
         for e in [
-            EngineEvent::Started {
-                prompt_tokens: 20,
-                reused_tokens: 4,
-            },
-            EngineEvent::Token {
-                id: 1,
-                text: "Hel".into(),
-            },
-            EngineEvent::Token {
-                id: 2,
-                text: String::new(),
-            },
+            EngineEvent::Started { prompt_tokens: 20, reused_tokens: 4 },
+            EngineEvent::Token { id: 1, text: "Hel".into() },
+            EngineEvent::Token { id: 2, text: String::new() },
             EngineEvent::Text("lo".into()),
             EngineEvent::Stats(stats),
-            EngineEvent::Finished {
-                reason: FinishReason::Length,
-            },
+            EngineEvent::Finished { reason: FinishReason::Length },
         ] {
             tx.send(e).unwrap_or_else(|e| panic!("{e}"));
         }
@@ -960,16 +764,9 @@ mod tests {
             || panic!("still listening"),
             |t| seen.push(t.to_owned()),
         );
-        assert_eq!(
-            (end.text.as_str(), end.reason, end.error),
-            ("Hello", Some(FinishReason::Length), None)
-        );
+        assert_eq!((end.text.as_str(), end.reason, end.error), ("Hello", Some(FinishReason::Length), None));
         assert_eq!(end.stats.map(|s| s.reused_tokens), Some(4));
-        assert_eq!(
-            seen,
-            ["Hel", "Hello"],
-            "the recorder sees the whole answer so far"
-        );
+        assert_eq!(seen, ["Hel", "Hello"], "the recorder sees the whole answer so far");
         assert_eq!(got.len(), 5, "{got:?}"); // the empty token is not sent
         assert_eq!(
             got[0],
@@ -980,28 +777,15 @@ mod tests {
                 route: RouteInfo::unexplained(RouteTarget::Local, "demo")
             }
         );
-        assert!(
-            matches!(&got[3], ChatEvent::Stats { generated_tokens: 2, batch: 1, model, .. } if model == "demo")
-        );
+        assert!(matches!(&got[3], ChatEvent::Stats { generated_tokens: 2, batch: 1, model, .. } if model == "demo"));
 
         let (tx, rx) = mpsc::channel();
-        tx.send(EngineEvent::Token {
-            id: 1,
-            text: "a".into(),
-        })
-        .unwrap_or_else(|e| panic!("{e}"));
-        tx.send(EngineEvent::Error(
-            headroom_engine::EngineError::NoModelLoaded,
-        ))
-        .unwrap_or_else(|e| panic!("{e}"));
+        tx.send(EngineEvent::Token { id: 1, text: "a".into() }).unwrap_or_else(|e| panic!("{e}"));
+        tx.send(EngineEvent::Error(headroom_engine::EngineError::NoModelLoaded)).unwrap_or_else(|e| panic!("{e}"));
         let mut gone = 0;
         let end = forward(RunId(1), &rx, "demo", |_| false, || gone += 1, |_| {});
         assert_eq!((end.reason, gone, end.text.as_str()), (None, 1, "a"));
-        assert!(
-            end.error
-                .is_some_and(|e| e.to_lowercase().contains("no model")),
-            "the failure is kept for the store"
-        );
+        assert!(end.error.is_some_and(|e| e.to_lowercase().contains("no model")), "the failure is kept for the store");
 
         let (tx, rx) = mpsc::channel::<EngineEvent>();
         drop(tx);
@@ -1017,32 +801,16 @@ mod tests {
             || {},
             |_| {},
         );
-        assert!(
-            matches!(
-                &got[..],
-                [ChatEvent::Error {
-                    code: "ENGINE_INTERNAL",
-                    ..
-                }]
-            ),
-            "{got:?}"
-        );
+        assert!(matches!(&got[..], [ChatEvent::Error { code: "ENGINE_INTERNAL", .. }]), "{got:?}");
     }
 
     fn max(n: usize) -> TurnOptions {
-        TurnOptions {
-            max_tokens: Some(n),
-            ..TurnOptions::default()
-        }
+        TurnOptions { max_tokens: Some(n), ..TurnOptions::default() }
     }
 
     /// The session's messages once the turn's end is committed (also used by
     /// the routing tests).
-    pub(super) fn wait_for_status(
-        state: &AppState,
-        session: &str,
-        n: usize,
-    ) -> Vec<headroom_store::StoredMessage> {
+    pub(super) fn wait_for_status(state: &AppState, session: &str, n: usize) -> Vec<headroom_store::StoredMessage> {
         // The thread commits the end right after the last event.
         for _ in 0..200 {
             let msgs = block_on(state.store.messages(session)).unwrap_or_default();
@@ -1051,10 +819,7 @@ mod tests {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        panic!(
-            "the turn was not committed: {:?}",
-            block_on(state.store.messages(session))
-        );
+        panic!("the turn was not committed: {:?}", block_on(state.store.messages(session)));
     }
 
     #[test]
@@ -1063,21 +828,14 @@ mod tests {
         greedy(&state);
         crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
         let (tx, rx) = mpsc::channel();
-        let id = start_turn(&state, "s1", "hello", max(5), move |e| tx.send(e).is_ok())
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        let events: Vec<ChatEvent> =
-            std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
-        assert!(
-            matches!(events.first(), Some(ChatEvent::Started { run_id, .. }) if *run_id == id.0),
-            "{events:?}"
-        );
-        assert!(
-            matches!(events.last(), Some(ChatEvent::Finished { .. })),
-            "{events:?}"
-        );
-        assert!(events.iter().any(
-            |e| matches!(e, ChatEvent::Stats { model, .. } if model == crate::models::DEMO_MODEL_ID)
-        ));
+        let id =
+            start_turn(&state, "s1", "hello", max(5), move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+        let events: Vec<ChatEvent> = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
+        assert!(matches!(events.first(), Some(ChatEvent::Started { run_id, .. }) if *run_id == id.0), "{events:?}");
+        assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+        assert!(events
+            .iter()
+            .any(|e| matches!(e, ChatEvent::Stats { model, .. } if model == crate::models::DEMO_MODEL_ID)));
         let streamed: String = events
             .iter()
             .filter_map(|e| match e {
@@ -1086,64 +844,31 @@ mod tests {
             })
             .collect();
         let msgs = wait_for_status(&state, "s1", 2);
-        assert_eq!(
-            msgs.iter().map(|m| m.role).collect::<Vec<_>>(),
-            [Role::User, Role::Assistant]
-        );
-        assert_eq!(
-            (msgs[0].content.as_str(), msgs[1].content.as_str()),
-            ("hello", streamed.as_str())
-        );
+        assert_eq!(msgs.iter().map(|m| m.role).collect::<Vec<_>>(), [Role::User, Role::Assistant]);
+        assert_eq!((msgs[0].content.as_str(), msgs[1].content.as_str()), ("hello", streamed.as_str()));
         assert_eq!(msgs[1].status, MessageStatus::Complete);
-        let stats = msgs[1]
-            .stats
-            .clone()
-            .unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+        let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
         assert_eq!(
-            (
-                stats.model_id.as_str(),
-                stats.batch,
-                stats.quantization.as_deref()
-            ),
+            (stats.model_id.as_str(), stats.batch, stats.quantization.as_deref()),
             (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"))
         );
-        assert!(
-            stats.generated_tokens <= 5 && stats.prompt_tokens > 0,
-            "{stats:?}"
-        );
+        assert!(stats.generated_tokens <= 5 && stats.prompt_tokens > 0, "{stats:?}");
         let first_prompt = stats.prompt_tokens;
 
         // A second turn in the same session sees the whole conversation.
         let (tx, rx) = mpsc::channel();
-        start_turn(&state, "s1", "more", max(5), move |e| tx.send(e).is_ok())
-            .unwrap_or_else(|e| panic!("{e:?}"));
-        let events: Vec<ChatEvent> =
-            std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
-        assert!(
-            matches!(events.last(), Some(ChatEvent::Finished { .. })),
-            "second turn: {events:?}"
-        );
+        start_turn(&state, "s1", "more", max(5), move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+        let events: Vec<ChatEvent> = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
+        assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "second turn: {events:?}");
         let msgs = wait_for_status(&state, "s1", 4);
-        let second = msgs[3]
-            .stats
-            .clone()
-            .unwrap_or_else(|| panic!("no stats: {msgs:?}"));
-        assert!(
-            second.prompt_tokens > first_prompt,
-            "{} then {}",
-            first_prompt,
-            second.prompt_tokens
-        );
+        let second = msgs[3].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+        assert!(second.prompt_tokens > first_prompt, "{} then {}", first_prompt, second.prompt_tokens);
 
         let err = start_turn(&state, "s1", " \n", TurnOptions::default(), |_| true).err();
         assert_eq!(err.map(|e| e.code), Some("EMPTY_MESSAGE"));
         let err = start_turn(&state, "s1", "hi", max(0), |_| true).err();
         assert_eq!(err.map(|e| e.code), Some("INVALID_SETTING"));
-        assert_eq!(
-            block_on(state.store.messages("s1")).map(|m| m.len()).ok(),
-            Some(4),
-            "refused turns store nothing"
-        );
+        assert_eq!(block_on(state.store.messages("s1")).map(|m| m.len()).ok(), Some(4), "refused turns store nothing");
     }
 
     #[test]
@@ -1158,10 +883,7 @@ mod tests {
         let run = start_turn(&state, "c", "count to a thousand", max(4000), move |e| {
             // Stop after a few tokens, as the UI's Stop button does.
             if matches!(e, ChatEvent::Token { .. }) {
-                if let Some(id) = *id2
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner)
-                {
+                if let Some(id) = *id2.lock().unwrap_or_else(std::sync::PoisonError::into_inner) {
                     engine.cancel(id);
                 }
             }
@@ -1169,24 +891,12 @@ mod tests {
         })
         .unwrap_or_else(|e| panic!("{e:?}"));
         *id.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(run);
-        let events: Vec<ChatEvent> =
-            std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
-        assert!(
-            events.contains(&ChatEvent::Finished {
-                reason: FinishReason::Cancelled
-            }),
-            "{events:?}"
-        );
+        let events: Vec<ChatEvent> = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
+        assert!(events.contains(&ChatEvent::Finished { reason: FinishReason::Cancelled }), "{events:?}");
         let msgs = wait_for_status(&state, "c", 2);
         assert_eq!(msgs[1].status, MessageStatus::Interrupted);
-        assert_eq!(
-            msgs[1].stats.as_ref().map(|s| s.finish_reason),
-            Some(FinishReason::Cancelled)
-        );
-        assert!(msgs[1]
-            .stats
-            .as_ref()
-            .is_some_and(|s| s.generated_tokens < 4000));
+        assert_eq!(msgs[1].stats.as_ref().map(|s| s.finish_reason), Some(FinishReason::Cancelled));
+        assert!(msgs[1].stats.as_ref().is_some_and(|s| s.generated_tokens < 4000));
     }
 
     #[test]

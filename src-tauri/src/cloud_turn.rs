@@ -6,8 +6,8 @@
 use std::path::Path;
 
 use headroom_cloud::{
-    run_turn, ApiKey, CancellationToken, ChatParams, CloudClient, CloudConfig, CloudError,
-    CloudEvent, CloudStats, KeyError, KeyStore,
+    run_turn, ApiKey, CancellationToken, ChatParams, CloudClient, CloudConfig, CloudError, CloudEvent, CloudStats,
+    KeyError, KeyStore,
 };
 use headroom_core::chat::Message;
 use headroom_core::settings::Settings;
@@ -31,9 +31,7 @@ impl From<KeyError> for CommandError {
         let code = match &e {
             KeyError::EmptyKey => "CLOUD_KEY_EMPTY",
             KeyError::InvalidUrl(_) => "CLOUD_BAD_URL",
-            KeyError::File { .. } | KeyError::CorruptFile { .. } | KeyError::Keychain(_) => {
-                "CLOUD_KEY_STORE"
-            }
+            KeyError::File { .. } | KeyError::CorruptFile { .. } | KeyError::Keychain(_) => "CLOUD_KEY_STORE",
         };
         Self::new(code, format!("The API key could not be used: {e}"))
     }
@@ -42,10 +40,7 @@ impl From<KeyError> for CommandError {
 /// The key for `base_url`: `$HEADROOM_CLOUD_API_KEY` if set, else the one
 /// stored for it in `data_dir`'s key store (the CLI resolves it the same way).
 pub fn api_key(base_url: &str, data_dir: &Path) -> Result<Option<ApiKey>, KeyError> {
-    match std::env::var(API_KEY_ENV)
-        .ok()
-        .filter(|k| !k.trim().is_empty())
-    {
+    match std::env::var(API_KEY_ENV).ok().filter(|k| !k.trim().is_empty()) {
         Some(key) => Ok(Some(ApiKey::new(key.trim()))),
         None => Ok(KeyStore::new(data_dir).get(base_url)?.map(|(key, _)| key)),
     }
@@ -56,33 +51,21 @@ pub fn api_key(base_url: &str, data_dir: &Path) -> Result<Option<ApiKey>, KeyErr
 /// without a stored key is used without one (a local OpenAI-compatible
 /// server needs none; a real provider answers 401, which is reported).
 pub fn config(settings: &Settings, data_dir: &Path) -> Result<CloudConfig, CommandError> {
-    let url = settings.cloud_base_url.clone().ok_or_else(|| {
-        CommandError::new(
-            "ROUTE_NO_CLOUD",
-            "No cloud provider is set up: add one in Settings.",
-        )
-    })?;
+    let url = settings
+        .cloud_base_url
+        .clone()
+        .ok_or_else(|| CommandError::new("ROUTE_NO_CLOUD", "No cloud provider is set up: add one in Settings."))?;
     let model = settings.cloud_model.clone().ok_or_else(|| {
-        CommandError::new(
-            "CLOUD_NO_MODEL",
-            "No cloud model is set: choose one in Settings, next to the cloud URL.",
-        )
+        CommandError::new("CLOUD_NO_MODEL", "No cloud model is set: choose one in Settings, next to the cloud URL.")
     })?;
     let api_key = api_key(&url, data_dir)?;
-    Ok(CloudConfig {
-        api_key,
-        ..CloudConfig::new(url, model)
-    })
+    Ok(CloudConfig { api_key, ..CloudConfig::new(url, model) })
 }
 
 /// The labels a cloud answer is stored with: no local quantization or KV
 /// cache is involved, and the id says where it ran.
 pub fn labels(model: &str) -> ModelLabels {
-    ModelLabels {
-        model_id: model.to_owned(),
-        quantization: None,
-        kv_dtype: "n/a (cloud)".to_owned(),
-    }
+    ModelLabels { model_id: model.to_owned(), quantization: None, kv_dtype: "n/a (cloud)".to_owned() }
 }
 
 /// A cloud turn's figures as a local turn's. Token counts are the server's
@@ -155,16 +138,8 @@ pub async fn run(
         }
         Err(e) => {
             let message = e.to_string();
-            send(ChatEvent::Error {
-                code: e.code(),
-                message: message.clone(),
-            });
-            TurnEnd {
-                text: result.text,
-                reason: None,
-                stats: None,
-                error: Some(message),
-            }
+            send(ChatEvent::Error { code: e.code(), message: message.clone() });
+            TurnEnd { text: result.text, reason: None, stats: None, error: Some(message) }
         }
     }
 }
@@ -185,16 +160,7 @@ pub fn run_blocking(
     let (tx, rx) = std::sync::mpsc::channel();
     let canceller = cancel.clone();
     let task = tauri::async_runtime::spawn(async move {
-        run(
-            &client,
-            run_id,
-            &messages,
-            &params,
-            cancel,
-            move |e| tx.send(e).is_ok(),
-            |_| {},
-        )
-        .await
+        run(&client, run_id, &messages, &params, cancel, move |e| tx.send(e).is_ok(), |_| {}).await
     });
     let mut so_far = String::new();
     let mut listening = true;
@@ -231,39 +197,16 @@ mod tests {
 
     #[test]
     fn cloud_stats_take_the_local_shape_with_the_servers_counts() {
-        let usage = Usage {
-            prompt_tokens: 30,
-            completion_tokens: 8,
-            total_tokens: Some(38),
-        };
-        let cloud = CloudStats::new(
-            Some(usage),
-            Some(Duration::from_millis(100)),
-            Some(Duration::from_millis(800)),
-            2,
-            1,
-        );
+        let usage = Usage { prompt_tokens: 30, completion_tokens: 8, total_tokens: Some(38) };
+        let cloud =
+            CloudStats::new(Some(usage), Some(Duration::from_millis(100)), Some(Duration::from_millis(800)), 2, 1);
         let s = turn_stats(&cloud);
-        assert_eq!(
-            (
-                s.prompt_tokens,
-                s.context_tokens,
-                s.generated_tokens,
-                s.batch
-            ),
-            (30, 30, 8, 1)
-        );
+        assert_eq!((s.prompt_tokens, s.context_tokens, s.generated_tokens, s.batch), (30, 30, 8, 1));
         assert_eq!(s.rates, cloud.rates);
         assert_eq!(s.rates.decode_tps, Some(10.0));
         assert_eq!(s.peak_memory_bytes, 0);
 
-        let none = turn_stats(&CloudStats::new(
-            None,
-            Some(Duration::from_millis(100)),
-            None,
-            5,
-            1,
-        ));
+        let none = turn_stats(&CloudStats::new(None, Some(Duration::from_millis(100)), None, 5, 1));
         assert_eq!((none.generated_tokens, none.rates.decode_tps), (0, None));
     }
 
@@ -272,20 +215,11 @@ mod tests {
         let dir = std::path::Path::new("/nonexistent-headroom-dir");
         let code = |s: &Settings| config(s, dir).err().map(|e| e.code);
         assert_eq!(code(&Settings::default()), Some("ROUTE_NO_CLOUD"));
-        let url_only = Settings {
-            cloud_base_url: Some("http://127.0.0.1:9/v1".into()),
-            ..Settings::default()
-        };
+        let url_only = Settings { cloud_base_url: Some("http://127.0.0.1:9/v1".into()), ..Settings::default() };
         assert_eq!(code(&url_only), Some("CLOUD_NO_MODEL"));
-        let both = Settings {
-            cloud_model: Some("m".into()),
-            ..url_only
-        };
+        let both = Settings { cloud_model: Some("m".into()), ..url_only };
         let c = config(&both, dir).unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(
-            (c.base_url.as_str(), c.model.as_str()),
-            ("http://127.0.0.1:9/v1", "m")
-        );
+        assert_eq!((c.base_url.as_str(), c.model.as_str()), ("http://127.0.0.1:9/v1", "m"));
     }
 
     #[test]
@@ -294,11 +228,8 @@ mod tests {
             .and_then(|l| l.local_addr())
             .map(|a| a.port())
             .unwrap_or_else(|e| panic!("{e}"));
-        let client = CloudClient::new(headroom_cloud::CloudConfig::new(
-            format!("http://127.0.0.1:{port}/v1"),
-            "m",
-        ))
-        .unwrap_or_else(|e| panic!("{e}"));
+        let client = CloudClient::new(headroom_cloud::CloudConfig::new(format!("http://127.0.0.1:{port}/v1"), "m"))
+            .unwrap_or_else(|e| panic!("{e}"));
         let mut events = Vec::new();
         let messages = [Message::new(headroom_core::chat::Role::User, "hi")];
         let end = crate::chat::block_on(run(
@@ -314,16 +245,7 @@ mod tests {
             |_| {},
         ));
         assert_eq!(events.len(), 1, "{events:?}");
-        assert!(
-            matches!(
-                &events[0],
-                ChatEvent::Error {
-                    code: "CLOUD_CONNECTION_REFUSED",
-                    ..
-                }
-            ),
-            "{events:?}"
-        );
+        assert!(matches!(&events[0], ChatEvent::Error { code: "CLOUD_CONNECTION_REFUSED", .. }), "{events:?}");
         assert_eq!((end.reason, end.text.as_str()), (None::<FinishReason>, ""));
         assert!(end.error.is_some_and(|m| m.contains("connection refused")));
     }

@@ -67,7 +67,12 @@ pub fn check_model(dir: &Path, context: usize, source: BudgetSource) -> Result<F
 
 /// [`check_model`] for the model loaded as `dtype` (f32 widens the float
 /// weights, the KV cache and the activations).
-pub fn check_model_as(dir: &Path, context: usize, dtype: ComputeDtype, source: BudgetSource) -> Result<FitReport, FitError> {
+pub fn check_model_as(
+    dir: &Path,
+    context: usize,
+    dtype: ComputeDtype,
+    source: BudgetSource,
+) -> Result<FitReport, FitError> {
     let footprint = inspect_model_as(dir, dtype)?;
     let inputs = budget_inputs(source)?;
     Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
@@ -173,12 +178,23 @@ mod tests {
         // 24 GB available − 4 GB headroom = 20 GB from memory; a Mac whose
         // GPU may keep only 12 GB resident gets 12 GB, and the 10 GB model
         // at 8k no longer fits comfortably.
-        let source = BudgetSource { available_bytes: Some(24 * GIB), gpu_working_set_bytes: Some(12 * GIB), ..BudgetSource::default() };
+        let source = BudgetSource {
+            available_bytes: Some(24 * GIB),
+            gpu_working_set_bytes: Some(12 * GIB),
+            ..BudgetSource::default()
+        };
         let report = check_model(&dir, 8192, source).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(report.budget.from_memory_bytes, 20 * GIB);
-        assert_eq!((report.budget.budget_bytes, report.budget.limited_by), (12 * GIB, headroom_core::fit::BudgetLimit::GpuWorkingSet));
-        let roomy = check_model(&dir, 8192, BudgetSource { gpu_working_set_bytes: Some(30 * GIB), ..source }).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((roomy.budget.budget_bytes, roomy.budget.limited_by), (20 * GIB, headroom_core::fit::BudgetLimit::Memory));
+        assert_eq!(
+            (report.budget.budget_bytes, report.budget.limited_by),
+            (12 * GIB, headroom_core::fit::BudgetLimit::GpuWorkingSet)
+        );
+        let roomy = check_model(&dir, 8192, BudgetSource { gpu_working_set_bytes: Some(30 * GIB), ..source })
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (roomy.budget.budget_bytes, roomy.budget.limited_by),
+            (20 * GIB, headroom_core::fit::BudgetLimit::Memory)
+        );
         assert!(roomy.spare_bytes > report.spare_bytes);
         // Off macOS nothing is read: the default has no GPU limit.
         #[cfg(not(target_os = "macos"))]

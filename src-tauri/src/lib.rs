@@ -39,9 +39,7 @@ pub const MODELS_CHANGED_EVENT: &str = "models-changed";
 
 /// Opens the menu-bar app and blocks until the user quits.
 pub fn run() {
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .try_init();
+    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
     let builder = Builder::default().setup(|app| {
         platform::configure(app);
         tray::install(app.handle())?;
@@ -144,7 +142,8 @@ pub fn run_app<R: Runtime>(
         Some(l) => l,
         None => Locations::from_env(|| app.path().app_data_dir())?,
     };
-    let engine = headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
+    let engine =
+        headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     // Opened (and migrated) before any command can run.
     let store = chat::block_on(headroom_store::Store::open(&locations.data_dir))
         .map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
@@ -202,12 +201,7 @@ mod tests {
         invoke_from(APP_ORIGIN, window, cmd, args)
     }
 
-    fn invoke_from(
-        origin: &str,
-        window: &WebviewWindow<MockRuntime>,
-        cmd: &str,
-        args: Value,
-    ) -> Result<Value, Value> {
+    fn invoke_from(origin: &str, window: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
         let request = InvokeRequest {
             cmd: cmd.into(),
             callback: CallbackFn(0),
@@ -217,8 +211,7 @@ mod tests {
             headers: Default::default(),
             invoke_key: INVOKE_KEY.to_string(),
         };
-        get_ipc_response(window, request)
-            .map(|body| body.deserialize::<Value>().unwrap_or_else(|e| panic!("{e}")))
+        get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap_or_else(|e| panic!("{e}")))
     }
 
     #[test]
@@ -311,7 +304,10 @@ mod tests {
         assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
         assert_eq!(state.loaded_model().map(|m| m.id), Some(crate::models::DEMO_MODEL_ID.to_owned()));
         let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((list[0]["id"].as_str(), list[0]["loaded"].as_bool()), (Some(crate::models::DEMO_MODEL_ID), Some(true)));
+        assert_eq!(
+            (list[0]["id"].as_str(), list[0]["loaded"].as_bool()),
+            (Some(crate::models::DEMO_MODEL_ID), Some(true))
+        );
         assert_eq!((list[1]["id"].as_str(), list[1]["loaded"].as_bool()), (Some("huge-demo"), Some(false)));
     }
 
@@ -321,8 +317,12 @@ mod tests {
         let state = app.state::<crate::AppState>();
         assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
         let id = crate::models::DEMO_MODEL_ID;
-        let r = invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!((r["id"].as_str(), r["loaded"].as_bool(), r["context_limit"].as_u64()), (Some(id), Some(true), Some(1024)));
+        let r =
+            invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            (r["id"].as_str(), r["loaded"].as_bool(), r["context_limit"].as_u64()),
+            (Some(id), Some(true), Some(1024))
+        );
         assert!(r["unload_ms"].as_u64().is_some() && r["load_ms"].as_u64().is_some(), "{r}");
         // It replaced the demo model loaded above, and caps MLX's cache from the budget.
         assert!(r["freed_bytes"].as_u64().is_some(), "{r}");

@@ -88,7 +88,11 @@ pub fn tooltip(s: &MemorySample) -> String {
 
 /// The kept samples, oldest first (empty before the sampler has started).
 pub fn history(state: &AppState) -> Vec<MemorySample> {
-    state.memory.get().map(|m| m.history().iter().map(|s| MemorySample::from_sample(s, None)).collect()).unwrap_or_default()
+    state
+        .memory
+        .get()
+        .map(|m| m.history().iter().map(|s| MemorySample::from_sample(s, None)).collect())
+        .unwrap_or_default()
 }
 
 /// Starts the sampler on Tauri's runtime and forwards each sample to the UI
@@ -158,13 +162,30 @@ mod tests {
         let mlx = headroom_engine::MlxMemory { active: 7, cache: 8, peak: 9 };
         let s = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, Some(mlx));
         let v = serde_json::to_value(s).unwrap_or_default();
-        for key in ["atUnixMs", "total", "available", "used", "swapTotal", "swapUsed", "pressure", "processRss", "mlxActive", "mlxPeak"] {
+        for key in [
+            "atUnixMs",
+            "total",
+            "available",
+            "used",
+            "swapTotal",
+            "swapUsed",
+            "pressure",
+            "processRss",
+            "mlxActive",
+            "mlxPeak",
+        ] {
             assert!(v.get(key).is_some(), "{key} in {v}");
         }
-        assert_eq!((v["pressure"].as_str(), v["mlxActive"].as_u64(), v["mlxPeak"].as_u64()), (Some("warning"), Some(7), Some(9)));
+        assert_eq!(
+            (v["pressure"].as_str(), v["mlxActive"].as_u64(), v["mlxPeak"].as_u64()),
+            (Some("warning"), Some(7), Some(9))
+        );
         assert_eq!(tooltip(&s), "Headroom — memory pressure warning, 19.1 / 32.0 GB used");
         let p = timeline_point(&s);
-        assert_eq!((p.at_ms, p.used_bytes, p.available_bytes, p.pressure), (5, (19 * GIB + GIB / 10) as i64, (12 * GIB) as i64, PressureLevel::Warning));
+        assert_eq!(
+            (p.at_ms, p.used_bytes, p.available_bytes, p.pressure),
+            (5, (19 * GIB + GIB / 10) as i64, (12 * GIB) as i64, PressureLevel::Warning)
+        );
         let none = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, None);
         assert!(serde_json::to_value(none).unwrap_or_default()["mlxActive"].is_null());
     }

@@ -130,8 +130,7 @@ pub fn cache_limit_bytes(report: &FitReport) -> usize {
 /// The HF cache snapshot of `org/name`, offline.
 pub fn resolve_repo(repo_id: &str, env: &HubEnv) -> Result<PathBuf, ModelsError> {
     let searched = env.hub_dirs();
-    let Some((org, name)) =
-        repo_id.split_once('/').filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
+    let Some((org, name)) = repo_id.split_once('/').filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
     else {
         return Err(ModelsError::NotFound { model: repo_id.into(), searched: Vec::new() });
     };
@@ -145,11 +144,8 @@ pub fn resolve_repo(repo_id: &str, env: &HubEnv) -> Result<PathBuf, ModelsError>
 }
 
 fn snapshot_of(repo_id: &str, repo_dir: &Path) -> Result<PathBuf, ModelsError> {
-    let broken = |reason: String| ModelsError::BrokenCacheEntry {
-        model: repo_id.into(),
-        repo_dir: repo_dir.to_owned(),
-        reason,
-    };
+    let broken =
+        |reason: String| ModelsError::BrokenCacheEntry { model: repo_id.into(), repo_dir: repo_dir.to_owned(), reason };
     let refs = repo_dir.join("refs").join("main");
     let sha = std::fs::read_to_string(&refs).map_err(|e| broken(format!("{}: {e}", refs.display())))?;
     let snapshot = repo_dir.join("snapshots").join(sha.trim());
@@ -200,7 +196,8 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
     let Ok(text) = std::fs::read_to_string(path.join("config.json")) else { return };
     let config: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
     let arch = config["model_type"].as_str().map(str::to_owned);
-    let quant = if config["quantization"].is_object() { &config["quantization"] } else { &config["quantization_config"] };
+    let quant =
+        if config["quantization"].is_object() { &config["quantization"] } else { &config["quantization_config"] };
     let bits = quant["bits"].as_u64().and_then(|b| u32::try_from(b).ok());
     let size_bytes = std::fs::read_dir(&path)
         .into_iter()
@@ -233,7 +230,12 @@ pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
 
 /// [`list_models`], each with its fit verdict at `context` tokens against
 /// `source` (none when there is no budget or the headers cannot be read).
-pub fn list_models_with_fit(data_dir: &Path, env: &HubEnv, context: usize, source: Option<BudgetSource>) -> Vec<ModelEntry> {
+pub fn list_models_with_fit(
+    data_dir: &Path,
+    env: &HubEnv,
+    context: usize,
+    source: Option<BudgetSource>,
+) -> Vec<ModelEntry> {
     let mut list = list_models(data_dir, env);
     for m in &mut list {
         m.fit = source.and_then(|s| fit::check_model(&m.path, context, s).ok());
@@ -257,7 +259,12 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
 /// thread) with `context_limit` (default: the app's). Unless `override_fit`,
 /// a model that would swap or cannot fit is refused before anything is
 /// unloaded or allocated, with `MODEL_TOO_LARGE` and the numbers.
-pub fn load(state: &AppState, id: &str, context_limit: Option<usize>, override_fit: bool) -> Result<LoadResult, CommandError> {
+pub fn load(
+    state: &AppState,
+    id: &str,
+    context_limit: Option<usize>,
+    override_fit: bool,
+) -> Result<LoadResult, CommandError> {
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
     let mut entry = list_models(&state.locations.data_dir, &state.locations.hub)
         .into_iter()
@@ -398,7 +405,8 @@ mod tests {
         let state = crate::test_state("settings-budget");
         let before = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(before.os_headroom_bytes, headroom_core::fit::DEFAULT_OS_HEADROOM);
-        let settings = headroom_core::settings::Settings { os_headroom_gb: 6.5, context_limit: 4096, ..Default::default() };
+        let settings =
+            headroom_core::settings::Settings { os_headroom_gb: 6.5, context_limit: 4096, ..Default::default() };
         state.apply_settings(&settings);
         let after = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(after.os_headroom_bytes, 6 * headroom_core::fit::GIB + headroom_core::fit::GIB / 2);
@@ -431,7 +439,11 @@ mod tests {
     fn lists_own_models_and_the_hf_cache_smallest_first() {
         let root = scratch("list");
         let data = root.join("data");
-        fake_model(&data.join("models/tiny"), r#"{"model_type":"qwen2","quantization":{"bits":4,"group_size":64}}"#, 10);
+        fake_model(
+            &data.join("models/tiny"),
+            r#"{"model_type":"qwen2","quantization":{"bits":4,"group_size":64}}"#,
+            10,
+        );
         std::fs::create_dir_all(data.join("models/not-a-model")).unwrap_or_else(|e| panic!("{e}"));
         let hub = root.join("hub");
         let snap = cached_repo(&hub, "mlx-community/Big-8bit", "abc");
@@ -453,7 +465,10 @@ mod tests {
         assert_eq!(ensure_demo_model(&state).ok(), Some(true));
         let list = entries(&state);
         assert_eq!(list.len(), 1, "{list:?}");
-        assert_eq!((list[0].id.as_str(), list[0].arch.as_deref(), list[0].bits, list[0].loaded), (DEMO_MODEL_ID, Some("qwen2"), Some(4), true));
+        assert_eq!(
+            (list[0].id.as_str(), list[0].arch.as_deref(), list[0].bits, list[0].loaded),
+            (DEMO_MODEL_ID, Some("qwen2"), Some(4), true)
+        );
         assert!(list[0].size_bytes > 0);
         assert_eq!(ensure_demo_model(&state).ok(), Some(false), "already loaded");
         let err = load(&state, "nobody/nothing", None, false).err();
@@ -523,7 +538,8 @@ mod tests {
         assert_eq!(ensure_demo_model(&state).ok(), Some(true));
         // bf16 `small`: about 20 MB of weights, well above the tolerance.
         let small = state.locations.data_dir.join(MODELS_DIR).join("small-bf16");
-        write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen)).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen))
+            .unwrap_or_else(|e| panic!("{e}"));
 
         let to_small = load(&state, "small-bf16", Some(1024), false).unwrap_or_else(|e| panic!("{e:?}"));
         // The demo model it replaced: its weights had to come back.

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
-use headroom_memory::Sampler;
 use headroom_engine::BackendInfo;
+use headroom_memory::Sampler;
 
 use crate::models::HubEnv;
 

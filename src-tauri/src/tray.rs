@@ -40,10 +40,7 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<()> {
         })
         .on_tray_icon_event(|tray, event| {
             if let TrayIconEvent::Click {
-                button: MouseButton::Left,
-                button_state: MouseButtonState::Up,
-                rect,
-                ..
+                button: MouseButton::Left, button_state: MouseButtonState::Up, rect, ..
             } = event
             {
                 if platform::LEFT_CLICK_TOGGLES {

@@ -54,15 +54,7 @@ impl MlxServer {
         let hub = scratch.join("hf-hub");
         std::fs::create_dir_all(&hub).unwrap_or_else(|e| panic!("{e}"));
         let child = Command::new(&python)
-            .args([
-                "-m",
-                "mlx_lm.server",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                &port.to_string(),
-                "--model",
-            ])
+            .args(["-m", "mlx_lm.server", "--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
             .arg(model)
             .env("HF_HUB_CACHE", &hub)
             .env("HF_HUB_OFFLINE", "1")
@@ -70,10 +62,7 @@ impl MlxServer {
             .stderr(Stdio::null())
             .spawn()
             .unwrap_or_else(|e| panic!("cannot start mlx_lm.server: {e}"));
-        let server = Self {
-            child,
-            base_url: format!("http://127.0.0.1:{port}/v1"),
-        };
+        let server = Self { child, base_url: format!("http://127.0.0.1:{port}/v1") };
         server.wait_ready(port);
         server
     }
@@ -106,53 +95,25 @@ impl Drop for MlxServer {
 fn demo_model(dir: &Path) -> PathBuf {
     let model = dir.join("demo");
     let out = headroom(&["demo-model", &model.to_string_lossy()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     model
 }
 
 fn stored(data: &Path, session: &str) -> Vec<headroom_store::StoredMessage> {
     tauri::async_runtime::block_on(async {
         let store = Store::open(data).await.unwrap_or_else(|e| panic!("{e}"));
-        store
-            .messages(session)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"))
+        store.messages(session).await.unwrap_or_else(|e| panic!("{e}"))
     })
 }
 
 /// `headroom chat … --route cloud` with its own data folder and no keychain.
-fn chat_cloud(
-    data: &Path,
-    model: &Path,
-    url: &str,
-    extra: &[&str],
-    key: Option<&str>,
-) -> std::process::Output {
+fn chat_cloud(data: &Path, model: &Path, url: &str, extra: &[&str], key: Option<&str>) -> std::process::Output {
     let model = model.to_string_lossy();
-    let args = [
-        &[
-            "chat",
-            &model,
-            "--route",
-            "cloud",
-            "--cloud-url",
-            url,
-            "--cloud-model",
-            "default_model",
-        ],
-        extra,
-    ]
-    .concat();
+    let args =
+        [&["chat", &model, "--route", "cloud", "--cloud-url", url, "--cloud-model", "default_model"], extra].concat();
     let mut env = vec![
         ("HEADROOM_DATA_DIR", data.as_os_str()),
-        (
-            "DBUS_SESSION_BUS_ADDRESS",
-            "unix:path=/nonexistent/headroom-test-bus".as_ref(),
-        ),
+        ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/headroom-test-bus".as_ref()),
     ];
     if let Some(key) = key {
         env.push(("HEADROOM_CLOUD_API_KEY", key.as_ref()));
@@ -167,55 +128,28 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
     let server = MlxServer::start(&model, &dir);
 
     // The client alone: structure, not content (the demo model's tokens are random).
-    let client = CloudClient::new(CloudConfig::new(&server.base_url, "default_model"))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let client =
+        CloudClient::new(CloudConfig::new(&server.base_url, "default_model")).unwrap_or_else(|e| panic!("{e}"));
     let (models, events) = tauri::async_runtime::block_on(async {
         let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
         let msgs = [Message::new(Role::User, "Hello there")];
-        let params = ChatParams {
-            max_tokens: Some(8),
-            temperature: Some(0.0),
-            ..ChatParams::default()
-        };
-        let r = headroom_cloud::run_turn(
-            &client,
-            &msgs,
-            &params,
-            headroom_cloud::CancellationToken::new(),
-            |_| true,
-        )
-        .await;
+        let params = ChatParams { max_tokens: Some(8), temperature: Some(0.0), ..ChatParams::default() };
+        let r =
+            headroom_cloud::run_turn(&client, &msgs, &params, headroom_cloud::CancellationToken::new(), |_| true).await;
         (models, r)
     });
     let canonical = model.canonicalize().unwrap_or_else(|e| panic!("{e}"));
-    assert!(
-        models.iter().any(|m| Path::new(m) == canonical),
-        "{models:?}"
-    );
-    let finished = events
-        .end
-        .unwrap_or_else(|e| panic!("the turn failed: {e}"));
-    let usage = finished
-        .stats
-        .usage
-        .unwrap_or_else(|| panic!("mlx_lm.server reports usage when asked"));
+    assert!(models.iter().any(|m| Path::new(m) == canonical), "{models:?}");
+    let finished = events.end.unwrap_or_else(|e| panic!("the turn failed: {e}"));
+    let usage = finished.stats.usage.unwrap_or_else(|| panic!("mlx_lm.server reports usage when asked"));
     assert!(usage.prompt_tokens > 0);
     assert!((1..=8).contains(&usage.completion_tokens), "{usage:?}");
-    assert_eq!(
-        finished.reason == FinishReason::Length,
-        usage.completion_tokens == 8,
-        "{finished:?}"
-    );
+    assert_eq!(finished.reason == FinishReason::Length, usage.completion_tokens == 8, "{finished:?}");
     // Chunks are not tokens: the server merges pieces of multi-byte characters.
-    assert!(
-        finished.stats.chunks >= 1 && finished.stats.chunks <= usage.completion_tokens as usize
-    );
+    assert!(finished.stats.chunks >= 1 && finished.stats.chunks <= usage.completion_tokens as usize);
     assert!(!events.text.is_empty());
     assert!(finished.stats.rates.ttft_ms.is_some_and(|t| t > 0.0));
-    assert_eq!(
-        finished.stats.timings.generated_tokens,
-        usage.completion_tokens
-    );
+    assert_eq!(finished.stats.timings.generated_tokens, usage.completion_tokens);
 
     // The CLI: two persisted turns, both stored with route = cloud.
     let data = dir.join("data");
@@ -223,24 +157,11 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
         &data,
         &model,
         &server.base_url,
-        &[
-            "--session",
-            "c",
-            "--message",
-            "Hi",
-            "--max-tokens",
-            "6",
-            "--json",
-        ],
+        &["--session", "c", "--message", "Hi", "--max-tokens", "6", "--json"],
         Some("k"),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(v["status"], "complete", "{v}");
     let generated = v["stats"]["generatedTokens"].as_i64().unwrap_or(0);
     assert!((1..=6).contains(&generated), "{v}");
@@ -253,32 +174,14 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
         &["--session", "c", "--message", "And?", "--max-tokens", "3"],
         Some("k"),
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let streamed = String::from_utf8_lossy(&out.stdout).into_owned();
     let msgs = stored(&data, "c");
     assert_eq!(msgs.len(), 4);
-    assert!(
-        msgs.iter()
-            .all(|m| m.route == Route::Cloud && m.status == MessageStatus::Complete),
-        "{msgs:?}"
-    );
-    assert_eq!(
-        format!("{}\n", msgs[3].content),
-        streamed,
-        "what streamed is what was stored"
-    );
-    let prompts: Vec<i64> = msgs
-        .iter()
-        .filter_map(|m| m.stats.as_ref().map(|s| s.prompt_tokens))
-        .collect();
-    assert!(
-        prompts.len() == 2 && prompts[1] > prompts[0],
-        "the second prompt holds the first turn: {prompts:?}"
-    );
+    assert!(msgs.iter().all(|m| m.route == Route::Cloud && m.status == MessageStatus::Complete), "{msgs:?}");
+    assert_eq!(format!("{}\n", msgs[3].content), streamed, "what streamed is what was stored");
+    let prompts: Vec<i64> = msgs.iter().filter_map(|m| m.stats.as_ref().map(|s| s.prompt_tokens)).collect();
+    assert!(prompts.len() == 2 && prompts[1] > prompts[0], "the second prompt holds the first turn: {prompts:?}");
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -290,17 +193,11 @@ fn stub(reply: String, want_key: Option<&'static str>) -> String {
 }
 
 /// [`stub`], also handing back the request bodies it received.
-fn stub_recording(
-    reply: String,
-    want_key: Option<&'static str>,
-) -> (String, Arc<Mutex<Vec<String>>>) {
+fn stub_recording(reply: String, want_key: Option<&'static str>) -> (String, Arc<Mutex<Vec<String>>>) {
     let bodies = Arc::new(Mutex::new(Vec::new()));
     let seen = bodies.clone();
     let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-    let port = listener
-        .local_addr()
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut conn) = conn else { return };
@@ -341,16 +238,13 @@ fn stub_recording(
 }
 
 fn sse(pieces: &[&str], end: bool) -> String {
-    let mut s = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
-        .to_owned();
+    let mut s = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n".to_owned();
     for p in pieces {
         let v = serde_json::json!({"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
         s.push_str(&format!("data: {v}\n\n"));
     }
     if end {
-        s.push_str(
-            "data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
-        );
+        s.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
         s.push_str("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":4,\"total_tokens\":15}}\n\ndata: [DONE]\n\n");
     }
     s
@@ -366,102 +260,48 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
 
     // Server down.
     let down = format!("http://127.0.0.1:{}/v1", free_port());
-    let out = chat_cloud(
-        &data,
-        &model,
-        &down,
-        &["--session", "down", "--message", "keep me"],
-        Some("k"),
-    );
+    let out = chat_cloud(&data, &model, &down, &["--session", "down", "--message", "keep me"], Some("k"));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("connection refused") && stderr(&out).contains(&down),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("connection refused") && stderr(&out).contains(&down), "{}", stderr(&out));
     let msgs = stored(&data, "down");
     assert_eq!(
-        msgs.iter()
-            .map(|m| (m.content.as_str(), m.status))
-            .collect::<Vec<_>>(),
-        [
-            ("keep me", MessageStatus::Complete),
-            ("", MessageStatus::Error)
-        ]
+        msgs.iter().map(|m| (m.content.as_str(), m.status)).collect::<Vec<_>>(),
+        [("keep me", MessageStatus::Complete), ("", MessageStatus::Error)]
     );
-    assert!(msgs[1]
-        .error
-        .as_deref()
-        .is_some_and(|e| e.contains("connection refused")));
+    assert!(msgs[1].error.as_deref().is_some_and(|e| e.contains("connection refused")));
     assert_eq!(msgs[1].route, Route::Cloud);
 
     // 401 from a stub that wants another key.
     let url = stub(sse(&["never"], true), Some("right-key"));
-    let out = chat_cloud(
-        &data,
-        &model,
-        &url,
-        &["--session", "auth", "--message", "my question"],
-        Some("wrong-key"),
-    );
+    let out = chat_cloud(&data, &model, &url, &["--session", "auth", "--message", "my question"], Some("wrong-key"));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("rejected the API key (HTTP 401)"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("rejected the API key (HTTP 401)"), "{}", stderr(&out));
     assert_eq!(stored(&data, "auth")[0].content, "my question");
 
     // The stored key (no keychain here: the user-only file) is the one sent.
     let mut set = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(["cloud-key", "set", "--url", &url])
         .env("HEADROOM_DATA_DIR", &data)
-        .env(
-            "DBUS_SESSION_BUS_ADDRESS",
-            "unix:path=/nonexistent/headroom-test-bus",
-        )
+        .env("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/headroom-test-bus")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("{e}"));
-    set.stdin
-        .take()
-        .map(|mut s| s.write_all(b"right-key\n"))
-        .transpose()
-        .unwrap_or_else(|e| panic!("{e}"));
+    set.stdin.take().map(|mut s| s.write_all(b"right-key\n")).transpose().unwrap_or_else(|e| panic!("{e}"));
     let set = set.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
     assert!(set.status.success());
     assert!(String::from_utf8_lossy(&set.stdout).contains("readable only by you"));
-    let out = chat_cloud(
-        &data,
-        &model,
-        &url,
-        &["--session", "auth", "--message", "again"],
-        None,
-    );
+    let out = chat_cloud(&data, &model, &url, &["--session", "auth", "--message", "again"], None);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "never\n");
 
     // A stream cut after two chunks: the partial answer is saved with the error.
     let url = stub(sse(&["half ", "an answer"], false), None);
-    let out = chat_cloud(
-        &data,
-        &model,
-        &url,
-        &["--session", "cut", "--message", "long one"],
-        Some("k"),
-    );
+    let out = chat_cloud(&data, &model, &url, &["--session", "cut", "--message", "long one"], Some("k"));
     assert_eq!(out.status.code(), Some(1));
-    assert!(
-        stderr(&out).contains("cut after 2 text chunks"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("cut after 2 text chunks"), "{}", stderr(&out));
     let msgs = stored(&data, "cut");
-    assert_eq!(
-        (msgs[0].content.as_str(), msgs[1].content.as_str()),
-        ("long one", "half an answer")
-    );
+    assert_eq!((msgs[0].content.as_str(), msgs[1].content.as_str()), ("long one", "half an answer"));
     assert_eq!(msgs[1].status, MessageStatus::Error);
 
     // --route auto: a prompt over the local threshold (8192 estimated tokens
@@ -472,31 +312,11 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     let mut env_args = vec!["--session", "auto", "--message", long.as_str()];
     env_args.extend(["--route", "auto"]);
     let m = model.to_string_lossy();
-    let args = [
-        &[
-            "chat",
-            &*m,
-            "--cloud-url",
-            &url,
-            "--cloud-model",
-            "default_model",
-        ],
-        env_args.as_slice(),
-    ]
-    .concat();
-    let out = headroom_with(
-        &args,
-        &[
-            ("HEADROOM_DATA_DIR", data.as_os_str()),
-            ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
-        ],
-    );
+    let args = [&["chat", &*m, "--cloud-url", &url, "--cloud-model", "default_model"], env_args.as_slice()].concat();
+    let out =
+        headroom_with(&args, &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(
-        stderr(&out).contains("--route auto: the cloud"),
-        "{}",
-        stderr(&out)
-    );
+    assert!(stderr(&out).contains("--route auto: the cloud"), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "routed\n");
     assert_eq!(stored(&data, "auto")[1].route, Route::Cloud);
 
@@ -506,18 +326,10 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
         let store = Store::open(&data).await.unwrap_or_else(|e| panic!("{e}"));
         let mut settings = store.settings().await.unwrap_or_else(|e| panic!("{e}"));
         settings.summarise_for_cloud = true;
-        store
-            .set_settings(&settings)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        store.set_settings(&settings).await.unwrap_or_else(|e| panic!("{e}"));
         for i in 0..3 {
             let t = store
-                .begin_turn(
-                    "sum",
-                    &format!("question {i}: {}", "lorem ipsum ".repeat(350)),
-                    None,
-                    Route::Cloud,
-                )
+                .begin_turn("sum", &format!("question {i}: {}", "lorem ipsum ".repeat(350)), None, Route::Cloud)
                 .await
                 .unwrap_or_else(|e| panic!("{e}"));
             let answer = headroom_store::TurnOutcome {
@@ -526,10 +338,7 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
                 error: None,
                 stats: None,
             };
-            store
-                .finish_turn(t.assistant_message_id, &answer)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            store.finish_turn(t.assistant_message_id, &answer).await.unwrap_or_else(|e| panic!("{e}"));
         }
     });
     let (url, bodies) = stub_recording(sse(&["short"], true), None);
@@ -548,33 +357,19 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
             "--cloud-model",
             "x",
         ],
-        &[
-            ("HEADROOM_DATA_DIR", data.as_os_str()),
-            ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
-        ],
+        &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("tokens saved"), "{}", stderr(&out));
     let body = bodies.lock().map(|b| b.concat()).unwrap_or_default();
-    let sent: serde_json::Value =
-        serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let sent: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     let sent = sent["messages"].as_array().cloned().unwrap_or_default();
     assert!(
-        sent[0]["content"]
-            .as_str()
-            .unwrap_or_default()
-            .starts_with("Summary of the earlier conversation:"),
+        sent[0]["content"].as_str().unwrap_or_default().starts_with("Summary of the earlier conversation:"),
         "{sent:?}"
     );
-    assert_eq!(
-        sent.last().map(|m| m["content"].clone()),
-        Some("next?".into())
-    );
+    assert_eq!(sent.last().map(|m| m["content"].clone()), Some("next?".into()));
     assert!(sent.len() < 7, "7 messages without the summary: {sent:?}");
-    assert_eq!(
-        stored(&data, "sum").len(),
-        8,
-        "the stored history is untouched"
-    );
+    assert_eq!(stored(&data, "sum").len(), 8, "the stored history is untouched");
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -64,21 +64,16 @@ pub enum ChartCommandError {
     #[error(transparent)]
     Chart(#[from] SessionChartError),
     #[error("cannot write the chart to {}: {source}", path.display())]
-    WriteFile {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    WriteFile { path: PathBuf, source: std::io::Error },
     #[error("cannot write the chart: {0}")]
     Output(#[source] std::io::Error),
 }
 
 pub fn run(args: &ChartArgs) -> ExitCode {
-    let result = super::chat::open_store()
-        .map_err(ChartCommandError::from)
-        .and_then(|store| {
-            let stdout = std::io::stdout();
-            chart(args, &store, &mut stdout.lock())
-        });
+    let result = super::chat::open_store().map_err(ChartCommandError::from).and_then(|store| {
+        let stdout = std::io::stdout();
+        chart(args, &store, &mut stdout.lock())
+    });
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -89,19 +84,9 @@ pub fn run(args: &ChartArgs) -> ExitCode {
 }
 
 /// The command with its store and output injected, for tests.
-pub(crate) fn chart(
-    args: &ChartArgs,
-    store: &Store,
-    out: &mut dyn Write,
-) -> Result<(), ChartCommandError> {
+pub(crate) fn chart(args: &ChartArgs, store: &Store, out: &mut dyn Write) -> Result<(), ChartCommandError> {
     match &args.chart {
-        ChartKind::Session {
-            session,
-            theme,
-            out: file,
-            width,
-            height,
-        } => {
+        ChartKind::Session { session, theme, out: file, width, height } => {
             let style = ChartStyle::popover((*theme).into()).with_size(*width, *height);
             let svg = block_on(session_chart_svg(store, session, &style))?;
             match file {
@@ -109,19 +94,14 @@ pub(crate) fn chart(
                     write_file(path, &svg)?;
                     writeln!(out, "wrote {}", path.display()).map_err(ChartCommandError::Output)
                 }
-                None => out
-                    .write_all(svg.as_bytes())
-                    .map_err(ChartCommandError::Output),
+                None => out.write_all(svg.as_bytes()).map_err(ChartCommandError::Output),
             }
         }
     }
 }
 
 fn write_file(path: &Path, svg: &str) -> Result<(), ChartCommandError> {
-    std::fs::write(path, svg).map_err(|source| ChartCommandError::WriteFile {
-        path: path.to_owned(),
-        source,
-    })
+    std::fs::write(path, svg).map_err(|source| ChartCommandError::WriteFile { path: path.to_owned(), source })
 }
 
 #[cfg(test)]
@@ -135,25 +115,21 @@ mod tests {
     use crate::cli::{Cli, Command};
 
     fn store(tag: &str) -> Store {
-        let dir =
-            std::env::temp_dir().join(format!("headroom-cli-chart-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("headroom-cli-chart-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"))
     }
 
     fn parse(argv: &[&str]) -> ChartArgs {
-        match Cli::try_parse_from(argv)
-            .unwrap_or_else(|e| panic!("{e}"))
-            .command
-        {
+        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
             Some(Command::Chart(args)) => args,
             other => panic!("not a chart command: {other:?}"),
         }
     }
 
     fn answered_turn(store: &Store, context_tokens: i64) {
-        let t = block_on(store.begin_turn("demo", "Go on", Some("demo"), Route::Local))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let t =
+            block_on(store.begin_turn("demo", "Go on", Some("demo"), Route::Local)).unwrap_or_else(|e| panic!("{e}"));
         let stats = TurnStatsRecord {
             model_id: "demo".into(),
             quantization: None,
@@ -175,14 +151,9 @@ mod tests {
             swap_delta_bytes: None,
             finish_reason: FinishReason::Length,
         };
-        let outcome = TurnOutcome {
-            content: "…".into(),
-            status: MessageStatus::Complete,
-            error: None,
-            stats: Some(stats),
-        };
-        block_on(store.finish_turn(t.assistant_message_id, &outcome))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let outcome =
+            TurnOutcome { content: "…".into(), status: MessageStatus::Complete, error: None, stats: Some(stats) };
+        block_on(store.finish_turn(t.assistant_message_id, &outcome)).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]
@@ -192,37 +163,19 @@ mod tests {
             answered_turn(&s, ctx);
         }
         let mut out = Vec::new();
-        chart(
-            &parse(&["headroom", "chart", "session", "demo", "--theme", "dark"]),
-            &s,
-            &mut out,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
+        chart(&parse(&["headroom", "chart", "session", "demo", "--theme", "dark"]), &s, &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
         let svg = String::from_utf8_lossy(&out);
-        assert!(
-            svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"),
-            "{svg}"
-        );
-        assert_eq!(
-            svg.matches("<circle").count(),
-            6,
-            "three turns in two panels"
-        );
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
+        assert_eq!(svg.matches("<circle").count(), 6, "three turns in two panels");
         assert!(svg.contains("fill=\"#28282A\""), "the dark background");
 
         let file = s.path().with_file_name("demo-chart.svg");
         let arg_file = file.display().to_string();
         let mut out = Vec::new();
-        chart(
-            &parse(&["headroom", "chart", "session", "demo", "--out", &arg_file]),
-            &s,
-            &mut out,
-        )
-        .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(
-            String::from_utf8_lossy(&out),
-            format!("wrote {}\n", file.display())
-        );
+        chart(&parse(&["headroom", "chart", "session", "demo", "--out", &arg_file]), &s, &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(String::from_utf8_lossy(&out), format!("wrote {}\n", file.display()));
         let written = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(written.matches("<circle").count(), 6);
         assert!(written.contains("fill=\"#FFFFFF\""), "light by default");
@@ -231,41 +184,19 @@ mod tests {
     #[test]
     fn bad_sessions_themes_and_paths_are_clear_errors() {
         let s = store("errors");
-        let err = chart(
-            &parse(&["headroom", "chart", "session", "nope"]),
-            &s,
-            &mut Vec::new(),
-        )
-        .err();
+        let err = chart(&parse(&["headroom", "chart", "session", "nope"]), &s, &mut Vec::new()).err();
         assert_eq!(err.map(|e| e.to_string()), Some("no session `nope`".into()));
-        let err =
-            Cli::try_parse_from(["headroom", "chart", "session", "x", "--theme", "sepia"]).err();
-        assert!(err
-            .map(|e| e.to_string())
-            .unwrap_or_default()
-            .contains("invalid value 'sepia'"));
+        let err = Cli::try_parse_from(["headroom", "chart", "session", "x", "--theme", "sepia"]).err();
+        assert!(err.map(|e| e.to_string()).unwrap_or_default().contains("invalid value 'sepia'"));
         answered_turn(&s, 0);
         let bad = s.path().with_file_name("no-such-dir").join("c.svg");
         let arg = bad.display().to_string();
-        let err = chart(
-            &parse(&["headroom", "chart", "session", "demo", "--out", &arg]),
-            &s,
-            &mut Vec::new(),
-        )
-        .err();
+        let err = chart(&parse(&["headroom", "chart", "session", "demo", "--out", &arg]), &s, &mut Vec::new()).err();
         assert!(err
             .map(|e| e.to_string())
             .unwrap_or_default()
             .starts_with(&format!("cannot write the chart to {arg}")));
-        let err = chart(
-            &parse(&["headroom", "chart", "session", "demo", "--width", "100"]),
-            &s,
-            &mut Vec::new(),
-        )
-        .err();
-        assert!(err
-            .map(|e| e.to_string())
-            .unwrap_or_default()
-            .contains("too small"));
+        let err = chart(&parse(&["headroom", "chart", "session", "demo", "--width", "100"]), &s, &mut Vec::new()).err();
+        assert!(err.map(|e| e.to_string()).unwrap_or_default().contains("too small"));
     }
 }

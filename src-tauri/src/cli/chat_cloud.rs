@@ -11,9 +11,7 @@ use headroom_cloud::summarize::{self, SummaryPolicy};
 use headroom_cloud::{ApiKey, CancellationToken, ChatParams, CloudClient, CloudConfig};
 use headroom_core::chat::Message;
 use headroom_core::fit::Verdict;
-use headroom_core::router::{
-    route, ApproxTokens, LocalModel, Reason, RouteContext, RouteRequest, TokenCounter,
-};
+use headroom_core::router::{route, ApproxTokens, LocalModel, Reason, RouteContext, RouteRequest, TokenCounter};
 use headroom_core::settings::Settings;
 use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, LoadSettings};
 use headroom_engine::ComputeDtype;
@@ -45,32 +43,23 @@ pub const API_KEY_ENV: &str = "HEADROOM_CLOUD_API_KEY";
 /// The endpoint from the flags, else the stored settings; the key from
 /// `$HEADROOM_CLOUD_API_KEY`, else the key store.
 pub(super) fn cloud_config(args: &ChatArgs, settings: &Settings) -> Result<CloudConfig, CliError> {
-    let url = args.cloud_url.clone().or_else(|| settings.cloud_base_url.clone()).ok_or_else(|| CliError::BadArgument {
-        name: "--cloud-url",
-        reason: "no cloud endpoint is set: pass --cloud-url (e.g. https://api.openai.com/v1) or set one in Settings"
-            .into(),
-    })?;
-    let model = args
-        .cloud_model
-        .clone()
-        .or_else(|| settings.cloud_model.clone())
-        .ok_or_else(|| CliError::BadArgument {
+    let url =
+        args.cloud_url.clone().or_else(|| settings.cloud_base_url.clone()).ok_or_else(|| CliError::BadArgument {
+            name: "--cloud-url",
+            reason:
+                "no cloud endpoint is set: pass --cloud-url (e.g. https://api.openai.com/v1) or set one in Settings"
+                    .into(),
+        })?;
+    let model =
+        args.cloud_model.clone().or_else(|| settings.cloud_model.clone()).ok_or_else(|| CliError::BadArgument {
             name: "--cloud-model",
             reason: "no cloud model is set: pass --cloud-model or set one in Settings".into(),
         })?;
-    let api_key = match std::env::var(API_KEY_ENV)
-        .ok()
-        .filter(|k| !k.trim().is_empty())
-    {
+    let api_key = match std::env::var(API_KEY_ENV).ok().filter(|k| !k.trim().is_empty()) {
         Some(key) => Some(ApiKey::new(key.trim())),
-        None => super::cloud_key::key_store()?
-            .get(&url)?
-            .map(|(key, _)| key),
+        None => super::cloud_key::key_store()?.get(&url)?.map(|(key, _)| key),
     };
-    Ok(CloudConfig {
-        api_key,
-        ..CloudConfig::new(url, model)
-    })
+    Ok(CloudConfig { api_key, ..CloudConfig::new(url, model) })
 }
 
 /// `--route auto`: asks the router whether this message goes to the cloud,
@@ -85,10 +74,7 @@ pub(super) fn auto_picks_cloud(
     err: &mut dyn Write,
 ) -> Result<bool, CliError> {
     let history = block_on(store.history(&args.session))?;
-    let cloud = args
-        .cloud_url
-        .clone()
-        .or_else(|| settings.cloud_base_url.clone());
+    let cloud = args.cloud_url.clone().or_else(|| settings.cloud_base_url.clone());
     // A model whose fit cannot be read counts as not fitting; the local path
     // would report that error itself.
     let fit_at = |context: u64| {
@@ -98,28 +84,16 @@ pub(super) fn auto_picks_cloud(
     };
     let counter = ApproxTokens;
     let ctx = RouteContext {
-        local: Some(LocalModel {
-            id: args.model.clone(),
-            fit_at: &fit_at,
-        }),
+        local: Some(LocalModel { id: args.model.clone(), fit_at: &fit_at }),
         cloud,
         local_threshold_tokens: settings.local_threshold_tokens,
         ..RouteContext::new(&counter)
     };
-    let request = RouteRequest {
-        history: &history,
-        ..RouteRequest::new(&args.message)
-    };
-    let decision = route(&request, &ctx).map_err(|e| CliError::BadArgument {
-        name: "--route auto",
-        reason: e.to_string(),
-    })?;
+    let request = RouteRequest { history: &history, ..RouteRequest::new(&args.message) };
+    let decision =
+        route(&request, &ctx).map_err(|e| CliError::BadArgument { name: "--route auto", reason: e.to_string() })?;
     let why: Vec<String> = decision.reasons.iter().map(Reason::explain).collect();
-    let target = if decision.is_cloud() {
-        "the cloud"
-    } else {
-        "the local model"
-    };
+    let target = if decision.is_cloud() { "the cloud" } else { "the local model" };
     writeln!(err, "headroom: --route auto: {target} ({})", why.join("; "))?;
     Ok(decision.is_cloud())
 }
@@ -135,19 +109,14 @@ pub(super) fn chat(
     let config = cloud_config(args, settings)?;
     let client = CloudClient::new(config)?;
     if args.ignore_eos {
-        writeln!(
-            err,
-            "headroom: --ignore-eos has no effect on the cloud route (the API has no such option)"
-        )?;
+        writeln!(err, "headroom: --ignore-eos has no effect on the cloud route (the API has no such option)")?;
     }
     let max_tokens = args.max_tokens.unwrap_or(settings.max_tokens);
     let params = ChatParams {
-        max_tokens: Some(
-            u32::try_from(max_tokens).map_err(|_| CliError::BadArgument {
-                name: "--max-tokens",
-                reason: format!("{max_tokens} is too large"),
-            })?,
-        ),
+        max_tokens: Some(u32::try_from(max_tokens).map_err(|_| CliError::BadArgument {
+            name: "--max-tokens",
+            reason: format!("{max_tokens} is too large"),
+        })?),
         temperature: Some(args.temp.unwrap_or(settings.temperature)),
         top_p: Some(args.top_p.unwrap_or(settings.top_p)),
         seed: args.seed,
@@ -155,13 +124,8 @@ pub(super) fn chat(
     let model = client.config().model.clone();
 
     // Committed before the request: from here on nothing is lost.
-    let mut recorder = TurnRecorder::begin_routed(
-        store,
-        &args.session,
-        &args.message,
-        cloud_turn::labels(&model),
-        Route::Cloud,
-    )?;
+    let mut recorder =
+        TurnRecorder::begin_routed(store, &args.session, &args.message, cloud_turn::labels(&model), Route::Cloud)?;
     let history = if settings.summarise_for_cloud {
         shrink_history(args, settings, recorder.start.history.clone(), err)?
     } else {
@@ -193,23 +157,13 @@ pub(super) fn chat(
         |so_far| recorder.on_text(so_far),
     );
     ctrl_c.abort();
-    let (user_id, assistant_id) = (
-        recorder.start.user_message_id,
-        recorder.start.assistant_message_id,
-    );
+    let (user_id, assistant_id) = (recorder.start.user_message_id, recorder.start.assistant_message_id);
     recorder.finish(&end)?;
     if let Some(e) = write_error {
         return Err(e.into());
     }
-    if !args.json
-        && !end.text.is_empty()
-        && end.stats.as_ref().is_some_and(|s| s.generated_tokens == 0)
-    {
-        writeln!(
-            err,
-            "headroom: {}: no tok/s shown",
-            headroom_cloud::NO_USAGE_NOTE
-        )?;
+    if !args.json && !end.text.is_empty() && end.stats.as_ref().is_some_and(|s| s.generated_tokens == 0) {
+        writeln!(err, "headroom: {}: no tok/s shown", headroom_cloud::NO_USAGE_NOTE)?;
     }
     super::chat::report_turn(args, store, &end, user_id, assistant_id, out, err)
 }
@@ -229,8 +183,7 @@ fn shrink_history(
     let Some(plan) = summarize::plan(&history, &policy, count) else {
         return Ok(history);
     };
-    let local =
-        |prompt: &[Message]| local_generate(args, settings, prompt, policy.max_summary_tokens);
+    let local = |prompt: &[Message]| local_generate(args, settings, prompt, policy.max_summary_tokens);
     match summarize::apply(&history, &plan, local, count) {
         Ok(s) if s.tokens_saved > 0 => {
             writeln!(
@@ -242,10 +195,7 @@ fn shrink_history(
         }
         Ok(_) => Ok(history),
         Err(e) => {
-            writeln!(
-                err,
-                "headroom: could not summarise locally ({e}); sending the whole history"
-            )?;
+            writeln!(err, "headroom: could not summarise locally ({e}); sending the whole history")?;
             Ok(history)
         }
     }
@@ -263,29 +213,15 @@ fn local_generate(
     let context = args.context.unwrap_or(settings.context_limit);
     let report = check_model(&dir, context, ComputeDtype::Native, &args.budget)?;
     if report.verdict.refuses() {
-        return Err(CliError::WouldNotFit {
-            model: args.model.clone(),
-            report: Box::new(report),
-        });
+        return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
     }
     let engine = EngineHandle::spawn()?;
-    engine.load(
-        &dir,
-        LoadSettings {
-            context_limit: context,
-            ..LoadSettings::default()
-        },
-    )?;
-    let run = engine.generate(GenerateRequest {
-        max_tokens,
-        ..GenerateRequest::new(prompt.to_vec())
-    })?;
+    engine.load(&dir, LoadSettings { context_limit: context, ..LoadSettings::default() })?;
+    let run = engine.generate(GenerateRequest { max_tokens, ..GenerateRequest::new(prompt.to_vec()) })?;
     let mut text = String::new();
     for event in &run.events {
         match event {
-            EngineEvent::Token { text: piece, .. } | EngineEvent::Text(piece) => {
-                text.push_str(&piece)
-            }
+            EngineEvent::Token { text: piece, .. } | EngineEvent::Text(piece) => text.push_str(&piece),
             EngineEvent::Finished { .. } => break,
             EngineEvent::Error(e) => return Err(e.into()),
             EngineEvent::Started { .. } | EngineEvent::Stats(_) => {}

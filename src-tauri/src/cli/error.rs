@@ -19,7 +19,10 @@ pub enum CliError {
     #[error("{}", super::fit::refusal(model, report))]
     WouldNotFit { model: String, report: Box<FitReport> },
     /// MODEL is neither a folder nor a repo id found in the local HF cache.
-    #[error("model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})", display_paths(searched))]
+    #[error(
+        "model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})",
+        display_paths(searched)
+    )]
     ModelNotFound { model: String, searched: Vec<PathBuf> },
     /// A repo in the HF cache whose `refs/main` points at no snapshot.
     #[error("model `{model}` is in the Hugging Face cache at {repo_dir} but has no usable snapshot ({reason})")]

@@ -11,8 +11,8 @@ use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
 
 use super::hub::{resolve_model, HubEnv};
-use crate::fit::BudgetSource;
 use super::CliError;
+use crate::fit::BudgetSource;
 
 /// How much memory a model may use; shared by `fit` and `generate`.
 #[derive(Debug, Clone, Args)]
@@ -72,7 +72,12 @@ pub struct FitArgs {
 
 /// The verdict for the model in `dir` at `context` tokens (the shared check
 /// in [`crate::fit`]): reads only config.json and the weight headers.
-pub fn check_model(dir: &Path, context: usize, dtype: ComputeDtype, budget: &BudgetArgs) -> Result<FitReport, CliError> {
+pub fn check_model(
+    dir: &Path,
+    context: usize,
+    dtype: ComputeDtype,
+    budget: &BudgetArgs,
+) -> Result<FitReport, CliError> {
     Ok(crate::fit::check_model_as(dir, context, dtype, budget_source(budget))?)
 }
 
@@ -225,9 +230,21 @@ mod tests {
         let dir = demo("text");
         let d = dir.to_string_lossy().into_owned();
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8_lossy(&out);
-        for needle in ["context: 1024 tokens", "weights", "KV cache", "overhead", "predicted peak", "budget", "available 8.00 GB", "OS headroom 4.00 GB", "verdict: fits", "largest context that fits:"] {
+        for needle in [
+            "context: 1024 tokens",
+            "weights",
+            "KV cache",
+            "overhead",
+            "predicted peak",
+            "budget",
+            "available 8.00 GB",
+            "OS headroom 4.00 GB",
+            "verdict: fits",
+            "largest context that fits:",
+        ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }
         assert!(!text.contains("beyond the model's maximum"), "{text}");
@@ -235,7 +252,8 @@ mod tests {
         // The tiny demo model is trained for 4096 positions: more fits in
         // memory but is said to be past what the model can do.
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("context: 8192 tokens (beyond the model's maximum of 4096"), "{text}");
         let _ = std::fs::remove_dir_all(dir);
@@ -257,12 +275,19 @@ mod tests {
         // --dtype f32: what `generate --dtype f32` will hold (floats widened).
         let json = |extra: &[&str]| {
             let mut out = Vec::new();
-            fit(&parse(&[&[d.as_str(), "--json", "--available-gb", "8"], extra].concat()), &HubEnv::default(), &mut out)
-                .unwrap_or_else(|e| panic!("{e}"));
+            fit(
+                &parse(&[&[d.as_str(), "--json", "--available-gb", "8"], extra].concat()),
+                &HubEnv::default(),
+                &mut out,
+            )
+            .unwrap_or_else(|e| panic!("{e}"));
             serde_json::from_slice::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}"))
         };
         let (native, wide) = (json(&[]), json(&["--dtype", "f32"]));
-        assert_eq!((native["footprint"]["kv_bytes_per_element"].as_u64(), wide["footprint"]["kv_bytes_per_element"].as_u64()), (Some(2), Some(4)));
+        assert_eq!(
+            (native["footprint"]["kv_bytes_per_element"].as_u64(), wide["footprint"]["kv_bytes_per_element"].as_u64()),
+            (Some(2), Some(4))
+        );
         assert!(wide["estimate"]["weight_bytes"].as_u64() > native["estimate"]["weight_bytes"].as_u64());
         assert!(Cli::try_parse_from(["headroom", "fit", "m", "--dtype", "int8"]).is_err());
         let _ = std::fs::remove_dir_all(dir);

@@ -104,7 +104,12 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
 }
 
 /// The command with its outputs injected, so tests can read them.
-pub(crate) fn generate(args: &GenerateArgs, env: &HubEnv, out: &mut dyn Write, err: &mut dyn Write) -> Result<(), CliError> {
+pub(crate) fn generate(
+    args: &GenerateArgs,
+    env: &HubEnv,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
@@ -214,7 +219,8 @@ mod tests {
         static DIR: OnceLock<PathBuf> = OnceLock::new();
         DIR.get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("headroom-cli-demo-{}", std::process::id()));
-            write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+            write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four))
+                .unwrap_or_else(|e| panic!("{e}"));
             dir
         })
     }
@@ -243,7 +249,17 @@ mod tests {
         assert_eq!(v["finish_reason"], "length");
         assert!(v["text"].is_string());
         let s = &v["stats"];
-        for key in ["prompt_tokens", "generated_tokens", "ttft_ms", "prefill_tps", "decode_tps", "e2e_s", "peak_memory_bytes", "context_tokens", "batch"] {
+        for key in [
+            "prompt_tokens",
+            "generated_tokens",
+            "ttft_ms",
+            "prefill_tps",
+            "decode_tps",
+            "e2e_s",
+            "peak_memory_bytes",
+            "context_tokens",
+            "batch",
+        ] {
             assert!(s.get(key).is_some_and(|x| !x.is_null()), "{key} in {s}");
         }
         assert_eq!(s["generated_tokens"], 9);
@@ -283,12 +299,22 @@ mod tests {
         assert_eq!(report.budget.budget_bytes, 0);
         assert!(report.estimate.weight_bytes > 0);
         let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
-        for needle in ["refusing to load", "cannot fit", "Predicted peak", "weights", "KV cache", "overhead", "budget 0.00 GB", "--override-fit"] {
+        for needle in [
+            "refusing to load",
+            "cannot fit",
+            "Predicted peak",
+            "weights",
+            "KV cache",
+            "overhead",
+            "budget 0.00 GB",
+            "--override-fit",
+        ] {
             assert!(msg.contains(needle), "{needle} in {msg}");
         }
         assert!(out.is_empty());
 
-        let (r, out, err) = call(&parse(&["--available-gb", "0", "--max-tokens", "2", "--ignore-eos", "--override-fit", "--json"]));
+        let (r, out, err) =
+            call(&parse(&["--available-gb", "0", "--max-tokens", "2", "--ignore-eos", "--override-fit", "--json"]));
         r.unwrap_or_else(|e| panic!("{e}"));
         assert!(err.contains("--override-fit: loading although it cannot fit"), "{err}");
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}"));
@@ -301,7 +327,11 @@ mod tests {
         std::fs::write(&file, "Hello").unwrap_or_else(|e| panic!("{e}"));
         let (r, inline, _) = call(&parse(&["--max-tokens", "3", "--ignore-eos", "--json"]));
         r.unwrap_or_else(|e| panic!("{e}"));
-        let from_file = GenerateArgs { prompt: None, prompt_file: Some(file.clone()), ..parse(&["--max-tokens", "3", "--ignore-eos", "--json"]) };
+        let from_file = GenerateArgs {
+            prompt: None,
+            prompt_file: Some(file.clone()),
+            ..parse(&["--max-tokens", "3", "--ignore-eos", "--json"])
+        };
         let (r, out, _) = call(&from_file);
         r.unwrap_or_else(|e| panic!("{e}"));
         let ids = |s: &str| serde_json::from_str::<serde_json::Value>(s.trim()).map(|v| v["token_ids"].clone()).ok();
@@ -323,15 +353,26 @@ mod tests {
 
     #[test]
     fn demo_model_options_parse() {
-        let cli = Cli::try_parse_from(["headroom", "demo-model", "/tmp/x", "--preset", "qwen2.5-7b", "--arch", "mistral", "--bits", "8"])
-            .unwrap_or_else(|e| panic!("{e}"));
+        let cli = Cli::try_parse_from([
+            "headroom",
+            "demo-model",
+            "/tmp/x",
+            "--preset",
+            "qwen2.5-7b",
+            "--arch",
+            "mistral",
+            "--bits",
+            "8",
+        ])
+        .unwrap_or_else(|e| panic!("{e}"));
         match cli.command {
             Some(Command::DemoModel(a)) => {
                 assert_eq!((a.preset, a.arch, a.bits), (Preset::Qwen25_7B, Arch::Mistral, Bits::Eight));
             }
             other => panic!("{other:?}"),
         }
-        let err = Cli::try_parse_from(["headroom", "demo-model", "/tmp/x", "--arch", "gpt2"]).err().map(|e| e.to_string());
+        let err =
+            Cli::try_parse_from(["headroom", "demo-model", "/tmp/x", "--arch", "gpt2"]).err().map(|e| e.to_string());
         assert!(err.unwrap_or_default().contains("gpt2"));
     }
 }

@@ -113,7 +113,8 @@ mod tests {
         let _ = std::fs::remove_dir_all(&root);
         let data = root.join("data");
         let model = data.join(crate::models::MODELS_DIR).join("demo-tiny");
-        write_demo_model(&model, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&model, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))
+            .unwrap_or_else(|e| panic!("{e}"));
         let hub = root.join("empty-hub");
         std::fs::create_dir_all(&hub).unwrap_or_else(|e| panic!("{e}"));
         let env = HubEnv { hf_hub_cache: Some(hub.into()), ..HubEnv::default() };
@@ -132,13 +133,17 @@ mod tests {
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
         let list = v.as_array().unwrap_or_else(|| panic!("{v}"));
         assert_eq!(list.len(), 1, "{v}");
-        assert_eq!((list[0]["id"].as_str(), list[0]["arch"].as_str(), list[0]["bits"].as_u64()), (Some("demo-tiny"), Some("qwen2"), Some(4)));
+        assert_eq!(
+            (list[0]["id"].as_str(), list[0]["arch"].as_str(), list[0]["bits"].as_u64()),
+            (Some("demo-tiny"), Some("qwen2"), Some(4))
+        );
         assert!(list[0]["size_bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
         assert_eq!(list[0]["fit"]["estimate"]["context_tokens"], 8192);
         assert_eq!(list[0]["fit"]["verdict"]["kind"], "cannot_fit");
 
         let mut out = Vec::new();
-        models(&parse(&["--available-gb", "16"]), &root.join("nowhere"), &env, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        models(&parse(&["--available-gb", "16"]), &root.join("nowhere"), &env, &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
         assert!(String::from_utf8_lossy(&out).starts_with("no models found in"));
         let _ = std::fs::remove_dir_all(root);
     }

@@ -95,7 +95,10 @@ impl Running {
     fn start(slot: &Arc<Mutex<Option<Arc<AtomicBool>>>>, flag: &Arc<AtomicBool>) -> Result<Self, CommandError> {
         let mut current = slot.lock().unwrap_or_else(PoisonError::into_inner);
         if current.is_some() {
-            return Err(CommandError::new("BENCH_RUNNING", "A benchmark is already running; stop it or wait for it to finish."));
+            return Err(CommandError::new(
+                "BENCH_RUNNING",
+                "A benchmark is already running; stop it or wait for it to finish.",
+            ));
         }
         *current = Some(Arc::clone(flag));
         Ok(Self(Arc::clone(slot)))

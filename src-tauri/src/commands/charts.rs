@@ -58,10 +58,7 @@ pub(crate) async fn session_chart_svg(
         return Err(StoreError::SessionNotFound(session_id.to_owned()).into());
     }
     let messages = store.messages(session_id).await?;
-    Ok(headroom_charts::session_svg(
-        &turn_points(&messages),
-        style,
-    )?)
+    Ok(headroom_charts::session_svg(&turn_points(&messages), style)?)
 }
 
 /// One point per answer that has stats. Turns are numbered by answer, so an
@@ -95,17 +92,12 @@ mod tests {
     use crate::chat::block_on;
 
     fn store(tag: &str) -> Store {
-        let dir =
-            std::env::temp_dir().join(format!("headroom-charts-{tag}-{}", std::process::id()));
+        let dir = std::env::temp_dir().join(format!("headroom-charts-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn stats(
-        context_tokens: i64,
-        generated_tokens: i64,
-        decode_tps: Option<f64>,
-    ) -> TurnStatsRecord {
+    fn stats(context_tokens: i64, generated_tokens: i64, decode_tps: Option<f64>) -> TurnStatsRecord {
         TurnStatsRecord {
             model_id: "demo".into(),
             quantization: Some("4-bit, group 64".into()),
@@ -133,19 +125,9 @@ mod tests {
     fn turn(store: &Store, session: &str, stats: Option<TurnStatsRecord>) {
         let t = block_on(store.begin_turn(session, "Tell me more", Some("demo"), Route::Local))
             .unwrap_or_else(|e| panic!("{e}"));
-        let status = if stats.is_some() {
-            MessageStatus::Complete
-        } else {
-            MessageStatus::Error
-        };
-        let outcome = TurnOutcome {
-            content: "More.".into(),
-            status,
-            error: None,
-            stats,
-        };
-        block_on(store.finish_turn(t.assistant_message_id, &outcome))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let status = if stats.is_some() { MessageStatus::Complete } else { MessageStatus::Error };
+        let outcome = TurnOutcome { content: "More.".into(), status, error: None, stats };
+        block_on(store.finish_turn(t.assistant_message_id, &outcome)).unwrap_or_else(|e| panic!("{e}"));
     }
 
     #[test]
@@ -159,22 +141,11 @@ mod tests {
         assert_eq!(
             points,
             vec![
-                TurnPoint {
-                    turn: 1,
-                    context_tokens: 0,
-                    decode_tps: Some(25.0),
-                    ttft_ms: Some(40.0)
-                },
-                TurnPoint {
-                    turn: 3,
-                    context_tokens: 120,
-                    decode_tps: None,
-                    ttft_ms: Some(46.0)
-                },
+                TurnPoint { turn: 1, context_tokens: 0, decode_tps: Some(25.0), ttft_ms: Some(40.0) },
+                TurnPoint { turn: 3, context_tokens: 120, decode_tps: None, ttft_ms: Some(46.0) },
             ]
         );
-        let svg = block_on(session_chart_svg(&s, "talk", &ChartStyle::dark()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let svg = block_on(session_chart_svg(&s, "talk", &ChartStyle::dark())).unwrap_or_else(|e| panic!("{e}"));
         // Two panels, one circle per point in each.
         assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
         assert!(svg.contains("decode (tok/s)") && svg.contains("TTFT (ms)"));
@@ -183,24 +154,18 @@ mod tests {
     #[test]
     fn unknown_sessions_and_themes_are_errors_with_codes() {
         let s = store("errors");
-        let err = block_on(session_chart_svg(&s, "nope", &ChartStyle::light()))
-            .err()
-            .map(CommandError::from);
+        let err = block_on(session_chart_svg(&s, "nope", &ChartStyle::light())).err().map(CommandError::from);
         assert_eq!(err.map(|e| e.code), Some("SESSION_NOT_FOUND"));
         let err = "purple".parse::<Theme>().err().map(CommandError::from);
         assert_eq!(err.as_ref().map(|e| e.code), Some("INVALID_INPUT"));
-        assert!(err
-            .map(|e| e.message)
-            .unwrap_or_default()
-            .contains("\"light\" or \"dark\""));
+        assert!(err.map(|e| e.message).unwrap_or_default().contains("\"light\" or \"dark\""));
     }
 
     #[test]
     fn a_session_without_answers_draws_the_empty_card() {
         let s = store("empty");
         block_on(s.ensure_session("fresh", "Fresh")).unwrap_or_else(|e| panic!("{e}"));
-        let svg = block_on(session_chart_svg(&s, "fresh", &ChartStyle::light()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let svg = block_on(session_chart_svg(&s, "fresh", &ChartStyle::light())).unwrap_or_else(|e| panic!("{e}"));
         assert!(svg.contains("No turns yet") && !svg.contains("<circle"));
     }
 }

@@ -23,14 +23,8 @@ pub fn chat_send(
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    let options = TurnOptions {
-        max_tokens,
-        force,
-        allow_sensitive: allow_sensitive.unwrap_or(false),
-    };
-    let id = chat::start_turn(&state, &session_id, &text, options, move |event| {
-        on_event.send(event).is_ok()
-    })?;
+    let options = TurnOptions { max_tokens, force, allow_sensitive: allow_sensitive.unwrap_or(false) };
+    let id = chat::start_turn(&state, &session_id, &text, options, move |event| on_event.send(event).is_ok())?;
     Ok(id.0)
 }
 
@@ -49,10 +43,7 @@ pub fn chat_regenerate(
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
     let Some(text) = chat::block_on(state.store.take_back_last_turn(&session_id))? else {
-        return Err(CommandError::new(
-            "NOTHING_TO_REGENERATE",
-            "This chat has no answer to regenerate yet.",
-        ));
+        return Err(CommandError::new("NOTHING_TO_REGENERATE", "This chat has no answer to regenerate yet."));
     };
     chat_send(session_id, text, max_tokens, force, allow_sensitive, on_event, state)
 }

@@ -33,20 +33,14 @@ pub async fn cloud_key_set(
 
 /// Whether a key is stored for `base_url` (the key itself never leaves the backend).
 #[tauri::command]
-pub async fn cloud_key_status(
-    base_url: String,
-    state: State<'_, AppState>,
-) -> Result<KeyStatus, CommandError> {
+pub async fn cloud_key_status(base_url: String, state: State<'_, AppState>) -> Result<KeyStatus, CommandError> {
     let dir = state.locations.data_dir.clone();
     blocking(move || status(&dir, &base_url)).await
 }
 
 /// Removes the key for `base_url`; false if none was stored.
 #[tauri::command]
-pub async fn cloud_key_delete(
-    base_url: String,
-    state: State<'_, AppState>,
-) -> Result<bool, CommandError> {
+pub async fn cloud_key_delete(base_url: String, state: State<'_, AppState>) -> Result<bool, CommandError> {
     let dir = state.locations.data_dir.clone();
     blocking(move || Ok(KeyStore::new(&dir).delete(&base_url)?)).await
 }
@@ -55,12 +49,9 @@ pub async fn cloud_key_delete(
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, CommandError> + Send + 'static,
 ) -> Result<T, CommandError> {
-    tauri::async_runtime::spawn_blocking(f).await.map_err(|e| {
-        CommandError::new(
-            "ENGINE_INTERNAL",
-            format!("The key store stopped unexpectedly: {e}"),
-        )
-    })?
+    tauri::async_runtime::spawn_blocking(f)
+        .await
+        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The key store stopped unexpectedly: {e}")))?
 }
 
 fn set(data_dir: &Path, base_url: &str, key: &str) -> Result<KeyStorage, CommandError> {
@@ -69,10 +60,7 @@ fn set(data_dir: &Path, base_url: &str, key: &str) -> Result<KeyStorage, Command
 
 fn status(data_dir: &Path, base_url: &str) -> Result<KeyStatus, CommandError> {
     let found = KeyStore::new(data_dir).get(base_url)?;
-    Ok(KeyStatus {
-        stored: found.is_some(),
-        storage: found.map(|(_, storage)| storage),
-    })
+    Ok(KeyStatus { stored: found.is_some(), storage: found.map(|(_, storage)| storage) })
 }
 
 #[cfg(test)]
@@ -83,34 +71,12 @@ mod tests {
     fn a_key_is_set_reported_and_deleted_per_endpoint() {
         let dir = crate::test_state("cloud-keys").locations.data_dir;
         let url = "http://127.0.0.1:9/v1";
-        assert_eq!(
-            status(&dir, url).ok(),
-            Some(KeyStatus {
-                stored: false,
-                storage: None
-            })
-        );
+        assert_eq!(status(&dir, url).ok(), Some(KeyStatus { stored: false, storage: None }));
         let storage = set(&dir, url, "  sk-test-123\n").unwrap_or_else(|e| panic!("{e:?}"));
-        assert_eq!(
-            status(&dir, url).ok(),
-            Some(KeyStatus {
-                stored: true,
-                storage: Some(storage)
-            })
-        );
-        let stored = KeyStore::new(&dir)
-            .get(url)
-            .ok()
-            .flatten()
-            .map(|(k, _)| k.expose().to_owned());
+        assert_eq!(status(&dir, url).ok(), Some(KeyStatus { stored: true, storage: Some(storage) }));
+        let stored = KeyStore::new(&dir).get(url).ok().flatten().map(|(k, _)| k.expose().to_owned());
         assert_eq!(stored.as_deref(), Some("sk-test-123"), "stored trimmed");
-        assert_eq!(
-            status(&dir, "http://127.0.0.1:10/v1")
-                .map(|s| s.stored)
-                .ok(),
-            Some(false),
-            "keys are per endpoint"
-        );
+        assert_eq!(status(&dir, "http://127.0.0.1:10/v1").map(|s| s.stored).ok(), Some(false), "keys are per endpoint");
 
         let err = set(&dir, url, "   ").err().map(|e| e.code);
         assert_eq!(err, Some("CLOUD_KEY_EMPTY"));

@@ -17,34 +17,25 @@ pub async fn session_export_file(
     format: String,
     state: State<'_, AppState>,
 ) -> Result<String, CommandError> {
-    let session = state
-        .store
-        .session(&session_id)
-        .await?
-        .ok_or_else(|| StoreError::SessionNotFound(session_id.clone()))?;
+    let session =
+        state.store.session(&session_id).await?.ok_or_else(|| StoreError::SessionNotFound(session_id.clone()))?;
     let text = match format.as_str() {
         "md" => state.store.export_markdown(&session_id).await?,
         "json" => state.store.export_json(&session_id).await?,
         other => {
-            return Err(CommandError::new(
-                "INVALID_INPUT",
-                format!("Export as \"md\" or \"json\", not \"{other}\"."),
-            ))
+            return Err(CommandError::new("INVALID_INPUT", format!("Export as \"md\" or \"json\", not \"{other}\".")))
         }
     };
     let dir = dirs::download_dir().unwrap_or_else(|| state.locations.data_dir.join("exports"));
-    let path = write_new(&dir, &file_name(&session.title, &format), &text).map_err(|e| {
-        CommandError::new("IO", format!("Could not save the export in {}: {e}", dir.display()))
-    })?;
+    let path = write_new(&dir, &file_name(&session.title, &format), &text)
+        .map_err(|e| CommandError::new("IO", format!("Could not save the export in {}: {e}", dir.display())))?;
     Ok(path.display().to_string())
 }
 
 /// The title as a file name: no path or reserved characters, at most 80 characters.
 fn file_name(title: &str, ext: &str) -> String {
-    let cleaned: String = title
-        .chars()
-        .map(|c| if c.is_control() || "\\/:*?\"<>|".contains(c) { ' ' } else { c })
-        .collect();
+    let cleaned: String =
+        title.chars().map(|c| if c.is_control() || "\\/:*?\"<>|".contains(c) { ' ' } else { c }).collect();
     // Words of dots only ("..") would make hidden or relative-looking names.
     let words: Vec<&str> = cleaned.split_whitespace().filter(|w| !w.chars().all(|c| c == '.')).collect();
     let base: String = words.join(" ").chars().take(80).collect();

@@ -132,8 +132,8 @@ mod tests {
             cloud_model: Some("gpt-x".into()),
             ..Settings::default()
         };
-        let d =
-            preview(&state, &settings, "latest news?", (false, true, None, false), &[]).unwrap_or_else(|e| panic!("{e:?}"));
+        let d = preview(&state, &settings, "latest news?", (false, true, None, false), &[])
+            .unwrap_or_else(|e| panic!("{e:?}"));
         assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
         assert!(!d.tokens_exact);
 
@@ -141,7 +141,11 @@ mod tests {
         assert_eq!(err.map(|e| e.code), Some("ROUTE_NO_LOCAL_MODEL"), "sensitive, and nothing local to run it");
         let history = [Message::new(headroom_core::chat::Role::User, "my id is 11010519491231002X")];
         let err = preview(&state, &settings, "latest news?", (false, true, None, false), &history).err();
-        assert_eq!(err.map(|e| e.code), Some("ROUTE_NO_LOCAL_MODEL"), "an earlier sensitive message keeps the chat local");
+        assert_eq!(
+            err.map(|e| e.code),
+            Some("ROUTE_NO_LOCAL_MODEL"),
+            "an earlier sensitive message keeps the chat local"
+        );
 
         let no_cloud = Settings::default();
         let err = preview(&state, &no_cloud, "hi", (false, false, Some(Force::Cloud), false), &[]).err();

@@ -25,13 +25,10 @@ impl Platform for MacOs {
         let scale = window.scale_factor()?;
         let icon = anchor.physical(scale);
         let size = window.outer_size()?;
-        let screen = window
-            .monitor_from_point(icon.x, icon.y)?
-            .or(window.current_monitor()?)
-            .map(|m| {
-                let (p, s) = (m.position(), m.size());
-                PhysRect { x: p.x.into(), y: p.y.into(), width: s.width.into(), height: s.height.into() }
-            });
+        let screen = window.monitor_from_point(icon.x, icon.y)?.or(window.current_monitor()?).map(|m| {
+            let (p, s) = (m.position(), m.size());
+            PhysRect { x: p.x.into(), y: p.y.into(), width: s.width.into(), height: s.height.into() }
+        });
         let Some(screen) = screen else { return Ok(()) };
         let (x, y) = popover_origin(icon, (size.width.into(), size.height.into()), screen, 6.0 * scale);
         window.set_position(PhysicalPosition::new(x, y))

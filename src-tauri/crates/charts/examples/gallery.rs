@@ -5,8 +5,7 @@
 use std::path::PathBuf;
 
 use headroom_charts::{
-    bench_depth_svg, live_svg, session_svg, ChartStyle, DepthPoint, MemoryPoint, Theme, TpsPoint,
-    TurnPoint,
+    bench_depth_svg, live_svg, session_svg, ChartStyle, DepthPoint, MemoryPoint, Theme, TpsPoint, TurnPoint,
 };
 use headroom_core::pressure::PressureLevel;
 
@@ -51,21 +50,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             }
         })
         .collect();
-    let tps: Vec<TpsPoint> = [
-        (-140, 24.0),
-        (-118, 23.1),
-        (-95, 22.8),
-        (-70, 22.0),
-        (-52, 21.4),
-        (-35, 12.3),
-        (-12, 7.9),
-    ]
-    .iter()
-    .map(|&(s, tps): &(i64, f64)| TpsPoint {
-        at_ms: now - (s.unsigned_abs() * 1_000),
-        tps,
-    })
-    .collect();
+    let tps: Vec<TpsPoint> =
+        [(-140, 24.0), (-118, 23.1), (-95, 22.8), (-70, 22.0), (-52, 21.4), (-35, 12.3), (-12, 7.9)]
+            .iter()
+            .map(|&(s, tps): &(i64, f64)| TpsPoint { at_ms: now - (s.unsigned_abs() * 1_000), tps })
+            .collect();
     let depths: Vec<DepthPoint> = [0u32, 512, 1024, 2048, 4096, 8192, 16384]
         .iter()
         .map(|&d| {
@@ -79,22 +68,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .collect();
     for theme in [Theme::Light, Theme::Dark] {
         let style = ChartStyle::popover(theme);
-        std::fs::write(
-            dir.join(format!("session-{theme}.svg")),
-            session_svg(&turns, &style)?,
-        )?;
-        std::fs::write(
-            dir.join(format!("session-empty-{theme}.svg")),
-            session_svg(&[], &style)?,
-        )?;
-        std::fs::write(
-            dir.join(format!("live-{theme}.svg")),
-            live_svg(&memory, &tps, &style)?,
-        )?;
-        std::fs::write(
-            dir.join(format!("bench-{theme}.svg")),
-            bench_depth_svg(&depths, &style)?,
-        )?;
+        std::fs::write(dir.join(format!("session-{theme}.svg")), session_svg(&turns, &style)?)?;
+        std::fs::write(dir.join(format!("session-empty-{theme}.svg")), session_svg(&[], &style)?)?;
+        std::fs::write(dir.join(format!("live-{theme}.svg")), live_svg(&memory, &tps, &style)?)?;
+        std::fs::write(dir.join(format!("bench-{theme}.svg")), bench_depth_svg(&depths, &style)?)?;
     }
     println!("wrote charts to {}", dir.display());
     Ok(())

@@ -30,22 +30,12 @@ pub fn bench_depth_svg(points: &[DepthPoint], style: &ChartStyle) -> Result<Stri
     draw::check_values(CHART, "decode tok/s", points.iter().map(|p| p.decode_tps))?;
     draw::check_values(CHART, "prefill tok/s", points.iter().map(|p| p.prefill_tps))?;
     if points.is_empty() {
-        return crate::no_data_svg(
-            style,
-            "No benchmark yet",
-            "Run a benchmark to see tok/s against context depth.",
-        );
+        return crate::no_data_svg(style, "No benchmark yet", "Run a benchmark to see tok/s against context depth.");
     }
     let mut points = points.to_vec();
     points.sort_by_key(|p| p.depth_tokens);
-    let decode: Vec<(f64, Option<f64>)> = points
-        .iter()
-        .map(|p| (f64::from(p.depth_tokens), p.decode_tps))
-        .collect();
-    let prefill: Vec<(f64, Option<f64>)> = points
-        .iter()
-        .map(|p| (f64::from(p.depth_tokens), p.prefill_tps))
-        .collect();
+    let decode: Vec<(f64, Option<f64>)> = points.iter().map(|p| (f64::from(p.depth_tokens), p.decode_tps)).collect();
+    let prefill: Vec<(f64, Option<f64>)> = points.iter().map(|p| (f64::from(p.depth_tokens), p.prefill_tps)).collect();
     let lo = points.first().map_or(0, |p| p.depth_tokens);
     let hi = points.last().map_or(0, |p| p.depth_tokens);
     let x = draw::padded(f64::from(lo), f64::from(hi));
@@ -54,41 +44,20 @@ pub fn bench_depth_svg(points: &[DepthPoint], style: &ChartStyle) -> Result<Stri
         let mut panels = vec![Panel {
             y_desc: "decode (tok/s)".to_owned(),
             y_fmt: draw::number_ticks,
-            series: Series {
-                color: palette.decode,
-                points: &decode,
-                radius: draw::MARK_R,
-            },
+            series: Series { color: palette.decode, points: &decode, radius: draw::MARK_R },
             labels: Vec::new(),
-            note: decode
-                .iter()
-                .any(|p| p.1.is_none())
-                .then_some("○ on axis: not measured"),
+            note: decode.iter().any(|p| p.1.is_none()).then_some("○ on axis: not measured"),
         }];
         if prefill.iter().any(|p| p.1.is_some()) {
             panels.push(Panel {
                 y_desc: "prefill (tok/s)".to_owned(),
                 y_fmt: draw::number_ticks,
-                series: Series {
-                    color: palette.secondary_series,
-                    points: &prefill,
-                    radius: draw::MARK_R,
-                },
+                series: Series { color: palette.secondary_series, points: &prefill, radius: draw::MARK_R },
                 labels: Vec::new(),
-                note: prefill
-                    .iter()
-                    .any(|p| p.1.is_none())
-                    .then_some("○ on axis: not measured"),
+                note: prefill.iter().any(|p| p.1.is_none()).then_some("○ on axis: not measured"),
             });
         }
-        draw::stacked(
-            root,
-            palette,
-            &x,
-            "context depth (tokens)",
-            &draw::token_ticks,
-            &panels,
-        )
+        draw::stacked(root, palette, &x, "context depth (tokens)", &draw::token_ticks, &panels)
     })
 }
 
@@ -131,24 +100,12 @@ mod tests {
         assert_eq!(svgtest::rings(&doc, p.decode).len(), 1);
         assert_eq!(svgtest::filled(&doc, p.secondary_series).len(), 4);
         assert_eq!(svgtest::circle_count(&doc), 8);
-        for label in [
-            "decode (tok/s)",
-            "prefill (tok/s)",
-            "context depth (tokens)",
-            "15K",
-        ] {
-            assert!(
-                svgtest::has_text(&doc, label),
-                "missing {label:?}: {:?}",
-                svgtest::texts(&doc)
-            );
+        for label in ["decode (tok/s)", "prefill (tok/s)", "context depth (tokens)", "15K"] {
+            assert!(svgtest::has_text(&doc, label), "missing {label:?}: {:?}", svgtest::texts(&doc));
         }
         // Decode falls with depth: marks go down as they go right.
         let marks = svgtest::filled(&doc, p.decode);
-        assert!(
-            marks.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1),
-            "{marks:?}"
-        );
+        assert!(marks.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1), "{marks:?}");
     }
 
     #[test]
@@ -168,12 +125,7 @@ mod tests {
         assert!(svgtest::has_text(&parse(&doc_text), "No benchmark yet"));
         let mut points = depths(true);
         points[3].prefill_tps = Some(-1.0);
-        let err = bench_depth_svg(&points, &ChartStyle::light())
-            .err()
-            .map(|e| e.to_string());
-        assert_eq!(
-            err.as_deref(),
-            Some("bench chart: prefill tok/s value #3 is -1, expected a finite number >= 0")
-        );
+        let err = bench_depth_svg(&points, &ChartStyle::light()).err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("bench chart: prefill tok/s value #3 is -1, expected a finite number >= 0"));
     }
 }

@@ -24,8 +24,7 @@ pub(crate) type DrawResult<T = ()> = std::result::Result<T, DrawingAreaErrorKind
 pub(crate) type Xy<'a, 'b> = ChartContext<'a, Svg<'b>, Cartesian2d<RangedCoordf64, RangedCoordf64>>;
 
 /// The UI's text stack; the webview resolves it, nothing here reads a font.
-const FONT_FAMILY: &str =
-    "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif";
+const FONT_FAMILY: &str = "system-ui, -apple-system, 'Segoe UI', Roboto, 'Helvetica Neue', Arial, sans-serif";
 
 /// Tick labels and notes, px. 11 px is the popover's caption size.
 pub(crate) const SMALL_PX: f64 = 11.0;
@@ -37,9 +36,7 @@ pub(crate) const MARK_R: u32 = 3;
 /// A text style whose SVG `font-size` is `px`: plotters' SVG backend writes
 /// the size divided by 1.24, so undo that here.
 pub(crate) fn font(px: f64, color: RGBColor) -> TextStyle<'static> {
-    (FontFamily::Name(FONT_FAMILY), px * 1.24)
-        .into_font()
-        .color(&color)
+    (FontFamily::Name(FONT_FAMILY), px * 1.24).into_font().color(&color)
 }
 
 /// Width of `text` at `px`, estimated as plotters does without a font
@@ -59,8 +56,7 @@ pub(crate) fn render(
     let palette = style.theme.palette();
     let mut svg = String::new();
     {
-        let root =
-            SVGBackend::with_string(&mut svg, (style.width, style.height)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (style.width, style.height)).into_drawing_area();
         root.fill(&palette.background)
             .and_then(|()| draw(&root, &palette))
             .and_then(|()| root.present())
@@ -75,16 +71,8 @@ pub(crate) fn no_data(root: &Area<'_>, palette: &Palette, title: &str, hint: &st
     let (w, h) = root.dim_in_pixel();
     let (cx, cy) = (w as i32 / 2, h as i32 / 2);
     let centered = |px, color| font(px, color).pos(Pos::new(HPos::Center, VPos::Center));
-    root.draw(&Text::new(
-        title.to_owned(),
-        (cx, cy - 10),
-        centered(14.0, palette.text),
-    ))?;
-    root.draw(&Text::new(
-        hint.to_owned(),
-        (cx, cy + 12),
-        centered(SMALL_PX, palette.text_secondary),
-    ))
+    root.draw(&Text::new(title.to_owned(), (cx, cy - 10), centered(14.0, palette.text)))?;
+    root.draw(&Text::new(hint.to_owned(), (cx, cy + 12), centered(SMALL_PX, palette.text_secondary)))
 }
 
 /// Checks that every present value can sit on an axis that starts at 0.
@@ -96,12 +84,7 @@ pub(crate) fn check_values<'v>(
     for (index, value) in values.into_iter().enumerate() {
         if let Some(value) = value {
             if !value.is_finite() || value < 0.0 {
-                return Err(ChartError::InvalidValue {
-                    chart,
-                    series,
-                    index,
-                    value,
-                });
+                return Err(ChartError::InvalidValue { chart, series, index, value });
             }
         }
     }
@@ -114,11 +97,7 @@ pub(crate) fn check_values<'v>(
 /// "0 0 1").
 pub(crate) fn padded(lo: f64, hi: f64) -> Range<f64> {
     let span = hi - lo;
-    let pad = if span > 0.0 {
-        span * 0.06
-    } else {
-        (hi.abs() * 0.1).max(256.0)
-    };
+    let pad = if span > 0.0 { span * 0.06 } else { (hi.abs() * 0.1).max(256.0) };
     (lo - pad)..(hi + pad)
 }
 
@@ -132,12 +111,7 @@ pub(crate) fn from_zero(max: Option<f64>) -> Range<f64> {
 }
 
 pub(crate) fn max_of(values: impl IntoIterator<Item = Option<f64>>) -> Option<f64> {
-    values
-        .into_iter()
-        .flatten()
-        .fold(None, |acc: Option<f64>, v| {
-            Some(acc.map_or(v, |a| a.max(v)))
-        })
+    values.into_iter().flatten().fold(None, |acc: Option<f64>, v| Some(acc.map_or(v, |a| a.max(v))))
 }
 
 /// One series: points in drawing order, `None` where the value is undefined.
@@ -164,19 +138,11 @@ pub(crate) const Y_LABEL_AREA: u32 = 50;
 pub(crate) const X_LABEL_AREA: u32 = 36;
 pub(crate) const RIGHT_MARGIN: u32 = 14;
 
-pub(crate) fn axes<'a, 'b>(
-    area: &'a Area<'b>,
-    palette: &Palette,
-    spec: &Axes<'_>,
-) -> DrawResult<Xy<'a, 'b>> {
+pub(crate) fn axes<'a, 'b>(area: &'a Area<'b>, palette: &Palette, spec: &Axes<'_>) -> DrawResult<Xy<'a, 'b>> {
     let mut chart = ChartBuilder::on(area)
         .margin_top(spec.top_margin)
         .margin_right(RIGHT_MARGIN)
-        .x_label_area_size(if spec.x_desc.is_some() {
-            X_LABEL_AREA
-        } else {
-            0
-        })
+        .x_label_area_size(if spec.x_desc.is_some() { X_LABEL_AREA } else { 0 })
         .y_label_area_size(Y_LABEL_AREA)
         .build_cartesian_2d(spec.x.clone(), spec.y.clone())?;
     let mut mesh = chart.configure_mesh();
@@ -210,24 +176,15 @@ pub(crate) fn axes<'a, 'b>(
 /// circle per point.
 pub(crate) fn series(chart: &mut Xy<'_, '_>, series: &Series<'_>) -> DrawResult {
     let baseline = chart.y_range().start;
-    let line = ShapeStyle {
-        color: series.color.mix(0.45),
-        filled: false,
-        stroke_width: 2,
-    };
+    let line = ShapeStyle { color: series.color.mix(0.45), filled: false, stroke_width: 2 };
     for run in series.points.split(|(_, y)| y.is_none()) {
         if run.len() > 1 {
-            let path: Vec<(f64, f64)> =
-                run.iter().filter_map(|&(x, y)| y.map(|y| (x, y))).collect();
+            let path: Vec<(f64, f64)> = run.iter().filter_map(|&(x, y)| y.map(|y| (x, y))).collect();
             chart.draw_series(std::iter::once(PathElement::new(path, line)))?;
         }
     }
     let filled = series.color.filled();
-    let ring = ShapeStyle {
-        color: series.color.to_rgba(),
-        filled: false,
-        stroke_width: 1,
-    };
+    let ring = ShapeStyle { color: series.color.to_rgba(), filled: false, stroke_width: 1 };
     chart.draw_series(series.points.iter().map(|&(x, y)| match y {
         Some(y) => Circle::new((x, y), series.radius, filled),
         None => Circle::new((x, baseline), series.radius, ring),
@@ -244,12 +201,7 @@ pub(crate) fn note(chart: &Xy<'_, '_>, palette: &Palette, text: &str) -> DrawRes
 }
 
 /// Draws text at an absolute pixel position inside the plot area.
-pub(crate) fn text_at(
-    chart: &Xy<'_, '_>,
-    at: (i32, i32),
-    text: &str,
-    style: TextStyle<'_>,
-) -> DrawResult {
+pub(crate) fn text_at(chart: &Xy<'_, '_>, at: (i32, i32), text: &str, style: TextStyle<'_>) -> DrawResult {
     // A pixel view of the plot area: its origin is the area's own corner.
     let area = chart.plotting_area().strip_coord_spec();
     let (ox, oy) = area.get_base_pixel();
@@ -258,14 +210,9 @@ pub(crate) fn text_at(
 
 /// Labels points with short texts above their marks, skipping a label that
 /// would overlap the last one drawn (the last point always keeps its label).
-pub(crate) fn point_labels(
-    chart: &Xy<'_, '_>,
-    palette: &Palette,
-    labels: &[(f64, f64, String)],
-) -> DrawResult {
+pub(crate) fn point_labels(chart: &Xy<'_, '_>, palette: &Palette, labels: &[(f64, f64, String)]) -> DrawResult {
     let placed = thin_labels(chart, labels);
-    let style =
-        font(SMALL_PX - 1.5, palette.text_secondary).pos(Pos::new(HPos::Center, VPos::Bottom));
+    let style = font(SMALL_PX - 1.5, palette.text_secondary).pos(Pos::new(HPos::Center, VPos::Bottom));
     for i in placed {
         let (x, y, ref text) = labels[i];
         let (px, py) = chart.backend_coord(&(x, y));

@@ -8,22 +8,10 @@ use plotters::drawing::DrawingAreaErrorKind;
 pub enum ChartError {
     /// A value that cannot be placed on an axis (NaN, infinite, negative).
     #[error("{chart} chart: {series} value #{index} is {value}, expected a finite number >= 0")]
-    InvalidValue {
-        chart: &'static str,
-        series: &'static str,
-        index: usize,
-        value: f64,
-    },
+    InvalidValue { chart: &'static str, series: &'static str, index: usize, value: f64 },
     /// Too small to hold the axes and their labels legibly.
-    #[error(
-        "chart size {width}x{height} px is too small; the minimum is {min_width}x{min_height} px"
-    )]
-    TooSmall {
-        width: u32,
-        height: u32,
-        min_width: u32,
-        min_height: u32,
-    },
+    #[error("chart size {width}x{height} px is too small; the minimum is {min_width}x{min_height} px")]
+    TooSmall { width: u32, height: u32, min_width: u32, min_height: u32 },
     /// A theme name other than `light` or `dark`.
     #[error("unknown chart theme {0:?}; expected \"light\" or \"dark\"")]
     UnknownTheme(String),

@@ -30,7 +30,5 @@ pub use style::{ChartStyle, Palette, Theme};
 /// A card of the chart's size saying there is nothing to draw yet, with a
 /// hint on how to get data. The chart functions return it for empty input.
 pub fn no_data_svg(style: &ChartStyle, title: &str, hint: &str) -> Result<String> {
-    draw::render("no data", style, |root, palette| {
-        draw::no_data(root, palette, title, hint)
-    })
+    draw::render("no data", style, |root, palette| draw::no_data(root, palette, title, hint))
 }

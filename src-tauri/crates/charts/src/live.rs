@@ -64,9 +64,7 @@ pub fn swap_slowdowns(memory: &[MemoryPoint], tps: &[TpsPoint]) -> Vec<Slowdown>
     tps.sort_by_key(|t| t.at_ms);
     let swap_at = |at: u64| {
         let after = memory.partition_point(|m| m.at_ms <= at);
-        memory
-            .get(after.saturating_sub(1))
-            .map(|m| m.swap_used_bytes)
+        memory.get(after.saturating_sub(1)).map(|m| m.swap_used_bytes)
     };
     tps.windows(2)
         .filter_map(|pair| {
@@ -96,16 +94,9 @@ pub fn swap_slowdowns(memory: &[MemoryPoint], tps: &[TpsPoint]) -> Vec<Slowdown>
 /// yet" card.
 pub fn live_svg(memory: &[MemoryPoint], tps: &[TpsPoint], style: &ChartStyle) -> Result<String> {
     draw::check_values(CHART, "tok/s", tps.iter().map(|t| Some(t.tps)))?;
-    let times = memory
-        .iter()
-        .map(|m| m.at_ms)
-        .chain(tps.iter().map(|t| t.at_ms));
+    let times = memory.iter().map(|m| m.at_ms).chain(tps.iter().map(|t| t.at_ms));
     let (Some(first), Some(last)) = (times.clone().min(), times.max()) else {
-        return crate::no_data_svg(
-            style,
-            "No readings yet",
-            "Memory and tok/s appear here while Headroom runs.",
-        );
+        return crate::no_data_svg(style, "No readings yet", "Memory and tok/s appear here while Headroom runs.");
     };
     let mut memory = memory.to_vec();
     memory.sort_by_key(|m| m.at_ms);
@@ -118,23 +109,11 @@ pub fn live_svg(memory: &[MemoryPoint], tps: &[TpsPoint], style: &ChartStyle) ->
     let pad = window * 0.02;
     let x = (-window - pad)..pad;
     let gb = |bytes: u64| Some(bytes as f64 / GB);
-    let used: Vec<_> = memory
-        .iter()
-        .map(|m| (secs(m.at_ms), gb(m.used_bytes)))
-        .collect();
-    let available: Vec<_> = memory
-        .iter()
-        .map(|m| (secs(m.at_ms), gb(m.available_bytes)))
-        .collect();
-    let swap: Vec<_> = memory
-        .iter()
-        .map(|m| (secs(m.at_ms), gb(m.swap_used_bytes)))
-        .collect();
+    let used: Vec<_> = memory.iter().map(|m| (secs(m.at_ms), gb(m.used_bytes))).collect();
+    let available: Vec<_> = memory.iter().map(|m| (secs(m.at_ms), gb(m.available_bytes))).collect();
+    let swap: Vec<_> = memory.iter().map(|m| (secs(m.at_ms), gb(m.swap_used_bytes))).collect();
     let rates: Vec<_> = tps.iter().map(|t| (secs(t.at_ms), Some(t.tps))).collect();
-    let slowdowns: Vec<f64> = swap_slowdowns(&memory, &tps)
-        .iter()
-        .map(|s| secs(s.at_ms))
-        .collect();
+    let slowdowns: Vec<f64> = swap_slowdowns(&memory, &tps).iter().map(|s| secs(s.at_ms)).collect();
     // Dense readings (1 Hz over minutes) get pinpoint marks so they read as a line.
     let radius = |n: usize| if n > 60 { 1 } else { 2 };
 
@@ -161,19 +140,8 @@ pub fn live_svg(memory: &[MemoryPoint], tps: &[TpsPoint], style: &ChartStyle) ->
             },
         )?;
         pressure_band(&mut mem, palette, &memory, &secs)?;
-        for (points, color) in [
-            (&available, palette.mem_available),
-            (&used, palette.mem_used),
-            (&swap, palette.swap),
-        ] {
-            draw::series(
-                &mut mem,
-                &Series {
-                    color,
-                    points,
-                    radius: radius(points.len()),
-                },
-            )?;
+        for (points, color) in [(&available, palette.mem_available), (&used, palette.mem_used), (&swap, palette.swap)] {
+            draw::series(&mut mem, &Series { color, points, radius: radius(points.len()) })?;
         }
         slowdown_lines(&mut mem, palette, &slowdowns)?;
 
@@ -191,14 +159,7 @@ pub fn live_svg(memory: &[MemoryPoint], tps: &[TpsPoint], style: &ChartStyle) ->
             },
         )?;
         slowdown_lines(&mut rate, palette, &slowdowns)?;
-        draw::series(
-            &mut rate,
-            &Series {
-                color: palette.decode,
-                points: &rates,
-                radius: radius(rates.len()) + 1,
-            },
-        )?;
+        draw::series(&mut rate, &Series { color: palette.decode, points: &rates, radius: radius(rates.len()) + 1 })?;
         // The first drop is labelled: later lines lie to its right, so a
         // label placed left of it crosses none of them.
         if let Some(&at) = slowdowns.first() {
@@ -218,31 +179,16 @@ fn seconds_ago(v: &f64) -> String {
 
 /// Swatches for the three memory series and the pressure band.
 fn draw_legend(area: &Area<'_>, palette: &Palette) -> DrawResult {
-    let style =
-        draw::font(draw::SMALL_PX, palette.text_secondary).pos(Pos::new(HPos::Left, VPos::Center));
+    let style = draw::font(draw::SMALL_PX, palette.text_secondary).pos(Pos::new(HPos::Left, VPos::Center));
     let y = 11;
     let mut x = draw::Y_LABEL_AREA as i32;
-    for (color, label) in [
-        (palette.mem_used, "used"),
-        (palette.mem_available, "available"),
-        (palette.swap, "swap"),
-    ] {
-        area.draw(&Rectangle::new(
-            [(x, y - 4), (x + 8, y + 4)],
-            color.filled(),
-        ))?;
+    for (color, label) in [(palette.mem_used, "used"), (palette.mem_available, "available"), (palette.swap, "swap")] {
+        area.draw(&Rectangle::new([(x, y - 4), (x + 8, y + 4)], color.filled()))?;
         area.draw(&Text::new(label, (x + 12, y), style.clone()))?;
         x += 12 + draw::text_width(label, draw::SMALL_PX) + 14;
     }
-    for level in [
-        PressureLevel::Normal,
-        PressureLevel::Warning,
-        PressureLevel::Critical,
-    ] {
-        area.draw(&Rectangle::new(
-            [(x, y - 4), (x + 6, y + 4)],
-            palette.pressure(level).filled(),
-        ))?;
+    for level in [PressureLevel::Normal, PressureLevel::Warning, PressureLevel::Critical] {
+        area.draw(&Rectangle::new([(x, y - 4), (x + 6, y + 4)], palette.pressure(level).filled()))?;
         x += 6;
     }
     area.draw(&Text::new("pressure (band)", (x + 4, y), style))
@@ -271,33 +217,20 @@ fn pressure_band(
         spans
             .iter()
             .filter(|s| matches!(s.2, PressureLevel::Warning | PressureLevel::Critical))
-            .map(|&(x0, x1, level)| {
-                Rectangle::new(
-                    [(x0, 0.0), (x1, top)],
-                    palette.pressure(level).mix(0.12).filled(),
-                )
-            }),
+            .map(|&(x0, x1, level)| Rectangle::new([(x0, 0.0), (x1, top)], palette.pressure(level).mix(0.12).filled())),
     )?;
-    chart.draw_series(spans.iter().map(|&(x0, x1, level)| {
-        Rectangle::new(
-            [(x0, top - band), (x1, top)],
-            palette.pressure(level).filled(),
-        )
-    }))?;
+    chart.draw_series(
+        spans
+            .iter()
+            .map(|&(x0, x1, level)| Rectangle::new([(x0, top - band), (x1, top)], palette.pressure(level).filled())),
+    )?;
     Ok(())
 }
 
 fn slowdown_lines(chart: &mut Xy<'_, '_>, palette: &Palette, at: &[f64]) -> DrawResult {
     let y = chart.y_range();
-    let style = ShapeStyle {
-        color: palette.alert.mix(0.8),
-        filled: false,
-        stroke_width: 1,
-    };
-    chart.draw_series(
-        at.iter()
-            .map(|&x| PathElement::new(vec![(x, y.start), (x, y.end)], style)),
-    )?;
+    let style = ShapeStyle { color: palette.alert.mix(0.8), filled: false, stroke_width: 1 };
+    chart.draw_series(at.iter().map(|&x| PathElement::new(vec![(x, y.start), (x, y.end)], style)))?;
     Ok(())
 }
 
@@ -307,11 +240,7 @@ fn label_slowdown(chart: &Xy<'_, '_>, palette: &Palette, at: f64) -> DrawResult 
     let (right, _) = chart.backend_coord(&(chart.x_range().end, 0.0));
     // Right of the line if it fits, else left of it.
     let fits_right = px + 4 + draw::text_width(text, draw::SMALL_PX) < right;
-    let (dx, h) = if fits_right {
-        (4, HPos::Left)
-    } else {
-        (-4, HPos::Right)
-    };
+    let (dx, h) = if fits_right { (4, HPos::Left) } else { (-4, HPos::Right) };
     let style = draw::font(draw::SMALL_PX, palette.alert).pos(Pos::new(h, VPos::Top));
     draw::text_at(chart, (px + dx, py + 2), text, style)
 }
@@ -336,21 +265,14 @@ mod tests {
     }
 
     fn tps(at_s: u64, tps: f64) -> TpsPoint {
-        TpsPoint {
-            at_ms: T0 + at_s * 1_000,
-            tps,
-        }
+        TpsPoint { at_ms: T0 + at_s * 1_000, tps }
     }
 
     /// 90 s at 1 Hz; swap grows by 10 MiB/s from t = 60 s.
     fn swapping() -> Vec<MemoryPoint> {
         (0..90)
             .map(|s| {
-                let level = if s < 60 {
-                    PressureLevel::Normal
-                } else {
-                    PressureLevel::Critical
-                };
+                let level = if s < 60 { PressureLevel::Normal } else { PressureLevel::Critical };
                 mem(s, s.saturating_sub(60) * 10, level)
             })
             .collect()
@@ -359,13 +281,7 @@ mod tests {
     #[test]
     fn a_drop_is_marked_only_when_swap_grew_with_it() {
         let memory = swapping();
-        let rates = [
-            tps(10, 30.0),
-            tps(40, 23.0),
-            tps(55, 29.0),
-            tps(75, 20.0),
-            tps(85, 19.0),
-        ];
+        let rates = [tps(10, 30.0), tps(40, 23.0), tps(55, 29.0), tps(75, 20.0), tps(85, 19.0)];
         let found = swap_slowdowns(&memory, &rates);
         // 10 -> 40: a 23 % drop, but no swap yet. 55 -> 75: 31 % drop while
         // swap grew 150 MiB. 75 -> 85: swap grew 100 MiB, rate fell only 5 %.
@@ -377,28 +293,12 @@ mod tests {
 
     #[test]
     fn swap_growth_below_the_threshold_is_not_a_slowdown() {
-        let memory = [
-            mem(0, 100, PressureLevel::Normal),
-            mem(10, 150, PressureLevel::Normal),
-        ];
+        let memory = [mem(0, 100, PressureLevel::Normal), mem(10, 150, PressureLevel::Normal)];
         let rates = [tps(1, 30.0), tps(11, 10.0)];
-        assert!(
-            swap_slowdowns(&memory, &rates).is_empty(),
-            "50 MiB < 64 MiB"
-        );
-        let memory = [
-            mem(0, 100, PressureLevel::Normal),
-            mem(10, 164, PressureLevel::Normal),
-        ];
-        assert_eq!(
-            swap_slowdowns(&memory, &rates).len(),
-            1,
-            "exactly 64 MiB counts"
-        );
-        assert!(
-            swap_slowdowns(&[], &rates).is_empty(),
-            "no readings, no swap growth known"
-        );
+        assert!(swap_slowdowns(&memory, &rates).is_empty(), "50 MiB < 64 MiB");
+        let memory = [mem(0, 100, PressureLevel::Normal), mem(10, 164, PressureLevel::Normal)];
+        assert_eq!(swap_slowdowns(&memory, &rates).len(), 1, "exactly 64 MiB counts");
+        assert!(swap_slowdowns(&[], &rates).is_empty(), "no readings, no swap growth known");
     }
 
     #[test]
@@ -406,20 +306,10 @@ mod tests {
         let style = ChartStyle::light();
         let p = style.theme.palette();
         let memory = swapping();
-        let rates = [
-            tps(10, 30.0),
-            tps(40, 29.0),
-            tps(55, 29.0),
-            tps(75, 20.0),
-            tps(85, 19.0),
-        ];
+        let rates = [tps(10, 30.0), tps(40, 29.0), tps(55, 29.0), tps(75, 20.0), tps(85, 19.0)];
         let svg = live_svg(&memory, &rates, &style).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&svg);
-        for (name, color) in [
-            ("used", p.mem_used),
-            ("available", p.mem_available),
-            ("swap", p.swap),
-        ] {
+        for (name, color) in [("used", p.mem_used), ("available", p.mem_available), ("swap", p.swap)] {
             assert_eq!(svgtest::filled(&doc, color).len(), 90, "{name}");
         }
         assert_eq!(svgtest::filled(&doc, p.decode).len(), 5);
@@ -427,13 +317,7 @@ mod tests {
         // One slowdown: a line in each panel, labelled once.
         assert_eq!(svgtest::polylines(&doc, p.alert), 2);
         assert!(svgtest::has_text(&doc, "slower as swap grew"));
-        for label in [
-            "memory (GB)",
-            "tok/s",
-            "seconds ago",
-            "pressure (band)",
-            "swap",
-        ] {
+        for label in ["memory (GB)", "tok/s", "seconds ago", "pressure (band)", "swap"] {
             assert!(svgtest::has_text(&doc, label), "missing label {label:?}");
         }
         assert_eq!(svgtest::width(&doc), Some(400));
@@ -447,20 +331,14 @@ mod tests {
         let doc = parse(&svg);
         let rects = |color| {
             let c = svgtest::hex(color);
-            doc.descendants()
-                .filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c.as_str()))
-                .count()
+            doc.descendants().filter(|n| n.has_tag_name("rect") && n.attribute("fill") == Some(c.as_str())).count()
         };
         // One band segment per reading (plus the legend swatch), and a tint
         // behind each critical reading.
         assert_eq!(rects(p.pressure_normal), 60 + 1);
         assert_eq!(rects(p.pressure_critical), 30 * 2 + 1);
         assert_eq!(rects(p.pressure_warning), 1, "only the legend swatch");
-        assert_eq!(
-            svgtest::polylines(&doc, p.alert),
-            0,
-            "no tok/s, nothing to mark"
-        );
+        assert_eq!(svgtest::polylines(&doc, p.alert), 0, "no tok/s, nothing to mark");
     }
 
     #[test]
@@ -470,37 +348,19 @@ mod tests {
         let rates = [tps(0, 10.0), tps(30, 12.0), tps(120, 11.0)];
         let svg = live_svg(&[], &rates, &style).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&svg);
-        let xs: Vec<f64> = svgtest::filled(&doc, p.decode)
-            .iter()
-            .map(|m| m.0)
-            .collect();
+        let xs: Vec<f64> = svgtest::filled(&doc, p.decode).iter().map(|m| m.0).collect();
         assert!(xs.windows(2).all(|w| w[0] < w[1]), "{xs:?}");
         assert!(svgtest::has_text(&doc, "0"), "the axis reaches now");
-        assert!(
-            svgtest::has_text(&doc, "100"),
-            "ticks cover the oldest point: {:?}",
-            svgtest::texts(&doc)
-        );
+        assert!(svgtest::has_text(&doc, "100"), "ticks cover the oldest point: {:?}", svgtest::texts(&doc));
     }
 
     #[test]
     fn no_readings_draw_a_card_and_bad_rates_are_errors() {
-        let doc_text =
-            live_svg(&[], &[], &ChartStyle::popover(Theme::Dark)).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = live_svg(&[], &[], &ChartStyle::popover(Theme::Dark)).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&doc_text);
         assert!(svgtest::has_text(&doc, "No readings yet"));
         assert_eq!(svgtest::circle_count(&doc), 0);
         let err = live_svg(&[], &[tps(0, f64::INFINITY)], &ChartStyle::light()).err();
-        assert!(
-            matches!(
-                err,
-                Some(ChartError::InvalidValue {
-                    chart: "live",
-                    index: 0,
-                    ..
-                })
-            ),
-            "{err:?}"
-        );
+        assert!(matches!(err, Some(ChartError::InvalidValue { chart: "live", index: 0, .. })), "{err:?}");
     }
 }

@@ -25,12 +25,7 @@ pub struct TurnPoint {
 impl TurnPoint {
     /// From a turn's rates as `headroom_core::stats` defines them.
     pub fn from_rates(turn: u32, context_tokens: u32, rates: &Rates) -> Self {
-        Self {
-            turn,
-            context_tokens,
-            decode_tps: rates.decode_tps,
-            ttft_ms: rates.ttft_ms,
-        }
+        Self { turn, context_tokens, decode_tps: rates.decode_tps, ttft_ms: rates.ttft_ms }
     }
 }
 
@@ -47,35 +42,17 @@ pub fn session_svg(turns: &[TurnPoint], style: &ChartStyle) -> Result<String> {
     draw::check_values(CHART, "decode tok/s", turns.iter().map(|t| t.decode_tps))?;
     draw::check_values(CHART, "TTFT", turns.iter().map(|t| t.ttft_ms))?;
     if turns.is_empty() {
-        return crate::no_data_svg(
-            style,
-            "No turns yet",
-            "Speed per turn appears here after the first reply.",
-        );
+        return crate::no_data_svg(style, "No turns yet", "Speed per turn appears here after the first reply.");
     }
     let mut turns = turns.to_vec();
     turns.sort_by_key(|t| t.turn);
 
     let in_seconds = draw::max_of(turns.iter().map(|t| t.ttft_ms)).is_some_and(|ms| ms >= 2_000.0);
     let (ttft_scale, ttft_unit) = if in_seconds { (1e-3, "s") } else { (1.0, "ms") };
-    let decode: Vec<(f64, Option<f64>)> = turns
-        .iter()
-        .map(|t| (f64::from(t.context_tokens), t.decode_tps))
-        .collect();
-    let ttft: Vec<(f64, Option<f64>)> = turns
-        .iter()
-        .map(|t| {
-            (
-                f64::from(t.context_tokens),
-                t.ttft_ms.map(|ms| ms * ttft_scale),
-            )
-        })
-        .collect();
-    let labels = turns
-        .iter()
-        .zip(&decode)
-        .map(|(t, &(x, y))| (x, y.unwrap_or(0.0), t.turn.to_string()))
-        .collect();
+    let decode: Vec<(f64, Option<f64>)> = turns.iter().map(|t| (f64::from(t.context_tokens), t.decode_tps)).collect();
+    let ttft: Vec<(f64, Option<f64>)> =
+        turns.iter().map(|t| (f64::from(t.context_tokens), t.ttft_ms.map(|ms| ms * ttft_scale))).collect();
+    let labels = turns.iter().zip(&decode).map(|(t, &(x, y))| (x, y.unwrap_or(0.0), t.turn.to_string())).collect();
 
     let lo = turns.iter().map(|t| t.context_tokens).min().unwrap_or(0);
     let hi = turns.iter().map(|t| t.context_tokens).max().unwrap_or(0);
@@ -86,30 +63,16 @@ pub fn session_svg(turns: &[TurnPoint], style: &ChartStyle) -> Result<String> {
             Panel {
                 y_desc: "decode (tok/s)".to_owned(),
                 y_fmt: draw::number_ticks,
-                series: Series {
-                    color: palette.decode,
-                    points: &decode,
-                    radius: draw::MARK_R,
-                },
+                series: Series { color: palette.decode, points: &decode, radius: draw::MARK_R },
                 labels,
-                note: decode
-                    .iter()
-                    .any(|p| p.1.is_none())
-                    .then_some("○ on axis: 1-token turn, no rate"),
+                note: decode.iter().any(|p| p.1.is_none()).then_some("○ on axis: 1-token turn, no rate"),
             },
             Panel {
                 y_desc: format!("TTFT ({ttft_unit})"),
                 y_fmt: draw::number_ticks,
-                series: Series {
-                    color: palette.secondary_series,
-                    points: &ttft,
-                    radius: draw::MARK_R,
-                },
+                series: Series { color: palette.secondary_series, points: &ttft, radius: draw::MARK_R },
                 labels: Vec::new(),
-                note: ttft
-                    .iter()
-                    .any(|p| p.1.is_none())
-                    .then_some("○ on axis: no token generated"),
+                note: ttft.iter().any(|p| p.1.is_none()).then_some("○ on axis: no token generated"),
             },
         ];
         let x_desc = "context at turn start (tokens) · numbers = turn";
@@ -151,17 +114,9 @@ mod tests {
         let svg = session_svg(&turns(12, &[5]), &style).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&svg);
         assert_eq!(svgtest::filled(&doc, p.decode).len(), 11);
-        assert_eq!(
-            svgtest::rings(&doc, p.decode).len(),
-            1,
-            "turn 5 has no decode rate"
-        );
+        assert_eq!(svgtest::rings(&doc, p.decode).len(), 1, "turn 5 has no decode rate");
         assert_eq!(svgtest::filled(&doc, p.secondary_series).len(), 12);
-        assert_eq!(
-            svgtest::circle_count(&doc),
-            24,
-            "no circle other than the marks"
-        );
+        assert_eq!(svgtest::circle_count(&doc), 24, "no circle other than the marks");
         assert!(svgtest::has_text(&doc, "○ on axis: 1-token turn, no rate"));
         assert_eq!(svgtest::width(&doc), Some(400));
     }
@@ -184,40 +139,22 @@ mod tests {
         }
         let ring = svgtest::rings(&doc, p.decode);
         assert_eq!(ring.len(), 1);
-        assert!(
-            decode.iter().all(|m| m.1 < ring[0].1),
-            "the ring is below every value, at 0"
-        );
+        assert!(decode.iter().all(|m| m.1 < ring[0].1), "the ring is below every value, at 0");
         // Above the TTFT panel, which starts lower down.
         assert!(ttft.iter().all(|m| m.1 > ring[0].1));
     }
 
     #[test]
     fn axes_name_their_units_and_turns_are_labelled() {
-        let doc_text =
-            session_svg(&turns(6, &[]), &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&turns(6, &[]), &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&doc_text);
-        for label in [
-            "decode (tok/s)",
-            "TTFT (ms)",
-            "context at turn start (tokens) · numbers = turn",
-        ] {
-            assert!(
-                svgtest::has_text(&doc, label),
-                "missing axis label {label:?}"
-            );
+        for label in ["decode (tok/s)", "TTFT (ms)", "context at turn start (tokens) · numbers = turn"] {
+            assert!(svgtest::has_text(&doc, label), "missing axis label {label:?}");
         }
         for turn in 1..=6 {
-            assert!(
-                svgtest::has_text(&doc, &turn.to_string()),
-                "turn {turn} is not labelled"
-            );
+            assert!(svgtest::has_text(&doc, &turn.to_string()), "turn {turn} is not labelled");
         }
-        assert!(
-            svgtest::has_text(&doc, "3K"),
-            "context ticks in tokens: {:?}",
-            svgtest::texts(&doc)
-        );
+        assert!(svgtest::has_text(&doc, "3K"), "context ticks in tokens: {:?}", svgtest::texts(&doc));
     }
 
     #[test]
@@ -249,10 +186,8 @@ mod tests {
         t.reverse();
         let doc_text = session_svg(&t, &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&doc_text);
-        let xs: Vec<f64> = svgtest::filled(&doc, ChartStyle::light().theme.palette().decode)
-            .iter()
-            .map(|m| m.0)
-            .collect();
+        let xs: Vec<f64> =
+            svgtest::filled(&doc, ChartStyle::light().theme.palette().decode).iter().map(|m| m.0).collect();
         assert!(xs.windows(2).all(|w| w[0] < w[1]), "{xs:?}");
     }
 
@@ -267,8 +202,7 @@ mod tests {
 
     #[test]
     fn a_single_turn_still_has_axes() {
-        let doc_text =
-            session_svg(&turns(1, &[]), &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&turns(1, &[]), &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
         let doc = parse(&doc_text);
         assert_eq!(svgtest::circle_count(&doc), 2);
         assert!(svgtest::has_text(&doc, "decode (tok/s)"));
@@ -280,31 +214,15 @@ mod tests {
         t[1].decode_tps = Some(f64::NAN);
         let err = session_svg(&t, &ChartStyle::light()).err();
         assert!(
-            matches!(
-                err,
-                Some(ChartError::InvalidValue {
-                    chart: "session",
-                    series: "decode tok/s",
-                    index: 1,
-                    ..
-                })
-            ),
+            matches!(err, Some(ChartError::InvalidValue { chart: "session", series: "decode tok/s", index: 1, .. })),
             "{err:?}"
         );
         t[1].decode_tps = Some(10.0);
         t[2].ttft_ms = Some(-3.0);
-        let err = session_svg(&t, &ChartStyle::light())
-            .err()
-            .map(|e| e.to_string());
-        assert_eq!(
-            err.as_deref(),
-            Some("session chart: TTFT value #2 is -3, expected a finite number >= 0")
-        );
+        let err = session_svg(&t, &ChartStyle::light()).err().map(|e| e.to_string());
+        assert_eq!(err.as_deref(), Some("session chart: TTFT value #2 is -3, expected a finite number >= 0"));
         let err = session_svg(&t[..1], &ChartStyle::light().with_size(200, 300)).err();
-        assert!(
-            matches!(err, Some(ChartError::TooSmall { width: 200, .. })),
-            "{err:?}"
-        );
+        assert!(matches!(err, Some(ChartError::TooSmall { width: 200, .. })), "{err:?}");
     }
 
     #[test]
@@ -317,14 +235,6 @@ mod tests {
             last_token_at: Some(Duration::from_millis(120)),
         };
         let point = TurnPoint::from_rates(3, 900, &timings.rates());
-        assert_eq!(
-            point,
-            TurnPoint {
-                turn: 3,
-                context_tokens: 900,
-                decode_tps: None,
-                ttft_ms: Some(120.0)
-            }
-        );
+        assert_eq!(point, TurnPoint { turn: 3, context_tokens: 900, decode_tps: None, ttft_ms: Some(120.0) });
     }
 }

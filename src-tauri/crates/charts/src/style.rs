@@ -147,11 +147,7 @@ impl ChartStyle {
 
     /// Popover-sized, in `theme`.
     pub fn popover(theme: Theme) -> Self {
-        Self {
-            theme,
-            width: Self::POPOVER_WIDTH,
-            height: Self::POPOVER_HEIGHT,
-        }
+        Self { theme, width: Self::POPOVER_WIDTH, height: Self::POPOVER_HEIGHT }
     }
 
     pub fn light() -> Self {
@@ -163,11 +159,7 @@ impl ChartStyle {
     }
 
     pub fn with_size(self, width: u32, height: u32) -> Self {
-        Self {
-            width,
-            height,
-            ..self
-        }
+        Self { width, height, ..self }
     }
 
     pub(crate) fn check_size(&self) -> Result<()> {
@@ -198,24 +190,14 @@ mod tests {
         assert_eq!("light".parse::<Theme>().ok(), Some(Theme::Light));
         assert_eq!(" Dark ".parse::<Theme>().ok(), Some(Theme::Dark));
         let err = "sepia".parse::<Theme>().err().map(|e| e.to_string());
-        assert_eq!(
-            err.as_deref(),
-            Some("unknown chart theme \"sepia\"; expected \"light\" or \"dark\"")
-        );
+        assert_eq!(err.as_deref(), Some("unknown chart theme \"sepia\"; expected \"light\" or \"dark\""));
     }
 
     #[test]
     fn series_colours_are_distinct_within_each_theme() {
         for theme in [Theme::Light, Theme::Dark] {
             let p = theme.palette();
-            let series = [
-                p.decode,
-                p.secondary_series,
-                p.mem_used,
-                p.mem_available,
-                p.swap,
-                p.alert,
-            ];
+            let series = [p.decode, p.secondary_series, p.mem_used, p.mem_available, p.swap, p.alert];
             for (i, a) in series.iter().enumerate() {
                 for b in &series[i + 1..] {
                     assert_ne!(a, b, "{theme}: two series share a colour");
@@ -227,13 +209,6 @@ mod tests {
     #[test]
     fn too_small_is_a_typed_error() {
         let err = ChartStyle::light().with_size(100, 80).check_size();
-        assert!(matches!(
-            err,
-            Err(ChartError::TooSmall {
-                width: 100,
-                height: 80,
-                ..
-            })
-        ));
+        assert!(matches!(err, Err(ChartError::TooSmall { width: 100, height: 80, .. })));
     }
 }

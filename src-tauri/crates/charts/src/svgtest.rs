@@ -19,19 +19,14 @@ fn circles<'a>(doc: &'a Document<'a>) -> impl Iterator<Item = Node<'a, 'a>> {
 /// Filled marks of one colour: (cx, cy) in document order.
 pub(crate) fn filled(doc: &Document<'_>, color: RGBColor) -> Vec<(f64, f64)> {
     let c = hex(color);
-    circles(doc)
-        .filter(|n| n.attribute("fill") == Some(c.as_str()))
-        .map(center)
-        .collect()
+    circles(doc).filter(|n| n.attribute("fill") == Some(c.as_str())).map(center).collect()
 }
 
 /// Hollow rings of one colour (points without a value).
 pub(crate) fn rings(doc: &Document<'_>, color: RGBColor) -> Vec<(f64, f64)> {
     let c = hex(color);
     circles(doc)
-        .filter(|n| {
-            n.attribute("fill") == Some("none") && n.attribute("stroke") == Some(c.as_str())
-        })
+        .filter(|n| n.attribute("fill") == Some("none") && n.attribute("stroke") == Some(c.as_str()))
         .map(center)
         .collect()
 }
@@ -41,11 +36,7 @@ pub(crate) fn circle_count(doc: &Document<'_>) -> usize {
 }
 
 fn center(n: Node<'_, '_>) -> (f64, f64) {
-    let num = |a| {
-        n.attribute(a)
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(f64::NAN)
-    };
+    let num = |a| n.attribute(a).and_then(|v| v.parse().ok()).unwrap_or(f64::NAN);
     (num("cx"), num("cy"))
 }
 
@@ -63,23 +54,16 @@ pub(crate) fn has_text(doc: &Document<'_>, text: &str) -> bool {
 
 /// The root element's width attribute, px.
 pub(crate) fn width(doc: &Document<'_>) -> Option<u32> {
-    doc.root_element()
-        .attribute("width")
-        .and_then(|w| w.parse().ok())
+    doc.root_element().attribute("width").and_then(|w| w.parse().ok())
 }
 
 /// The fill of the first rect: the background.
 pub(crate) fn background(doc: &Document<'_>) -> Option<String> {
-    doc.descendants()
-        .find(|n| n.has_tag_name("rect"))
-        .and_then(|n| n.attribute("fill"))
-        .map(str::to_owned)
+    doc.descendants().find(|n| n.has_tag_name("rect")).and_then(|n| n.attribute("fill")).map(str::to_owned)
 }
 
 /// Polylines drawn in one colour (lines, markers).
 pub(crate) fn polylines(doc: &Document<'_>, color: RGBColor) -> usize {
     let c = hex(color);
-    doc.descendants()
-        .filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(c.as_str()))
-        .count()
+    doc.descendants().filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(c.as_str())).count()
 }

@@ -63,14 +63,10 @@ impl CloudClient {
     pub fn new(config: CloudConfig) -> Result<Self> {
         config.normalized_base_url()?;
         if config.model.trim().is_empty() {
-            return Err(CloudError::InvalidConfig {
-                what: "the model name is empty".into(),
-            });
+            return Err(CloudError::InvalidConfig { what: "the model name is empty".into() });
         }
-        let http = reqwest::Client::builder()
-            .connect_timeout(config.timeouts.connect)
-            .build()
-            .map_err(CloudError::Client)?;
+        let http =
+            reqwest::Client::builder().connect_timeout(config.timeouts.connect).build().map_err(CloudError::Client)?;
         Ok(Self { http, config })
     }
 
@@ -95,13 +91,7 @@ impl CloudClient {
         }
         let timeout = self.config.timeouts.response;
         let resp = match tokio::time::timeout(timeout, req.send()).await {
-            Err(_) => {
-                return Err(CloudError::Timeout {
-                    url,
-                    phase: TimeoutPhase::Response,
-                    after: timeout,
-                })
-            }
+            Err(_) => return Err(CloudError::Timeout { url, phase: TimeoutPhase::Response, after: timeout }),
             Ok(Err(e)) => return Err(send_error(&url, &e, timeout)),
             Ok(Ok(resp)) => resp,
         };
@@ -112,15 +102,8 @@ impl CloudClient {
         }
         let text = tokio::time::timeout(timeout, resp.text())
             .await
-            .map_err(|_| CloudError::Timeout {
-                url: url.clone(),
-                phase: TimeoutPhase::Idle,
-                after: timeout,
-            })?
-            .map_err(|e| CloudError::Connect {
-                url: url.clone(),
-                detail: error_chain(&e),
-            })?;
+            .map_err(|_| CloudError::Timeout { url: url.clone(), phase: TimeoutPhase::Idle, after: timeout })?
+            .map_err(|e| CloudError::Connect { url: url.clone(), detail: error_chain(&e) })?;
         let models: Models = serde_json::from_str(&text).map_err(|e| CloudError::BadResponse {
             url: url.clone(),
             what: format!("not a model list ({e}): {}", excerpt(&text)),
@@ -185,9 +168,7 @@ pub fn request_body(model: &str, messages: &[Message], params: &ChatParams) -> V
     body
 }
 
-type SseStream = Pin<
-    Box<dyn Stream<Item = std::result::Result<Event, EventStreamError<reqwest::Error>>> + Send>,
->;
+type SseStream = Pin<Box<dyn Stream<Item = std::result::Result<Event, EventStreamError<reqwest::Error>>> + Send>>;
 
 enum Phase {
     Connect,
@@ -255,9 +236,7 @@ impl Run {
                 Phase::Done => return None,
                 Phase::Connect => match self.connect().await {
                     Ok(Connected::Stream(resp)) => {
-                        self.queue.push_back(Ok(CloudEvent::Started {
-                            attempts: self.acc.attempts,
-                        }));
+                        self.queue.push_back(Ok(CloudEvent::Started { attempts: self.acc.attempts }));
                         self.phase = Phase::Streaming(Box::pin(resp.bytes_stream().eventsource()));
                     }
                     Ok(Connected::Cancelled) => self.finish(FinishReason::Cancelled, None),
@@ -279,11 +258,7 @@ impl Run {
         self.acc.started = Some(started);
         loop {
             self.acc.attempts += 1;
-            let mut req = self
-                .http
-                .post(&self.url)
-                .header(ACCEPT, "text/event-stream")
-                .json(&self.body);
+            let mut req = self.http.post(&self.url).header(ACCEPT, "text/event-stream").json(&self.body);
             if let Some(key) = &self.key {
                 req = req.bearer_auth(key.expose());
             }
@@ -312,13 +287,7 @@ impl Run {
             let retry_after = retry_after(resp.headers());
             let body = body_excerpt(resp, wait).await;
             if !retriable || retries_done >= self.retry.max_retries {
-                return Err(status_error(
-                    &self.url,
-                    &self.model,
-                    status,
-                    self.acc.attempts,
-                    body,
-                ));
+                return Err(status_error(&self.url, &self.model, status, self.acc.attempts, body));
             }
             let delay = match retry_after {
                 // A server that asks for a longer pause than we would wait
@@ -370,17 +339,14 @@ impl Run {
                         Some(reason) => self.finish_with_server_reason(&reason),
                         None => self.queue.push_back(Err(CloudError::StreamCut {
                             chunks: self.acc.chunks,
-                            detail: "the server closed the connection before the end of the answer"
-                                .into(),
+                            detail: "the server closed the connection before the end of the answer".into(),
                         })),
                     }
                     return false;
                 }
                 Ok(Some(Err(EventStreamError::Transport(e)))) => {
-                    self.queue.push_back(Err(CloudError::StreamCut {
-                        chunks: self.acc.chunks,
-                        detail: error_chain(&e),
-                    }));
+                    self.queue
+                        .push_back(Err(CloudError::StreamCut { chunks: self.acc.chunks, detail: error_chain(&e) }));
                     return false;
                 }
                 Ok(Some(Err(e))) => {
@@ -422,41 +388,24 @@ impl Run {
             // Keep-alive comments and empty events carry nothing.
             return Ok(Flow::Continue);
         }
-        let chunk: Chunk = serde_json::from_str(data).map_err(|e| {
-            malformed(format!(
-                "not a chat completion chunk ({e}): {}",
-                excerpt(data)
-            ))
-        })?;
+        let chunk: Chunk = serde_json::from_str(data)
+            .map_err(|e| malformed(format!("not a chat completion chunk ({e}): {}", excerpt(data))))?;
         if let Some(err) = chunk.error {
-            let what = err
-                .get("message")
-                .and_then(Value::as_str)
-                .map_or_else(|| err.to_string(), str::to_owned);
+            let what = err.get("message").and_then(Value::as_str).map_or_else(|| err.to_string(), str::to_owned);
             return Err(CloudError::StreamCut {
                 chunks: self.acc.chunks,
-                detail: format!(
-                    "the server reported an error mid-stream: {}",
-                    excerpt(&what)
-                ),
+                detail: format!("the server reported an error mid-stream: {}", excerpt(&what)),
             });
         }
         if chunk.choices.is_none() && chunk.usage.is_none() {
-            return Err(malformed(format!(
-                "a chunk with neither choices nor usage: {}",
-                excerpt(data)
-            )));
+            return Err(malformed(format!("a chunk with neither choices nor usage: {}", excerpt(data))));
         }
         for choice in chunk.choices.unwrap_or_default() {
             // One answer per request (n = 1): other indices are not ours.
             if choice.index.unwrap_or(0) != 0 {
                 continue;
             }
-            if let Some(text) = choice
-                .delta
-                .and_then(|d| d.content)
-                .filter(|t| !t.is_empty())
-            {
+            if let Some(text) = choice.delta.and_then(|d| d.content).filter(|t| !t.is_empty()) {
                 let at = self.acc.started.map(|s| s.elapsed()).unwrap_or_default();
                 self.acc.first_token_at.get_or_insert(at);
                 self.acc.last_token_at = Some(at);
@@ -493,11 +442,7 @@ impl Run {
         if let Some(usage) = self.acc.usage {
             self.queue.push_back(Ok(CloudEvent::Usage(usage)));
         }
-        self.queue.push_back(Ok(CloudEvent::Finished {
-            reason,
-            server_reason,
-            stats,
-        }));
+        self.queue.push_back(Ok(CloudEvent::Finished { reason, server_reason, stats }));
     }
 }
 
@@ -533,46 +478,18 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .parse::<u64>()
         .ok()
         .map(Duration::from_secs)
-        .or_else(|| {
-            value
-                .parse::<f64>()
-                .ok()
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64)
-        })
+        .or_else(|| value.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64))
 }
 
 /// The error for a non-2xx status that is final.
-fn status_error(
-    url: &str,
-    model: &str,
-    status: StatusCode,
-    attempts: u32,
-    body: String,
-) -> CloudError {
+fn status_error(url: &str, model: &str, status: StatusCode, attempts: u32, body: String) -> CloudError {
     let url = url.to_owned();
     match status {
         StatusCode::UNAUTHORIZED => CloudError::Unauthorized { url },
-        StatusCode::NOT_FOUND => CloudError::NotFound {
-            url,
-            model: model.to_owned(),
-        },
-        StatusCode::TOO_MANY_REQUESTS => CloudError::RateLimited {
-            url,
-            attempts,
-            retry_after: None,
-        },
-        s if s.is_server_error() => CloudError::Server {
-            url,
-            status: s.as_u16(),
-            attempts,
-            body,
-        },
-        s => CloudError::Rejected {
-            url,
-            status: s.as_u16(),
-            body,
-        },
+        StatusCode::NOT_FOUND => CloudError::NotFound { url, model: model.to_owned() },
+        StatusCode::TOO_MANY_REQUESTS => CloudError::RateLimited { url, attempts, retry_after: None },
+        s if s.is_server_error() => CloudError::Server { url, status: s.as_u16(), attempts, body },
+        s => CloudError::Rejected { url, status: s.as_u16(), body },
     }
 }
 
@@ -580,11 +497,7 @@ fn status_error(
 fn send_error(url: &str, e: &reqwest::Error, wait: Duration) -> CloudError {
     let url = url.to_owned();
     if e.is_timeout() {
-        return CloudError::Timeout {
-            url,
-            phase: TimeoutPhase::Response,
-            after: wait,
-        };
+        return CloudError::Timeout { url, phase: TimeoutPhase::Response, after: wait };
     }
     let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
     while let Some(err) = source {
@@ -595,10 +508,7 @@ fn send_error(url: &str, e: &reqwest::Error, wait: Duration) -> CloudError {
         }
         source = err.source();
     }
-    CloudError::Connect {
-        url,
-        detail: error_chain(e),
-    }
+    CloudError::Connect { url, detail: error_chain(e) }
 }
 
 /// "outer: inner: root" — reqwest's own message alone is often just "error
@@ -626,10 +536,7 @@ async fn body_excerpt(resp: reqwest::Response, wait: Duration) -> String {
     };
     let message = serde_json::from_str::<Value>(&text).ok().and_then(|v| {
         let e = v.get("error")?;
-        e.get("message")
-            .and_then(Value::as_str)
-            .or_else(|| e.as_str())
-            .map(str::to_owned)
+        e.get("message").and_then(Value::as_str).or_else(|| e.as_str()).map(str::to_owned)
     });
     let shown = excerpt(message.as_deref().unwrap_or(&text));
     if shown.is_empty() {
@@ -658,14 +565,7 @@ mod tests {
     #[test]
     fn request_asks_for_a_stream_with_usage_and_only_the_params_given() {
         let msgs = [Message::new(Role::User, "hi")];
-        let body = request_body(
-            "m",
-            &msgs,
-            &ChatParams {
-                max_tokens: Some(7),
-                ..ChatParams::default()
-            },
-        );
+        let body = request_body("m", &msgs, &ChatParams { max_tokens: Some(7), ..ChatParams::default() });
         assert_eq!(
             body,
             serde_json::json!({
@@ -686,38 +586,21 @@ mod tests {
         assert_eq!(retry_after(&h), Some(Duration::from_secs(2)));
         h.insert(RETRY_AFTER, HeaderValue::from_static("0.25"));
         assert_eq!(retry_after(&h), Some(Duration::from_millis(250)));
-        h.insert(
-            RETRY_AFTER,
-            HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"),
-        );
+        h.insert(RETRY_AFTER, HeaderValue::from_static("Wed, 21 Oct 2015 07:28:00 GMT"));
         assert_eq!(retry_after(&h), None);
     }
 
     #[test]
     fn final_statuses_map_to_their_plain_errors() {
-        let e = status_error(
-            "http://h/v1/chat/completions",
-            "m",
-            StatusCode::NOT_FOUND,
-            1,
-            String::new(),
-        );
-        assert!(
-            e.to_string().contains("http://h/v1/chat/completions")
-                && e.to_string().contains("\"m\""),
-            "{e}"
-        );
+        let e = status_error("http://h/v1/chat/completions", "m", StatusCode::NOT_FOUND, 1, String::new());
+        assert!(e.to_string().contains("http://h/v1/chat/completions") && e.to_string().contains("\"m\""), "{e}");
         assert!(matches!(
             status_error("u", "m", StatusCode::UNAUTHORIZED, 1, String::new()),
             CloudError::Unauthorized { .. }
         ));
         assert!(matches!(
             status_error("u", "m", StatusCode::BAD_GATEWAY, 4, "x".into()),
-            CloudError::Server {
-                status: 502,
-                attempts: 4,
-                ..
-            }
+            CloudError::Server { status: 502, attempts: 4, .. }
         ));
         assert!(matches!(
             status_error("u", "m", StatusCode::BAD_REQUEST, 1, "too long".into()),

@@ -40,11 +40,7 @@ pub struct Timeouts {
 
 impl Default for Timeouts {
     fn default() -> Self {
-        Self {
-            connect: Duration::from_secs(10),
-            response: Duration::from_secs(120),
-            idle: Duration::from_secs(60),
-        }
+        Self { connect: Duration::from_secs(10), response: Duration::from_secs(120), idle: Duration::from_secs(60) }
     }
 }
 
@@ -63,11 +59,7 @@ pub struct RetryPolicy {
 
 impl Default for RetryPolicy {
     fn default() -> Self {
-        Self {
-            max_retries: 3,
-            base_delay: Duration::from_millis(500),
-            max_delay: Duration::from_secs(30),
-        }
+        Self { max_retries: 3, base_delay: Duration::from_millis(500), max_delay: Duration::from_secs(30) }
     }
 }
 
@@ -77,9 +69,7 @@ impl RetryPolicy {
     /// hit by the same outage do not come back in lockstep. `unit` is a
     /// random number in [0, 1).
     pub fn backoff(&self, retry: u32, unit: f64) -> Duration {
-        let exp = self
-            .base_delay
-            .saturating_mul(2u32.saturating_pow(retry.min(16)));
+        let exp = self.base_delay.saturating_mul(2u32.saturating_pow(retry.min(16)));
         let capped = exp.min(self.max_delay);
         capped / 2 + capped.mul_f64(unit.clamp(0.0, 1.0) / 2.0)
     }
@@ -115,11 +105,7 @@ impl CloudConfig {
 
     /// `{base}/{path}`.
     pub fn endpoint(&self, path: &str) -> Result<String> {
-        Ok(format!(
-            "{}/{}",
-            self.normalized_base_url()?,
-            path.trim_start_matches('/')
-        ))
+        Ok(format!("{}/{}", self.normalized_base_url()?, path.trim_start_matches('/')))
     }
 }
 
@@ -127,9 +113,7 @@ impl CloudConfig {
 /// not an absolute http(s) URL with a host, saying what was wrong.
 pub fn normalize_base_url(raw: &str) -> Result<String> {
     let url = raw.trim().trim_end_matches('/');
-    let invalid = |why: &str| CloudError::InvalidConfig {
-        what: format!("base URL \"{raw}\" {why}"),
-    };
+    let invalid = |why: &str| CloudError::InvalidConfig { what: format!("base URL \"{raw}\" {why}") };
     if url.is_empty() {
         return Err(invalid("is empty"));
     }
@@ -152,10 +136,7 @@ mod tests {
 
     #[test]
     fn api_key_is_redacted_in_debug_output() {
-        let c = CloudConfig {
-            api_key: Some(ApiKey::new("sk-secret-123")),
-            ..CloudConfig::new("http://h/v1", "m")
-        };
+        let c = CloudConfig { api_key: Some(ApiKey::new("sk-secret-123")), ..CloudConfig::new("http://h/v1", "m") };
         let shown = format!("{c:?}");
         assert!(!shown.contains("sk-secret-123"), "{shown}");
         assert!(shown.contains("<redacted>"));
@@ -163,12 +144,7 @@ mod tests {
 
     #[test]
     fn base_urls_are_normalized_or_rejected_with_the_reason() {
-        assert_eq!(
-            normalize_base_url(" http://127.0.0.1:8080/v1/ ")
-                .ok()
-                .as_deref(),
-            Some("http://127.0.0.1:8080/v1")
-        );
+        assert_eq!(normalize_base_url(" http://127.0.0.1:8080/v1/ ").ok().as_deref(), Some("http://127.0.0.1:8080/v1"));
         let c = CloudConfig::new("https://api.example.com/v1//", "m");
         assert_eq!(
             c.endpoint("/chat/completions").ok().as_deref(),

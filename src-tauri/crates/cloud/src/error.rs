@@ -13,7 +13,9 @@ pub enum CloudError {
     #[error("the server at {url} rejected the API key (HTTP 401): check the key set for this URL")]
     Unauthorized { url: String },
 
-    #[error("the server answered 404 for {url}: check the base URL (it usually ends in /v1) and the model name \"{model}\"")]
+    #[error(
+        "the server answered 404 for {url}: check the base URL (it usually ends in /v1) and the model name \"{model}\""
+    )]
     NotFound { url: String, model: String },
 
     #[error("no server is listening at {url} (connection refused): is it running, and is the URL right?")]
@@ -24,42 +26,23 @@ pub enum CloudError {
     Connect { url: String, detail: String },
 
     #[error("{url} did not answer within {} s ({phase})", .after.as_secs_f64())]
-    Timeout {
-        url: String,
-        phase: TimeoutPhase,
-        after: Duration,
-    },
+    Timeout { url: String, phase: TimeoutPhase, after: Duration },
 
     #[error("the server at {url} is still rate-limiting (HTTP 429) after {attempts} attempts{}", retry_hint(*.retry_after))]
-    RateLimited {
-        url: String,
-        attempts: u32,
-        retry_after: Option<Duration>,
-    },
+    RateLimited { url: String, attempts: u32, retry_after: Option<Duration> },
 
     #[error("the server at {url} failed with HTTP {status} after {attempts} attempts: {body}")]
-    Server {
-        url: String,
-        status: u16,
-        attempts: u32,
-        body: String,
-    },
+    Server { url: String, status: u16, attempts: u32, body: String },
 
     /// A 4xx other than 401/404/429: the request itself was refused (a context
     /// too long for the model, an unknown parameter …); the body says why.
     #[error("the server at {url} refused the request with HTTP {status}: {body}")]
-    Rejected {
-        url: String,
-        status: u16,
-        body: String,
-    },
+    Rejected { url: String, status: u16, body: String },
 
     #[error("the server's stream is malformed at event {event}: {what}")]
     MalformedStream { event: usize, what: String },
 
-    #[error(
-        "the stream was cut after {chunks} text chunks ({detail}); the partial answer is kept"
-    )]
+    #[error("the stream was cut after {chunks} text chunks ({detail}); the partial answer is kept")]
     StreamCut { chunks: usize, detail: String },
 
     #[error("unexpected answer from {url}: {what}")]
@@ -88,9 +71,7 @@ impl std::fmt::Display for TimeoutPhase {
 }
 
 fn retry_hint(retry_after: Option<Duration>) -> String {
-    retry_after
-        .map(|d| format!("; it asks to wait {} s", d.as_secs()))
-        .unwrap_or_default()
+    retry_after.map(|d| format!("; it asks to wait {} s", d.as_secs())).unwrap_or_default()
 }
 
 impl CloudError {
@@ -124,10 +105,7 @@ pub enum KeyError {
     InvalidUrl(String),
 
     #[error("cannot use the key file {path}: {source}")]
-    File {
-        path: PathBuf,
-        source: std::io::Error,
-    },
+    File { path: PathBuf, source: std::io::Error },
 
     #[error("the key file {path} is corrupt: {detail}")]
     CorruptFile { path: PathBuf, detail: String },

@@ -40,18 +40,12 @@ pub struct KeyStore {
 impl KeyStore {
     /// Keychain first, `<data_dir>/cloud-keys.json` when it is unreachable.
     pub fn new(data_dir: &Path) -> Self {
-        Self {
-            file: data_dir.join(KEY_FILE_NAME),
-            use_keychain: true,
-        }
+        Self { file: data_dir.join(KEY_FILE_NAME), use_keychain: true }
     }
 
     /// Only the file (for a user who opted out of the keychain).
     pub fn file_only(data_dir: &Path) -> Self {
-        Self {
-            file: data_dir.join(KEY_FILE_NAME),
-            use_keychain: false,
-        }
+        Self { file: data_dir.join(KEY_FILE_NAME), use_keychain: false }
     }
 
     pub fn file_path(&self) -> &Path {
@@ -74,10 +68,7 @@ impl KeyStore {
                     return Ok(KeyStorage::Keychain);
                 }
                 Err(e) if unreachable_keychain(&e) => {
-                    tracing::info!(
-                        "no OS keychain reachable ({e}); the API key goes to {}",
-                        self.file.display()
-                    );
+                    tracing::info!("no OS keychain reachable ({e}); the API key goes to {}", self.file.display());
                 }
                 Err(e) => return Err(KeyError::Keychain(e)),
             }
@@ -99,10 +90,7 @@ impl KeyStore {
                 Err(e) => return Err(KeyError::Keychain(e)),
             }
         }
-        Ok(self
-            .read_file()?
-            .remove(&account)
-            .map(|k| (ApiKey::new(k), KeyStorage::File)))
+        Ok(self.read_file()?.remove(&account).map(|k| (ApiKey::new(k), KeyStorage::File)))
     }
 
     /// Removes the key for `base_url` from both places; whether one existed.
@@ -136,27 +124,17 @@ impl KeyStore {
         let text = match std::fs::read_to_string(&self.file) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-            Err(source) => {
-                return Err(KeyError::File {
-                    path: self.file.clone(),
-                    source,
-                })
-            }
+            Err(source) => return Err(KeyError::File { path: self.file.clone(), source }),
         };
-        serde_json::from_str(&text).map_err(|e| KeyError::CorruptFile {
-            path: self.file.clone(),
-            detail: e.to_string(),
-        })
+        serde_json::from_str(&text)
+            .map_err(|e| KeyError::CorruptFile { path: self.file.clone(), detail: e.to_string() })
     }
 
     /// Writes a temporary file created 0600 and renames it over the old one,
     /// so the key is never readable by others, not even for a moment, and a
     /// crash mid-write leaves the old file whole.
     fn write_file(&self, keys: &BTreeMap<String, String>) -> Result<(), KeyError> {
-        let io = |source| KeyError::File {
-            path: self.file.clone(),
-            source,
-        };
+        let io = |source| KeyError::File { path: self.file.clone(), source };
         if let Some(dir) = self.file.parent() {
             std::fs::create_dir_all(dir).map_err(io)?;
         }
@@ -168,9 +146,7 @@ impl KeyStore {
         std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
         let mut file = options.open(&tmp).map_err(io)?;
         let text = serde_json::to_string_pretty(keys).unwrap_or_default();
-        file.write_all(text.as_bytes())
-            .and_then(|()| file.sync_all())
-            .map_err(io)?;
+        file.write_all(text.as_bytes()).and_then(|()| file.sync_all()).map_err(io)?;
         drop(file);
         std::fs::rename(&tmp, &self.file).map_err(io)
     }
@@ -216,25 +192,15 @@ mod tests {
         let dir = temp_dir("roundtrip");
         let store = KeyStore::file_only(&dir);
         assert_eq!(store.get("http://a/v1").ok().flatten(), None);
-        assert_eq!(
-            store.set("http://a/v1/", &ApiKey::new(" k1 ")).ok(),
-            Some(KeyStorage::File)
-        );
-        store
-            .set("http://b/v1", &ApiKey::new("k2"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        store
-            .set("http://a/v1", &ApiKey::new("k3"))
-            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(store.set("http://a/v1/", &ApiKey::new(" k1 ")).ok(), Some(KeyStorage::File));
+        store.set("http://b/v1", &ApiKey::new("k2")).unwrap_or_else(|e| panic!("{e}"));
+        store.set("http://a/v1", &ApiKey::new("k3")).unwrap_or_else(|e| panic!("{e}"));
         let got = store.get("http://a/v1").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(got, Some((ApiKey::new("k3"), KeyStorage::File)));
         assert_eq!(store.delete("http://a/v1").ok(), Some(true));
         assert_eq!(store.delete("http://a/v1").ok(), Some(false));
         assert_eq!(store.get("http://a/v1").ok().flatten(), None);
-        assert_eq!(
-            store.get("http://b/v1").ok().flatten().map(|(k, _)| k),
-            Some(ApiKey::new("k2"))
-        );
+        assert_eq!(store.get("http://b/v1").ok().flatten().map(|(k, _)| k), Some(ApiKey::new("k2")));
         let _ = std::fs::remove_dir_all(&dir);
     }
 
@@ -244,12 +210,8 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = temp_dir("mode");
         let store = KeyStore::file_only(&dir);
-        store
-            .set("http://a/v1", &ApiKey::new("k"))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let mode = std::fs::metadata(store.file_path())
-            .map(|m| m.permissions().mode() & 0o777)
-            .unwrap_or(0);
+        store.set("http://a/v1", &ApiKey::new("k")).unwrap_or_else(|e| panic!("{e}"));
+        let mode = std::fs::metadata(store.file_path()).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
         assert_eq!(mode, 0o600);
         let _ = std::fs::remove_dir_all(&dir);
     }
@@ -258,14 +220,8 @@ mod tests {
     fn bad_input_is_refused_with_the_reason() {
         let dir = temp_dir("bad");
         let store = KeyStore::file_only(&dir);
-        assert!(matches!(
-            store.set("http://a/v1", &ApiKey::new("  ")),
-            Err(KeyError::EmptyKey)
-        ));
-        assert!(matches!(
-            store.set("a/v1", &ApiKey::new("k")),
-            Err(KeyError::InvalidUrl(_))
-        ));
+        assert!(matches!(store.set("http://a/v1", &ApiKey::new("  ")), Err(KeyError::EmptyKey)));
+        assert!(matches!(store.set("a/v1", &ApiKey::new("k")), Err(KeyError::InvalidUrl(_))));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         std::fs::write(store.file_path(), "{not json").unwrap_or_else(|e| panic!("{e}"));
         match store.get("http://a/v1") {

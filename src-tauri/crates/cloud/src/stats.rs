@@ -51,13 +51,7 @@ impl CloudStats {
             first_token_at,
             last_token_at,
         };
-        Self {
-            timings,
-            rates: timings.rates(),
-            usage,
-            chunks,
-            attempts,
-        }
+        Self { timings, rates: timings.rates(), usage, chunks, attempts }
     }
 
     /// Why the token rates are missing, if they are.
@@ -77,11 +71,7 @@ mod tests {
     #[test]
     fn rates_come_from_reported_tokens_not_chunks() {
         // 3 chunks on the wire, but the server says it generated 41 tokens.
-        let usage = Usage {
-            prompt_tokens: 12,
-            completion_tokens: 41,
-            total_tokens: Some(53),
-        };
+        let usage = Usage { prompt_tokens: 12, completion_tokens: 41, total_tokens: Some(53) };
         let s = CloudStats::new(Some(usage), ms(200), ms(2200), 3, 1);
         assert_eq!(s.rates.ttft_ms, Some(200.0));
         assert_eq!(s.rates.decode_tps, Some(20.0));
@@ -95,10 +85,7 @@ mod tests {
     fn without_usage_only_ttft_is_known_and_the_note_says_why() {
         let s = CloudStats::new(None, ms(150), ms(900), 30, 2);
         assert_eq!(s.rates.ttft_ms, Some(150.0));
-        assert_eq!(
-            (s.rates.decode_tps, s.rates.e2e_tps, s.rates.prefill_tps),
-            (None, None, None)
-        );
+        assert_eq!((s.rates.decode_tps, s.rates.e2e_tps, s.rates.prefill_tps), (None, None, None));
         assert_eq!(s.note(), Some(NO_USAGE_NOTE));
     }
 }

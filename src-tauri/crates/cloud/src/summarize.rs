@@ -19,11 +19,7 @@ pub struct SummaryPolicy {
 
 impl Default for SummaryPolicy {
     fn default() -> Self {
-        Self {
-            keep_recent: 4,
-            min_tokens_to_summarise: 512,
-            max_summary_tokens: 256,
-        }
+        Self { keep_recent: 4, min_tokens_to_summarise: 512, max_summary_tokens: 256 }
     }
 }
 
@@ -58,24 +54,10 @@ pub const SUMMARY_PREFIX: &str = "Summary of the earlier conversation:";
 /// messages at the start are kept; the last `keep_recent` messages are kept;
 /// the cut never leaves an assistant message first in the kept tail (it
 /// moves back to the user message that prompted it).
-pub fn plan(
-    history: &[Message],
-    policy: &SummaryPolicy,
-    count_tokens: impl Fn(&str) -> usize,
-) -> Option<SummaryPlan> {
-    let keep_head = history
-        .iter()
-        .take_while(|m| m.role == Role::System)
-        .count();
-    let mut keep_from = history
-        .len()
-        .saturating_sub(policy.keep_recent)
-        .max(keep_head);
-    while keep_from > keep_head
-        && history
-            .get(keep_from)
-            .is_some_and(|m| m.role == Role::Assistant)
-    {
+pub fn plan(history: &[Message], policy: &SummaryPolicy, count_tokens: impl Fn(&str) -> usize) -> Option<SummaryPlan> {
+    let keep_head = history.iter().take_while(|m| m.role == Role::System).count();
+    let mut keep_from = history.len().saturating_sub(policy.keep_recent).max(keep_head);
+    while keep_from > keep_head && history.get(keep_from).is_some_and(|m| m.role == Role::Assistant) {
         keep_from -= 1;
     }
     let older = history.get(keep_head..keep_from)?;
@@ -87,12 +69,7 @@ pub fn plan(
     if tokens_before < policy.min_tokens_to_summarise {
         return None;
     }
-    Some(SummaryPlan {
-        keep_head,
-        keep_from,
-        tokens_before,
-        prompt: summary_prompt(older, policy.max_summary_tokens),
-    })
+    Some(SummaryPlan { keep_head, keep_from, tokens_before, prompt: summary_prompt(older, policy.max_summary_tokens) })
 }
 
 /// The local model's instructions and the transcript to condense.
@@ -131,11 +108,7 @@ pub fn apply<E>(
     generate: impl FnOnce(&[Message]) -> Result<String, E>,
     count_tokens: impl Fn(&str) -> usize,
 ) -> Result<Summarised, E> {
-    let unchanged = || Summarised {
-        messages: history.to_vec(),
-        tokens_saved: 0,
-        messages_summarised: 0,
-    };
+    let unchanged = || Summarised { messages: history.to_vec(), tokens_saved: 0, messages_summarised: 0 };
     let summary = generate(&plan.prompt)?;
     let summary = summary.trim();
     if summary.is_empty() || plan.keep_from > history.len() || plan.keep_head > plan.keep_from {
@@ -168,25 +141,14 @@ mod tests {
     fn chat(n: usize, words_each: usize) -> Vec<Message> {
         let mut h = vec![Message::new(Role::System, "be brief")];
         for i in 0..n {
-            let role = if i % 2 == 0 {
-                Role::User
-            } else {
-                Role::Assistant
-            };
-            h.push(Message::new(
-                role,
-                vec![format!("w{i}"); words_each].join(" "),
-            ));
+            let role = if i % 2 == 0 { Role::User } else { Role::Assistant };
+            h.push(Message::new(role, vec![format!("w{i}"); words_each].join(" ")));
         }
         h
     }
 
     fn policy(keep_recent: usize, min: usize) -> SummaryPolicy {
-        SummaryPolicy {
-            keep_recent,
-            min_tokens_to_summarise: min,
-            max_summary_tokens: 50,
-        }
+        SummaryPolicy { keep_recent, min_tokens_to_summarise: min, max_summary_tokens: 50 }
     }
 
     #[test]
@@ -200,14 +162,8 @@ mod tests {
         assert_eq!(h[p.keep_from].role, Role::User);
         assert_eq!(p.tokens_before, 40);
         assert_eq!(p.prompt.len(), 2);
-        assert!(
-            p.prompt[1].content.contains("User: w0")
-                && p.prompt[1].content.contains("Assistant: w3")
-        );
-        assert!(
-            !p.prompt[1].content.contains("w4"),
-            "kept turns must not be summarised"
-        );
+        assert!(p.prompt[1].content.contains("User: w0") && p.prompt[1].content.contains("Assistant: w3"));
+        assert!(!p.prompt[1].content.contains("w4"), "kept turns must not be summarised");
     }
 
     #[test]
@@ -235,10 +191,7 @@ mod tests {
         assert_eq!(seen, p.prompt);
         assert_eq!(out.messages.len(), 1 + 1 + 4);
         assert_eq!(out.messages[0], h[0]);
-        assert_eq!(
-            out.messages[1].content,
-            format!("{SUMMARY_PREFIX}\nthey greeted")
-        );
+        assert_eq!(out.messages[1].content, format!("{SUMMARY_PREFIX}\nthey greeted"));
         assert_eq!(&out.messages[2..], &h[5..]);
         // 40 words became "Summary of the earlier conversation: they greeted" = 7.
         assert_eq!(out.tokens_saved, 33);
@@ -251,15 +204,9 @@ mod tests {
         let p = plan(&h, &policy(3, 20), words).unwrap_or_else(|| panic!("expected a plan"));
         let long = vec!["x"; 100].join(" ");
         let out = apply(&h, &p, |_| Ok::<_, ()>(long.clone()), words).unwrap_or_else(|()| panic!());
-        assert_eq!(
-            (out.messages.as_slice(), out.tokens_saved),
-            (h.as_slice(), 0)
-        );
+        assert_eq!((out.messages.as_slice(), out.tokens_saved), (h.as_slice(), 0));
         let out = apply(&h, &p, |_| Ok::<_, ()>("  ".into()), words).unwrap_or_else(|()| panic!());
         assert_eq!(out.messages, h);
-        assert_eq!(
-            apply(&h, &p, |_| Err("engine stopped"), words),
-            Err("engine stopped")
-        );
+        assert_eq!(apply(&h, &p, |_| Err("engine stopped"), words), Err("engine stopped"));
     }
 }

@@ -53,28 +53,10 @@ pub async fn run_turn(
             listening = false;
             cancel.cancel();
         }
-        if let CloudEvent::Finished {
-            reason,
-            server_reason,
-            stats,
-        } = event
-        {
-            return TurnResult {
-                text,
-                end: Ok(Finished {
-                    reason,
-                    server_reason,
-                    stats,
-                }),
-            };
+        if let CloudEvent::Finished { reason, server_reason, stats } = event {
+            return TurnResult { text, end: Ok(Finished { reason, server_reason, stats }) };
         }
     }
     // The stream always ends with Finished or an error; this is a guard.
-    TurnResult {
-        text,
-        end: Err(CloudError::StreamCut {
-            chunks,
-            detail: "the stream ended without a result".into(),
-        }),
-    }
+    TurnResult { text, end: Err(CloudError::StreamCut { chunks, detail: "the stream ended without a result".into() }) }
 }

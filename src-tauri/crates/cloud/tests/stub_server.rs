@@ -7,8 +7,8 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use headroom_cloud::{
-    ApiKey, ChatParams, CloudClient, CloudConfig, CloudError, CloudEvent, RetryPolicy,
-    TimeoutPhase, Timeouts, NO_USAGE_NOTE,
+    ApiKey, ChatParams, CloudClient, CloudConfig, CloudError, CloudEvent, RetryPolicy, TimeoutPhase, Timeouts,
+    NO_USAGE_NOTE,
 };
 use headroom_core::chat::{FinishReason, Message, Role};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -35,8 +35,7 @@ fn json_reply(status: &str, extra_headers: &str, body: &str) -> Reply {
     ))
 }
 
-const SSE_HEAD: &str =
-    "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
+const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
 
 fn chunk(text: &str) -> String {
     let v = serde_json::json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
@@ -62,13 +61,8 @@ struct Stub {
 
 impl Stub {
     async fn start(replies: Vec<Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .unwrap_or_else(|e| panic!("bind: {e}"));
-        let port = listener
-            .local_addr()
-            .map(|a| a.port())
-            .unwrap_or_else(|e| panic!("{e}"));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
+        let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
         let requests = Arc::new(Mutex::new(Vec::new()));
         let seen = requests.clone();
         tokio::spawn(async move {
@@ -80,10 +74,7 @@ impl Stub {
                 tokio::spawn(async move { serve(socket, reply, &seen).await });
             }
         });
-        Self {
-            base_url: format!("http://127.0.0.1:{port}/v1"),
-            requests,
-        }
+        Self { base_url: format!("http://127.0.0.1:{port}/v1"), requests }
     }
 
     fn requests(&self) -> Vec<String> {
@@ -148,43 +139,26 @@ fn config(base_url: &str) -> CloudConfig {
             response: Duration::from_secs(5),
             idle: Duration::from_secs(5),
         },
-        retry: RetryPolicy {
-            max_retries: 2,
-            base_delay: Duration::from_millis(20),
-            max_delay: Duration::from_secs(2),
-        },
+        retry: RetryPolicy { max_retries: 2, base_delay: Duration::from_millis(20), max_delay: Duration::from_secs(2) },
         ..CloudConfig::new(base_url, "test-model")
     }
 }
 
 fn history() -> Vec<Message> {
-    vec![
-        Message::new(Role::System, "be brief"),
-        Message::new(Role::User, "Say hello"),
-    ]
+    vec![Message::new(Role::System, "be brief"), Message::new(Role::User, "Say hello")]
 }
 
 /// Every event until the end, and the error that ended it, if any.
 async fn run(cfg: CloudConfig, cancel: CancellationToken) -> (Vec<CloudEvent>, Option<CloudError>) {
     let client = CloudClient::new(cfg).unwrap_or_else(|e| panic!("client: {e}"));
-    let stream = client.chat_stream(
-        &history(),
-        &ChatParams {
-            max_tokens: Some(16),
-            ..ChatParams::default()
-        },
-        cancel,
-    );
+    let stream = client.chat_stream(&history(), &ChatParams { max_tokens: Some(16), ..ChatParams::default() }, cancel);
     futures_util::pin_mut!(stream);
     let mut events = Vec::new();
     while let Some(item) = stream.next().await {
         match item {
             Ok(event) => events.push(event),
             Err(e) => {
-                assert!(
-                    stream.next().await.is_none(),
-                    "an error must end the stream"
-                );
+                assert!(stream.next().await.is_none(), "an error must end the stream");
                 return (events, Some(e));
             }
         }
@@ -204,14 +178,7 @@ fn text_of(events: &[CloudEvent]) -> String {
 
 #[tokio::test]
 async fn a_stream_with_usage_gives_tokens_then_usage_then_stats_from_reported_counts() {
-    let body = [
-        chunk("Hel"),
-        chunk("lo"),
-        chunk(" there"),
-        finish("stop"),
-        usage(9, 5),
-        "data: [DONE]\n\n".into(),
-    ];
+    let body = [chunk("Hel"), chunk("lo"), chunk(" there"), finish("stop"), usage(9, 5), "data: [DONE]\n\n".into()];
     // Each part is followed by its pause: headers, 30 ms, then chunks 20 ms apart.
     let parts = std::iter::once((SSE_HEAD.to_owned(), Duration::from_millis(30)))
         .chain(body.into_iter().map(|p| (p, Duration::from_millis(20))))
@@ -221,53 +188,27 @@ async fn a_stream_with_usage_gives_tokens_then_usage_then_stats_from_reported_co
     assert!(err.is_none(), "{err:?}");
     assert_eq!(events.first(), Some(&CloudEvent::Started { attempts: 1 }));
     assert_eq!(text_of(&events), "Hello there");
-    let usage = headroom_cloud::Usage {
-        prompt_tokens: 9,
-        completion_tokens: 5,
-        total_tokens: Some(14),
-    };
+    let usage = headroom_cloud::Usage { prompt_tokens: 9, completion_tokens: 5, total_tokens: Some(14) };
     assert_eq!(events[events.len() - 2], CloudEvent::Usage(usage));
-    let Some(CloudEvent::Finished {
-        reason,
-        server_reason,
-        stats,
-    }) = events.last()
-    else {
+    let Some(CloudEvent::Finished { reason, server_reason, stats }) = events.last() else {
         panic!("last event must be Finished: {events:?}");
     };
-    assert_eq!(
-        (*reason, server_reason.as_deref()),
-        (FinishReason::Stop, None)
-    );
+    assert_eq!((*reason, server_reason.as_deref()), (FinishReason::Stop, None));
     assert_eq!(stats.usage, Some(usage));
-    assert_eq!(
-        (stats.chunks, stats.attempts, stats.timings.generated_tokens),
-        (3, 1, 5)
-    );
-    let (ttft, decode) = (
-        stats.rates.ttft_ms.unwrap_or(0.0),
-        stats.rates.decode_tps.unwrap_or(0.0),
-    );
+    assert_eq!((stats.chunks, stats.attempts, stats.timings.generated_tokens), (3, 1, 5));
+    let (ttft, decode) = (stats.rates.ttft_ms.unwrap_or(0.0), stats.rates.decode_tps.unwrap_or(0.0));
     // The first text comes ≥ 30 ms after the headers, and decode tok/s is
     // (5 - 1) reported tokens over the ≥ 40 ms between first and last chunk.
-    assert!(
-        ttft >= 30.0 && decode > 0.0 && decode <= 4.0 / 0.040 + 1e-9,
-        "ttft {ttft}, decode {decode}"
-    );
+    assert!(ttft >= 30.0 && decode > 0.0 && decode <= 4.0 / 0.040 + 1e-9, "ttft {ttft}, decode {decode}");
     assert_eq!(stats.note(), None);
 
     let requests = stub.requests();
     assert_eq!(requests.len(), 1);
     let req = &requests[0];
     assert!(req.starts_with("POST /v1/chat/completions "), "{req}");
-    assert!(
-        req.to_lowercase()
-            .contains("authorization: bearer sk-test-key"),
-        "{req}"
-    );
-    let body: serde_json::Value =
-        serde_json::from_str(req.split("\r\n\r\n").nth(1).unwrap_or_default())
-            .unwrap_or_else(|e| panic!("request body: {e}"));
+    assert!(req.to_lowercase().contains("authorization: bearer sk-test-key"), "{req}");
+    let body: serde_json::Value = serde_json::from_str(req.split("\r\n\r\n").nth(1).unwrap_or_default())
+        .unwrap_or_else(|e| panic!("request body: {e}"));
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
     assert_eq!(body["model"], "test-model");
@@ -277,39 +218,20 @@ async fn a_stream_with_usage_gives_tokens_then_usage_then_stats_from_reported_co
 
 #[tokio::test]
 async fn without_usage_the_stats_say_so_and_count_nothing() {
-    let stub = Stub::start(vec![once(format!(
-        "{SSE_HEAD}{}{}data: [DONE]\n\n",
-        chunk("a"),
-        finish("length")
-    ))])
-    .await;
+    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{}data: [DONE]\n\n", chunk("a"), finish("length")))]).await;
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(err.is_none(), "{err:?}");
-    let Some(CloudEvent::Finished { reason, stats, .. }) = events.last() else {
-        panic!("{events:?}")
-    };
+    let Some(CloudEvent::Finished { reason, stats, .. }) = events.last() else { panic!("{events:?}") };
     assert_eq!(*reason, FinishReason::Length);
     assert!(!events.iter().any(|e| matches!(e, CloudEvent::Usage(_))));
     assert_eq!(stats.note(), Some(NO_USAGE_NOTE));
-    assert_eq!(
-        (
-            stats.rates.decode_tps,
-            stats.rates.e2e_tps,
-            stats.timings.generated_tokens
-        ),
-        (None, None, 0)
-    );
+    assert_eq!((stats.rates.decode_tps, stats.rates.e2e_tps, stats.timings.generated_tokens), (None, None, 0));
     assert!(stats.rates.ttft_ms.is_some());
 }
 
 #[tokio::test]
 async fn unauthorized_says_to_check_the_key_and_is_not_retried() {
-    let stub = Stub::start(vec![json_reply(
-        "401 Unauthorized",
-        "",
-        r#"{"error":{"message":"bad key"}}"#,
-    )])
-    .await;
+    let stub = Stub::start(vec![json_reply("401 Unauthorized", "", r#"{"error":{"message":"bad key"}}"#)]).await;
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(events.is_empty());
     let e = err.unwrap_or_else(|| panic!("expected an error"));
@@ -325,25 +247,13 @@ async fn not_found_names_the_url_and_the_model() {
     let e = err.unwrap_or_else(|| panic!("expected an error"));
     assert!(matches!(e, CloudError::NotFound { .. }), "{e:?}");
     let msg = e.to_string();
-    assert!(
-        msg.contains(&format!("{}/chat/completions", stub.base_url)) && msg.contains("test-model"),
-        "{msg}"
-    );
+    assert!(msg.contains(&format!("{}/chat/completions", stub.base_url)) && msg.contains("test-model"), "{msg}");
 }
 
 #[tokio::test]
 async fn rate_limit_is_retried_after_the_servers_retry_after() {
-    let ok = format!(
-        "{SSE_HEAD}{}{}{}data: [DONE]\n\n",
-        chunk("ok"),
-        finish("stop"),
-        usage(3, 1)
-    );
-    let stub = Stub::start(vec![
-        json_reply("429 Too Many Requests", "Retry-After: 1\r\n", "{}"),
-        once(ok),
-    ])
-    .await;
+    let ok = format!("{SSE_HEAD}{}{}{}data: [DONE]\n\n", chunk("ok"), finish("stop"), usage(3, 1));
+    let stub = Stub::start(vec![json_reply("429 Too Many Requests", "Retry-After: 1\r\n", "{}"), once(ok)]).await;
     let t0 = Instant::now();
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(err.is_none(), "{err:?}");
@@ -356,12 +266,7 @@ async fn rate_limit_is_retried_after_the_servers_retry_after() {
 
 #[tokio::test]
 async fn a_retry_after_longer_than_we_wait_fails_at_once() {
-    let stub = Stub::start(vec![json_reply(
-        "429 Too Many Requests",
-        "Retry-After: 3600\r\n",
-        "{}",
-    )])
-    .await;
+    let stub = Stub::start(vec![json_reply("429 Too Many Requests", "Retry-After: 3600\r\n", "{}")]).await;
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     let e = err.unwrap_or_else(|| panic!("expected an error"));
     assert!(
@@ -373,26 +278,13 @@ async fn a_retry_after_longer_than_we_wait_fails_at_once() {
 
 #[tokio::test]
 async fn server_errors_are_retried_then_reported_with_the_body() {
-    let stub = Stub::start(vec![json_reply(
-        "500 Internal Server Error",
-        "",
-        r#"{"error":{"message":"model crashed"}}"#,
-    )])
-    .await;
+    let stub =
+        Stub::start(vec![json_reply("500 Internal Server Error", "", r#"{"error":{"message":"model crashed"}}"#)])
+            .await;
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(events.is_empty());
     let e = err.unwrap_or_else(|| panic!("expected an error"));
-    assert!(
-        matches!(
-            e,
-            CloudError::Server {
-                status: 500,
-                attempts: 3,
-                ..
-            }
-        ),
-        "{e:?}"
-    );
+    assert!(matches!(e, CloudError::Server { status: 500, attempts: 3, .. }), "{e:?}");
     assert!(e.to_string().contains("model crashed"), "{e}");
     // max_retries = 2: three attempts in all.
     assert_eq!(stub.requests().len(), 3);
@@ -401,26 +293,17 @@ async fn server_errors_are_retried_then_reported_with_the_body() {
 #[tokio::test]
 async fn a_stream_cut_midway_keeps_the_text_so_far_and_says_how_far_it_got() {
     // Close-delimited body: the server just hangs up after two chunks.
-    let stub = Stub::start(vec![once(format!(
-        "{SSE_HEAD}{}{}",
-        chunk("par"),
-        chunk("tial")
-    ))])
-    .await;
+    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{}", chunk("par"), chunk("tial")))]).await;
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "partial");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
-    assert!(
-        matches!(e, CloudError::StreamCut { chunks: 2, .. }),
-        "{e:?}"
-    );
+    assert!(matches!(e, CloudError::StreamCut { chunks: 2, .. }), "{e:?}");
     assert!(e.to_string().contains("after 2"), "{e}");
 }
 
 #[tokio::test]
 async fn a_chunked_body_cut_midway_is_a_stream_cut_not_a_parse_error() {
-    let head =
-        "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
+    let head = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n";
     let c = chunk("one");
     // One whole HTTP chunk, then a chunk header promising more than is sent.
     let body = format!("{:x}\r\n{c}\r\n400\r\ndata: {{\"choi", c.len());
@@ -428,34 +311,21 @@ async fn a_chunked_body_cut_midway_is_a_stream_cut_not_a_parse_error() {
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "one");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
-    assert!(
-        matches!(e, CloudError::StreamCut { chunks: 1, .. }),
-        "{e:?}"
-    );
+    assert!(matches!(e, CloudError::StreamCut { chunks: 1, .. }), "{e:?}");
 }
 
 #[tokio::test]
 async fn garbage_events_are_malformed_at_their_position() {
-    let stub = Stub::start(vec![once(format!(
-        "{SSE_HEAD}{}data: {{not json\n\n",
-        chunk("fine")
-    ))])
-    .await;
+    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}data: {{not json\n\n", chunk("fine")))]).await;
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "fine");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
-    assert!(
-        matches!(e, CloudError::MalformedStream { event: 2, .. }),
-        "{e:?}"
-    );
+    assert!(matches!(e, CloudError::MalformedStream { event: 2, .. }), "{e:?}");
     assert!(e.to_string().contains("{not json"), "{e}");
 
     let stub = Stub::start(vec![once(format!("{SSE_HEAD}data: {{\"id\": 1}}\n\n"))]).await;
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
-    assert!(
-        matches!(err, Some(CloudError::MalformedStream { event: 1, .. })),
-        "{err:?}"
-    );
+    assert!(matches!(err, Some(CloudError::MalformedStream { event: 1, .. })), "{err:?}");
 }
 
 #[tokio::test]
@@ -465,23 +335,14 @@ async fn an_error_object_mid_stream_ends_the_turn_with_its_message() {
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "a");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
-    assert!(
-        matches!(e, CloudError::StreamCut { chunks: 1, .. })
-            && e.to_string().contains("out of memory"),
-        "{e}"
-    );
+    assert!(matches!(e, CloudError::StreamCut { chunks: 1, .. }) && e.to_string().contains("out of memory"), "{e}");
 }
 
 #[tokio::test]
 async fn a_server_that_is_down_is_connection_refused() {
     // Bind, learn the port, close: nothing listens there now.
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let port = listener
-        .local_addr()
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
     drop(listener);
     let url = format!("http://127.0.0.1:{port}/v1");
     let (events, err) = run(config(&url), CancellationToken::new()).await;
@@ -491,10 +352,7 @@ async fn a_server_that_is_down_is_connection_refused() {
     assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
 
     let client = CloudClient::new(config(&url)).unwrap_or_else(|e| panic!("{e}"));
-    assert!(matches!(
-        client.list_models().await,
-        Err(CloudError::ConnectionRefused { .. })
-    ));
+    assert!(matches!(client.list_models().await, Err(CloudError::ConnectionRefused { .. })));
 }
 
 #[tokio::test]
@@ -505,16 +363,7 @@ async fn a_silent_stream_times_out_and_a_cancel_ends_the_turn_quickly() {
     cfg.timeouts.idle = Duration::from_millis(300);
     let (events, err) = run(cfg.clone(), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "first");
-    assert!(
-        matches!(
-            err,
-            Some(CloudError::Timeout {
-                phase: TimeoutPhase::Idle,
-                ..
-            })
-        ),
-        "{err:?}"
-    );
+    assert!(matches!(err, Some(CloudError::Timeout { phase: TimeoutPhase::Idle, .. })), "{err:?}");
 
     cfg.timeouts.idle = Duration::from_secs(20);
     let cancel = CancellationToken::new();
@@ -528,26 +377,13 @@ async fn a_silent_stream_times_out_and_a_cancel_ends_the_turn_quickly() {
     assert!(err.is_none(), "{err:?}");
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
     assert_eq!(text_of(&events), "first");
-    assert!(
-        matches!(
-            events.last(),
-            Some(CloudEvent::Finished {
-                reason: FinishReason::Cancelled,
-                ..
-            })
-        ),
-        "{events:?}"
-    );
+    assert!(matches!(events.last(), Some(CloudEvent::Finished { reason: FinishReason::Cancelled, .. })), "{events:?}");
 }
 
 #[tokio::test]
 async fn models_are_listed_and_bad_config_is_refused() {
-    let stub = Stub::start(vec![json_reply(
-        "200 OK",
-        "",
-        r#"{"object":"list","data":[{"id":"a"},{"id":"b/c"}]}"#,
-    )])
-    .await;
+    let stub =
+        Stub::start(vec![json_reply("200 OK", "", r#"{"object":"list","data":[{"id":"a"},{"id":"b/c"}]}"#)]).await;
     let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
     let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(models, ["a", "b/c"]);
@@ -561,31 +397,16 @@ async fn models_are_listed_and_bad_config_is_refused() {
 
 #[tokio::test]
 async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
-    let stub = Stub::start(vec![once(format!(
-        "{SSE_HEAD}{}{}",
-        chunk("kept "),
-        chunk("text")
-    ))])
-    .await;
+    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{}", chunk("kept "), chunk("text")))]).await;
     let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
     let mut seen = 0;
-    let r = headroom_cloud::run_turn(
-        &client,
-        &history(),
-        &ChatParams::default(),
-        CancellationToken::new(),
-        |_| {
-            seen += 1;
-            true
-        },
-    )
+    let r = headroom_cloud::run_turn(&client, &history(), &ChatParams::default(), CancellationToken::new(), |_| {
+        seen += 1;
+        true
+    })
     .await;
     assert_eq!(r.text, "kept text");
-    assert!(
-        matches!(r.end, Err(CloudError::StreamCut { chunks: 2, .. })),
-        "{:?}",
-        r.end
-    );
+    assert!(matches!(r.end, Err(CloudError::StreamCut { chunks: 2, .. })), "{:?}", r.end);
     assert_eq!(seen, 3, "Started and two tokens");
 
     // The listener goes away after the first token of a stream that would
@@ -593,25 +414,11 @@ async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
     let stub = Stub::start(vec![Reply::Stall(format!("{SSE_HEAD}{}", chunk("one")))]).await;
     let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
     let t0 = Instant::now();
-    let r = headroom_cloud::run_turn(
-        &client,
-        &history(),
-        &ChatParams::default(),
-        CancellationToken::new(),
-        |e| !matches!(e, CloudEvent::Token { .. }),
-    )
+    let r = headroom_cloud::run_turn(&client, &history(), &ChatParams::default(), CancellationToken::new(), |e| {
+        !matches!(e, CloudEvent::Token { .. })
+    })
     .await;
     assert!(t0.elapsed() < Duration::from_secs(5));
     assert_eq!(r.text, "one");
-    assert!(
-        matches!(
-            r.end,
-            Ok(headroom_cloud::Finished {
-                reason: FinishReason::Cancelled,
-                ..
-            })
-        ),
-        "{:?}",
-        r.end
-    );
+    assert!(matches!(r.end, Ok(headroom_cloud::Finished { reason: FinishReason::Cancelled, .. })), "{:?}", r.end);
 }

@@ -207,8 +207,7 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         .saturating_mul(b);
     let chunk = PREFILL_CHUNK.min(context);
     let (q, k) = largest_attention_block(context);
-    let attention_bytes =
-        q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
+    let attention_bytes = q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
     let activation_bytes =
         chunk.saturating_mul(model.hidden_size + model.intermediate_size).saturating_mul(b).saturating_mul(15) / 2;
     let logits_bytes = model.vocab_size.saturating_mul(4 * LOGITS_FACTOR);
@@ -261,7 +260,12 @@ pub struct BudgetInputs {
 impl BudgetInputs {
     /// Inputs with the default OS headroom, nothing loaded and no GPU limit.
     pub fn new(available_bytes: u64) -> Self {
-        Self { available_bytes, freed_by_unload_bytes: 0, os_headroom_bytes: DEFAULT_OS_HEADROOM, gpu_working_set_bytes: None }
+        Self {
+            available_bytes,
+            freed_by_unload_bytes: 0,
+            os_headroom_bytes: DEFAULT_OS_HEADROOM,
+            gpu_working_set_bytes: None,
+        }
     }
 }
 
@@ -549,25 +553,35 @@ mod tests {
 
     /// The measurements in the module docs: (footprint, prompt tokens, MLX peak bytes).
     fn calibration_points() -> Vec<(ModelFootprint, u64, u64)> {
-        let demo = |weight_bytes, layers, attention_heads, head_dim, hidden_size, intermediate_size, vocab_size, max| ModelFootprint {
-            weight_bytes,
-            layers,
-            attention_heads,
-            kv_heads: 2,
-            head_dim,
-            hidden_size,
-            intermediate_size,
-            vocab_size,
-            kv_bytes_per_element: 2,
-            max_context: Some(max),
-            // Measured with MLX's fused kernel.
-            prefill_dequantizes: false,
-        };
+        let demo =
+            |weight_bytes, layers, attention_heads, head_dim, hidden_size, intermediate_size, vocab_size, max| {
+                ModelFootprint {
+                    weight_bytes,
+                    layers,
+                    attention_heads,
+                    kv_heads: 2,
+                    head_dim,
+                    hidden_size,
+                    intermediate_size,
+                    vocab_size,
+                    kv_bytes_per_element: 2,
+                    max_context: Some(max),
+                    // Measured with MLX's fused kernel.
+                    prefill_dequantizes: false,
+                }
+            };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
         let small = demo(5_404_160, 12, 8, 32, 256, 768, 1024, 4096);
         let q05 = demo(277_996_288, 24, 14, 64, 896, 4864, 151_936, 32768);
         let mut points = Vec::new();
-        for (prompt, peak) in [(77, 421_838), (389, 2_783_470), (1049, 13_594_894), (2069, 44_873_384), (4229, 83_416_750), (7829, 126_626_094)] {
+        for (prompt, peak) in [
+            (77, 421_838),
+            (389, 2_783_470),
+            (1049, 13_594_894),
+            (2069, 44_873_384),
+            (4229, 83_416_750),
+            (7829, 126_626_094),
+        ] {
             points.push((tiny.clone(), prompt, peak));
         }
         for (prompt, peak) in [(77, 7_397_102), (389, 14_750_334), (1049, 42_117_102)] {
@@ -617,13 +631,23 @@ mod tests {
             max_context: Some(4096),
             prefill_dequantizes: true,
         };
-        let q7b_f32 = ModelFootprint { weight_bytes: 4_760_885_248, kv_bytes_per_element: 4, prefill_dequantizes: true, ..qwen7b() };
+        let q7b_f32 = ModelFootprint {
+            weight_bytes: 4_760_885_248,
+            kv_bytes_per_element: 4,
+            prefill_dequantizes: true,
+            ..qwen7b()
+        };
         for (model, positions, rss) in
             [(&medium, 262, 210_200_000u64), (&medium, 2054, 532_100_000), (&q7b_f32, 32, 5_515_100_000)]
         {
             let predicted = estimate(model, positions).predicted_peak_bytes + BASELINE;
             let error = predicted as f64 / rss as f64 - 1.0;
-            assert!((-0.05..=0.25).contains(&error), "{} layers at {positions}: {predicted} vs {rss} ({:+.1} %)", model.layers, error * 100.0);
+            assert!(
+                (-0.05..=0.25).contains(&error),
+                "{} layers at {positions}: {predicted} vs {rss} ({:+.1} %)",
+                model.layers,
+                error * 100.0
+            );
         }
     }
 

@@ -1,8 +1,8 @@
 //! headroom-core: the pure logic every other crate shares. No IO, no heavy
 //! dependencies, so it is tested in milliseconds and used everywhere.
 
-pub mod cache_policy;
 pub mod bench;
+pub mod cache_policy;
 pub mod chat;
 pub mod fit;
 pub mod pressure;

@@ -52,11 +52,8 @@ impl TurnTimings {
         Rates {
             ttft_ms: self.first_token_at.map(|t| t.as_secs_f64() * 1e3),
             prefill_tps: per_second(self.prompt_tokens, self.prefill),
-            decode_tps: decode_span
-                .and_then(|span| per_second(self.generated_tokens.saturating_sub(1), span)),
-            e2e_tps: self
-                .last_token_at
-                .and_then(|last| per_second(self.generated_tokens, last)),
+            decode_tps: decode_span.and_then(|span| per_second(self.generated_tokens.saturating_sub(1), span)),
+            e2e_tps: self.last_token_at.and_then(|last| per_second(self.generated_tokens, last)),
         }
     }
 }

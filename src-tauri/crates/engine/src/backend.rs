@@ -34,10 +34,7 @@ pub fn backend_info() -> BackendInfo {
         // A failure to ask means no usable GPU either: MLX falls back to the CPU.
         Ok(DeviceType::Cpu) | Err(_) => DeviceKind::Cpu,
     };
-    BackendInfo {
-        mlx_version: crate::ffi::mlx_version().unwrap_or_else(|| "unknown".to_owned()),
-        device,
-    }
+    BackendInfo { mlx_version: crate::ffi::mlx_version().unwrap_or_else(|| "unknown".to_owned()), device }
 }
 
 #[cfg(test)]

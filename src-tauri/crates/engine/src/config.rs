@@ -91,12 +91,7 @@ pub enum RopeScaling {
     /// Positions divided by `factor` (`scale = 1/factor` in `fast::rope`).
     Linear { factor: f32 },
     /// Llama 3.1's frequency-dependent rescaling.
-    Llama3 {
-        factor: f32,
-        low_freq_factor: f32,
-        high_freq_factor: f32,
-        original_max_position_embeddings: f32,
-    },
+    Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position_embeddings: f32 },
 }
 
 /// The `config.json` fields the models use, with mlx-lm's per-arch defaults applied.
@@ -190,49 +185,46 @@ impl ModelConfig {
         }
         // transformers >= 5 nests rope_theta / rope_scaling under rope_parameters.
         let rope_params = raw.rope_parameters.as_ref();
-        let rope_theta = raw
-            .rope_theta
-            .or_else(|| rope_params.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64));
+        let rope_theta =
+            raw.rope_theta.or_else(|| rope_params.and_then(|p| p.get("rope_theta")).and_then(Value::as_f64));
         let rope_scaling_json = raw.rope_scaling.clone().or_else(|| raw.rope_parameters.clone());
 
-        let (head_dim, num_key_value_heads, rope_theta, tie, qkv_bias, o_bias, mlp_bias, traditional) =
-            match arch {
-                Arch::Qwen2 => (
-                    // mlx-lm's qwen2 ignores any head_dim in the config.
-                    hidden_size / num_attention_heads,
-                    need(raw.num_key_value_heads, "num_key_value_heads")?,
-                    rope_theta.unwrap_or(1_000_000.0),
+        let (head_dim, num_key_value_heads, rope_theta, tie, qkv_bias, o_bias, mlp_bias, traditional) = match arch {
+            Arch::Qwen2 => (
+                // mlx-lm's qwen2 ignores any head_dim in the config.
+                hidden_size / num_attention_heads,
+                need(raw.num_key_value_heads, "num_key_value_heads")?,
+                rope_theta.unwrap_or(1_000_000.0),
+                raw.tie_word_embeddings.unwrap_or(true),
+                true,
+                false,
+                false,
+                raw.rope_traditional.unwrap_or(false),
+            ),
+            Arch::Qwen3 => (
+                need(raw.head_dim, "head_dim")?,
+                need(raw.num_key_value_heads, "num_key_value_heads")?,
+                rope_theta.ok_or_else(|| invalid("missing \"rope_theta\"".into()))?,
+                raw.tie_word_embeddings.ok_or_else(|| invalid("missing \"tie_word_embeddings\"".into()))?,
+                false,
+                false,
+                false,
+                false,
+            ),
+            Arch::Llama => {
+                let bias = raw.attention_bias.unwrap_or(false);
+                (
+                    raw.head_dim.unwrap_or(hidden_size / num_attention_heads),
+                    raw.num_key_value_heads.unwrap_or(num_attention_heads),
+                    rope_theta.unwrap_or(10_000.0),
                     raw.tie_word_embeddings.unwrap_or(true),
-                    true,
-                    false,
-                    false,
+                    bias,
+                    bias,
+                    raw.mlp_bias.unwrap_or(false),
                     raw.rope_traditional.unwrap_or(false),
-                ),
-                Arch::Qwen3 => (
-                    need(raw.head_dim, "head_dim")?,
-                    need(raw.num_key_value_heads, "num_key_value_heads")?,
-                    rope_theta.ok_or_else(|| invalid("missing \"rope_theta\"".into()))?,
-                    raw.tie_word_embeddings
-                        .ok_or_else(|| invalid("missing \"tie_word_embeddings\"".into()))?,
-                    false,
-                    false,
-                    false,
-                    false,
-                ),
-                Arch::Llama => {
-                    let bias = raw.attention_bias.unwrap_or(false);
-                    (
-                        raw.head_dim.unwrap_or(hidden_size / num_attention_heads),
-                        raw.num_key_value_heads.unwrap_or(num_attention_heads),
-                        rope_theta.unwrap_or(10_000.0),
-                        raw.tie_word_embeddings.unwrap_or(true),
-                        bias,
-                        bias,
-                        raw.mlp_bias.unwrap_or(false),
-                        raw.rope_traditional.unwrap_or(false),
-                    )
-                }
-            };
+                )
+            }
+        };
         if num_key_value_heads <= 0 || num_attention_heads % num_key_value_heads != 0 {
             return Err(invalid(format!(
                 "num_attention_heads ({num_attention_heads}) must be a multiple of num_key_value_heads ({num_key_value_heads})"
@@ -280,11 +272,7 @@ impl ModelConfig {
 
 fn parse_rope_scaling(v: &Value, path: &Path) -> Result<Option<RopeScaling>> {
     let invalid = |reason: String| EngineError::InvalidConfig { path: PathBuf::from(path), reason };
-    let rope_type = v
-        .get("type")
-        .or_else(|| v.get("rope_type"))
-        .and_then(Value::as_str)
-        .unwrap_or("default");
+    let rope_type = v.get("type").or_else(|| v.get("rope_type")).and_then(Value::as_str).unwrap_or("default");
     let num = |key: &str, default: Option<f64>| -> Result<f32> {
         v.get(key)
             .and_then(Value::as_f64)
@@ -330,8 +318,14 @@ mod tests {
         assert!(c.tie_word_embeddings && c.qkv_bias && !c.o_bias);
         assert_eq!(c.eos_token_ids, [5, 7]);
         let q = c.quantization.as_ref().expect("quantized");
-        assert_eq!(q.for_layer("model.layers.1.mlp.down_proj"), LayerQuant::Quantized(QuantParams { group_size: 64, bits: 4 }));
-        assert_eq!(q.for_layer("model.layers.0.mlp.down_proj"), LayerQuant::Quantized(QuantParams { group_size: 32, bits: 8 }));
+        assert_eq!(
+            q.for_layer("model.layers.1.mlp.down_proj"),
+            LayerQuant::Quantized(QuantParams { group_size: 64, bits: 4 })
+        );
+        assert_eq!(
+            q.for_layer("model.layers.0.mlp.down_proj"),
+            LayerQuant::Quantized(QuantParams { group_size: 32, bits: 8 })
+        );
         assert_eq!(q.for_layer("lm_head"), LayerQuant::Dense);
         Ok(())
     }
@@ -361,8 +355,11 @@ mod tests {
     fn unsupported_rope_and_quant_mode_are_typed() {
         let base = r#""hidden_size":64,"num_hidden_layers":2,"intermediate_size":128,"num_attention_heads":4,"rms_norm_eps":1e-5,"vocab_size":256"#;
         let yarn = format!(r#"{{"model_type":"llama",{base},"rope_scaling":{{"type":"yarn","factor":4.0}}}}"#);
-        assert!(matches!(parse(&yarn), Err(EngineError::UnsupportedRopeScaling { rope_type, .. }) if rope_type == "yarn"));
-        let mx = format!(r#"{{"model_type":"llama",{base},"quantization":{{"group_size":32,"bits":4,"mode":"mxfp4"}}}}"#);
+        assert!(
+            matches!(parse(&yarn), Err(EngineError::UnsupportedRopeScaling { rope_type, .. }) if rope_type == "yarn")
+        );
+        let mx =
+            format!(r#"{{"model_type":"llama",{base},"quantization":{{"group_size":32,"bits":4,"mode":"mxfp4"}}}}"#);
         assert!(matches!(parse(&mx), Err(EngineError::UnsupportedQuantMode { mode, .. }) if mode == "mxfp4"));
         let missing = r#"{"model_type":"qwen2","hidden_size":64,"num_attention_heads":4}"#;
         assert!(matches!(parse(missing), Err(EngineError::InvalidConfig { .. })));

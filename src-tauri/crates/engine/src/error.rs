@@ -17,11 +17,7 @@ pub enum EngineError {
     UnsupportedQuantization { bits: i32, group_size: i32 },
     /// A tensor whose shape does not fit the operation it is used in.
     #[error("shape mismatch in {what}: expected {expected}, found {found:?}")]
-    Shape {
-        what: &'static str,
-        expected: String,
-        found: Vec<i32>,
-    },
+    Shape { what: &'static str, expected: String, found: Vec<i32> },
     /// The model folder has no `config.json`.
     #[error("no config.json in model folder {dir}")]
     MissingConfig { dir: PathBuf },
@@ -61,27 +57,13 @@ pub enum EngineError {
     DuplicateTensor { tensor: String, first: PathBuf, second: PathBuf },
     /// A tensor whose shape is not what the config implies.
     #[error("tensor {tensor} in {file} has shape {found:?}, expected {expected:?}")]
-    WrongShape {
-        tensor: String,
-        file: PathBuf,
-        expected: Vec<i32>,
-        found: Vec<i32>,
-    },
+    WrongShape { tensor: String, file: PathBuf, expected: Vec<i32>, found: Vec<i32> },
     /// A tensor whose dtype cannot be used where it sits.
     #[error("tensor {tensor} in {file} has dtype {found}, expected {expected}")]
-    WrongDtype {
-        tensor: String,
-        file: PathBuf,
-        expected: String,
-        found: String,
-    },
+    WrongDtype { tensor: String, file: PathBuf, expected: String, found: String },
     /// A sampling or generation setting outside its valid range.
     #[error("invalid generation setting {name} = {value}: {reason}")]
-    InvalidSetting {
-        name: &'static str,
-        value: String,
-        reason: &'static str,
-    },
+    InvalidSetting { name: &'static str, value: String, reason: &'static str },
     /// A prompt with no tokens: there is nothing to condition on.
     #[error("empty prompt: at least one token is needed")]
     EmptyPrompt,

@@ -239,7 +239,8 @@ mod tests {
 
     fn run(model: &Model, cache: &mut KvCache, prompt: &[u32], opts: &GenerateOptions) -> Generation {
         let cancel = AtomicBool::new(false);
-        generate(model, cache, prompt, opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| true).expect("generate")
+        generate(model, cache, prompt, opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| true)
+            .expect("generate")
     }
 
     fn model(arch: Arch) -> Model {
@@ -300,7 +301,12 @@ mod tests {
         let m = model(Arch::Llama);
         let prompt: Vec<u32> = (0..40).map(|i| (i * 37 % 250) as u32).collect();
         let one = run(&m, &mut m.new_cache(), &prompt, &GenerateOptions { max_tokens: 6, ..Default::default() });
-        let chunked = run(&m, &mut m.new_cache(), &prompt, &GenerateOptions { max_tokens: 6, prefill_chunk: 7, ..Default::default() });
+        let chunked = run(
+            &m,
+            &mut m.new_cache(),
+            &prompt,
+            &GenerateOptions { max_tokens: 6, prefill_chunk: 7, ..Default::default() },
+        );
         assert_eq!(one.tokens, chunked.tokens);
     }
 
@@ -318,12 +324,23 @@ mod tests {
 
         let cancel = AtomicBool::new(false);
         let mut seen = 0;
-        let g = generate(&m, &mut m.new_cache(), &prompt, &GenerateOptions { max_tokens: 6, ..Default::default() },
-            &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| {
+        let g = generate(
+            &m,
+            &mut m.new_cache(),
+            &prompt,
+            &GenerateOptions { max_tokens: 6, ..Default::default() },
+            &mut greedy(),
+            &FakeClock(Cell::new(0)),
+            &cancel,
+            |_| {
                 seen += 1;
-                if seen == 2 { cancel.store(true, Ordering::Relaxed); }
+                if seen == 2 {
+                    cancel.store(true, Ordering::Relaxed);
+                }
                 true
-            }).expect("generate");
+            },
+        )
+        .expect("generate");
         assert_eq!(g.finish_reason, FinishReason::Cancelled);
         assert_eq!(g.tokens.len(), 2);
         // Clock reads: prefill start (10), first token (20), second (30).
@@ -332,7 +349,16 @@ mod tests {
         assert_eq!(g.timings.prefill, Duration::from_millis(10));
         assert_eq!(g.timings.rates().decode_tps, Some(100.0));
 
-        let empty = generate(&m, &mut m.new_cache(), &[], &GenerateOptions::default(), &mut greedy(), &WallClock::start(), &cancel, |_| true);
+        let empty = generate(
+            &m,
+            &mut m.new_cache(),
+            &[],
+            &GenerateOptions::default(),
+            &mut greedy(),
+            &WallClock::start(),
+            &cancel,
+            |_| true,
+        );
         assert!(matches!(empty, Err(EngineError::EmptyPrompt)));
     }
 

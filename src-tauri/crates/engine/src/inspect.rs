@@ -7,9 +7,9 @@ use std::path::Path;
 
 use headroom_core::fit::ModelFootprint;
 
+use crate::backend::backend_info;
 use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
-use crate::backend::backend_info;
 use crate::loader::{dtype_size, is_dropped, read_header, weight_files, ComputeDtype};
 use crate::quant::QuantKernel;
 
@@ -94,7 +94,8 @@ mod tests {
     #[test]
     fn weight_bytes_equal_the_file_data_and_the_loaded_model() -> Result<()> {
         let dir = temp_dir("inspect-demo");
-        write_demo_model(&dir, &DemoSpec::new(DemoArch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(DemoArch::Qwen2, Preset::Tiny, Bits::Four))
+            .unwrap_or_else(|e| panic!("{e}"));
         let fp = inspect_model(&dir)?;
         let files = weight_files(&dir)?;
         let on_disk: u64 = files.iter().map(|f| data_bytes(f)).sum();
@@ -133,7 +134,8 @@ mod tests {
     #[test]
     fn a_truncated_header_is_a_corrupt_weights_error() {
         let dir = temp_dir("inspect-trunc");
-        write_demo_model(&dir, &DemoSpec::new(DemoArch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(DemoArch::Qwen2, Preset::Tiny, Bits::Four))
+            .unwrap_or_else(|e| panic!("{e}"));
         let file = weight_files(&dir).unwrap_or_else(|e| panic!("{e}")).remove(0);
         let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
         // Cut inside the JSON header: its declared length now exceeds the file.

@@ -117,7 +117,12 @@ impl Rope {
             Some(RopeScaling::Linear { factor }) => {
                 Ok(Self { dims, traditional, base: Some(config.rope_theta), scale: 1.0 / factor, freqs: None })
             }
-            Some(RopeScaling::Llama3 { factor, low_freq_factor, high_freq_factor, original_max_position_embeddings }) => {
+            Some(RopeScaling::Llama3 {
+                factor,
+                low_freq_factor,
+                high_freq_factor,
+                original_max_position_embeddings,
+            }) => {
                 let freqs = llama3_freqs(
                     dims,
                     config.rope_theta,
@@ -146,15 +151,31 @@ fn llama3_freqs(dims: i32, base: f32, factor: f32, low: f32, high: f32, old_ctx:
     let exponents = ops::arange::<_, i32>(0, dims, 2).op("arange")?.divide(f(dims as f32)).op("llama3 rope")?;
     let freqs = f(base).power(&exponents).op("llama3 rope")?;
     let wavelens = f(2.0 * std::f32::consts::PI).multiply(&freqs).op("llama3 rope")?;
-    let freqs = ops::select(&wavelens.gt(f(low_wavelen)).op("llama3 rope")?, &freqs.multiply(f(factor)).op("llama3 rope")?, &freqs)
-        .op("llama3 rope")?;
+    let freqs = ops::select(
+        &wavelens.gt(f(low_wavelen)).op("llama3 rope")?,
+        &freqs.multiply(f(factor)).op("llama3 rope")?,
+        &freqs,
+    )
+    .op("llama3 rope")?;
     let is_medium = wavelens
         .gt(f(high_wavelen))
         .op("llama3 rope")?
         .logical_and(&wavelens.lt(f(low_wavelen)).op("llama3 rope")?)
         .op("llama3 rope")?;
-    let smooth = f(old_ctx).divide(&wavelens).op("llama3 rope")?.subtract(f(low)).op("llama3 rope")?.divide(f(high - low)).op("llama3 rope")?;
-    let denom = f(1.0).subtract(&smooth).op("llama3 rope")?.divide(f(factor)).op("llama3 rope")?.add(&smooth).op("llama3 rope")?;
+    let smooth = f(old_ctx)
+        .divide(&wavelens)
+        .op("llama3 rope")?
+        .subtract(f(low))
+        .op("llama3 rope")?
+        .divide(f(high - low))
+        .op("llama3 rope")?;
+    let denom = f(1.0)
+        .subtract(&smooth)
+        .op("llama3 rope")?
+        .divide(f(factor))
+        .op("llama3 rope")?
+        .add(&smooth)
+        .op("llama3 rope")?;
     let smooth_freqs = freqs.divide(&denom).op("llama3 rope")?;
     ops::select(&is_medium, &smooth_freqs, &freqs).op("llama3 rope")
 }

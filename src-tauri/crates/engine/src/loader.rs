@@ -14,11 +14,11 @@ use std::path::{Path, PathBuf};
 use mlx_rs::{Array, Dtype};
 use serde::Deserialize;
 
+use crate::backend::backend_info;
 use crate::config::{Arch, LayerQuant, ModelConfig, Quantization};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::{Embedding, Linear, LinearWeight, RmsNorm};
 use crate::models::{llama, qwen2, qwen3, Model};
-use crate::backend::backend_info;
 use crate::quant::{QuantKernel, QuantizedMatrix, SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
 
 /// Which float dtype the model computes in.
@@ -162,7 +162,11 @@ impl Weights {
         for file in &files {
             for (name, (dtype, shape)) in read_header(file)? {
                 if let Some(prev) = entries.get(&name) {
-                    return Err(EngineError::DuplicateTensor { tensor: name, first: prev.file.clone(), second: file.clone() });
+                    return Err(EngineError::DuplicateTensor {
+                        tensor: name,
+                        first: prev.file.clone(),
+                        second: file.clone(),
+                    });
                 }
                 entries.insert(name, Entry { file: file.clone(), dtype, shape, array: None });
             }
@@ -170,10 +174,8 @@ impl Weights {
         entries.retain(|name, _| !is_dropped(name, config));
         for file in &files {
             // Lazy in MLX: this maps names to file ranges; data is read at eval.
-            let arrays = Array::load_safetensors(file).map_err(|e| EngineError::CorruptWeights {
-                file: file.clone(),
-                reason: e.to_string(),
-            })?;
+            let arrays = Array::load_safetensors(file)
+                .map_err(|e| EngineError::CorruptWeights { file: file.clone(), reason: e.to_string() })?;
             for (name, array) in arrays {
                 if let Some(entry) = entries.get_mut(&name) {
                     entry.array = Some(array);
@@ -197,7 +199,8 @@ impl Weights {
             .entries
             .remove(name)
             .ok_or_else(|| EngineError::MissingTensor { tensor: name.to_owned(), file: self.source.clone() })?;
-        let ok_dtype = if float { matches!(entry.dtype.as_str(), "F32" | "F16" | "BF16") } else { entry.dtype == "U32" };
+        let ok_dtype =
+            if float { matches!(entry.dtype.as_str(), "F32" | "F16" | "BF16") } else { entry.dtype == "U32" };
         if !ok_dtype {
             return Err(EngineError::WrongDtype {
                 tensor: name.to_owned(),
@@ -352,7 +355,10 @@ mod tests {
 
     /// A folder made by `edit`, which must fail with `check`; then a good
     /// model still loads (nothing global was left behind).
-    fn expect_failure(edit: impl FnOnce(&Path, &mut HashMap<String, Array>, &TinySpec), check: impl FnOnce(&EngineError) -> bool) {
+    fn expect_failure(
+        edit: impl FnOnce(&Path, &mut HashMap<String, Array>, &TinySpec),
+        check: impl FnOnce(&EngineError) -> bool,
+    ) {
         let spec = TinySpec::new(Arch::Qwen2);
         let dir = temp_dir("bad");
         let mut t = tensors(&spec);
@@ -395,8 +401,10 @@ mod tests {
                 t.insert("model.norm.weight".into(), Array::from_slice(&[1.0f32; 32], &[32]));
                 write_tensors(d, s, t);
             },
-            |e| matches!(e, EngineError::WrongShape { tensor, expected, found, .. }
-                if tensor == "model.norm.weight" && expected == &[HIDDEN] && found == &[32]),
+            |e| {
+                matches!(e, EngineError::WrongShape { tensor, expected, found, .. }
+                if tensor == "model.norm.weight" && expected == &[HIDDEN] && found == &[32])
+            },
         );
     }
 
@@ -426,7 +434,8 @@ mod tests {
         expect_failure(
             |d, t, s| {
                 write_tensors(d, s, t);
-                std::fs::write(d.join("model.safetensors"), b"\xff\xff\xff\xff\x00\x00\x00\x00garbage").expect("garble");
+                std::fs::write(d.join("model.safetensors"), b"\xff\xff\xff\xff\x00\x00\x00\x00garbage")
+                    .expect("garble");
             },
             |e| matches!(e, EngineError::CorruptWeights { .. }),
         );
@@ -463,14 +472,25 @@ mod tests {
         let spec = TinySpec::new(Arch::Llama);
         let dir = temp_dir("shards");
         let t = tensors(&spec);
-        std::fs::write(dir.join("config.json"), std::fs::read_to_string(tiny_model("cfg", &spec).join("config.json")).expect("cfg"))
-            .expect("write");
+        std::fs::write(
+            dir.join("config.json"),
+            std::fs::read_to_string(tiny_model("cfg", &spec).join("config.json")).expect("cfg"),
+        )
+        .expect("write");
         let (mut a, mut b) = (Vec::new(), Vec::new());
         let mut map = serde_json::Map::new();
         for (k, v) in &t {
-            let shard = if k.contains("layers.1") { "model-00002-of-00002.safetensors" } else { "model-00001-of-00002.safetensors" };
+            let shard = if k.contains("layers.1") {
+                "model-00002-of-00002.safetensors"
+            } else {
+                "model-00001-of-00002.safetensors"
+            };
             map.insert(k.clone(), shard.into());
-            if shard.contains("00001") { a.push((k.as_str(), v)) } else { b.push((k.as_str(), v)) }
+            if shard.contains("00001") {
+                a.push((k.as_str(), v))
+            } else {
+                b.push((k.as_str(), v))
+            }
         }
         Array::save_safetensors(a.clone(), None, dir.join("model-00001-of-00002.safetensors")).expect("save");
         Array::save_safetensors(b, None, dir.join("model-00002-of-00002.safetensors")).expect("save");

@@ -160,16 +160,8 @@ impl QuantizedMatrix {
 
     /// `x · Wᵀ` with MLX's fused kernel, in `x`'s dtype, without materialising `W`.
     pub fn fused_matmul_t(&self, x: &Array) -> Result<Array> {
-        ops::quantized_matmul(
-            x,
-            &self.weight,
-            &self.scales,
-            &self.biases,
-            true,
-            self.group_size,
-            self.bits,
-        )
-        .op("quantized_matmul")
+        ops::quantized_matmul(x, &self.weight, &self.scales, &self.biases, true, self.group_size, self.bits)
+            .op("quantized_matmul")
     }
 
     /// `x · Wᵀ` through the dense `W`, dequantized in f32 (scales and biases
@@ -181,8 +173,9 @@ impl QuantizedMatrix {
     /// evaluated here, 7.5 MB). One sync per matmul of a whole prompt chunk
     /// costs nothing next to the chunk.
     pub fn dense_matmul_t(&self, x: &Array) -> Result<Array> {
-        let w = ops::dequantize(&self.weight, &to_f32(&self.scales)?, &to_f32(&self.biases)?, self.group_size, self.bits)
-            .op("dequantize")?;
+        let w =
+            ops::dequantize(&self.weight, &to_f32(&self.scales)?, &to_f32(&self.biases)?, self.group_size, self.bits)
+                .op("dequantize")?;
         let y = ops::matmul(&to_f32(x)?, w.t()).op("dequantized matmul")?;
         let y = if x.dtype() == Dtype::Float32 { y } else { y.as_dtype(x.dtype()).op("cast back")? };
         y.eval().op("dequantized matmul")?;
@@ -191,8 +184,7 @@ impl QuantizedMatrix {
 
     /// The dense `[out, in]` matrix these tensors stand for.
     pub fn dequantize(&self) -> Result<Array> {
-        ops::dequantize(&self.weight, &self.scales, &self.biases, self.group_size, self.bits)
-            .op("dequantize")
+        ops::dequantize(&self.weight, &self.scales, &self.biases, self.group_size, self.bits).op("dequantize")
     }
 }
 
@@ -317,7 +309,10 @@ mod tests {
                     for r in 0..rows {
                         let expect: f32 = (0..cols).map(|c| x32[b * cols + c] * w32[r * cols + c]).sum();
                         let a = got[b * rows + r];
-                        assert!((a - expect).abs() <= tol * (1.0 + expect.abs()), "{dtype:?} [{b},{r}]: {a} vs {expect}");
+                        assert!(
+                            (a - expect).abs() <= tol * (1.0 + expect.abs()),
+                            "{dtype:?} [{b},{r}]: {a} vs {expect}"
+                        );
                         fused_worst = fused_worst.max((fused[b * rows + r] - expect).abs() / (1.0 + expect.abs()));
                     }
                 }

@@ -78,9 +78,7 @@ impl Sampler {
         let rng = match params.seed {
             Some(seed) => RandomState::with_seed(seed),
             None => RandomState::with_seed(
-                std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
-                    .map_or(0, |d| d.as_nanos() as u64),
+                std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64),
             ),
         }
         .op("random key")?;
@@ -111,9 +109,7 @@ impl Sampler {
         // Greedy decoding too takes the argmax of the log-probabilities, not
         // of the logits: in bf16 the subtraction rounds, which can tie or
         // reorder the top two, and mlx-lm's tokens are the reference.
-        let logprobs = logits
-            .subtract(ops::logsumexp_axis(&logits, -1, true).op("logsumexp")?)
-            .op("logprobs")?;
+        let logprobs = logits.subtract(ops::logsumexp_axis(&logits, -1, true).op("logsumexp")?).op("logprobs")?;
         let p = &self.params;
         if p.temperature == 0.0 {
             return indexing::argmax_axis(&logprobs, -1, None).op("argmax")?.as_dtype(Dtype::Uint32).op("cast");

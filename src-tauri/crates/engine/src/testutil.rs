@@ -43,11 +43,7 @@ pub fn temp_dir(tag: &str) -> PathBuf {
     // Under the workspace's target/ rather than /tmp: the folders are small
     // but many, and `cargo clean` is where people expect build litter to go.
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../target/test-tmp");
-    let dir = root.join(format!(
-        "engine-{tag}-{}-{}",
-        std::process::id(),
-        N.fetch_add(1, Ordering::Relaxed)
-    ));
+    let dir = root.join(format!("engine-{tag}-{}-{}", std::process::id(), N.fetch_add(1, Ordering::Relaxed)));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).expect("temp dir");
     dir
@@ -64,7 +60,9 @@ fn config_json(spec: &TinySpec) -> String {
         None => String::new(),
     };
     let rope = match spec.arch {
-        Arch::Llama => r#","rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":64,"rope_type":"llama3"}"#,
+        Arch::Llama => {
+            r#","rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":64,"rope_type":"llama3"}"#
+        }
         _ => r#","rope_theta":1000000.0"#,
     };
     format!(
@@ -109,14 +107,26 @@ pub fn tensors(spec: &TinySpec) -> HashMap<String, Array> {
             }
         }
         if spec.arch == Arch::Qwen3 {
-            out.insert(format!("{a}.q_norm.weight"), float(normal(&[HEAD_DIM], 0.1).add(Array::from_f32(1.0)).expect("add")));
-            out.insert(format!("{a}.k_norm.weight"), float(normal(&[HEAD_DIM], 0.1).add(Array::from_f32(1.0)).expect("add")));
+            out.insert(
+                format!("{a}.q_norm.weight"),
+                float(normal(&[HEAD_DIM], 0.1).add(Array::from_f32(1.0)).expect("add")),
+            );
+            out.insert(
+                format!("{a}.k_norm.weight"),
+                float(normal(&[HEAD_DIM], 0.1).add(Array::from_f32(1.0)).expect("add")),
+            );
         }
         matrix(&mut out, &format!("{p}.mlp.gate_proj"), normal(&[FFN, HIDDEN], 0.15));
         matrix(&mut out, &format!("{p}.mlp.up_proj"), normal(&[FFN, HIDDEN], 0.15));
         matrix(&mut out, &format!("{p}.mlp.down_proj"), normal(&[HIDDEN, FFN], 0.1));
-        out.insert(format!("{p}.input_layernorm.weight"), float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")));
-        out.insert(format!("{p}.post_attention_layernorm.weight"), float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")));
+        out.insert(
+            format!("{p}.input_layernorm.weight"),
+            float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")),
+        );
+        out.insert(
+            format!("{p}.post_attention_layernorm.weight"),
+            float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")),
+        );
     }
     out.insert("model.norm.weight".into(), float(normal(&[HIDDEN], 0.1).add(Array::from_f32(1.0)).expect("add")));
     if !spec.tied {

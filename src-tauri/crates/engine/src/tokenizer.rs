@@ -57,14 +57,7 @@ impl Tokenizer {
             eos.insert(id);
         }
 
-        Ok(Self {
-            inner,
-            dir: dir.to_owned(),
-            template,
-            bos_token,
-            eos_token,
-            eos_ids: eos.into_iter().collect(),
-        })
+        Ok(Self { inner, dir: dir.to_owned(), template, bos_token, eos_token, eos_ids: eos.into_iter().collect() })
     }
 
     /// Token ids that end a turn, sorted.
@@ -93,10 +86,7 @@ impl Tokenizer {
 
     /// The conversation as the chat template renders it.
     pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
-        let source = self
-            .template
-            .as_deref()
-            .ok_or_else(|| EngineError::NoChatTemplate { dir: self.dir.clone() })?;
+        let source = self.template.as_deref().ok_or_else(|| EngineError::NoChatTemplate { dir: self.dir.clone() })?;
         render_template(source, messages, add_generation_prompt, self.bos_token.as_deref(), self.eos_token.as_deref())
     }
 
@@ -112,7 +102,12 @@ impl Tokenizer {
     /// tokens are shown, as mlx-lm shows them: the EOS never reaches it, and
     /// anything else the model says should be visible.
     pub fn detokenizer(&self) -> Detokenizer<'_> {
-        Detokenizer { tokenizer: self, stream: self.inner.decode_stream(false), ids: Vec::new(), emitted: String::new() }
+        Detokenizer {
+            tokenizer: self,
+            stream: self.inner.decode_stream(false),
+            ids: Vec::new(),
+            emitted: String::new(),
+        }
     }
 
     fn error(&self, source: tokenizers::Error) -> EngineError {

@@ -15,14 +15,14 @@ use std::time::{Duration, Instant};
 use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_core::stats::{Rates, TurnTimings};
 
+use crate::backend::backend_info;
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
-use crate::backend::backend_info;
 use crate::loader::{load_model_with, ComputeDtype};
-use crate::quant::QuantKernel;
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
+use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::Tokenizer;
 
@@ -194,13 +194,21 @@ pub struct TurnStats {
 /// `Text`), `Stats`, `Finished`; or `Error` at any point, which ends the run.
 #[derive(Debug)]
 pub enum EngineEvent {
-    Started { prompt_tokens: usize, reused_tokens: usize },
+    Started {
+        prompt_tokens: usize,
+        reused_tokens: usize,
+    },
     /// `text` is empty while a character is split across tokens.
-    Token { id: u32, text: String },
+    Token {
+        id: u32,
+        text: String,
+    },
     /// Text not tied to a new token: a character left unfinished at the end.
     Text(String),
     Stats(TurnStats),
-    Finished { reason: FinishReason },
+    Finished {
+        reason: FinishReason,
+    },
     Error(EngineError),
 }
 
@@ -274,10 +282,23 @@ fn empty_stats(generated: usize) -> TurnStats {
 type ModelJob = Box<dyn FnOnce(Option<&Model>, usize) + Send>;
 
 enum Job {
-    Load { dir: PathBuf, settings: LoadSettings, reply: Sender<Result<ModelInfo>> },
-    Unload { reply: Sender<Result<UnloadReport>> },
-    Generate { id: RunId, request: Box<GenerateRequest>, accepted: Instant, events: Sender<EngineEvent> },
-    DropSession { session: String },
+    Load {
+        dir: PathBuf,
+        settings: LoadSettings,
+        reply: Sender<Result<ModelInfo>>,
+    },
+    Unload {
+        reply: Sender<Result<UnloadReport>>,
+    },
+    Generate {
+        id: RunId,
+        request: Box<GenerateRequest>,
+        accepted: Instant,
+        events: Sender<EngineEvent>,
+    },
+    DropSession {
+        session: String,
+    },
     /// Work that needs the loaded model but is not a chat turn (the benchmark).
     WithModel(ModelJob),
     /// Drop everything and end the thread.
@@ -373,11 +394,7 @@ impl EngineHandle {
     pub fn generate(&self, request: GenerateRequest) -> Result<Run> {
         let accepted = Instant::now();
         let id = RunId(self.shared.next_run.fetch_add(1, Ordering::Relaxed));
-        self.shared
-            .cancels
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .insert(id, Arc::new(AtomicBool::new(false)));
+        self.shared.cancels.lock().unwrap_or_else(PoisonError::into_inner).insert(id, Arc::new(AtomicBool::new(false)));
         let (events, rx) = mpsc::channel();
         if let Err(e) = self.send(Job::Generate { id, request: Box::new(request), accepted, events }) {
             self.shared.forget(id);
@@ -466,9 +483,8 @@ impl Worker {
                     let session = request.session.clone();
                     // A panic inside MLX must not take the engine down with
                     // it; the session's cache may be half-written, so it goes.
-                    let outcome = catch_unwind(AssertUnwindSafe(|| {
-                        self.generate(&request, accepted, &cancel, &events)
-                    }));
+                    let outcome =
+                        catch_unwind(AssertUnwindSafe(|| self.generate(&request, accepted, &cancel, &events)));
                     let outcome = outcome.unwrap_or_else(|panic| {
                         if let Some(s) = &session {
                             self.sessions.remove(s);
@@ -603,23 +619,17 @@ impl Worker {
         mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;
         let mut detok = loaded.tokenizer.detokenizer();
         let mut detok_error = None;
-        let generation = generate(
-            &loaded.model,
-            cache,
-            &prompt,
-            &options,
-            &mut sampler,
-            &WallClock(accepted),
-            cancel,
-            |id| match detok.step(id) {
-                // A closed receiver means nobody listens: stop like a cancel.
-                Ok(text) => events.send(EngineEvent::Token { id, text }).is_ok(),
-                Err(e) => {
-                    detok_error = Some(e);
-                    false
+        let generation =
+            generate(&loaded.model, cache, &prompt, &options, &mut sampler, &WallClock(accepted), cancel, |id| {
+                match detok.step(id) {
+                    // A closed receiver means nobody listens: stop like a cancel.
+                    Ok(text) => events.send(EngineEvent::Token { id, text }).is_ok(),
+                    Err(e) => {
+                        detok_error = Some(e);
+                        false
+                    }
                 }
-            },
-        )?;
+            })?;
         if let Some(e) = detok_error {
             return Err(e);
         }

@@ -73,10 +73,8 @@ impl<S: OsSignals> Reader<S> {
             );
             self.system.process(pid).map_or(0, sysinfo::Process::memory)
         });
-        let swap = self.signals.swap().unwrap_or(SwapUsage {
-            total: self.system.total_swap(),
-            used: self.system.used_swap(),
-        });
+        let swap =
+            self.signals.swap().unwrap_or(SwapUsage { total: self.system.total_swap(), used: self.system.used_swap() });
         MemoryReading {
             total: self.system.total_memory(),
             available: self.system.available_memory(),
@@ -135,13 +133,19 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("headroom-mem-psi-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
         let file = dir.join("memory");
-        std::fs::write(&file, "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=25.00 avg60=0.00 avg300=0.00 total=0\n")
-            .unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(
+            &file,
+            "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=25.00 avg60=0.00 avg300=0.00 total=0\n",
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
         let signals = PlatformSignals { psi: psi::PsiSource::new(&file) };
         let r = Reader::with_signals(signals).unwrap_or_else(|e| panic!("{e}")).read();
         assert_eq!(r.pressure, PressureLevel::Critical);
         let signals = PlatformSignals { psi: psi::PsiSource::new(dir.join("absent")) };
-        assert_eq!(Reader::with_signals(signals).unwrap_or_else(|e| panic!("{e}")).read().pressure, PressureLevel::Unknown);
+        assert_eq!(
+            Reader::with_signals(signals).unwrap_or_else(|e| panic!("{e}")).read().pressure,
+            PressureLevel::Unknown
+        );
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -25,9 +25,7 @@ fn sysctl_raw<T: Copy>(name: &CStr, mut value: T) -> std::io::Result<T> {
     // SAFETY: `name` is NUL-terminated; `value` is a valid, writable `T` of
     // `len` bytes that outlives the call; no new value is set (null, 0). The
     // kernel writes at most `len` bytes and reports how many in `len`.
-    let rc = unsafe {
-        libc::sysctlbyname(name.as_ptr(), (&raw mut value).cast(), &mut len, std::ptr::null_mut(), 0)
-    };
+    let rc = unsafe { libc::sysctlbyname(name.as_ptr(), (&raw mut value).cast(), &mut len, std::ptr::null_mut(), 0) };
     if rc != 0 {
         return Err(std::io::Error::last_os_error());
     }

@@ -113,8 +113,10 @@ impl PsiSource {
 mod tests {
     use super::*;
 
-    const IDLE: &str = "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
-    const BUSY: &str = "some avg10=12.50 avg60=4.10 avg300=1.00 total=123456\nfull avg10=0.40 avg60=0.10 avg300=0.00 total=789\n";
+    const IDLE: &str =
+        "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n";
+    const BUSY: &str =
+        "some avg10=12.50 avg60=4.10 avg300=1.00 total=123456\nfull avg10=0.40 avg60=0.10 avg300=0.00 total=789\n";
     const THRASHING: &str = "some avg10=87.21 avg60=60.00 avg300=20.00 total=9999999\nfull avg10=41.03 avg60=30.00 avg300=9.00 total=888888\n";
 
     #[test]
@@ -123,12 +125,23 @@ mod tests {
         assert_eq!(Psi::parse(BUSY), Some(Psi { some_avg10: 12.5, full_avg10: Some(0.4) }));
         assert_eq!(Psi::parse(THRASHING), Some(Psi { some_avg10: 87.21, full_avg10: Some(41.03) }));
         // Only a `some` line (older kernels for some resources): still a reading.
-        assert_eq!(Psi::parse("some avg10=3.00 avg60=0.00 avg300=0.00 total=1\n"), Some(Psi { some_avg10: 3.0, full_avg10: None }));
+        assert_eq!(
+            Psi::parse("some avg10=3.00 avg60=0.00 avg300=0.00 total=1\n"),
+            Some(Psi { some_avg10: 3.0, full_avg10: None })
+        );
     }
 
     #[test]
     fn garbage_is_not_a_reading() {
-        for text in ["", "hello", "some avg60=1.00", "some avg10=abc", "some avg10=-1.0", "something avg10=5.0", "full avg10=5.00"] {
+        for text in [
+            "",
+            "hello",
+            "some avg60=1.00",
+            "some avg10=abc",
+            "some avg10=-1.0",
+            "something avg10=5.0",
+            "full avg10=5.00",
+        ] {
             assert_eq!(Psi::parse(text), None, "{text:?}");
         }
     }

@@ -19,11 +19,11 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 
 pub use error::{Result, StoreError};
 pub use export::SessionExport;
-pub use timeline::MemoryPoint;
 pub use sessions::{
     title_from, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart,
     TurnStatsRecord,
 };
+pub use timeline::MemoryPoint;
 
 use error::Context;
 

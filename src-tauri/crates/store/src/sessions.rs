@@ -768,7 +768,12 @@ pub(crate) mod tests {
         assert_eq!(store.take_back_last_turn("none").await.unwrap_or_else(|e| panic!("{e}")), None);
         for (q, a) in [("first?", "one"), ("second?", "two")] {
             let t = store.begin_turn("s", q, None, Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
-            let done = TurnOutcome { content: a.into(), status: MessageStatus::Complete, error: None, stats: Some(stats("m", 2)) };
+            let done = TurnOutcome {
+                content: a.into(),
+                status: MessageStatus::Complete,
+                error: None,
+                stats: Some(stats("m", 2)),
+            };
             store.finish_turn(t.assistant_message_id, &done).await.unwrap_or_else(|e| panic!("{e}"));
         }
         let question = store.take_back_last_turn("s").await.unwrap_or_else(|e| panic!("{e}"));

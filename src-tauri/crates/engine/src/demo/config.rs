@@ -112,11 +112,7 @@ pub(super) fn quantization_json(spec: &DemoSpec) -> Option<Value> {
     Some(Value::Object(q))
 }
 
-pub(super) fn config_json(
-    spec: &DemoSpec,
-    shape: &ModelShape,
-    tok: &TrainedTokenizer,
-) -> Result<String, DemoError> {
+pub(super) fn config_json(spec: &DemoSpec, shape: &ModelShape, tok: &TrainedTokenizer) -> Result<String, DemoError> {
     let s = shape;
     let mut c = json!({
         "model_type": spec.arch.as_str(),
@@ -185,18 +181,12 @@ pub(super) fn config_json(
     merge(&mut c, extra);
     if let Some(q) = quantization_json(spec) {
         // mlx-lm writes both; HF tooling reads the second.
-        merge(
-            &mut c,
-            json!({ "quantization": q.clone(), "quantization_config": q }),
-        );
+        merge(&mut c, json!({ "quantization": q.clone(), "quantization_config": q }));
     }
     to_pretty(&c, "config.json")
 }
 
-pub(super) fn generation_config_json(
-    flavor: Flavor,
-    tok: &TrainedTokenizer,
-) -> Result<String, DemoError> {
+pub(super) fn generation_config_json(flavor: Flavor, tok: &TrainedTokenizer) -> Result<String, DemoError> {
     let c = match flavor {
         // Like Qwen2.5-Instruct: stop at the end of the turn or of the text.
         Flavor::ChatMl => json!({
@@ -222,8 +212,7 @@ fn merge(into: &mut Value, from: Value) {
 /// so the bytes do not depend on whether some other crate in the build turns
 /// on serde_json's `preserve_order`.
 pub(super) fn to_pretty(v: &Value, file: &'static str) -> Result<String, DemoError> {
-    let mut s = serde_json::to_string_pretty(&sorted(v))
-        .map_err(|source| DemoError::Json { file, source })?;
+    let mut s = serde_json::to_string_pretty(&sorted(v)).map_err(|source| DemoError::Json { file, source })?;
     s.push('\n');
     Ok(s)
 }
@@ -233,11 +222,7 @@ fn sorted(v: &Value) -> Value {
         Value::Object(m) => {
             let mut keys: Vec<&String> = m.keys().collect();
             keys.sort();
-            Value::Object(
-                keys.into_iter()
-                    .map(|k| (k.clone(), sorted(&m[k])))
-                    .collect(),
-            )
+            Value::Object(keys.into_iter().map(|k| (k.clone(), sorted(&m[k]))).collect())
         }
         Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
         other => other.clone(),

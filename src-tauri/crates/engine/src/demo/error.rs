@@ -7,11 +7,7 @@ use std::path::PathBuf;
 pub enum DemoError {
     /// A CLI-style option value that names no known arch / preset / bit width.
     #[error("unknown {what} `{given}` (expected one of: {expected})")]
-    UnknownOption {
-        what: &'static str,
-        given: String,
-        expected: &'static str,
-    },
+    UnknownOption { what: &'static str, given: String, expected: &'static str },
     /// The spec asks for something the layout cannot hold (e.g. a group size
     /// that does not divide a layer's input width).
     #[error("invalid demo model spec: {reason}")]

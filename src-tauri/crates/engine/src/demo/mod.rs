@@ -86,14 +86,8 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 6] = [
-        Preset::Tiny,
-        Preset::Small,
-        Preset::Medium,
-        Preset::Qwen25_0_5B,
-        Preset::Qwen25_7B,
-        Preset::Qwen25_14B,
-    ];
+    pub const ALL: [Preset; 6] =
+        [Preset::Tiny, Preset::Small, Preset::Medium, Preset::Qwen25_0_5B, Preset::Qwen25_7B, Preset::Qwen25_14B];
 
     /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
@@ -164,12 +158,7 @@ macro_rules! cli_enum {
     };
 }
 cli_enum!(Arch, "architecture", "qwen2, qwen3, llama, mistral", []);
-cli_enum!(
-    Preset,
-    "preset",
-    "tiny, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b",
-    []
-);
+cli_enum!(Preset, "preset", "tiny, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b", []);
 cli_enum!(Bits, "bit width", "4, 8, 16", ["bf16" => Bits::Sixteen]);
 
 /// Everything that determines a demo model; equal specs give identical files.
@@ -257,47 +246,29 @@ pub fn write_demo_model(dir: &Path, spec: &DemoSpec) -> Result<DemoSummary, Demo
     let tok = tokenizer::trained(flavor)?;
     let plan = weights::Plan::new(spec, &shape, tok.vocab_size as i32)?;
 
-    fs::create_dir_all(dir).map_err(|source| DemoError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
+    fs::create_dir_all(dir).map_err(|source| DemoError::Io { path: dir.to_owned(), source })?;
     remove_stale_weights(dir)?;
 
     let mut files = Vec::new();
     let mut write = |name: &str, text: &str| -> Result<(), DemoError> {
         let path = dir.join(name);
-        fs::write(&path, text).map_err(|source| DemoError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        fs::write(&path, text).map_err(|source| DemoError::Io { path: path.clone(), source })?;
         files.push(path);
         Ok(())
     };
     write("tokenizer.json", &tok.json)?;
-    write(
-        "tokenizer_config.json",
-        &tokenizer::tokenizer_config_json(flavor, tok)?,
-    )?;
+    write("tokenizer_config.json", &tokenizer::tokenizer_config_json(flavor, tok)?)?;
     write("config.json", &config::config_json(spec, &shape, tok)?)?;
-    write(
-        "generation_config.json",
-        &config::generation_config_json(flavor, tok)?,
-    )?;
+    write("generation_config.json", &config::generation_config_json(flavor, tok)?)?;
 
     let written = plan.write(dir)?;
-    let shards = written
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "safetensors"))
-        .count();
+    let shards = written.iter().filter(|p| p.extension().is_some_and(|e| e == "safetensors")).count();
     files.extend(written);
     files.sort();
 
     let mut total_bytes = 0;
     for path in &files {
-        let meta = fs::metadata(path).map_err(|source| DemoError::Io {
-            path: path.clone(),
-            source,
-        })?;
+        let meta = fs::metadata(path).map_err(|source| DemoError::Io { path: path.clone(), source })?;
         total_bytes += meta.len();
     }
     Ok(DemoSummary {
@@ -313,21 +284,12 @@ pub fn write_demo_model(dir: &Path, spec: &DemoSpec) -> Result<DemoSummary, Demo
 
 /// Removes weight files of an earlier demo model (only names this writer uses).
 fn remove_stale_weights(dir: &Path) -> Result<(), DemoError> {
-    let entries = fs::read_dir(dir).map_err(|source| DemoError::Io {
-        path: dir.to_owned(),
-        source,
-    })?;
+    let entries = fs::read_dir(dir).map_err(|source| DemoError::Io { path: dir.to_owned(), source })?;
     for entry in entries {
-        let entry = entry.map_err(|source| DemoError::Io {
-            path: dir.to_owned(),
-            source,
-        })?;
+        let entry = entry.map_err(|source| DemoError::Io { path: dir.to_owned(), source })?;
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
-        if name == "model.safetensors"
-            || name == weights::INDEX_FILE
-            || weights::is_shard_name(name)
-        {
+        if name == "model.safetensors" || name == weights::INDEX_FILE || weights::is_shard_name(name) {
             let path = entry.path();
             fs::remove_file(&path).map_err(|source| DemoError::Io { path, source })?;
         }

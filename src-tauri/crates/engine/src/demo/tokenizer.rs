@@ -33,7 +33,8 @@ const CORPUS: [&str; 3] = [
 const BPE_VOCAB_SIZE: usize = 1000;
 
 /// Qwen2's split pattern (single digits).
-const QWEN2_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+const QWEN2_PATTERN: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 /// Llama 3's split pattern (digits in groups of up to three).
 const LLAMA3_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
@@ -74,13 +75,9 @@ impl Flavor {
     pub(super) fn special_tokens(self) -> &'static [&'static str] {
         match self {
             Flavor::ChatMl => &["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-            Flavor::Llama3 => &[
-                "<|begin_of_text|>",
-                "<|end_of_text|>",
-                "<|start_header_id|>",
-                "<|end_header_id|>",
-                "<|eot_id|>",
-            ],
+            Flavor::Llama3 => {
+                &["<|begin_of_text|>", "<|end_of_text|>", "<|start_header_id|>", "<|end_header_id|>", "<|eot_id|>"]
+            }
         }
     }
 
@@ -111,10 +108,7 @@ pub(super) struct TrainedTokenizer {
 
 impl TrainedTokenizer {
     pub(super) fn special_id(&self, content: &str) -> Option<u32> {
-        self.specials
-            .iter()
-            .find(|(c, _)| *c == content)
-            .map(|&(_, id)| id)
+        self.specials.iter().find(|(c, _)| *c == content).map(|&(_, id)| id)
     }
 }
 
@@ -139,12 +133,8 @@ pub(super) fn train(flavor: Flavor) -> Result<TrainedTokenizer, DemoError> {
         Flavor::ChatMl => QWEN2_PATTERN,
         Flavor::Llama3 => LLAMA3_PATTERN,
     };
-    let split = Split::new(
-        SplitPattern::Regex(pattern.to_owned()),
-        SplitDelimiterBehavior::Isolated,
-        false,
-    )
-    .map_err(tok_err)?;
+    let split = Split::new(SplitPattern::Regex(pattern.to_owned()), SplitDelimiterBehavior::Isolated, false)
+        .map_err(tok_err)?;
     // The split regex already separates words; ByteLevel only maps bytes to
     // its printable alphabet (`use_regex: false`), exactly as Qwen2.5 and
     // Llama 3 configure it.
@@ -154,10 +144,7 @@ pub(super) fn train(flavor: Flavor) -> Result<TrainedTokenizer, DemoError> {
     if flavor == Flavor::ChatMl {
         tokenizer.with_normalizer(Some(NFC));
     }
-    tokenizer.with_pre_tokenizer(Some(PreSequence::new(vec![
-        split.into(),
-        byte_level.into(),
-    ])));
+    tokenizer.with_pre_tokenizer(Some(PreSequence::new(vec![split.into(), byte_level.into()])));
     tokenizer.with_decoder(Some(ByteLevelDecoder::default()));
 
     // Every byte gets a token, so any text can be encoded (no <unk>).
@@ -170,21 +157,13 @@ pub(super) fn train(flavor: Flavor) -> Result<TrainedTokenizer, DemoError> {
         .build()
         .into();
     // Whole files, not lines, so that newlines and indentation get merges.
-    tokenizer
-        .train(&mut trainer, CORPUS.iter())
-        .map_err(tok_err)?;
+    tokenizer.train(&mut trainer, CORPUS.iter()).map_err(tok_err)?;
 
-    let specials: Vec<AddedToken> = flavor
-        .special_tokens()
-        .iter()
-        .map(|s| AddedToken::from(*s, true))
-        .collect();
+    let specials: Vec<AddedToken> = flavor.special_tokens().iter().map(|s| AddedToken::from(*s, true)).collect();
     tokenizer.add_special_tokens(&specials);
     let mut ids = Vec::new();
     for s in flavor.special_tokens() {
-        let id = tokenizer
-            .token_to_id(s)
-            .ok_or_else(|| tok_err(format!("special token {s} was not added")))?;
+        let id = tokenizer.token_to_id(s).ok_or_else(|| tok_err(format!("special token {s} was not added")))?;
         ids.push((*s, id));
     }
 
@@ -203,24 +182,16 @@ pub(super) fn train(flavor: Flavor) -> Result<TrainedTokenizer, DemoError> {
                 .special_tokens(vec![(bos, bos_id)])
                 .build()
                 .map_err(|e| tok_err(e.to_string()))?;
-            tokenizer
-                .with_post_processor(Some(PostSequence::new(vec![post.into(), template.into()])));
+            tokenizer.with_post_processor(Some(PostSequence::new(vec![post.into(), template.into()])));
         }
     }
 
     let json = tokenizer.to_string(true).map_err(tok_err)?;
-    Ok(TrainedTokenizer {
-        json,
-        vocab_size: tokenizer.get_vocab_size(true),
-        specials: ids,
-    })
+    Ok(TrainedTokenizer { json, vocab_size: tokenizer.get_vocab_size(true), specials: ids })
 }
 
 /// tokenizer_config.json as the model's HF repository has it.
-pub(super) fn tokenizer_config_json(
-    flavor: Flavor,
-    tok: &TrainedTokenizer,
-) -> Result<String, DemoError> {
+pub(super) fn tokenizer_config_json(flavor: Flavor, tok: &TrainedTokenizer) -> Result<String, DemoError> {
     let mut added = Map::new();
     for (content, id) in &tok.specials {
         added.insert(

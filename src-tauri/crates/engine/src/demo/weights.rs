@@ -43,10 +43,7 @@ pub(super) fn overrides(spec: &DemoSpec) -> Vec<(String, i32, i32)> {
 
 pub(super) fn is_shard_name(name: &str) -> bool {
     // model-00001-of-00003.safetensors
-    let Some(rest) = name
-        .strip_prefix("model-")
-        .and_then(|r| r.strip_suffix(".safetensors"))
-    else {
+    let Some(rest) = name.strip_prefix("model-").and_then(|r| r.strip_suffix(".safetensors")) else {
         return false;
     };
     let mut parts = rest.split("-of-");
@@ -107,46 +104,16 @@ impl Entry {
 impl Unit {
     fn entries(&self) -> Vec<Entry> {
         match self {
-            Unit::Matrix {
-                prefix,
-                rows,
-                cols,
-                quant: None,
-                ..
-            } => vec![Entry {
-                key: format!("{prefix}.weight"),
-                shape: vec![*rows, *cols],
-                dtype: Dtype::Bfloat16,
-            }],
-            Unit::Matrix {
-                prefix,
-                rows,
-                cols,
-                quant: Some((gs, bits)),
-                ..
-            } => vec![
-                Entry {
-                    key: format!("{prefix}.weight"),
-                    shape: vec![*rows, cols * bits / 32],
-                    dtype: Dtype::Uint32,
-                },
-                Entry {
-                    key: format!("{prefix}.scales"),
-                    shape: vec![*rows, cols / gs],
-                    dtype: Dtype::Bfloat16,
-                },
-                Entry {
-                    key: format!("{prefix}.biases"),
-                    shape: vec![*rows, cols / gs],
-                    dtype: Dtype::Bfloat16,
-                },
+            Unit::Matrix { prefix, rows, cols, quant: None, .. } => {
+                vec![Entry { key: format!("{prefix}.weight"), shape: vec![*rows, *cols], dtype: Dtype::Bfloat16 }]
+            }
+            Unit::Matrix { prefix, rows, cols, quant: Some((gs, bits)), .. } => vec![
+                Entry { key: format!("{prefix}.weight"), shape: vec![*rows, cols * bits / 32], dtype: Dtype::Uint32 },
+                Entry { key: format!("{prefix}.scales"), shape: vec![*rows, cols / gs], dtype: Dtype::Bfloat16 },
+                Entry { key: format!("{prefix}.biases"), shape: vec![*rows, cols / gs], dtype: Dtype::Bfloat16 },
             ],
             Unit::Vector { key, len, .. } => {
-                vec![Entry {
-                    key: key.clone(),
-                    shape: vec![*len],
-                    dtype: Dtype::Bfloat16,
-                }]
+                vec![Entry { key: key.clone(), shape: vec![*len], dtype: Dtype::Bfloat16 }]
             }
         }
     }
@@ -186,83 +153,38 @@ impl Plan {
         let overrides = overrides(spec);
         let quant_for = |prefix: &str| -> Option<(i32, i32)> {
             let bits = spec.bits.quantized()?;
-            Some(
-                overrides
-                    .iter()
-                    .find(|(p, ..)| p == prefix)
-                    .map_or((spec.group_size, bits), |&(_, gs, b)| (gs, b)),
-            )
+            Some(overrides.iter().find(|(p, ..)| p == prefix).map_or((spec.group_size, bits), |&(_, gs, b)| (gs, b)))
         };
         let matrix = |prefix: String, rows: i32, cols: i32| {
             let quant = quant_for(&prefix);
-            Unit::Matrix {
-                prefix,
-                rows,
-                cols,
-                quant,
-                live_rows: rows,
-            }
+            Unit::Matrix { prefix, rows, cols, quant, live_rows: rows }
         };
-        let vocab_matrix =
-            |prefix: &str| match matrix(prefix.to_owned(), s.vocab_size, s.hidden_size) {
-                Unit::Matrix {
-                    prefix,
-                    rows,
-                    cols,
-                    quant,
-                    ..
-                } => Unit::Matrix {
-                    prefix,
-                    rows,
-                    cols,
-                    quant,
-                    live_rows: tokens.min(rows),
-                },
-                other => other,
-            };
+        let vocab_matrix = |prefix: &str| match matrix(prefix.to_owned(), s.vocab_size, s.hidden_size) {
+            Unit::Matrix { prefix, rows, cols, quant, .. } => {
+                Unit::Matrix { prefix, rows, cols, quant, live_rows: tokens.min(rows) }
+            }
+            other => other,
+        };
         let vector = |key: String, len: i32, init: Init| Unit::Vector { key, len, init };
 
-        let (h, q_out, kv_out) = (
-            s.hidden_size,
-            s.num_attention_heads * s.head_dim,
-            s.num_key_value_heads * s.head_dim,
-        );
+        let (h, q_out, kv_out) =
+            (s.hidden_size, s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim);
         let mut units = vec![vocab_matrix("model.embed_tokens")];
         for i in 0..s.num_hidden_layers {
             let p = format!("model.layers.{i}");
-            units.push(vector(
-                format!("{p}.input_layernorm.weight"),
-                h,
-                Init::NearOne,
-            ));
+            units.push(vector(format!("{p}.input_layernorm.weight"), h, Init::NearOne));
             for (name, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
                 units.push(matrix(format!("{p}.self_attn.{name}"), out, h));
                 if spec.arch.has_qkv_bias() {
-                    units.push(vector(
-                        format!("{p}.self_attn.{name}.bias"),
-                        out,
-                        Init::Small,
-                    ));
+                    units.push(vector(format!("{p}.self_attn.{name}.bias"), out, Init::Small));
                 }
             }
             units.push(matrix(format!("{p}.self_attn.o_proj"), h, q_out));
             if spec.arch.has_qk_norm() {
-                units.push(vector(
-                    format!("{p}.self_attn.q_norm.weight"),
-                    s.head_dim,
-                    Init::NearOne,
-                ));
-                units.push(vector(
-                    format!("{p}.self_attn.k_norm.weight"),
-                    s.head_dim,
-                    Init::NearOne,
-                ));
+                units.push(vector(format!("{p}.self_attn.q_norm.weight"), s.head_dim, Init::NearOne));
+                units.push(vector(format!("{p}.self_attn.k_norm.weight"), s.head_dim, Init::NearOne));
             }
-            units.push(vector(
-                format!("{p}.post_attention_layernorm.weight"),
-                h,
-                Init::NearOne,
-            ));
+            units.push(vector(format!("{p}.post_attention_layernorm.weight"), h, Init::NearOne));
             units.push(matrix(format!("{p}.mlp.gate_proj"), s.intermediate_size, h));
             units.push(matrix(format!("{p}.mlp.up_proj"), s.intermediate_size, h));
             units.push(matrix(format!("{p}.mlp.down_proj"), h, s.intermediate_size));
@@ -288,13 +210,7 @@ impl Plan {
             size += bytes;
             shard_of.push(shard);
         }
-        Ok(Self {
-            units,
-            shard_of,
-            shard_count: shard + 1,
-            sharded: spec.max_shard_bytes.is_some(),
-            seed: spec.seed,
-        })
+        Ok(Self { units, shard_of, shard_count: shard + 1, sharded: spec.max_shard_bytes.is_some(), seed: spec.seed })
     }
 
     pub(super) fn entries(&self) -> Vec<Entry> {
@@ -325,26 +241,18 @@ impl Plan {
         let mut weight_map = Map::new();
         let mut current: Vec<(String, Array)> = Vec::new();
         let mut current_shard = 0;
-        let mut flush =
-            |shard: usize, tensors: &mut Vec<(String, Array)>| -> Result<(), DemoError> {
-                let name = self.shard_name(shard);
-                let path = dir.join(&name);
-                for (key, _) in tensors.iter() {
-                    weight_map.insert(key.clone(), json!(name));
-                }
-                Array::save_safetensors(
-                    tensors.iter().map(|(k, a)| (k.as_str(), a)),
-                    &metadata,
-                    &path,
-                )
-                .map_err(|source| DemoError::Save {
-                    path: path.clone(),
-                    source,
-                })?;
-                tensors.clear();
-                files.push(path);
-                Ok(())
-            };
+        let mut flush = |shard: usize, tensors: &mut Vec<(String, Array)>| -> Result<(), DemoError> {
+            let name = self.shard_name(shard);
+            let path = dir.join(&name);
+            for (key, _) in tensors.iter() {
+                weight_map.insert(key.clone(), json!(name));
+            }
+            Array::save_safetensors(tensors.iter().map(|(k, a)| (k.as_str(), a)), &metadata, &path)
+                .map_err(|source| DemoError::Save { path: path.clone(), source })?;
+            tensors.clear();
+            files.push(path);
+            Ok(())
+        };
 
         let mut next_entry = 0;
         for unit in &self.units {
@@ -369,12 +277,8 @@ impl Plan {
                 "weight_map": weight_map,
             });
             let path = dir.join(INDEX_FILE);
-            std::fs::write(&path, config::to_pretty(&index, INDEX_FILE)?).map_err(|source| {
-                DemoError::Io {
-                    path: path.clone(),
-                    source,
-                }
-            })?;
+            std::fs::write(&path, config::to_pretty(&index, INDEX_FILE)?)
+                .map_err(|source| DemoError::Io { path: path.clone(), source })?;
             files.push(path);
         }
         Ok(files)
@@ -383,13 +287,7 @@ impl Plan {
     /// The unit's arrays, evaluated, in the order of `Unit::entries`.
     fn generate(&self, unit: &Unit) -> Result<Vec<Array>, DemoError> {
         let name = unit.name();
-        let mlx = |op: &'static str| {
-            move |source| DemoError::Mlx {
-                op,
-                tensor: name.to_owned(),
-                source,
-            }
-        };
+        let mlx = |op: &'static str| move |source| DemoError::Mlx { op, tensor: name.to_owned(), source };
         let base = mix(self.seed, fnv1a(name));
         match unit {
             Unit::Vector { len, init, .. } => {
@@ -398,19 +296,12 @@ impl Plan {
                     Init::Small => 0.0,
                     Init::NearOne => 1.0,
                 };
-                let v = random::normal::<f32>(&[*len][..], loc, INIT_STD, &key)
-                    .map_err(mlx("generating"))?;
+                let v = random::normal::<f32>(&[*len][..], loc, INIT_STD, &key).map_err(mlx("generating"))?;
                 let v = v.as_dtype(Dtype::Bfloat16).map_err(mlx("casting"))?;
                 transforms::eval([&v]).map_err(mlx("evaluating"))?;
                 Ok(vec![v])
             }
-            Unit::Matrix {
-                rows,
-                cols,
-                quant,
-                live_rows,
-                ..
-            } => {
+            Unit::Matrix { rows, cols, quant, live_rows, .. } => {
                 let block = (CHUNK_ELEMENTS / i64::from(*cols)).clamp(1, i64::from(*rows)) as i32;
                 let n_parts = quant.map_or(1, |_| 3);
                 let mut parts: Vec<Vec<Array>> = vec![Vec::new(); n_parts];
@@ -422,9 +313,8 @@ impl Plan {
                     let w = random::normal::<f32>(&[r, *cols][..], 0.0, matrix_std(*cols), &key)
                         .map_err(mlx("generating"))?;
                     let w = if start + r > *live_rows {
-                        let mask: Vec<f32> = (start..start + r)
-                            .map(|row| f32::from(u8::from(row < *live_rows)))
-                            .collect();
+                        let mask: Vec<f32> =
+                            (start..start + r).map(|row| f32::from(u8::from(row < *live_rows))).collect();
                         let mask = Array::from_slice(&mask, &[r, 1]);
                         w.multiply(&mask).map_err(mlx("masking"))?
                     } else {
@@ -434,8 +324,7 @@ impl Plan {
                         // Quantize from f32, then store scales/biases in bf16 as
                         // mlx-lm does for a bf16 checkpoint.
                         Some((gs, bits)) => {
-                            let (q, s, b) =
-                                ops::quantize(&w, *gs, *bits).map_err(mlx("quantizing"))?;
+                            let (q, s, b) = ops::quantize(&w, *gs, *bits).map_err(mlx("quantizing"))?;
                             vec![
                                 q,
                                 s.as_dtype(Dtype::Bfloat16).map_err(mlx("casting"))?,
@@ -487,11 +376,7 @@ fn validate(spec: &DemoSpec, s: &ModelShape) -> Result<(), DemoError> {
         if ![32, 64, 128].contains(&gs) {
             return invalid(format!("group size {gs} (MLX supports 32, 64, 128)"));
         }
-        let widths = [
-            s.hidden_size,
-            s.num_attention_heads * s.head_dim,
-            s.intermediate_size,
-        ];
+        let widths = [s.hidden_size, s.num_attention_heads * s.head_dim, s.intermediate_size];
         if let Some(w) = widths.iter().find(|&&w| w % gs != 0) {
             return invalid(format!(
                 "group size {gs} does not divide the input width {w} of some layer of the {} preset",
@@ -504,17 +389,12 @@ fn validate(spec: &DemoSpec, s: &ModelShape) -> Result<(), DemoError> {
 
 /// FNV-1a: a stable hash of a tensor name (std's hasher may change between releases).
 fn fnv1a(s: &str) -> u64 {
-    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
+    s.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3))
 }
 
 /// SplitMix64 finaliser over `a` and `b`: a well-spread seed per (tensor, block).
 fn mix(a: u64, b: u64) -> u64 {
-    let mut z = a ^ b
-        .wrapping_add(0x9e37_79b9_7f4a_7c15)
-        .wrapping_add(a << 6)
-        .wrapping_add(a >> 2);
+    let mut z = a ^ b.wrapping_add(0x9e37_79b9_7f4a_7c15).wrapping_add(a << 6).wrapping_add(a >> 2);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)

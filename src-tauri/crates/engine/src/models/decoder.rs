@@ -77,11 +77,8 @@ impl<A: Attention> Decoder<A> {
         let embed_tokens = w.embedding("model.embed_tokens", c.vocab_size, c.hidden_size)?;
         let layers = (0..c.num_hidden_layers).map(|i| Block::load(c, w, i)).collect::<Result<_>>()?;
         let norm = w.rms_norm("model.norm", c.hidden_size, c.rms_norm_eps)?;
-        let lm_head = if c.tie_word_embeddings {
-            None
-        } else {
-            Some(w.linear("lm_head", c.hidden_size, c.vocab_size, false)?)
-        };
+        let lm_head =
+            if c.tie_word_embeddings { None } else { Some(w.linear("lm_head", c.hidden_size, c.vocab_size, false)?) };
         Ok(Self { config, embed_tokens, layers, norm, lm_head, kernel: w.kernel() })
     }
 

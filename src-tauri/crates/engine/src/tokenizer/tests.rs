@@ -45,15 +45,15 @@ fn chatml_renders_as_transformers_does() {
     );
     // Qwen's template adds a default system turn when there is none.
     let text = tok.apply_chat_template(&chat(None, "Hi"), false).expect("render");
-    assert_eq!(
-        text,
-        "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n"
-    );
+    assert_eq!(text, "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
     // Special tokens are single ids; nothing is added around them.
     let ids = tok.encode_chat(&chat(None, "Hi"), true).expect("encode");
     let im_start = tok.inner.token_to_id("<|im_start|>").expect("special");
     assert_eq!(ids[0], im_start);
-    assert_eq!(tok.decode(&ids, false).expect("decode"), tok.apply_chat_template(&chat(None, "Hi"), true).expect("render"));
+    assert_eq!(
+        tok.decode(&ids, false).expect("decode"),
+        tok.apply_chat_template(&chat(None, "Hi"), true).expect("render")
+    );
 }
 
 #[test]
@@ -98,7 +98,8 @@ fn template_sources_in_transformers_order() {
     let dir = tokenizer_only(Arch::Qwen2);
     let msgs = chat(None, "x");
     // A list of named templates: "default" is used.
-    let mut cfg: Value = serde_json::from_str(&fs::read_to_string(dir.join("tokenizer_config.json")).expect("read")).expect("json");
+    let mut cfg: Value =
+        serde_json::from_str(&fs::read_to_string(dir.join("tokenizer_config.json")).expect("read")).expect("json");
     cfg["chat_template"] = serde_json::json!([
         {"name": "tool_use", "template": "TOOLS"},
         {"name": "default", "template": "{% for m in messages %}[{{ m.role }}]{% endfor %}"}
@@ -133,7 +134,10 @@ fn hf_dialect_python_methods_tojson_trim_blocks_and_raise_exception() {
         other => panic!("expected TemplateRender, got {other:?}"),
     }
     assert!(matches!(render_template("{% for %}", &msgs, false, None, None), Err(EngineError::TemplateRender { .. })));
-    assert_eq!(render_template("{{ bos_token }}{{ eos_token }}", &msgs, false, Some("<s>"), Some("</s>")).expect("render"), "<s></s>");
+    assert_eq!(
+        render_template("{{ bos_token }}{{ eos_token }}", &msgs, false, Some("<s>"), Some("</s>")).expect("render"),
+        "<s></s>"
+    );
 }
 
 #[test]

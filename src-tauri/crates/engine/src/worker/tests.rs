@@ -172,9 +172,7 @@ fn bad_input_gives_typed_errors_and_the_engine_keeps_working() {
     assert!(matches!(e.generate(request(user("x"), 2)).expect("generate").collect(), Err(EngineError::NoModelLoaded)));
     // Loading again works, from another clone of the handle on another thread.
     let e2 = e.clone();
-    std::thread::spawn(move || e2.load(demo_dir(), LoadSettings::default()).expect("reload"))
-        .join()
-        .expect("thread");
+    std::thread::spawn(move || e2.load(demo_dir(), LoadSettings::default()).expect("reload")).join().expect("thread");
     let out = e.generate(request(user("x"), 2)).expect("generate").collect().expect("run");
     assert_eq!(out.token_ids.len(), 2);
     e.unload().expect("unload");
@@ -233,7 +231,8 @@ fn unload_and_switching_give_the_weights_back_and_say_how_long_they_took() {
 fn a_load_sets_the_cache_limit_it_was_given_and_the_next_one_restores_the_default() {
     let e = EngineHandle::spawn().expect("spawn");
     let limit = 256 << 20;
-    let info = e.load(demo_dir(), LoadSettings { cache_limit_bytes: Some(limit), ..LoadSettings::default() }).expect("load");
+    let info =
+        e.load(demo_dir(), LoadSettings { cache_limit_bytes: Some(limit), ..LoadSettings::default() }).expect("load");
     assert_eq!(info.cache_limit_bytes, Some(limit));
     // Setting the limit returns the one in force: MLX has ours.
     assert_eq!(mlx_rs::memory::set_cache_limit(limit).expect("set"), limit);
@@ -297,7 +296,10 @@ fn the_return_check_allows_only_its_tolerance_and_names_the_shortfall() {
         ..UnloadReport::default()
     };
     let err = stuck.confirm().expect_err("not returned");
-    assert!(matches!(err, EngineError::MemoryNotReturned { expected_bytes, returned_bytes } if expected_bytes == 500 * MB && returned_bytes == 200 * MB), "{err}");
+    assert!(
+        matches!(err, EngineError::MemoryNotReturned { expected_bytes, returned_bytes } if expected_bytes == 500 * MB && returned_bytes == 200 * MB),
+        "{err}"
+    );
     assert!(err.to_string().contains("209.7 MB of the 524.3 MB"), "{err}");
     // Nothing was loaded: nothing to confirm.
     assert!(UnloadReport::default().confirm().is_ok());
