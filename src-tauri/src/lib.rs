@@ -9,6 +9,7 @@ mod cloud_turn;
 mod commands;
 mod error;
 pub mod fit;
+mod live;
 mod memory;
 pub mod models;
 mod platform;
@@ -112,6 +113,8 @@ pub fn run_app<R: Runtime>(
             commands::cloud::cloud_key_status,
             commands::cloud::cloud_key_delete,
             commands::memory::memory_history,
+            commands::live::live_chart,
+            commands::live::live_visibility,
             commands::models::models_list,
             commands::models::model_load,
             commands::pull::model_pull_check,
