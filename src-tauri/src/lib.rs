@@ -337,6 +337,27 @@ mod tests {
     }
 
     #[test]
+    fn the_live_graph_is_drawn_for_the_windows_it_offers_and_visibility_is_heard() {
+        let (_app, window) = app_with_window_in("live");
+        for minutes in crate::commands::live::WINDOWS_MIN {
+            let view = invoke(&window, "live_chart", json!({ "minutes": minutes, "theme": "dark" }))
+                .unwrap_or_else(|e| panic!("{minutes} min: {e}"));
+            // No sampler in tests and an empty store: the "no readings yet" card.
+            assert!(view["svg"].as_str().is_some_and(|s| s.contains("No readings yet")), "{view}");
+            let span = view["plot"]["endMs"].as_u64().zip(view["plot"]["startMs"].as_u64()).map(|(e, s)| e - s);
+            assert_eq!(span, Some(u64::from(minutes) * 60_000));
+        }
+        let err = invoke(&window, "live_chart", json!({ "minutes": 7, "theme": "dark" })).err();
+        assert_eq!(err.as_ref().map(|e| e["code"].clone()), Some(json!("INVALID_INPUT")), "{err:?}");
+        let err = invoke(&window, "live_chart", json!({ "minutes": 5, "theme": "sepia" })).err();
+        assert_eq!(err.map(|e| e["code"].clone()), Some(json!("INVALID_INPUT")));
+        let before = crate::live::live().activity().visible;
+        assert_eq!(invoke(&window, "live_visibility", json!({ "visible": !before })).ok(), Some(Value::Null));
+        assert_eq!(crate::live::live().activity().visible, !before);
+        let _ = invoke(&window, "live_visibility", json!({ "visible": before }));
+    }
+
+    #[test]
     fn the_cli_finds_the_same_app_data_folder_as_tauri() {
         let mut context = mock_context(noop_assets());
         context.config_mut().identifier = crate::state::app_identifier();

@@ -428,6 +428,14 @@ pub struct ViewRequest<'a> {
     pub style: headroom_charts::ChartStyle,
 }
 
+/// The items with the first of each `(model, time)` key, sorted by time.
+fn once_each<T>(items: impl IntoIterator<Item = T>, key: impl Fn(&T) -> (String, u64)) -> Vec<T> {
+    let mut seen = HashSet::new();
+    let mut out: Vec<T> = items.into_iter().filter(|item| seen.insert(key(item))).collect();
+    out.sort_by_key(|item| key(item).1);
+    out
+}
+
 /// Draws the live graph over `[now − window, now]` from the store's
 /// timeline (what happened before this process, or before its buffers
 /// reach) and what `live` and the sampler hold in memory.
@@ -439,28 +447,22 @@ pub async fn view(store: &Store, live: &Live, req: &ViewRequest<'_>) -> Result<L
         store.memory_timeline(since).await?.into_iter().filter(|m| m.at_ms < first_recent).collect();
     memory.extend(req.recent_memory.iter().copied().filter(|m| m.end_ms() > since));
 
-    // Rates and slowdowns: the store's and this process's, each once.
+    // Rates and slowdowns: this process's and the store's, each once, by time.
     let (recent_rates, recent_slowdowns) = live.recent(since);
-    let mut seen: HashSet<(String, u64)> = HashSet::new();
-    let mut rates: Vec<ModelRate> = Vec::new();
-    for r in recent_rates.into_iter().chain(
-        store.rate_timeline(since).await?.into_iter().map(|r| ModelRate { model_id: r.model_id, point: r.point }),
-    ) {
-        if seen.insert((r.model_id.clone(), r.point.at_ms)) {
-            rates.push(r);
-        }
-    }
-    rates.sort_by_key(|r| r.point.at_ms);
-    let mut seen: HashSet<(String, u64)> = HashSet::new();
-    let mut slowdowns: Vec<ModelSlowdown> = Vec::new();
-    for s in recent_slowdowns.into_iter().chain(
-        store.slowdowns(since).await?.into_iter().map(|s| ModelSlowdown { model_id: s.model_id, stretch: s.stretch }),
-    ) {
-        if seen.insert((s.model_id.clone(), s.stretch.start_ms)) {
-            slowdowns.push(s);
-        }
-    }
-    slowdowns.sort_by_key(|s| s.stretch.start_ms);
+    let stored_rates = store.rate_timeline(since).await?;
+    let rates = once_each(
+        recent_rates
+            .into_iter()
+            .chain(stored_rates.into_iter().map(|r| ModelRate { model_id: r.model_id, point: r.point })),
+        |r| (r.model_id.clone(), r.point.at_ms),
+    );
+    let stored_slowdowns = store.slowdowns(since).await?;
+    let slowdowns = once_each(
+        recent_slowdowns
+            .into_iter()
+            .chain(stored_slowdowns.into_iter().map(|s| ModelSlowdown { model_id: s.model_id, stretch: s.stretch })),
+        |s| (s.model_id.clone(), s.stretch.start_ms),
+    );
 
     let total = memory.last().map(|m| m.total_bytes).filter(|&t| t > 0);
     let budget_bytes = total.map(|t| t.saturating_sub(req.os_headroom_bytes));

@@ -29,17 +29,8 @@ pub enum ChartKind {
     Session {
         /// The session's id (see `headroom sessions`).
         session: String,
-        #[arg(long, value_enum, default_value_t)]
-        theme: ThemeArg,
-        /// Write the SVG here instead of to stdout.
-        #[arg(long, value_name = "FILE.svg")]
-        out: Option<PathBuf>,
-        /// Width in px (the popover's is 400).
-        #[arg(long, default_value_t = ChartStyle::POPOVER_WIDTH)]
-        width: u32,
-        /// Height in px.
-        #[arg(long, default_value_t = ChartStyle::POPOVER_HEIGHT)]
-        height: u32,
+        #[command(flatten)]
+        output: ChartOutput,
     },
     /// Memory used against the budget, the pressure level, swap and the
     /// decode tok/s of answers over the last minutes, with stretches slowed
@@ -48,18 +39,32 @@ pub enum ChartKind {
         /// How many minutes back (the store keeps a week).
         #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_080))]
         minutes: u32,
-        #[arg(long, value_enum, default_value_t)]
-        theme: ThemeArg,
-        /// Write the SVG here instead of to stdout.
-        #[arg(long, value_name = "FILE.svg")]
-        out: Option<PathBuf>,
-        /// Width in px (the popover's is 400).
-        #[arg(long, default_value_t = ChartStyle::POPOVER_WIDTH)]
-        width: u32,
-        /// Height in px.
-        #[arg(long, default_value_t = ChartStyle::LIVE_HEIGHT)]
-        height: u32,
+        #[command(flatten)]
+        output: ChartOutput,
     },
+}
+
+/// Where and how a chart is written.
+#[derive(Debug, Clone, Args)]
+pub struct ChartOutput {
+    #[arg(long, value_enum, default_value_t)]
+    theme: ThemeArg,
+    /// Write the SVG here instead of to stdout.
+    #[arg(long, value_name = "FILE.svg")]
+    out: Option<PathBuf>,
+    /// Width in px (the popover's is 400).
+    #[arg(long, default_value_t = ChartStyle::POPOVER_WIDTH)]
+    width: u32,
+    /// Height in px (the session chart's default is 300, the live graph's 200).
+    #[arg(long)]
+    height: Option<u32>,
+}
+
+impl ChartOutput {
+    /// The style of a chart whose popover size is `popover`.
+    fn style(&self, popover: ChartStyle) -> ChartStyle {
+        ChartStyle { theme: self.theme.into(), ..popover }.with_size(self.width, self.height.unwrap_or(popover.height))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -119,12 +124,12 @@ pub(crate) fn chart_at(
     now_ms: u64,
     out: &mut dyn Write,
 ) -> Result<(), ChartCommandError> {
-    let (svg, file) = match &args.chart {
-        ChartKind::Session { session, theme, out: file, width, height } => {
-            let style = ChartStyle::popover((*theme).into()).with_size(*width, *height);
-            (block_on(session_chart_svg(store, session, &style))?, file)
+    let (svg, output) = match &args.chart {
+        ChartKind::Session { session, output } => {
+            let style = output.style(ChartStyle::popover(Theme::Light));
+            (block_on(session_chart_svg(store, session, &style))?, output)
         }
-        ChartKind::Live { minutes, theme, out: file, width, height } => {
+        ChartKind::Live { minutes, output } => {
             let settings = block_on(store.settings()).map_err(LiveChartError::from)?;
             let req = ViewRequest {
                 now_ms,
@@ -132,13 +137,13 @@ pub(crate) fn chart_at(
                 // No sampler here: everything comes from the store.
                 recent_memory: &[],
                 os_headroom_bytes: (settings.os_headroom_gb * headroom_core::fit::GIB as f64) as u64,
-                style: ChartStyle::live((*theme).into()).with_size(*width, *height),
+                style: output.style(ChartStyle::live(Theme::Light)),
             };
             // A fresh live state: this process has measured nothing itself.
-            (block_on(crate::live::view(store, &crate::live::Live::new(), &req))?.svg, file)
+            (block_on(crate::live::view(store, &crate::live::Live::new(), &req))?.svg, output)
         }
     };
-    match file {
+    match &output.out {
         Some(path) => {
             write_file(path, &svg)?;
             writeln!(out, "wrote {}", path.display()).map_err(ChartCommandError::Output)

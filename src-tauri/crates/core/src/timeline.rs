@@ -109,9 +109,9 @@ pub fn is_gap(before: &MemoryPoint, after: &MemoryPoint) -> bool {
 /// while active or [`IDLE_ROW_MS`] while idle. A closed row is written when
 /// active, or when it differs from the last written row; an unchanged idle
 /// row only stretches the last row's span, which is written every
-/// [`IDLE_HEARTBEAT_MS`]. A reading whose pressure level differs from the
-/// row before it, or whose swap moved by [`SWAP_STEP_BYTES`], is written at
-/// once as the start of a new row: a warning is on record even if the app
+/// [`IDLE_HEARTBEAT_MS`]. The first reading, and a reading whose pressure
+/// level differs from the row before it or whose swap moved by
+/// [`SWAP_STEP_BYTES`], is written at once as the start of a new row: a warning is on record even if the app
 /// dies a second later. Every write is an upsert keyed by the row's start
 /// (the store folds it worst-of into what is there).
 #[derive(Debug, Clone, Default)]
@@ -132,8 +132,9 @@ impl TimelineRecorder {
     /// taken); returns the rows to upsert, oldest first (usually none).
     pub fn push(&mut self, reading: MemoryPoint, active: bool) -> Vec<MemoryPoint> {
         let mut out = Vec::new();
+        // The first reading of a process is a change too: it is on record at once.
         let reference = self.open.or(self.last);
-        let changed = reference.is_some_and(|r| {
+        let changed = reference.is_none_or(|r| {
             r.pressure != reading.pressure || r.swap_used_bytes.abs_diff(reading.swap_used_bytes) >= SWAP_STEP_BYTES
         });
         let gap = self.open.is_some_and(|open| is_gap(&open, &reading));
@@ -234,9 +235,11 @@ mod tests {
         let mut r = TimelineRecorder::new();
         let rows: Vec<MemoryPoint> =
             (0..35).flat_map(|s| r.push(reading(1_000 + s, 1, 8.0, 0, PressureLevel::Normal), true)).collect();
-        assert_eq!(rows.len(), 3, "{rows:?}");
-        assert_eq!((rows[0].at_ms, rows[0].span_ms), (1_000_000, 10_000));
-        assert_eq!(rows[1].at_ms, 1_010_000);
+        // The first reading at once, then its row when it closes, then a row per 10 s.
+        assert_eq!(rows.len(), 4, "{rows:?}");
+        assert_eq!((rows[0].at_ms, rows[0].span_ms), (1_000_000, 1_000));
+        assert_eq!((rows[1].at_ms, rows[1].span_ms), (1_000_000, 10_000));
+        assert_eq!(rows[2].at_ms, 1_010_000);
         assert_eq!(r.flush().len(), 1, "the open row of 5 s");
     }
 
@@ -249,7 +252,7 @@ mod tests {
             let used = 8.0 + if k % 2 == 0 { 0.0 } else { 0.3 };
             rows.extend(r.push(reading(10_000 + k * 5, 5, used, 0, PressureLevel::Normal), false));
         }
-        // The first row, then only a heartbeat every 10 minutes stretching it.
+        // The first reading, then only a heartbeat every 10 minutes stretching its row.
         assert!(rows.len() <= 1 + 6, "{} rows in an idle hour", rows.len());
         assert!(rows.iter().all(|row| row.at_ms == 10_000_000), "every write is the same row, stretched: {rows:?}");
         let last = rows.last().copied().unwrap_or_default();
@@ -264,7 +267,7 @@ mod tests {
         for k in 0..24u64 {
             rows.extend(r.push(reading(k * 5, 5, 8.0, 0, PressureLevel::Normal), false));
         }
-        assert_eq!(rows.len(), 1, "one row after the first minute");
+        assert_eq!(rows.len(), 1, "the first reading, then nothing new for two minutes");
         // Swap grows by 100 MiB: written as soon as it is seen.
         rows.extend(r.push(reading(120, 5, 8.0, 100, PressureLevel::Normal), false));
         assert_eq!(rows.len(), 2);
@@ -291,10 +294,10 @@ mod tests {
         }
         // The machine slept for an hour.
         rows.extend(r.push(reading(3_600, 1, 8.0, 0, PressureLevel::Normal), true));
-        assert_eq!(rows.len(), 1);
-        assert_eq!((rows[0].at_ms, rows[0].span_ms), (0, 5_000));
-        assert!(is_gap(&rows[0], &reading(3_600, 1, 8.0, 0, PressureLevel::Normal)));
-        assert!(!is_gap(&rows[0], &reading(6, 1, 8.0, 0, PressureLevel::Normal)));
+        assert_eq!(rows.len(), 2, "the first reading, then its row closed by the gap");
+        assert_eq!((rows[1].at_ms, rows[1].span_ms), (0, 5_000));
+        assert!(is_gap(&rows[1], &reading(3_600, 1, 8.0, 0, PressureLevel::Normal)));
+        assert!(!is_gap(&rows[1], &reading(6, 1, 8.0, 0, PressureLevel::Normal)));
     }
 
     #[test]
