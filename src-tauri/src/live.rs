@@ -638,11 +638,11 @@ mod tests {
         let mut rx = live.subscribe();
         {
             let mut run = live.begin_run("demo");
-            tokens(&mut run, 0.0, 2.5, 10.0, &mut |_| {});
+            tokens(&mut run, 0.0, 2.7, 10.0, &mut |_| {});
             assert_eq!(live.activity(), Activity { visible: false, runs: 1 });
         }
         assert_eq!(live.activity().runs, 0, "dropped without finish, still ended");
-        assert_eq!(live.recent(0).0.len(), 3, "two points and the tail");
+        assert_eq!(live.recent(0).0.len(), 3, "two points and the tail (0.6 s)");
         rx.borrow_and_update();
         assert!(live.set_visible(true));
         assert!(!live.set_visible(true), "no change, no wake-up");

@@ -23,14 +23,19 @@ pub const RATE_INTERVAL: Duration = Duration::from_secs(1);
 /// token divided by the time between the two. A point closes on the first
 /// token at least [`RATE_INTERVAL`] after the last one, so a second with no
 /// token gives no point (a gap, never a 0) and the next point spans the
-/// longer wait (a slow rate, measured). Summed, the points are exactly the
-/// answer's decode rate: (tokens − 1) / (last − first token).
+/// longer wait (a slow rate, measured). Summed, the points are the answer's
+/// decode rate, (tokens − 1) / (last − first token), except for a last
+/// stretch under half a second, which is no point of its own (a rate over a
+/// few tokens is noise, and the graph shows one mark a second) unless the
+/// answer has no other.
 #[derive(Debug, Clone, Default)]
 pub struct DecodeMeter {
     /// When the last point closed (at first, the first token).
     mark: Option<Duration>,
     tokens: u32,
     last: Duration,
+    /// Whether a point was given yet.
+    emitted: bool,
 }
 
 /// Tokens that arrived in `(start, end]`, times from any fixed origin.
@@ -68,19 +73,25 @@ impl DecodeMeter {
         let point = MeterPoint { start: mark, end: at, tokens: self.tokens };
         self.mark = Some(at);
         self.tokens = 0;
+        self.emitted = true;
         Some(point)
     }
 
-    /// The answer ended: the tokens since the last point, if any (a last
-    /// point shorter than a second).
+    /// The answer ended: the tokens since the last point, if they span at
+    /// least half a second or the answer has no point yet.
     pub fn finish(&mut self) -> Option<MeterPoint> {
         let mark = self.mark?;
         if self.tokens == 0 || self.last <= mark {
             return None;
         }
+        if self.emitted && self.last - mark < RATE_INTERVAL / 2 {
+            self.tokens = 0;
+            return None;
+        }
         let point = MeterPoint { start: mark, end: self.last, tokens: self.tokens };
         self.mark = Some(self.last);
         self.tokens = 0;
+        self.emitted = true;
         Some(point)
     }
 }
@@ -432,7 +443,7 @@ mod tests {
     fn a_silent_second_is_a_gap_not_a_zero_and_the_next_point_is_slow() {
         let mut m = DecodeMeter::new();
         let mut points = Vec::new();
-        for at in [0.0, 0.5, 1.0, 3.5, 3.9] {
+        for at in [0.0, 0.5, 1.0, 3.5, 4.1] {
             points.extend(m.token(secs(at)));
         }
         points.extend(m.finish());
@@ -441,9 +452,17 @@ mod tests {
         // Nothing between 1.0 and 3.5 s: one point over the wait, at 0.4 tok/s.
         assert_eq!(points[1].tokens, 1);
         assert!((points[1].tps() - 0.4).abs() < 1e-9);
-        // The tail, shorter than a second, at finish.
-        assert_eq!(points[2], MeterPoint { start: secs(3.5), end: secs(3.9), tokens: 1 });
+        // The tail, over half a second but under one, at finish.
+        assert_eq!(points[2], MeterPoint { start: secs(3.5), end: secs(4.1), tokens: 1 });
         assert!(points.iter().all(|p| p.tps() > 0.0));
+        // A tail under half a second is no point of its own…
+        let mut m = DecodeMeter::new();
+        let points: Vec<MeterPoint> = [0.0, 0.6, 1.2, 1.4].iter().filter_map(|&at| m.token(secs(at))).collect();
+        assert_eq!((points.len(), m.finish()), (1, None));
+        // …unless the answer has no other (a short, fast answer still shows its rate).
+        let mut m = DecodeMeter::new();
+        assert!((0..40).all(|k| m.token(secs(0.01 * f64::from(k))).is_none()));
+        assert_eq!(m.finish().map(|p| p.tokens), Some(39));
         // A single token gives no point at all (no decode rate), and finish is idempotent.
         let mut one = DecodeMeter::new();
         assert_eq!(one.token(secs(1.0)), None);
