@@ -94,7 +94,7 @@ echo "slowdown-hog: PSI before: $(head -1 /proc/pressure/memory)"
 probe_pid=$!
 # The hog starts with the second answer.
 for _ in $(seq 600); do
-  grep -q "^run 2 started" "$scratch/probe.log" && break
+  grep -q "^run 2 started" "$scratch/probe.log" 2>/dev/null && break
   kill -0 "$probe_pid" 2>/dev/null || break
   sleep 0.2
 done
