@@ -170,6 +170,7 @@ pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::Memo
             let ui =
                 MemorySample::from_sample(&sample, if now.visible { headroom_engine::mlx_memory().ok() } else { None });
             if now.visible {
+                tracing::debug!(at_unix_ms = sample.at_unix_ms, "memory: a reading for the popover");
                 if let Err(e) = app.emit(MEMORY_EVENT, ui) {
                     tracing::debug!("could not emit the memory sample: {e}");
                 }
