@@ -185,6 +185,7 @@ impl Live {
             marks: Vec::new(),
             stretches: Vec::new(),
             flushed: 0,
+            pending: None,
             ended: false,
         };
         run.mark_memory(run.origin_ms);
@@ -246,6 +247,9 @@ pub struct LiveRun {
     stretches: Vec<Stretch>,
     /// Points already written.
     flushed: usize,
+    /// The last background write: writes go to the store in order, so an
+    /// older stretch never replaces a newer one.
+    pending: Option<tauri::async_runtime::JoinHandle<()>>,
     ended: bool,
 }
 
@@ -351,11 +355,15 @@ impl LiveRun {
         };
         let (model, points, stretches) = (self.model_id.clone(), self.points.clone(), self.stretches.clone());
         self.flushed = self.points.len();
-        tauri::async_runtime::spawn(async move {
+        let earlier = self.pending.take();
+        self.pending = Some(tauri::async_runtime::spawn(async move {
+            if let Some(earlier) = earlier {
+                let _ = earlier.await;
+            }
             if let Err(e) = write(&store, &model, &points, &stretches).await {
                 tracing::debug!("could not store the answer's rates: {e}");
             }
-        });
+        }));
     }
 }
 

@@ -27,7 +27,8 @@ pub const RATE_INTERVAL: Duration = Duration::from_secs(1);
 /// decode rate, (tokens − 1) / (last − first token), except for a last
 /// stretch under half a second, which is no point of its own (a rate over a
 /// few tokens is noise, and the graph shows one mark a second) unless the
-/// answer has no other.
+/// answer has no other and it spans a quarter of a second (tokens that
+/// arrive in a burst say nothing about a rate).
 #[derive(Debug, Clone, Default)]
 pub struct DecodeMeter {
     /// When the last point closed (at first, the first token).
@@ -84,7 +85,8 @@ impl DecodeMeter {
         if self.tokens == 0 || self.last <= mark {
             return None;
         }
-        if self.emitted && self.last - mark < RATE_INTERVAL / 2 {
+        let least = if self.emitted { RATE_INTERVAL / 2 } else { RATE_INTERVAL / 4 };
+        if self.last - mark < least {
             self.tokens = 0;
             return None;
         }
@@ -459,10 +461,14 @@ mod tests {
         let mut m = DecodeMeter::new();
         let points: Vec<MeterPoint> = [0.0, 0.6, 1.2, 1.4].iter().filter_map(|&at| m.token(secs(at))).collect();
         assert_eq!((points.len(), m.finish()), (1, None));
-        // …unless the answer has no other (a short, fast answer still shows its rate).
+        // …unless the answer has no other (a short, fast answer still shows its rate)…
         let mut m = DecodeMeter::new();
         assert!((0..40).all(|k| m.token(secs(0.01 * f64::from(k))).is_none()));
         assert_eq!(m.finish().map(|p| p.tokens), Some(39));
+        // …and spans a quarter of a second: a burst of tokens is no rate.
+        let mut m = DecodeMeter::new();
+        assert!((0..5).all(|k| m.token(secs(1.0 + 0.001 * f64::from(k))).is_none()));
+        assert_eq!(m.finish(), None);
         // A single token gives no point at all (no decode rate), and finish is idempotent.
         let mut one = DecodeMeter::new();
         assert_eq!(one.token(secs(1.0)), None);
