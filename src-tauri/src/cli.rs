@@ -13,6 +13,7 @@ mod export;
 mod fit;
 mod generate;
 mod hub;
+mod live_probe;
 mod models;
 mod pull;
 mod route;
@@ -33,6 +34,7 @@ pub use error::CliError;
 pub use export::{ExportArgs, ExportFormat, ImportArgs};
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
+pub use live_probe::LiveProbeArgs;
 pub use models::ModelsArgs;
 pub use pull::PullArgs;
 pub use route::RouteArgs;
@@ -67,7 +69,8 @@ pub enum Command {
     /// compatible): the OS keychain, or a user-only file where there is none.
     CloudKey(CloudKeyArgs),
     /// Draw a chart as SVG: `chart session ID` is a stored session's decode
-    /// tok/s and TTFT per turn against context.
+    /// tok/s and TTFT per turn against context; `chart live` the live graph
+    /// (memory, pressure, swap and tok/s of the last minutes) from the store.
     Chart(ChartArgs),
     /// One chat turn in a stored session (created if new, continued
     /// otherwise): the history is the context; the answer is saved as it streams.
@@ -85,6 +88,10 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Add a session from a JSON export (`headroom export --format json`).
     Import(ImportArgs),
+    /// Answer with a local model a few times and print each answer's
+    /// per-second decode rate beside swap and pressure, and whether a
+    /// slowdown is blamed on memory (the live graph's attribution).
+    LiveProbe(LiveProbeArgs),
     /// List the models in the app's models folder and the Hugging Face
     /// cache, with disk size and fit verdict at the default context.
     Models(ModelsArgs),
@@ -134,6 +141,7 @@ pub fn run(command: Command) -> ExitCode {
         Command::Sessions(args) => report(sessions::run(&args)),
         Command::Fit(args) => report(fit::run(&args)),
         Command::Generate(args) => report(generate::run(&args)),
+        Command::LiveProbe(args) => report(live_probe::run(&args)),
         Command::Models(args) => report(models::run(&args)),
         Command::Pull(args) => pull::run(&args),
         Command::Route(args) => route::run(&args),

@@ -9,6 +9,7 @@ mod cloud_turn;
 mod commands;
 mod error;
 pub mod fit;
+mod live;
 mod memory;
 pub mod models;
 mod platform;
@@ -112,6 +113,8 @@ pub fn run_app<R: Runtime>(
             commands::cloud::cloud_key_status,
             commands::cloud::cloud_key_delete,
             commands::memory::memory_history,
+            commands::live::live_chart,
+            commands::live::live_visibility,
             commands::models::models_list,
             commands::models::model_load,
             commands::pull::model_pull_check,
@@ -331,6 +334,29 @@ mod tests {
         assert!(matches!(r["fit"]["verdict"]["kind"].as_str(), Some("fits" | "tight")), "{r}");
         // No sampler in tests: the history is empty, not an error.
         assert_eq!(invoke(&window, "memory_history", json!({})).ok(), Some(json!([])));
+    }
+
+    #[test]
+    fn the_live_graph_is_drawn_for_the_windows_it_offers_and_visibility_is_heard() {
+        let (_app, window) = app_with_window_in("live");
+        for minutes in crate::commands::live::WINDOWS_MIN {
+            let view = invoke(&window, "live_chart", json!({ "minutes": minutes, "theme": "dark" }))
+                .unwrap_or_else(|e| panic!("{minutes} min: {e}"));
+            // No sampler in tests: no memory (the rates are whatever answers
+            // other tests of this process streamed).
+            assert!(view["svg"].as_str().is_some_and(|s| s.starts_with("<svg")), "{view}");
+            assert_eq!(view["memory"], json!([]));
+            let span = view["plot"]["endMs"].as_u64().zip(view["plot"]["startMs"].as_u64()).map(|(e, s)| e - s);
+            assert_eq!(span, Some(u64::from(minutes) * 60_000));
+        }
+        let err = invoke(&window, "live_chart", json!({ "minutes": 7, "theme": "dark" })).err();
+        assert_eq!(err.as_ref().map(|e| e["code"].clone()), Some(json!("INVALID_INPUT")), "{err:?}");
+        let err = invoke(&window, "live_chart", json!({ "minutes": 5, "theme": "sepia" })).err();
+        assert_eq!(err.map(|e| e["code"].clone()), Some(json!("INVALID_INPUT")));
+        let before = crate::live::live().activity().visible;
+        assert_eq!(invoke(&window, "live_visibility", json!({ "visible": !before })).ok(), Some(Value::Null));
+        assert_eq!(crate::live::live().activity().visible, !before);
+        let _ = invoke(&window, "live_visibility", json!({ "visible": before }));
     }
 
     #[test]

@@ -1,27 +1,44 @@
 //! Live memory for the UI and the tray: the `headroom-memory` sampler runs
-//! on Tauri's async runtime (about 1 Hz); each sample is emitted as the
-//! `memory` event, kept in the sampler's ring buffer for the live strip's
-//! first paint (`memory_history`), summarized in the tray's tooltip, and
-//! folded into the store's downsampled memory timeline (kept a week).
+//! on Tauri's async runtime, once a second while the popover is visible or
+//! an answer streams and once every few seconds otherwise (still enough to
+//! warn). Each sample is emitted as the `memory` event while the popover is
+//! visible (never to a hidden webview), kept in the sampler's ring buffer
+//! for the live strip's and graph's first paint (`memory_history`),
+//! summarized in the tray's tooltip, and recorded in the store's memory
+//! timeline (kept a week) when the recorder says it changed
+//! (`core::timeline::TimelineRecorder`): an idle app writes nothing.
 
 use headroom_core::fit::GIB;
+use headroom_core::timeline::{MemoryPoint, TimelineRecorder};
 use std::time::Duration;
 
 use headroom_memory::{PressureLevel, Reader, Sample, Sampler};
 use serde::Serialize;
 use tauri::{AppHandle, Emitter, Manager, Runtime};
 
+use crate::live::{live, Activity};
 use crate::state::AppState;
 use crate::tray::TRAY_ID;
 
 /// The event each sample is emitted as.
 pub const MEMORY_EVENT: &str = "memory";
-/// About once a second.
-const PERIOD: Duration = Duration::from_secs(1);
-/// Ten minutes of history at 1 Hz.
+/// While the popover is visible or an answer streams: the graph's pace.
+pub const ACTIVE_PERIOD: Duration = Duration::from_secs(1);
+/// While idle: a reading every 5 s, enough for the tray to warn.
+pub const IDLE_PERIOD: Duration = Duration::from_secs(5);
+/// Ten minutes of history at 1 Hz (longer while idle).
 const HISTORY: usize = 600;
 /// How long the stored timeline keeps its readings.
-const TIMELINE_KEPT_MS: i64 = 7 * 24 * 60 * 60 * 1000;
+pub const TIMELINE_KEPT_MS: u64 = 7 * 24 * 60 * 60 * 1000;
+
+/// The sampler's period for an activity.
+pub fn period(activity: Activity) -> Duration {
+    if activity.active() {
+        ACTIVE_PERIOD
+    } else {
+        IDLE_PERIOD
+    }
+}
 
 /// One sample as the UI sees it (bytes; camelCase).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -59,18 +76,19 @@ impl MemorySample {
     }
 }
 
-/// A sample as a point of the stored timeline (the store keeps the worst per bucket).
-fn timeline_point(s: &MemorySample) -> headroom_store::MemoryPoint {
-    let i = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
-    headroom_store::MemoryPoint {
-        at_ms: i(s.at_unix_ms),
-        total_bytes: i(s.total),
-        available_bytes: i(s.available),
-        used_bytes: i(s.used),
-        swap_total_bytes: i(s.swap_total),
-        swap_used_bytes: i(s.swap_used),
-        process_rss_bytes: i(s.process_rss),
-        pressure: s.pressure,
+/// A sample as a point of the timeline: it stands for one sampling period.
+pub fn timeline_point(s: &Sample) -> MemoryPoint {
+    let r = &s.reading;
+    MemoryPoint {
+        at_ms: s.at_unix_ms,
+        span_ms: s.period_ms,
+        total_bytes: r.total,
+        available_bytes: r.available,
+        used_bytes: r.used,
+        swap_total_bytes: r.swap_total,
+        swap_used_bytes: r.swap_used,
+        process_rss_bytes: r.process_rss,
+        pressure: r.pressure,
     }
 }
 
@@ -95,40 +113,75 @@ pub fn history(state: &AppState) -> Vec<MemorySample> {
         .unwrap_or_default()
 }
 
-/// Starts the sampler on Tauri's runtime and forwards each sample to the UI
-/// and the tray. Call once, from `setup`.
+/// The kept samples as timeline points, oldest first.
+pub fn history_points(state: &AppState) -> Vec<MemoryPoint> {
+    state.memory.get().map(|m| m.history().iter().map(timeline_point).collect()).unwrap_or_default()
+}
+
+/// Starts the sampler on Tauri's runtime, sets its pace from the live
+/// activity, and forwards each sample to the UI (while visible), the store
+/// (when it changed) and the tray. Call once, from `setup`.
 pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::MemoryError> {
     let mut reader = Reader::new()?;
+    let live = live();
+    let state = app.state::<AppState>();
+    live.attach_store(state.store.clone());
     let sampler = {
         // Sampler::spawn needs a tokio context: Tauri's own runtime.
         let _runtime = tauri::async_runtime::handle().inner().enter();
-        Sampler::spawn(move || reader.read(), PERIOD, HISTORY)
+        Sampler::spawn(move || reader.read(), period(live.activity()), HISTORY)
     };
     let mut latest = sampler.subscribe();
-    let state = app.state::<AppState>();
     if state.memory.set(sampler).is_err() {
         tracing::warn!("the memory sampler was already running");
         return Ok(());
     }
+
+    // The pace follows the activity; the popover opening asks for a reading
+    // at once, so the graph is fresh within a second.
+    let mut activity = live.subscribe();
+    let memory = std::sync::Arc::clone(&state.memory);
+    tauri::async_runtime::spawn(async move {
+        let mut was_visible = activity.borrow().visible;
+        while activity.changed().await.is_ok() {
+            let now = *activity.borrow_and_update();
+            if let Some(sampler) = memory.get() {
+                sampler.set_period(period(now));
+                if now.visible && !was_visible {
+                    sampler.read_now();
+                }
+            }
+            was_visible = now.visible;
+        }
+    });
+
     let app = app.clone();
     let store = state.store.clone();
     tauri::async_runtime::spawn(async move {
-        let week_ago = headroom_store::now_ms() - TIMELINE_KEPT_MS;
-        if let Err(e) = store.prune_memory_timeline(week_ago).await {
-            tracing::warn!("could not prune the stored memory timeline: {e}");
+        let week_ago = crate::live::unix_ms().saturating_sub(TIMELINE_KEPT_MS);
+        if let Err(e) = store.prune_timeline(week_ago).await {
+            tracing::warn!("could not prune the stored timeline: {e}");
         }
+        let mut recorder = TimelineRecorder::new();
         let mut last_tooltip = String::new();
         while latest.changed().await.is_ok() {
             let Some(sample) = *latest.borrow_and_update() else { continue };
-            let sample = MemorySample::from_sample(&sample, headroom_engine::mlx_memory().ok());
-            if let Err(e) = app.emit(MEMORY_EVENT, sample) {
-                tracing::debug!("could not emit the memory sample: {e}");
+            let now = live.activity();
+            let ui =
+                MemorySample::from_sample(&sample, if now.visible { headroom_engine::mlx_memory().ok() } else { None });
+            if now.visible {
+                tracing::debug!(at_unix_ms = sample.at_unix_ms, "memory: a reading for the popover");
+                if let Err(e) = app.emit(MEMORY_EVENT, ui) {
+                    tracing::debug!("could not emit the memory sample: {e}");
+                }
             }
-            // A failed write loses one point of history, never the app.
-            if let Err(e) = store.record_memory(&timeline_point(&sample)).await {
-                tracing::debug!("could not store the memory sample: {e}");
+            for row in recorder.push(timeline_point(&sample), now.active()) {
+                // A failed write loses one point of history, never the app.
+                if let Err(e) = store.record_memory(&row).await {
+                    tracing::debug!("could not store the memory reading: {e}");
+                }
             }
-            let text = tooltip(&sample);
+            let text = tooltip(&ui);
             if text != last_tooltip {
                 if let Some(tray) = app.tray_by_id(TRAY_ID) {
                     if let Err(e) = tray.set_tooltip(Some(&text)) {
@@ -160,7 +213,7 @@ mod tests {
             process_rss: 1 << 20,
         };
         let mlx = headroom_engine::MlxMemory { active: 7, cache: 8, peak: 9 };
-        let s = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, Some(mlx));
+        let s = MemorySample::from_sample(&Sample { at_unix_ms: 5, period_ms: 1000, reading }, Some(mlx));
         let v = serde_json::to_value(s).unwrap_or_default();
         for key in [
             "atUnixMs",
@@ -181,12 +234,15 @@ mod tests {
             (Some("warning"), Some(7), Some(9))
         );
         assert_eq!(tooltip(&s), "Headroom — memory pressure warning, 19.1 / 32.0 GB used");
-        let p = timeline_point(&s);
+        let p = timeline_point(&Sample { at_unix_ms: 5, period_ms: 1000, reading });
         assert_eq!(
-            (p.at_ms, p.used_bytes, p.available_bytes, p.pressure),
-            (5, (19 * GIB + GIB / 10) as i64, (12 * GIB) as i64, PressureLevel::Warning)
+            (p.at_ms, p.span_ms, p.used_bytes, p.available_bytes, p.pressure),
+            (5, 1000, 19 * GIB + GIB / 10, 12 * GIB, PressureLevel::Warning)
         );
-        let none = MemorySample::from_sample(&Sample { at_unix_ms: 5, reading }, None);
+        assert_eq!(period(Activity::default()), IDLE_PERIOD);
+        assert_eq!(period(Activity { visible: true, runs: 0 }), ACTIVE_PERIOD);
+        assert_eq!(period(Activity { visible: false, runs: 1 }), ACTIVE_PERIOD);
+        let none = MemorySample::from_sample(&Sample { at_unix_ms: 5, period_ms: 1000, reading }, None);
         assert!(serde_json::to_value(none).unwrap_or_default()["mlxActive"].is_null());
     }
 }

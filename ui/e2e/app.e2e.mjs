@@ -638,6 +638,69 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     assert.deepEqual(await session.allByTestId('stop-button'), [], 'Stop is gone once the run ended');
   });
 
+  test('the live graph opens from the strip and draws the answer\'s tok/s and the memory series', { timeout: 60_000 }, async () => {
+    requireApp();
+    rmSync(path.join(OUT, 'live.png'), { force: true });
+    const strip = await session.byTestId('live-graph');
+    assert.equal(await session.attribute(strip, 'aria-expanded'), 'false');
+    await session.click(strip);
+    await session.waitForElement('[data-testid="live-panel"]', 5_000);
+    assert.equal(await session.attribute(strip, 'aria-expanded'), 'true');
+    // The memory series is drawn from the sampler's readings (by data attributes, not pixels).
+    const memoryPoints = await waitFor(
+      async () => {
+        const n = await session.execute(
+          'const g = document.querySelector(\'[data-testid="live-chart"] svg [data-series="memory-used"]\'); return g ? Number(g.dataset.points) : 0;',
+        );
+        return n > 0 && n;
+      },
+      { timeoutMs: 10_000, intervalMs: 250, message: 'the live graph to draw the memory series' },
+    );
+    assert.ok(memoryPoints >= 1, `memory points: ${memoryPoints}`);
+    const budget = await session.execute('return document.querySelector(\'[data-testid="live-chart"] [data-series="budget"]\')?.dataset.bytes;');
+    assert.ok(Number(budget) > 0, `the budget line is drawn: ${budget}`);
+
+    // An answer that streams for a few seconds (max tokens is 8000 since the Stop test).
+    const sentAt = await session.execute('return Date.now();');
+    const before = (await answers()).length;
+    await sendMessage('Tell me about memory pressure.');
+    const stop = await session.waitForElement('[data-testid="stop-button"]', 5_000);
+    await waitFor(async () => (await answers()).length === before + 1, { timeoutMs: 20_000, message: 'the answer to start' });
+    await new Promise((r) => setTimeout(r, 3_500));
+    if ((await session.allByTestId('stop-button')).length) await session.click(stop);
+    await finishedAnswer(before + 1, 20_000);
+
+    // One tok/s mark per second of the answer, each after the message was sent.
+    const marks = await waitFor(
+      async () => {
+        const found = await session.execute(`
+          return [...document.querySelectorAll('[data-testid="live-chart"] svg [data-series="tps"] circle')]
+            .map((c) => ({ at: Number(c.dataset.atMs), tps: Number(c.dataset.tps) }))
+            .filter((m) => m.at >= ${Number(sentAt)});`);
+        return found.length >= 2 && found;
+      },
+      { timeoutMs: 10_000, intervalMs: 250, message: "the answer's tok/s marks in the live graph" },
+    );
+    assert.ok(marks.every((m) => m.tps > 0 && Number.isFinite(m.tps)), `every mark is a real rate: ${JSON.stringify(marks)}`);
+    // About one a second: a point closes a second after the last, the
+    // answer's last (under a second) only if it spans half a second.
+    const gaps = marks.slice(1).map((m, i) => m.at - marks[i].at);
+    assert.ok(gaps.every((g) => g >= 500), `no two marks within half a second: ${gaps}`);
+    const readout = await session.text(await session.byTestId('live-readout'));
+    assert.match(readout, /used [\d.]+\/[\d.]+ GB · budget [\d.]+ GB · swap [\d.]+ GB · pressure \w+/, readout);
+    writeFileSync(path.join(OUT, 'live.png'), await session.screenshot(30_000));
+
+    // The 15-minute window draws the same marks; the strip folds the graph away.
+    await session.click(await session.byTestId('live-window-15'));
+    await waitFor(
+      async () =>
+        (await session.execute('return document.querySelector(\'[data-testid="live-window-15"]\').getAttribute("aria-checked");')) === 'true',
+      { timeoutMs: 5_000, message: 'the 15-minute window to be picked' },
+    );
+    await session.click(strip);
+    await waitFor(async () => (await session.allByTestId('live-panel')).length === 0, { timeoutMs: 5_000, message: 'the graph to fold away' });
+  });
+
   test('Shift+Enter adds a line; Enter sends', { timeout: 45_000 }, async () => {
     requireApp();
     const count = async () => ({

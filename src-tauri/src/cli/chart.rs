@@ -1,5 +1,7 @@
 //! `headroom chart session ID`: a stored session's speed chart (decode tok/s
 //! and TTFT per turn against context) as SVG, to stdout or a file.
+//! `headroom chart live [--minutes N]`: the live graph of the last minutes
+//! from the store's timeline, as the popover draws it.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -12,6 +14,7 @@ use headroom_store::Store;
 use super::CliError;
 use crate::chat::block_on;
 use crate::commands::charts::{session_chart_svg, SessionChartError};
+use crate::live::{LiveChartError, ViewRequest};
 
 #[derive(Debug, Clone, Args)]
 pub struct ChartArgs {
@@ -26,18 +29,42 @@ pub enum ChartKind {
     Session {
         /// The session's id (see `headroom sessions`).
         session: String,
-        #[arg(long, value_enum, default_value_t)]
-        theme: ThemeArg,
-        /// Write the SVG here instead of to stdout.
-        #[arg(long, value_name = "FILE.svg")]
-        out: Option<PathBuf>,
-        /// Width in px (the popover's is 400).
-        #[arg(long, default_value_t = ChartStyle::POPOVER_WIDTH)]
-        width: u32,
-        /// Height in px.
-        #[arg(long, default_value_t = ChartStyle::POPOVER_HEIGHT)]
-        height: u32,
+        #[command(flatten)]
+        output: ChartOutput,
     },
+    /// Memory used against the budget, the pressure level, swap and the
+    /// decode tok/s of answers over the last minutes, with stretches slowed
+    /// by memory marked: the popover's live graph, from the stored timeline.
+    Live {
+        /// How many minutes back (the store keeps a week).
+        #[arg(long, default_value_t = 5, value_parser = clap::value_parser!(u32).range(1..=10_080))]
+        minutes: u32,
+        #[command(flatten)]
+        output: ChartOutput,
+    },
+}
+
+/// Where and how a chart is written.
+#[derive(Debug, Clone, Args)]
+pub struct ChartOutput {
+    #[arg(long, value_enum, default_value_t)]
+    theme: ThemeArg,
+    /// Write the SVG here instead of to stdout.
+    #[arg(long, value_name = "FILE.svg")]
+    out: Option<PathBuf>,
+    /// Width in px (the popover's is 400).
+    #[arg(long, default_value_t = ChartStyle::POPOVER_WIDTH)]
+    width: u32,
+    /// Height in px (the session chart's default is 300, the live graph's 200).
+    #[arg(long)]
+    height: Option<u32>,
+}
+
+impl ChartOutput {
+    /// The style of a chart whose popover size is `popover`.
+    fn style(&self, popover: ChartStyle) -> ChartStyle {
+        ChartStyle { theme: self.theme.into(), ..popover }.with_size(self.width, self.height.unwrap_or(popover.height))
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
@@ -63,6 +90,8 @@ pub enum ChartCommandError {
     Cli(#[from] CliError),
     #[error(transparent)]
     Chart(#[from] SessionChartError),
+    #[error(transparent)]
+    Live(#[from] LiveChartError),
     #[error("cannot write the chart to {}: {source}", path.display())]
     WriteFile { path: PathBuf, source: std::io::Error },
     #[error("cannot write the chart: {0}")]
@@ -85,18 +114,41 @@ pub fn run(args: &ChartArgs) -> ExitCode {
 
 /// The command with its store and output injected, for tests.
 pub(crate) fn chart(args: &ChartArgs, store: &Store, out: &mut dyn Write) -> Result<(), ChartCommandError> {
-    match &args.chart {
-        ChartKind::Session { session, theme, out: file, width, height } => {
-            let style = ChartStyle::popover((*theme).into()).with_size(*width, *height);
-            let svg = block_on(session_chart_svg(store, session, &style))?;
-            match file {
-                Some(path) => {
-                    write_file(path, &svg)?;
-                    writeln!(out, "wrote {}", path.display()).map_err(ChartCommandError::Output)
-                }
-                None => out.write_all(svg.as_bytes()).map_err(ChartCommandError::Output),
-            }
+    chart_at(args, store, crate::live::unix_ms(), out)
+}
+
+/// [`chart`] with "now" injected, so a test draws a known window.
+pub(crate) fn chart_at(
+    args: &ChartArgs,
+    store: &Store,
+    now_ms: u64,
+    out: &mut dyn Write,
+) -> Result<(), ChartCommandError> {
+    let (svg, output) = match &args.chart {
+        ChartKind::Session { session, output } => {
+            let style = output.style(ChartStyle::popover(Theme::Light));
+            (block_on(session_chart_svg(store, session, &style))?, output)
         }
+        ChartKind::Live { minutes, output } => {
+            let settings = block_on(store.settings()).map_err(LiveChartError::from)?;
+            let req = ViewRequest {
+                now_ms,
+                window_ms: u64::from(*minutes) * 60_000,
+                // No sampler here: everything comes from the store.
+                recent_memory: &[],
+                os_headroom_bytes: (settings.os_headroom_gb * headroom_core::fit::GIB as f64) as u64,
+                style: output.style(ChartStyle::live(Theme::Light)),
+            };
+            // A fresh live state: this process has measured nothing itself.
+            (block_on(crate::live::view(store, &crate::live::Live::new(), &req))?.svg, output)
+        }
+    };
+    match &output.out {
+        Some(path) => {
+            write_file(path, &svg)?;
+            writeln!(out, "wrote {}", path.display()).map_err(ChartCommandError::Output)
+        }
+        None => out.write_all(svg.as_bytes()).map_err(ChartCommandError::Output),
     }
 }
 
@@ -179,6 +231,54 @@ mod tests {
         let written = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(written.matches("<circle").count(), 6);
         assert!(written.contains("fill=\"#FFFFFF\""), "light by default");
+    }
+
+    #[test]
+    fn live_chart_from_the_store() {
+        use headroom_core::slowdown::RatePoint;
+        use headroom_core::timeline::MemoryPoint;
+        let s = store("live");
+        let now = 1_800_000_000_000u64;
+        let gib = 1u64 << 30;
+        for k in 0..20u64 {
+            let p = MemoryPoint {
+                at_ms: now - 200_000 + k * 10_000,
+                span_ms: 10_000,
+                total_bytes: 24 * gib,
+                available_bytes: 16 * gib,
+                used_bytes: 8 * gib,
+                swap_total_bytes: 0,
+                swap_used_bytes: 0,
+                process_rss_bytes: gib,
+                pressure: PressureLevel::Normal,
+            };
+            block_on(s.record_memory(&p)).unwrap_or_else(|e| panic!("{e}"));
+        }
+        let rates: Vec<RatePoint> = (0..5u64)
+            .filter_map(|k| RatePoint::from_ms(now - 60_000 + k * 1000, now - 59_000 + k * 1000, 30))
+            .collect();
+        let rows: Vec<headroom_store::RateRow<'_>> =
+            rates.iter().map(|&point| headroom_store::RateRow { model_id: "demo", point, slowed: false }).collect();
+        block_on(s.record_rates(&rows)).unwrap_or_else(|e| panic!("{e}"));
+
+        let mut out = Vec::new();
+        chart_at(&parse(&["headroom", "chart", "live", "--theme", "dark"]), &s, now, &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let svg = String::from_utf8_lossy(&out);
+        assert!(svg.starts_with("<svg") && svg.contains(r#"height="200""#), "{svg}");
+        assert!(svg.contains(r#"data-series="memory-used" data-points="20""#), "{svg}");
+        assert!(svg.contains(r#"data-series="tps" data-points="5""#));
+        // Budget: 24 GB less the default OS headroom of 4 GB.
+        assert!(svg.contains(&format!(r#"data-series="budget" data-bytes="{}""#, 20 * gib)));
+        // Thirty seconds later, one minute back: the three rows reaching into it, no rate (55–60 s older).
+        let mut out = Vec::new();
+        chart_at(&parse(&["headroom", "chart", "live", "--minutes", "1"]), &s, now + 30_000, &mut out)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let svg = String::from_utf8_lossy(&out);
+        assert!(svg.contains(r#"data-series="tps" data-points="0""#), "older than the window");
+        assert!(svg.contains(r#"data-series="memory-used" data-points="3""#), "{svg}");
+        assert!(Cli::try_parse_from(["headroom", "chart", "live", "--minutes", "0"]).is_err());
+        assert!(Cli::try_parse_from(["headroom", "chart", "live", "--minutes", "20000"]).is_err());
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Charts as SVG strings the UI inlines: a stored session's speed chart
-//! (decode tok/s and TTFT per turn against context).
+//! (decode tok/s and TTFT per turn against context). The live graph is in
+//! `commands/live.rs`.
 
 use headroom_charts::{ChartError, ChartStyle, Theme, TurnPoint};
 use headroom_core::chat::Role;
@@ -21,8 +22,10 @@ pub enum SessionChartError {
 impl From<ChartError> for CommandError {
     fn from(e: ChartError) -> Self {
         let code = match &e {
-            ChartError::UnknownTheme(_) | ChartError::TooSmall { .. } => "INVALID_INPUT",
-            ChartError::InvalidValue { .. } | ChartError::Draw { .. } => "CHART",
+            ChartError::UnknownTheme(_) | ChartError::TooSmall { .. } | ChartError::InvalidWindow { .. } => {
+                "INVALID_INPUT"
+            }
+            ChartError::InvalidValue { .. } | ChartError::Draw { .. } | ChartError::Tagging { .. } => "CHART",
         };
         Self::new(code, e.to_string())
     }

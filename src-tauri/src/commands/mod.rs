@@ -10,6 +10,7 @@ pub mod charts;
 pub mod chat;
 pub mod cloud;
 pub mod export;
+pub mod live;
 pub mod memory;
 pub mod models;
 pub mod pull;

@@ -6,6 +6,8 @@
 //! (so a turn is never silently dropped). Nothing else in a chart draws a
 //! circle; legends use squares.
 
+use std::cell::RefCell;
+use std::fmt::Write as _;
 use std::io;
 use std::ops::Range;
 
@@ -310,4 +312,127 @@ pub(crate) fn stacked(
         }
     }
     Ok(())
+}
+
+/// Opens a sentinel: a private-use character no chart text contains.
+const SENTINEL: char = '\u{E000}';
+
+/// An attribute of a tagged group or mark: `data-<name>` = value.
+pub(crate) type Attr = (&'static str, String);
+
+/// Groups of marks that the UI and the tests find by data attributes (a
+/// series, the slowdown stretches), not by colour or position. plotters'
+/// SVG backend cannot attach attributes, so while drawing, a group is
+/// bracketed by two sentinel `<text>` elements, and [`Tags::apply`] turns
+/// them into `<g data-…>…</g>`, giving each element inside the attributes
+/// of its own mark when the group lists them (then the counts must match).
+#[derive(Debug, Default)]
+pub(crate) struct Tags {
+    groups: RefCell<Vec<TagGroup>>,
+}
+
+#[derive(Debug)]
+struct TagGroup {
+    attrs: Vec<Attr>,
+    marks: Vec<Vec<Attr>>,
+}
+
+impl Tags {
+    /// Draws `draw`'s elements as one group with `attrs`; `marks`, if not
+    /// empty, are the attributes of each element it draws, in order.
+    pub(crate) fn group<T>(
+        &self,
+        root: &Area<'_>,
+        attrs: Vec<Attr>,
+        marks: Vec<Vec<Attr>>,
+        draw: impl FnOnce() -> DrawResult<T>,
+    ) -> DrawResult<T> {
+        let id = {
+            let mut groups = self.groups.borrow_mut();
+            groups.push(TagGroup { attrs, marks });
+            groups.len() - 1
+        };
+        // `o`pen / `c`lose: letters, which plotters writes as they are.
+        let sentinel = |kind: char| Text::new(format!("{SENTINEL}{id}{kind}"), (0, 0), font(1.0, BLACK));
+        root.draw(&sentinel('o'))?;
+        let out = draw()?;
+        root.draw(&sentinel('c'))?;
+        Ok(out)
+    }
+
+    /// The SVG with every group's sentinels turned into a `<g>` with its
+    /// attributes, and each mark's attributes on its element.
+    pub(crate) fn apply(&self, chart: &'static str, svg: &str) -> Result<String> {
+        let groups = self.groups.borrow();
+        let lines: Vec<&str> = svg.lines().collect();
+        let mut out = String::with_capacity(svg.len() + svg.len() / 4);
+        // (group, marks tagged so far) for each open group, innermost last.
+        let mut open: Vec<(usize, usize)> = Vec::new();
+        let mismatch = |group: usize, found: usize| ChartError::Tagging {
+            chart,
+            group,
+            expected: groups.get(group).map_or(0, |g| g.marks.len()),
+            found,
+        };
+        let mut i = 0;
+        while i < lines.len() {
+            let line = lines[i];
+            let sentinel = lines.get(i + 1).and_then(|l| l.strip_prefix(SENTINEL));
+            if let (true, Some(tag), Some(&"</text>")) = (line.starts_with("<text"), sentinel, lines.get(i + 2)) {
+                let (id, kind) = tag.split_at(tag.len().saturating_sub(1));
+                let id: usize = id.parse().map_err(|_| mismatch(usize::MAX, 0))?;
+                let group = groups.get(id).ok_or_else(|| mismatch(id, 0))?;
+                if kind == "o" {
+                    out.push_str("<g");
+                    push_attrs(&mut out, &group.attrs);
+                    out.push_str(">\n");
+                    open.push((id, 0));
+                } else {
+                    let (id, tagged) = open.pop().ok_or_else(|| mismatch(id, 0))?;
+                    if !groups[id].marks.is_empty() && tagged != groups[id].marks.len() {
+                        return Err(mismatch(id, tagged));
+                    }
+                    out.push_str("</g>\n");
+                }
+                i += 3;
+                continue;
+            }
+            match open.last_mut() {
+                // The first line of an element inside a group that tags its marks.
+                Some((id, tagged))
+                    if !groups[*id].marks.is_empty() && line.starts_with('<') && !line.starts_with("</") =>
+                {
+                    let attrs = groups[*id].marks.get(*tagged).ok_or_else(|| mismatch(*id, *tagged + 1))?;
+                    let name_end = line.find([' ', '/', '>']).unwrap_or(line.len());
+                    out.push_str(&line[..name_end]);
+                    push_attrs(&mut out, attrs);
+                    out.push_str(&line[name_end..]);
+                    *tagged += 1;
+                }
+                _ => out.push_str(line),
+            }
+            out.push('\n');
+            i += 1;
+        }
+        if let Some(&(id, tagged)) = open.last() {
+            return Err(mismatch(id, tagged));
+        }
+        Ok(out)
+    }
+}
+
+fn push_attrs(out: &mut String, attrs: &[Attr]) {
+    for (name, value) in attrs {
+        let _ = write!(out, " data-{name}=\"");
+        for c in value.chars() {
+            match c {
+                '<' => out.push_str("&lt;"),
+                '>' => out.push_str("&gt;"),
+                '&' => out.push_str("&amp;"),
+                '"' => out.push_str("&quot;"),
+                c => out.push(c),
+            }
+        }
+        out.push('"');
+    }
 }

@@ -15,6 +15,13 @@ pub enum ChartError {
     /// A theme name other than `light` or `dark`.
     #[error("unknown chart theme {0:?}; expected \"light\" or \"dark\"")]
     UnknownTheme(String),
+    /// The live chart's window must be at least a minute.
+    #[error("{chart} chart: a window of {window_ms} ms is too short; the shortest is {min_ms} ms")]
+    InvalidWindow { chart: &'static str, window_ms: u64, min_ms: u64 },
+    /// The marks drawn for a tagged group did not match its data (a bug in
+    /// the chart, or a plotters version that writes SVG differently).
+    #[error("{chart} chart: group #{group} should tag {expected} marks, found {found}")]
+    Tagging { chart: &'static str, group: usize, expected: usize, found: usize },
     /// plotters failed while drawing (it writes into a String, so this means
     /// a layout it could not do, e.g. a label area larger than the chart).
     #[error("drawing the {chart} chart failed: {source}")]

@@ -2,8 +2,8 @@
 //!
 //! Pure functions from numbers to a self-contained SVG document sized for the
 //! popover (400 px wide), in the UI's light or dark palette:
-//! [`session_svg`] (speed per turn), [`live_svg`] (memory, swap, pressure and
-//! tok/s over time) and [`bench_depth_svg`] (tok/s against context depth).
+//! [`session_svg`] (speed per turn), [`live_chart`] (memory against the budget,
+//! swap, pressure and tok/s over time, slowdowns marked) and [`bench_depth_svg`] (tok/s against context depth).
 //!
 //! No font is read: text is plain SVG `<text>` in the UI's font stack, laid
 //! out with plotters' built-in size estimate (its `ttf` feature is off).
@@ -23,7 +23,7 @@ mod svgtest;
 
 pub use bench::{bench_depth_svg, DepthPoint};
 pub use error::{ChartError, Result};
-pub use live::{live_svg, swap_slowdowns, MemoryPoint, Slowdown, TpsPoint};
+pub use live::{live_chart, live_svg, LiveChart, LiveData, PlotBox};
 pub use session::{session_svg, TurnPoint};
 pub use style::{ChartStyle, Palette, Theme};
 

@@ -150,6 +150,14 @@ impl ChartStyle {
         Self { theme, width: Self::POPOVER_WIDTH, height: Self::POPOVER_HEIGHT }
     }
 
+    /// The live graph under the popover's header: full width, short.
+    pub const LIVE_HEIGHT: u32 = 200;
+
+    /// The live graph's size, in `theme`.
+    pub fn live(theme: Theme) -> Self {
+        Self { theme, width: Self::POPOVER_WIDTH, height: Self::LIVE_HEIGHT }
+    }
+
     pub fn light() -> Self {
         Self::popover(Theme::Light)
     }

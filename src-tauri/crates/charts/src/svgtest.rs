@@ -61,9 +61,3 @@ pub(crate) fn width(doc: &Document<'_>) -> Option<u32> {
 pub(crate) fn background(doc: &Document<'_>) -> Option<String> {
     doc.descendants().find(|n| n.has_tag_name("rect")).and_then(|n| n.attribute("fill")).map(str::to_owned)
 }
-
-/// Polylines drawn in one colour (lines, markers).
-pub(crate) fn polylines(doc: &Document<'_>, color: RGBColor) -> usize {
-    let c = hex(color);
-    doc.descendants().filter(|n| n.has_tag_name("polyline") && n.attribute("stroke") == Some(c.as_str())).count()
-}

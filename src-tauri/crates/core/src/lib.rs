@@ -8,4 +8,6 @@ pub mod fit;
 pub mod pressure;
 pub mod router;
 pub mod settings;
+pub mod slowdown;
 pub mod stats;
+pub mod timeline;

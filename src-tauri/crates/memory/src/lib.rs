@@ -1,6 +1,7 @@
 //! headroom-memory: readings of the machine's memory (sysinfo, plus the
 //! kernel's pressure level and swap: sysctl on macOS, PSI on Linux) and one
-//! sampler that publishes them about once a second. MLX's own counters live
+//! sampler that publishes them at a pace the app sets (once a second while
+//! someone looks, every few seconds while idle). MLX's own counters live
 //! in the engine (`headroom_engine::mlx_memory`); the app shows both.
 
 pub mod bandwidth;

@@ -23,7 +23,7 @@ pub use sessions::{
     title_from, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart,
     TurnStatsRecord,
 };
-pub use timeline::MemoryPoint;
+pub use timeline::{MemoryPoint, RateRow, StoredRate, StoredSlowdown};
 
 use error::Context;
 
@@ -142,7 +142,16 @@ mod tests {
     use super::*;
     use crate::testutil::temp_dir;
 
-    const TABLES: [&str; 6] = ["sessions", "messages", "turn_stats", "bench_runs", "memory_timeline", "settings"];
+    const TABLES: [&str; 8] = [
+        "sessions",
+        "messages",
+        "turn_stats",
+        "bench_runs",
+        "memory_timeline",
+        "settings",
+        "rate_timeline",
+        "slowdowns",
+    ];
 
     async fn applied(store: &Store) -> Vec<i64> {
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")

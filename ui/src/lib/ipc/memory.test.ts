@@ -1,6 +1,6 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { memoryHistory, onMemory, type MemorySample } from './memory';
+import { liveVisibility, memoryHistory, onMemory, type MemorySample } from './memory';
 
 const SAMPLE: MemorySample = {
   atUnixMs: 1,
@@ -37,5 +37,19 @@ describe('memory', () => {
     await new Promise((resolve) => setTimeout(resolve, 0));
     await emit('memory', SAMPLE);
     expect(heard).toHaveLength(1);
+  });
+
+  it("reports the webview's visibility with live_visibility", async () => {
+    const calls: Array<[string, unknown]> = [];
+    mockIPC((cmd, args) => {
+      calls.push([cmd, args]);
+      return null;
+    });
+    await liveVisibility(false);
+    await liveVisibility(true);
+    expect(calls).toEqual([
+      ['live_visibility', { visible: false }],
+      ['live_visibility', { visible: true }],
+    ]);
   });
 });

@@ -29,3 +29,11 @@ export function memoryHistory(): Promise<MemorySample[]> {
 export function onMemory(handler: (sample: MemorySample) => void): Promise<() => void> {
   return subscribeTo<MemorySample>(MEMORY_EVENT, handler);
 }
+
+/**
+ * Tells the backend whether the popover is on screen: hidden, it sends no
+ * memory events and samples slowly; shown, it takes a reading at once.
+ */
+export function liveVisibility(visible: boolean): Promise<void> {
+  return call<void>('live_visibility', { visible });
+}
