@@ -184,7 +184,8 @@ pub fn parse_header(json: &[u8], file_size: u64) -> Result<Header> {
     let mut tensors = BTreeMap::new();
     for (name, value) in raw {
         if name == "__metadata__" {
-            if !value.is_object() {
+            // MLX writes `null` when there is no metadata.
+            if !(value.is_object() || value.is_null()) {
                 return Err(header_err("__metadata__ is not an object"));
             }
             continue;
