@@ -12,7 +12,10 @@ mod error;
 mod export;
 mod fit;
 mod generate;
+#[cfg(test)]
+mod hostile_tests;
 mod hub;
+pub(crate) mod kernel;
 mod models;
 mod pull;
 mod route;
@@ -33,6 +36,7 @@ pub use error::CliError;
 pub use export::{ExportArgs, ExportFormat, ImportArgs};
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
+pub use kernel::KernelArgs;
 pub use models::ModelsArgs;
 pub use pull::PullArgs;
 pub use route::RouteArgs;

@@ -10,6 +10,8 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
+use headroom_core::settings::KernelChoice;
+
 use crate::backend::DeviceKind;
 #[cfg(any(test, feature = "test-support"))]
 use crate::error::EngineError;
@@ -51,6 +53,15 @@ impl QuantKernel {
         match device {
             DeviceKind::Cpu => Self::CPU,
             DeviceKind::Gpu => Self::Fused,
+        }
+    }
+
+    /// The kernel a setting (or `--kernel`) asks for; `Auto` suits the device.
+    pub fn choose(choice: KernelChoice) -> Self {
+        match choice {
+            KernelChoice::Auto => Self::for_device(crate::backend::backend_info().device),
+            KernelChoice::Fused => Self::Fused,
+            KernelChoice::Cpu => Self::CPU,
         }
     }
 

@@ -102,13 +102,15 @@ impl Tokenizer {
         self.inner.get_vocab(true).into_values().max().unwrap_or(0)
     }
 
-    /// Checks that the template compiles, so a broken one is found when the
-    /// model is loaded rather than at the first message.
+    /// Renders a one-message conversation, so a template that does not
+    /// compile, refuses every conversation, or runs out of fuel is found
+    /// when the model is loaded rather than at the first message.
     pub fn check_template(&self) -> Result<()> {
-        match &self.template {
-            Some(source) => template_env(source).map(drop),
-            None => Ok(()),
+        if self.template.is_none() {
+            return Ok(());
         }
+        let probe = [Message::new(headroom_core::chat::Role::User, "Hello")];
+        self.apply_chat_template(&probe, true).map(drop)
     }
 
     /// Encodes raw text; `add_special_tokens` applies the post-processor (a BOS for Llama 3).
@@ -213,8 +215,8 @@ pub fn render_template(
     let messages_n = u64::try_from(messages.len()).unwrap_or(u64::MAX);
     env.set_fuel(Some(TEMPLATE_FUEL_BASE.saturating_add(TEMPLATE_FUEL_PER_MESSAGE.saturating_mul(messages_n))));
     let template = env.get_template("chat").map_err(|source| EngineError::TemplateRender { source })?;
-    let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT_BYTES };
-    template
+    let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT_BYTES, exceeded: false };
+    let rendered = template
         .render_captured_to(
             context! {
                 messages => messages,
@@ -224,7 +226,14 @@ pub fn render_template(
             },
             &mut out,
         )
-        .map_err(|source| EngineError::TemplateRender { source })?;
+        .map(drop);
+    if out.exceeded {
+        let message = format!("the rendered prompt exceeds {} MB", TEMPLATE_MAX_OUTPUT_BYTES >> 20);
+        return Err(EngineError::TemplateRender {
+            source: minijinja::Error::new(ErrorKind::InvalidOperation, message),
+        });
+    }
+    rendered.map_err(|source| EngineError::TemplateRender { source })?;
     String::from_utf8(out.bytes).map_err(|_| EngineError::TemplateRender {
         source: minijinja::Error::new(ErrorKind::InvalidOperation, "the template produced text that is not UTF-8"),
     })
@@ -248,11 +257,13 @@ fn template_env(source: &str) -> Result<Environment<'static>> {
 struct Bounded {
     bytes: Vec<u8>,
     limit: usize,
+    exceeded: bool,
 }
 
 impl std::io::Write for Bounded {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         if self.bytes.len() + buf.len() > self.limit {
+            self.exceeded = true;
             return Err(std::io::Error::other(format!("the rendered prompt exceeds {} MB", self.limit >> 20)));
         }
         self.bytes.extend_from_slice(buf);
