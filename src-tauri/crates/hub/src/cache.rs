@@ -33,7 +33,7 @@ impl RepoCache {
     }
 
     fn name(&self) -> impl FnOnce(FormatError) -> HubError + '_ {
-        |source| HubError::CacheName { repo: self.repo.clone(), source }
+        |source| HubError::CacheName { repo: self.repo.clone(), source: Box::new(source) }
     }
 
     pub fn blob(&self, etag: &str) -> Result<PathBuf> {

@@ -41,7 +41,7 @@ pub enum HubError {
         repo: String,
         file: String,
         #[source]
-        source: headroom_core::format::FormatError,
+        source: Box<headroom_core::format::FormatError>,
     },
     #[error("{file} is listed in model.safetensors.index.json of {repo} but the repo has no such file")]
     MissingShard { repo: String, file: String },
@@ -50,7 +50,7 @@ pub enum HubError {
     CacheName {
         repo: String,
         #[source]
-        source: headroom_core::format::FormatError,
+        source: Box<headroom_core::format::FormatError>,
     },
     #[error("{file} arrived with sha256 {actual}, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
     HashMismatch { file: String, expected: String, actual: String },

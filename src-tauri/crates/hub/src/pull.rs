@@ -143,7 +143,7 @@ pub async fn inspect(
     }
     let format = |file: &str| {
         let (repo, file) = (name.clone(), file.to_owned());
-        move |source| HubError::Format { repo, file, source }
+        move |source| HubError::Format { repo, file, source: Box::new(source) }
     };
     let config_bytes = client.get_small(repo, &rev.commit, CONFIG_FILE).await?;
     // Architectures and quantizations the engine cannot run are refused here, before anything is downloaded.

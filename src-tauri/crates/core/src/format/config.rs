@@ -68,61 +68,89 @@ impl TextConfig {
         }
         Ok(self)
     }
-
-    /// Read the fields every architecture shares.
-    pub(crate) fn common(f: &Fields) -> Result<Common> {
-        use fields::limits as l;
-        Ok(Common {
-            hidden_size: f.required_size("hidden_size", l::HIDDEN_SIZE)?,
-            num_hidden_layers: f.required_size("num_hidden_layers", l::LAYERS)?,
-            intermediate_size: f.required_size("intermediate_size", l::INTERMEDIATE_SIZE)?,
-            num_attention_heads: f.required_size("num_attention_heads", l::HEADS)?,
-            rms_norm_eps: f.positive("rms_norm_eps", 1.0)?.ok_or_else(|| f.missing("rms_norm_eps"))? as f32,
-            vocab_size: f.required_size("vocab_size", l::VOCAB_SIZE)?,
-            rope: Rope::read(f)?,
-        })
-    }
 }
 
-/// The fields every architecture's `ModelArgs` requires (and RoPE's, whose
-/// defaults differ), as the file gives them.
+/// The fields every architecture's `ModelArgs` requires, and RoPE's (whose
+/// defaults differ by architecture), as the file gives them.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Common {
+pub struct Common {
     pub hidden_size: i32,
     pub num_hidden_layers: i32,
     pub intermediate_size: i32,
     pub num_attention_heads: i32,
     pub rms_norm_eps: f32,
     pub vocab_size: i32,
-    pub rope: Rope,
+    /// Top-level or under `rope_parameters`; `None` if the file has none.
+    pub rope_theta: Option<f32>,
+    pub rope_scaling: Option<RopeScaling>,
+}
+
+impl Common {
+    /// Reads the fields every architecture shares.
+    pub(crate) fn read(f: &Fields) -> Result<Self> {
+        use fields::limits as l;
+        let (rope_theta, rope_scaling) = read_rope(f)?;
+        Ok(Self {
+            hidden_size: f.required_size("hidden_size", l::HIDDEN_SIZE)?,
+            num_hidden_layers: f.required_size("num_hidden_layers", l::LAYERS)?,
+            intermediate_size: f.required_size("intermediate_size", l::INTERMEDIATE_SIZE)?,
+            num_attention_heads: f.required_size("num_attention_heads", l::HEADS)?,
+            rms_norm_eps: f.positive("rms_norm_eps", 1.0)?.ok_or_else(|| f.missing("rms_norm_eps"))? as f32,
+            vocab_size: f.required_size("vocab_size", l::VOCAB_SIZE)?,
+            rope_theta,
+            rope_scaling,
+        })
+    }
+
+    /// `hidden_size / num_attention_heads`, mlx-lm's head size when the file gives none.
+    pub fn derived_head_dim(&self) -> i32 {
+        self.hidden_size / self.num_attention_heads
+    }
+
+    /// The decoder these fields and the architecture's `num_key_value_heads`,
+    /// `head_dim` and RoPE base describe, with Llama's switches (no biases,
+    /// RoPE not traditional, head tied, no context ceiling); an architecture
+    /// overrides what differs with struct-update syntax.
+    pub fn text(&self, num_key_value_heads: i32, head_dim: i32, rope_theta: f32) -> TextConfig {
+        TextConfig {
+            hidden_size: self.hidden_size,
+            num_hidden_layers: self.num_hidden_layers,
+            intermediate_size: self.intermediate_size,
+            num_attention_heads: self.num_attention_heads,
+            num_key_value_heads,
+            head_dim,
+            rms_norm_eps: self.rms_norm_eps,
+            vocab_size: self.vocab_size,
+            max_position_embeddings: None,
+            rope_theta,
+            rope_traditional: false,
+            rope_scaling: self.rope_scaling.clone(),
+            tie_word_embeddings: true,
+            qkv_bias: false,
+            o_bias: false,
+            mlp_bias: false,
+        }
+    }
 }
 
 /// `rope_theta` and `rope_scaling`, top-level or (transformers ≥ 5) nested
 /// under `rope_parameters`.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Rope {
-    pub theta: Option<f32>,
-    pub scaling: Option<RopeScaling>,
-}
-
-impl Rope {
-    fn read(f: &Fields) -> Result<Self> {
-        let params = f.object("rope_parameters")?;
-        let nested = params.map(|p| Fields::nested(p, CONFIG, "rope_parameters.", ""));
-        let theta = match f.positive("rope_theta", fields::limits::ROPE_THETA)? {
-            Some(t) => Some(t),
-            None => match &nested {
-                Some(n) => n.positive("rope_theta", fields::limits::ROPE_THETA)?,
-                None => None,
-            },
-        };
-        let scaling = match (f.object("rope_scaling")?, params) {
-            (Some(s), _) => rope_scaling(&Fields::nested(s, CONFIG, "rope_scaling.", ""))?,
-            (None, Some(_)) => nested.as_ref().map(rope_scaling).transpose()?.flatten(),
-            (None, None) => None,
-        };
-        Ok(Self { theta: theta.map(|t| t as f32), scaling })
-    }
+fn read_rope(f: &Fields) -> Result<(Option<f32>, Option<RopeScaling>)> {
+    let params = f.object("rope_parameters")?;
+    let nested = params.map(|p| Fields::nested(p, CONFIG, "rope_parameters.", ""));
+    let theta = match f.positive("rope_theta", fields::limits::ROPE_THETA)? {
+        Some(t) => Some(t),
+        None => match &nested {
+            Some(n) => n.positive("rope_theta", fields::limits::ROPE_THETA)?,
+            None => None,
+        },
+    };
+    let scaling = match (f.object("rope_scaling")?, params) {
+        (Some(s), _) => rope_scaling(&Fields::nested(s, CONFIG, "rope_scaling.", ""))?,
+        (None, Some(_)) => nested.as_ref().map(rope_scaling).transpose()?.flatten(),
+        (None, None) => None,
+    };
+    Ok((theta.map(|t| t as f32), scaling))
 }
 
 fn rope_scaling(f: &Fields) -> Result<Option<RopeScaling>> {
@@ -321,7 +349,7 @@ mod tests {
         let missing =
             parse(r#"{"model_type":"qwen2","hidden_size":64,"num_attention_heads":4}"#).expect_err("incomplete");
         assert_eq!(missing.field(), Some("num_hidden_layers"), "{missing}");
-        assert!(missing.to_string().contains("qwen2 needs"), "{missing}");
+        assert!(missing.to_string().contains("qwen2 needs it"), "{missing}");
     }
 
     #[test]

@@ -1,18 +1,19 @@
 //! What reading a model's files can fail with. Every variant names the field,
 //! tensor or file part it is about, so a user holding a broken or hostile
-//! model folder is told exactly what is wrong with it.
+//! model folder is told exactly what is wrong with it. The messages leave
+//! out the file's path: the caller, which read the file, puts it in front.
 
 /// A model file that cannot be used as it is.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum FormatError {
     /// The text is not JSON (or not the JSON object the file must hold).
-    #[error("{file} is not valid JSON: {reason}")]
+    #[error("not valid JSON: {reason}")]
     Json { file: &'static str, reason: String },
     /// A field the architecture needs is absent.
-    #[error("{file} has no \"{field}\", which {model_type} needs")]
+    #[error("\"{field}\" is missing, and {model_type} needs it")]
     MissingField { file: &'static str, field: String, model_type: String },
     /// A field is present but its value cannot be used.
-    #[error("{file}: \"{field}\" is {value}, but it must be {expected}")]
+    #[error("\"{field}\" is {value}, but it must be {expected}")]
     BadField { file: &'static str, field: String, value: String, expected: String },
     /// A `model_type` no architecture file here reads.
     #[error("unsupported model_type \"{model_type}\" (supported: {})", super::ModelType::NAMES.join(", "))]

@@ -6,19 +6,14 @@
 //! must be full attention: `layer_types` naming sliding-window layers is
 //! refused rather than run as full attention.
 
-use super::config::{Common, RopeScaling, TextConfig};
+use super::config::{Common, TextConfig};
 use super::error::{FormatError, Result};
 use super::fields::{limits, Fields, CONFIG};
 
 /// The fields mlx-lm reads, with its defaults.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
-    pub hidden_size: i32,
-    pub num_hidden_layers: i32,
-    pub intermediate_size: i32,
-    pub num_attention_heads: i32,
-    pub rms_norm_eps: f32,
-    pub vocab_size: i32,
+    pub common: Common,
     /// Default `hidden_size / num_attention_heads`.
     pub head_dim: Option<i32>,
     pub max_position_embeddings: Option<i32>,
@@ -29,14 +24,13 @@ pub struct Config {
     /// Default 1e4.
     pub rope_theta: f32,
     pub rope_traditional: bool,
-    pub rope_scaling: Option<RopeScaling>,
     /// Default true.
     pub tie_word_embeddings: bool,
 }
 
 impl Config {
     pub(crate) fn from_fields(f: &Fields) -> Result<Self> {
-        let c: Common = TextConfig::common(f)?;
+        let common = Common::read(f)?;
         if let Some(types) = f.get("layer_types") {
             let list = types.as_array().ok_or_else(|| FormatError::bad(CONFIG, "layer_types", types, "a list"))?;
             if let Some(other) = list.iter().find(|t| t.as_str() != Some("full_attention")) {
@@ -45,42 +39,29 @@ impl Config {
             }
         }
         Ok(Self {
-            hidden_size: c.hidden_size,
-            num_hidden_layers: c.num_hidden_layers,
-            intermediate_size: c.intermediate_size,
-            num_attention_heads: c.num_attention_heads,
-            rms_norm_eps: c.rms_norm_eps,
-            vocab_size: c.vocab_size,
             head_dim: f.size("head_dim", limits::HEAD_DIM)?,
             max_position_embeddings: f.size("max_position_embeddings", limits::MAX_POSITION_EMBEDDINGS)?,
             num_key_value_heads: f.size("num_key_value_heads", limits::HEADS)?,
             attention_bias: f.boolean("attention_bias")?.unwrap_or(false),
             mlp_bias: f.boolean("mlp_bias")?.unwrap_or(false),
-            rope_theta: c.rope.theta.unwrap_or(10_000.0),
+            rope_theta: common.rope_theta.unwrap_or(10_000.0),
             rope_traditional: f.boolean("rope_traditional")?.unwrap_or(false),
-            rope_scaling: c.rope.scaling,
             tie_word_embeddings: f.boolean("tie_word_embeddings")?.unwrap_or(true),
+            common,
         })
     }
 
     pub fn text(&self) -> TextConfig {
+        let c = &self.common;
+        let kv_heads = self.num_key_value_heads.unwrap_or(c.num_attention_heads);
         TextConfig {
-            hidden_size: self.hidden_size,
-            num_hidden_layers: self.num_hidden_layers,
-            intermediate_size: self.intermediate_size,
-            num_attention_heads: self.num_attention_heads,
-            num_key_value_heads: self.num_key_value_heads.unwrap_or(self.num_attention_heads),
-            head_dim: self.head_dim.unwrap_or(self.hidden_size / self.num_attention_heads),
-            rms_norm_eps: self.rms_norm_eps,
-            vocab_size: self.vocab_size,
             max_position_embeddings: self.max_position_embeddings,
-            rope_theta: self.rope_theta,
             rope_traditional: self.rope_traditional,
-            rope_scaling: self.rope_scaling.clone(),
             tie_word_embeddings: self.tie_word_embeddings,
             qkv_bias: self.attention_bias,
             o_bias: self.attention_bias,
             mlp_bias: self.mlp_bias,
+            ..c.text(kv_heads, self.head_dim.unwrap_or_else(|| c.derived_head_dim()), self.rope_theta)
         }
     }
 }
