@@ -287,3 +287,43 @@ async fn missing_repos_revisions_and_weights_are_named() {
         "{err}"
     );
 }
+
+/// The pull check reads the repo with the same reader as a load: a hostile
+/// config or a lying header is refused with the field or tensor named,
+/// before any weight byte is downloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_configs_and_headers_are_refused_before_downloading() {
+    let fx = fixture("hostile");
+    let hostile = fx.source.with_file_name("hostile");
+    write_model(&hostile);
+    let config = std::fs::read_to_string(hostile.join("config.json")).unwrap_or_else(|e| panic!("{e}"));
+    let config = config.replace(r#""num_attention_heads":4"#, r#""num_attention_heads":4,"head_dim":-2147483648"#);
+    std::fs::write(hostile.join("config.json"), config.replace("\"qwen2\"", "\"llama\""))
+        .unwrap_or_else(|e| panic!("{e}"));
+    fx.hub.add_repo("org/hostile", &hostile).unwrap_or_else(|e| panic!("{e}"));
+    let repo = RepoId::parse("org/hostile").unwrap_or_else(|e| panic!("{e}"));
+    let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
+    assert!(
+        matches!(&err, Some(HubError::Format { file, source, .. }) if file == "config.json" && source.field() == Some("head_dim")),
+        "{err:?}"
+    );
+
+    let lying = fx.source.with_file_name("lying");
+    write_model(&lying);
+    let mut bytes = std::fs::read(lying.join(MODEL)).unwrap_or_else(|e| panic!("{e}"));
+    let cut = bytes.len() - 10;
+    bytes.truncate(cut);
+    std::fs::write(lying.join(MODEL), bytes).unwrap_or_else(|e| panic!("{e}"));
+    fx.hub.add_repo("org/lying", &lying).unwrap_or_else(|e| panic!("{e}"));
+    let repo = RepoId::parse("org/lying").unwrap_or_else(|e| panic!("{e}"));
+    let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
+    let message = err.as_ref().map(ToString::to_string).unwrap_or_default();
+    assert!(
+        matches!(&err, Some(HubError::Format { file, .. }) if file == MODEL) && message.contains("truncated"),
+        "{message}"
+    );
+    assert!(
+        fx.hub.log().iter().filter(|r| r.path.starts_with("/cdn/")).all(|r| r.range.is_some()),
+        "only header ranges were fetched"
+    );
+}
