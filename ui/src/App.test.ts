@@ -267,7 +267,8 @@ describe('App', () => {
 
     await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'org/Other-4bit'));
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
-    expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit');
+    // The chip follows the loaded model once its preview comes back (asynchronous).
+    await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit'));
   });
 
   it('warns before loading a model that would swap, with three choices', async () => {
