@@ -2,7 +2,7 @@
 //! with it: the rpath hand-off (engine build.rs -> DEP_HEADROOM_MLX_LIBDIR ->
 //! this package's build.rs) works for every binary we build, not just the engine's.
 
-use headroom_engine::quant::QuantizedMatrix;
+use headroom_engine::testing::{Array, QuantizedMatrix};
 use headroom_engine::EngineError;
 
 #[test]
@@ -22,7 +22,7 @@ fn an_identity_survives_8_bit_quantization() -> Result<(), EngineError> {
     Ok(())
 }
 
-fn mlx_array(values: &[f32], shape: &[usize]) -> headroom_engine::Array {
+fn mlx_array(values: &[f32], shape: &[usize]) -> Array {
     let shape: Vec<i32> = shape.iter().map(|&d| d as i32).collect();
-    headroom_engine::Array::from_slice(values, &shape)
+    Array::from_slice(values, &shape)
 }

@@ -13,8 +13,9 @@ use std::process::Command;
 
 use headroom_core::chat::{Message, Role};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use headroom_engine::testing::load_model_with;
 use headroom_engine::worker::{EngineHandle, GenerateRequest, LoadSettings};
-use headroom_engine::{load_model_with, ComputeDtype, QuantKernel, Tokenizer};
+use headroom_engine::{ComputeDtype, QuantKernel, Tokenizer};
 use serde_json::Value;
 
 const TOKENS: usize = 64;

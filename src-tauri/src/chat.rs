@@ -241,20 +241,15 @@ pub struct ModelLabels {
 
 impl ModelLabels {
     /// Read from the model folder's `config.json` and safetensors headers
-    /// (no tensor data); a label that cannot be read says "unknown".
+    /// (no tensor data, the one model-format reader); a label that cannot be
+    /// read says "unknown".
     pub fn of(model_id: &str, dir: &Path) -> Self {
-        let config: serde_json::Value = std::fs::read_to_string(dir.join("config.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str(&t).ok())
-            .unwrap_or_default();
-        let quant =
-            if config["quantization"].is_object() { &config["quantization"] } else { &config["quantization_config"] };
-        let quantization = quant["bits"].as_u64().map(|bits| match quant["group_size"].as_u64() {
-            Some(g) => format!("{bits}-bit, group {g}"),
-            None => format!("{bits}-bit"),
-        });
+        let inspected =
+            headroom_engine::inspect(dir, headroom_engine::ComputeDtype::Native, headroom_engine::QuantKernel::Fused);
+        let quantization =
+            inspected.as_ref().ok().and_then(|i| i.config.quantization.as_ref()).map(|q| q.default.label());
         // The engine keeps K/V in the activations' float type; only its width is known here.
-        let kv_dtype = match headroom_engine::inspect_model(dir).map(|f| f.kv_bytes_per_element) {
+        let kv_dtype = match inspected.map(|i| i.footprint.kv_bytes_per_element) {
             Ok(2) => "16-bit float".to_owned(),
             Ok(4) => "32-bit float".to_owned(),
             Ok(n) => format!("{}-bit", n * 8),

@@ -12,7 +12,10 @@ mod error;
 mod export;
 mod fit;
 mod generate;
+#[cfg(test)]
+mod hostile_tests;
 mod hub;
+pub(crate) mod kernel;
 mod live_probe;
 mod models;
 mod pull;
@@ -34,6 +37,7 @@ pub use error::CliError;
 pub use export::{ExportArgs, ExportFormat, ImportArgs};
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
+pub use kernel::KernelArgs;
 pub use live_probe::LiveProbeArgs;
 pub use models::ModelsArgs;
 pub use pull::PullArgs;

@@ -28,8 +28,10 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::MissingConfig { .. } | E::MissingWeights { .. } | E::MissingTokenizer { .. } => "MODEL_INCOMPLETE",
             E::Io { .. } => "IO",
             E::InvalidConfig { .. } => "MODEL_CONFIG",
-            E::UnknownModelType { .. } => "UNSUPPORTED_ARCHITECTURE",
-            E::UnsupportedRopeScaling { .. } | E::UnsupportedQuantMode { .. } => "UNSUPPORTED_MODEL_FEATURE",
+            E::Format { source, .. } | E::Weights { source, .. } => format_code(source),
+            E::MissingShard { .. } => "MODEL_INCOMPLETE",
+            E::VocabMismatch { .. } => "MODEL_TOKENIZER",
+            E::NothingLoaded { .. } => "NOTHING_LOADED",
             E::CorruptWeights { .. }
             | E::MissingTensor { .. }
             | E::UnexpectedTensor { .. }
@@ -49,6 +51,21 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::BenchContext { .. } => "CONTEXT_OVERFLOW",
         };
         Self::new(code, e.to_string())
+    }
+}
+
+/// The code of a model file that cannot be used, by what is wrong with it
+/// (shared by loads from disk and pull checks over the network).
+pub(crate) fn format_code(e: &headroom_core::format::FormatError) -> &'static str {
+    use headroom_core::format::FormatError as F;
+    match e {
+        F::UnknownModelType { .. } => "UNSUPPORTED_ARCHITECTURE",
+        F::UnsupportedQuantMode { .. } | F::UnsupportedRopeScaling { .. } | F::UnsupportedLayerType { .. } => {
+            "UNSUPPORTED_MODEL_FEATURE"
+        }
+        F::Header { .. } | F::Tensor { .. } | F::Index { .. } => "MODEL_WEIGHTS",
+        F::Cache { .. } => "MODEL_INCOMPLETE",
+        F::Json { .. } | F::MissingField { .. } | F::BadField { .. } => "MODEL_CONFIG",
     }
 }
 

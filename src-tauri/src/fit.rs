@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use headroom_core::fit::{check, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
-use headroom_engine::{inspect_model_as, ComputeDtype, EngineError};
+use headroom_engine::{inspect_model_with, ComputeDtype, EngineError, QuantKernel};
 use headroom_memory::MemoryError;
 use serde_json::json;
 
@@ -59,21 +59,34 @@ pub fn budget_inputs(source: BudgetSource) -> Result<BudgetInputs, MemoryError> 
     })
 }
 
-/// The verdict for the model in `dir` at `context` tokens. Reads only
-/// config.json and the weight headers: nothing is loaded.
+/// The verdict for the model in `dir` at `context` tokens, loaded natively
+/// with the device's default kernel. Reads only config.json and the weight
+/// headers: nothing is loaded.
 pub fn check_model(dir: &Path, context: usize, source: BudgetSource) -> Result<FitReport, FitError> {
     check_model_as(dir, context, ComputeDtype::Native, source)
 }
 
-/// [`check_model`] for the model loaded as `dtype` (f32 widens the float
-/// weights, the KV cache and the activations).
+/// [`check_model_with`] with the device's default kernel.
 pub fn check_model_as(
     dir: &Path,
     context: usize,
     dtype: ComputeDtype,
     source: BudgetSource,
 ) -> Result<FitReport, FitError> {
-    let footprint = inspect_model_as(dir, dtype)?;
+    check_model_with(dir, context, dtype, QuantKernel::choose(Default::default()), source)
+}
+
+/// The verdict for the model loaded as `dtype` (f32 widens the float
+/// weights, the KV cache and the activations) with `kernel` (the CPU kernel
+/// dequantizes weights for prompt chunks, which the estimate counts).
+pub fn check_model_with(
+    dir: &Path,
+    context: usize,
+    dtype: ComputeDtype,
+    kernel: QuantKernel,
+    source: BudgetSource,
+) -> Result<FitReport, FitError> {
+    let footprint = inspect_model_with(dir, dtype, kernel)?;
     let inputs = budget_inputs(source)?;
     Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
 }

@@ -336,6 +336,73 @@ mod tests {
         assert_eq!(invoke(&window, "memory_history", json!({})).ok(), Some(json!([])));
     }
 
+    /// The hostile corpus (`headroom_engine::demo::write_hostile_corpus`)
+    /// through the app: the list shows every folder (those whose config or
+    /// headers are bad with their problem, hiding none), and loading each
+    /// one fails with a typed error naming what is wrong, while the demo
+    /// model stays loaded and keeps answering.
+    #[test]
+    fn hostile_model_folders_are_refused_and_the_loaded_model_keeps_answering() {
+        use headroom_engine::demo::{write_hostile_corpus, Caught};
+        use headroom_engine::worker::GenerateRequest;
+
+        let (app, window) = app_with_window_in("hostile");
+        let state = app.state::<crate::AppState>();
+        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        let demo = crate::models::DEMO_MODEL_ID;
+        let corpus = write_hostile_corpus(&state.locations.data_dir.join(crate::models::MODELS_DIR))
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(corpus.len() >= 40, "{} cases", corpus.len());
+        let answers = || {
+            let request = GenerateRequest { max_tokens: 2, ignore_eos: true, ..GenerateRequest::new(vec![]) };
+            let request = GenerateRequest {
+                messages: vec![headroom_core::chat::Message::new(headroom_core::chat::Role::User, "hi")],
+                ..request
+            };
+            state.engine.generate(request).and_then(|r| r.collect()).map(|o| o.token_ids.len())
+        };
+
+        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let listed = list.as_array().cloned().unwrap_or_default();
+        assert_eq!(listed.len(), corpus.len() + 1, "every folder is listed: {list}");
+        for case in &corpus {
+            let entry =
+                listed.iter().find(|m| m["id"] == case.name).unwrap_or_else(|| panic!("{} not listed", case.name));
+            match case.caught {
+                Caught::Headers => {
+                    let message = entry["problem"]["message"].as_str().unwrap_or_default();
+                    assert!(message.contains(case.needle), "{}: {entry}", case.name);
+                    assert!(entry["fit"].is_null(), "{}: {entry}", case.name);
+                }
+                Caught::Load => assert!(
+                    entry["problem"].is_null() && entry["fit"]["verdict"]["kind"].is_string(),
+                    "{}: {entry}",
+                    case.name
+                ),
+            }
+        }
+
+        for case in &corpus {
+            let err = invoke(&window, "model_load", json!({ "id": case.name, "contextLimit": 512 }))
+                .err()
+                .unwrap_or_else(|| panic!("{} loaded", case.name));
+            let message = err["message"].as_str().unwrap_or_default();
+            assert!(message.contains(case.needle), "{}: {err}", case.name);
+            assert!(!message.contains("panicked") && err["code"] != "ENGINE_INTERNAL", "{}: {err}", case.name);
+            assert_eq!(
+                state.loaded_model().map(|m| m.id).as_deref(),
+                Some(demo),
+                "{} unloaded the demo model",
+                case.name
+            );
+            assert_eq!(answers().ok(), Some(2), "{}: the demo model stopped answering", case.name);
+        }
+        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let loaded: Vec<&Value> = list.as_array().into_iter().flatten().filter(|m| m["loaded"] == true).collect();
+        assert_eq!(loaded.len(), 1);
+        assert_eq!(loaded[0]["id"], demo);
+    }
+
     #[test]
     fn the_live_graph_is_drawn_for_the_windows_it_offers_and_visibility_is_heard() {
         let (_app, window) = app_with_window_in("live");

@@ -1,69 +1,29 @@
 //! Where models are on disk: the app's own models folder and the local
-//! Hugging Face cache (offline, laid out the way huggingface_hub does it:
-//! `<hub>/models--org--name/refs/main` names a folder in `snapshots/`), and
-//! the facts the model picker shows about each one.
+//! Hugging Face cache (offline; its layout is `headroom_core::format::hf_cache`,
+//! the module the hub crate writes it with), and the facts the model picker
+//! shows about each one, read by the one model-format reader.
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::PoisonError;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use headroom_core::fit::{check, FitReport, ModelFootprint, GIB};
+use headroom_core::format::hf_cache::{RepoFolder, MAIN};
+use headroom_core::format::CONFIG_FILE;
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
-
-use headroom_core::fit::{FitReport, GIB};
-use headroom_engine::mlx_memory;
 use headroom_engine::worker::LoadSettings;
-use headroom_engine::EngineError;
+use headroom_engine::{mlx_memory, ComputeDtype, EngineError, QuantKernel};
 use serde::Serialize;
 
-use crate::fit::{self, BudgetSource};
+pub use headroom_core::format::hf_cache::HubEnv;
 
 use crate::error::CommandError;
+use crate::fit::{self, BudgetSource};
 use crate::state::{AppState, LoadedModel};
 
 /// The folder under the app's data folder that holds models Headroom owns.
 pub const MODELS_DIR: &str = "models";
 /// The bundled demo model's folder name (and id) inside [`MODELS_DIR`].
 pub const DEMO_MODEL_ID: &str = "headroom-demo-tiny";
-
-/// The environment variables that place the HF cache, read once so tests can fake them.
-#[derive(Debug, Clone, Default)]
-pub struct HubEnv {
-    pub hf_hub_cache: Option<OsString>,
-    pub hf_home: Option<OsString>,
-    pub xdg_cache_home: Option<OsString>,
-    pub home: Option<OsString>,
-}
-
-impl HubEnv {
-    pub fn from_process() -> Self {
-        let get = |k| std::env::var_os(k).filter(|v| !v.is_empty());
-        Self {
-            hf_hub_cache: get("HF_HUB_CACHE"),
-            hf_home: get("HF_HOME"),
-            xdg_cache_home: get("XDG_CACHE_HOME"),
-            home: get("HOME"),
-        }
-    }
-
-    /// Where the hub cache may be, in huggingface_hub's order of precedence.
-    pub fn hub_dirs(&self) -> Vec<PathBuf> {
-        let mut dirs = Vec::new();
-        if let Some(p) = &self.hf_hub_cache {
-            dirs.push(PathBuf::from(p));
-        }
-        if let Some(p) = &self.hf_home {
-            dirs.push(Path::new(p).join("hub"));
-        }
-        if let Some(p) = &self.xdg_cache_home {
-            dirs.push(Path::new(p).join("huggingface").join("hub"));
-        }
-        if let Some(p) = &self.home {
-            dirs.push(Path::new(p).join(".cache").join("huggingface").join("hub"));
-        }
-        dirs.dedup();
-        dirs
-    }
-}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ModelsError {
@@ -84,12 +44,36 @@ pub struct ModelEntry {
     pub arch: Option<String>,
     /// Quantization bits, if quantized.
     pub bits: Option<u32>,
+    /// e.g. "4-bit, group 64"; `None` if unquantized (or unreadable).
+    pub quantization: Option<String>,
     /// Sum of the safetensors files.
     pub size_bytes: u64,
     pub loaded: bool,
     /// The fit verdict at the app's context limit, with every part; `None`
-    /// when the headers could not be read (the listing never fails on one folder).
+    /// when there is no budget or the model cannot be read (see `problem`).
     pub fit: Option<FitReport>,
+    /// Why this folder cannot be loaded, when its files say so (a broken
+    /// config, a lying header, an unsupported architecture): the listing
+    /// shows it rather than failing, so one bad folder hides no other model.
+    pub problem: Option<ModelProblem>,
+    /// What the fit check consumes, read with the listing (not sent to the UI).
+    #[serde(skip)]
+    pub footprint: Option<ModelFootprint>,
+}
+
+/// A model folder that cannot be used, as the UI shows it: the error code
+/// and sentence loading it would fail with.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ModelProblem {
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl From<EngineError> for ModelProblem {
+    fn from(e: EngineError) -> Self {
+        let e = CommandError::from(e);
+        Self { code: e.code, message: e.message }
+    }
 }
 
 /// What `model_load` reports: the entry, now loaded, and how long the switch took.
@@ -130,25 +114,29 @@ pub fn cache_limit_bytes(report: &FitReport) -> usize {
 /// The HF cache snapshot of `org/name`, offline.
 pub fn resolve_repo(repo_id: &str, env: &HubEnv) -> Result<PathBuf, ModelsError> {
     let searched = env.hub_dirs();
-    let Some((org, name)) = repo_id.split_once('/').filter(|(o, n)| !o.is_empty() && !n.is_empty() && !n.contains('/'))
-    else {
+    if RepoFolder::for_id(Path::new(""), repo_id).is_none() {
         return Err(ModelsError::NotFound { model: repo_id.into(), searched: Vec::new() });
-    };
+    }
     for hub in &searched {
-        let repo_dir = hub.join(format!("models--{org}--{name}"));
-        if repo_dir.is_dir() {
-            return snapshot_of(repo_id, &repo_dir);
+        let Some(repo) = RepoFolder::for_id(hub, repo_id) else { continue };
+        if repo.dir().is_dir() {
+            return snapshot_of(repo_id, &repo);
         }
     }
     Err(ModelsError::NotFound { model: repo_id.into(), searched })
 }
 
-fn snapshot_of(repo_id: &str, repo_dir: &Path) -> Result<PathBuf, ModelsError> {
-    let broken =
-        |reason: String| ModelsError::BrokenCacheEntry { model: repo_id.into(), repo_dir: repo_dir.to_owned(), reason };
-    let refs = repo_dir.join("refs").join("main");
+/// The snapshot `refs/main` names; a ref that is missing, unreadable or
+/// not a commit name (a hostile `../..`) is a broken entry.
+fn snapshot_of(repo_id: &str, repo: &RepoFolder) -> Result<PathBuf, ModelsError> {
+    let broken = |reason: String| ModelsError::BrokenCacheEntry {
+        model: repo_id.into(),
+        repo_dir: repo.dir().to_owned(),
+        reason,
+    };
+    let refs = repo.ref_file(MAIN).map_err(|e| broken(e.to_string()))?;
     let sha = std::fs::read_to_string(&refs).map_err(|e| broken(format!("{}: {e}", refs.display())))?;
-    let snapshot = repo_dir.join("snapshots").join(sha.trim());
+    let snapshot = repo.snapshot_for_ref(&sha).map_err(|e| broken(format!("refs/main: {e}")))?;
     if !snapshot.is_dir() {
         return Err(broken(format!("refs/main names {}, which is missing", snapshot.display())));
     }
@@ -156,28 +144,30 @@ fn snapshot_of(repo_id: &str, repo_dir: &Path) -> Result<PathBuf, ModelsError> {
 }
 
 /// Every model folder (one with a config.json) in `<data>/models` and the HF
-/// caches, smallest first; the first cache in precedence order wins a
-/// duplicate id. Unreadable or broken entries are skipped: a listing must
-/// not fail because of one bad folder.
-pub fn list_models(data_dir: &Path, env: &HubEnv) -> Vec<ModelEntry> {
+/// caches, smallest first, each read with `kernel` (which the footprint
+/// depends on); the first cache in precedence order wins a duplicate id. A
+/// folder whose files cannot be used is listed with its `problem`; a cache
+/// entry without a usable snapshot is skipped: a listing never fails, and no
+/// bad folder hides another.
+pub fn list_models(data_dir: &Path, env: &HubEnv, kernel: QuantKernel) -> Vec<ModelEntry> {
     let mut found = Vec::new();
     for dir in subdirs(&data_dir.join(MODELS_DIR)) {
         if let Some(name) = dir.file_name().and_then(|n| n.to_str()).map(str::to_owned) {
-            push_model(&mut found, name.clone(), name, dir);
+            push_model(&mut found, name.clone(), name, dir, kernel);
         }
     }
     for hub in env.hub_dirs() {
         for repo_dir in subdirs(&hub) {
-            let Some(folder) = repo_dir.file_name().and_then(|n| n.to_str()) else { continue };
-            let Some((org, name)) = folder.strip_prefix("models--").and_then(|r| r.split_once("--")) else {
+            let Some(id) = repo_dir.file_name().and_then(|n| n.to_str()).and_then(RepoFolder::repo_id) else {
                 continue;
             };
-            let id = format!("{org}/{name}");
             if found.iter().any(|m: &ModelEntry| m.id == id) {
                 continue;
             }
-            if let Ok(snapshot) = snapshot_of(&id, &repo_dir) {
-                push_model(&mut found, id, name.to_owned(), snapshot);
+            let Some(repo) = RepoFolder::for_id(&hub, &id) else { continue };
+            if let Ok(snapshot) = snapshot_of(&id, &repo) {
+                let name = id.split_once('/').map_or(id.as_str(), |(_, n)| n).to_owned();
+                push_model(&mut found, id, name, snapshot, kernel);
             }
         }
     }
@@ -192,13 +182,19 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathBuf) {
-    let Ok(text) = std::fs::read_to_string(path.join("config.json")) else { return };
-    let config: serde_json::Value = serde_json::from_str(&text).unwrap_or_default();
-    let arch = config["model_type"].as_str().map(str::to_owned);
-    let quant =
-        if config["quantization"].is_object() { &config["quantization"] } else { &config["quantization_config"] };
-    let bits = quant["bits"].as_u64().and_then(|b| u32::try_from(b).ok());
+fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathBuf, kernel: QuantKernel) {
+    if !path.join(CONFIG_FILE).is_file() {
+        return;
+    }
+    // Headers only: safe on a folder of any size or any content.
+    let (arch, quantization, footprint, problem) = match headroom_engine::inspect(&path, ComputeDtype::Native, kernel) {
+        Ok(i) => {
+            let quant = i.config.quantization.as_ref().map(|q| q.default);
+            (Some(i.config.model_type_name().to_owned()), quant, Some(i.footprint), None)
+        }
+        Err(e) => (None, None, None, Some(ModelProblem::from(e))),
+    };
+    let bits = quantization.and_then(|q| u32::try_from(q.bits).ok());
     let size_bytes = std::fs::read_dir(&path)
         .into_iter()
         .flatten()
@@ -208,7 +204,19 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
         .filter_map(|e| std::fs::metadata(e.path()).ok())
         .map(|m| m.len())
         .sum();
-    found.push(ModelEntry { id, name, path, arch, bits, size_bytes, loaded: false, fit: None });
+    found.push(ModelEntry {
+        id,
+        name,
+        path,
+        arch,
+        bits,
+        quantization: quantization.map(|q| q.label()),
+        size_bytes,
+        loaded: false,
+        fit: None,
+        problem,
+        footprint,
+    });
 }
 
 /// The budget the picker and the guard use now: a fresh reading, plus what
@@ -229,16 +237,20 @@ pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
 }
 
 /// [`list_models`], each with its fit verdict at `context` tokens against
-/// `source` (none when there is no budget or the headers cannot be read).
+/// `source` (none when there is no budget or the model cannot be read),
+/// all against one reading of the memory.
 pub fn list_models_with_fit(
     data_dir: &Path,
     env: &HubEnv,
+    kernel: QuantKernel,
     context: usize,
     source: Option<BudgetSource>,
 ) -> Vec<ModelEntry> {
-    let mut list = list_models(data_dir, env);
+    let mut list = list_models(data_dir, env, kernel);
+    let inputs = source.and_then(|s| fit::budget_inputs(s).ok());
+    let context = u64::try_from(context).unwrap_or(u64::MAX);
     for m in &mut list {
-        m.fit = source.and_then(|s| fit::check_model(&m.path, context, s).ok());
+        m.fit = inputs.zip(m.footprint.as_ref()).map(|(inputs, fp)| check(fp, context, inputs));
     }
     list
 }
@@ -248,7 +260,13 @@ pub fn list_models_with_fit(
 pub fn entries(state: &AppState) -> Vec<ModelEntry> {
     let loaded = state.loaded_model();
     let source = budget_source(state).ok();
-    let mut list = list_models_with_fit(&state.locations.data_dir, &state.locations.hub, state.context_limit(), source);
+    let mut list = list_models_with_fit(
+        &state.locations.data_dir,
+        &state.locations.hub,
+        state.quant_kernel(),
+        state.context_limit(),
+        source,
+    );
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
     }
@@ -266,18 +284,28 @@ pub fn load(
     override_fit: bool,
 ) -> Result<LoadResult, CommandError> {
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
-    let mut entry = list_models(&state.locations.data_dir, &state.locations.hub)
+    let kernel = state.quant_kernel();
+    let mut entry = list_models(&state.locations.data_dir, &state.locations.hub, kernel)
         .into_iter()
         .find(|m| m.id == id)
         .ok_or_else(|| CommandError::new("MODEL_NOT_FOUND", format!("The model {id} is no longer on this Mac.")))?;
+    // A folder the listing could not read is refused with its reason before anything moves.
+    if let Some(p) = &entry.problem {
+        return Err(CommandError::new(p.code, p.message.clone()));
+    }
     let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
     if context_limit == 0 {
         return Err(CommandError::new("INVALID_SETTING", "The context limit must be at least one token."));
     }
-    let report = fit::check_model(&entry.path, context_limit, budget_source(state)?).map_err(|e| match e {
-        fit::FitError::Model(e) => CommandError::from(e),
-        fit::FitError::Memory(e) => CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")),
-    })?;
+    let source = budget_source(state)?;
+    let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, source).map_err(
+        |e| match e {
+            fit::FitError::Model(e) => CommandError::from(e),
+            fit::FitError::Memory(e) => {
+                CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}"))
+            }
+        },
+    )?;
     if report.verdict.refuses() && !override_fit {
         let over = fit::over_by(&report) as f64 / GIB as f64;
         let message = match report.largest_context_that_fits {
@@ -292,7 +320,7 @@ pub fn load(
         };
         return Err(CommandError { code: "MODEL_TOO_LARGE", message, details: Some(fit::refusal_details(&report)) });
     }
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, &report)?;
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, &report).map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
     Ok(LoadResult {
@@ -320,11 +348,16 @@ pub(crate) struct Switched {
 }
 
 /// Puts the model at `path` in the engine in place of the current one, the
-/// one way the popover and the local server switch: unload the old model
-/// (which clears MLX's cache) and wait until MLX's readings show its memory
-/// back (the fit `report` counted it as free, so loading earlier would let
-/// two models share one budget), then load under the report's cache limit.
-/// The caller holds `state.switching` from its fit check on.
+/// one way the popover and the local server switch, with the app's kernel.
+/// The engine checks the new folder first (config, headers, every tensor,
+/// the tokenizer against the embedding) while the old model still answers:
+/// a broken folder fails here and the old model stays loaded. Then it
+/// unloads the old model (clearing MLX's cache) and waits until MLX's
+/// readings show its memory back (the fit `report` counted it as free, so
+/// loading earlier would let two models share one budget), and reads the
+/// new weights under the report's cache limit. A failure after the unload
+/// leaves no model loaded, and says so. The caller holds `state.switching`
+/// from its fit check on.
 pub(crate) fn switch_to(
     state: &AppState,
     id: &str,
@@ -334,23 +367,35 @@ pub(crate) fn switch_to(
 ) -> Result<Switched, EngineError> {
     let rss = || headroom_memory::process_rss().unwrap_or(0);
     let rss_before_unload_bytes = rss();
-    let (unload_ms, freed_bytes, expected_freed_bytes) = if state.loaded_model().is_some() {
-        state.set_loaded(None);
-        let unloaded = state.engine.unload()?;
-        unloaded.confirm()?;
-        (millis(unloaded.unload_time), unloaded.freed_bytes, unloaded.expected_bytes)
-    } else {
-        (0, 0, 0)
-    };
-    let rss_after_unload_bytes = rss();
+    // Read on the engine thread between the unload and the new weights.
+    let after_unload = Arc::new(Mutex::new(None));
+    let seen = Arc::clone(&after_unload);
+    let observe: headroom_engine::worker::AfterUnload = Box::new(move |_| {
+        *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(rss());
+    });
     let cache_limit = cache_limit_bytes(report);
-    let settings = LoadSettings { context_limit, cache_limit_bytes: Some(cache_limit), ..LoadSettings::default() };
-    let info = state.engine.load(path, settings)?;
+    let settings = LoadSettings {
+        context_limit,
+        cache_limit_bytes: Some(cache_limit),
+        kernel: state.quant_kernel(),
+        ..LoadSettings::default()
+    };
+    let info = match state.engine.load_observed(path, settings, Some(observe)) {
+        Ok(info) => info,
+        Err(e) => {
+            if matches!(e, EngineError::NothingLoaded { .. }) {
+                state.set_loaded(None);
+            }
+            return Err(e);
+        }
+    };
     state.set_loaded(Some(LoadedModel { id: id.to_owned(), path: path.to_owned() }));
+    let replaced = info.replaced;
+    let rss_after_unload_bytes = after_unload.lock().unwrap_or_else(PoisonError::into_inner).unwrap_or_else(rss);
     Ok(Switched {
-        unload_ms,
-        freed_bytes,
-        expected_freed_bytes,
+        unload_ms: if replaced.had_model { millis(replaced.unload_time) } else { 0 },
+        freed_bytes: replaced.freed_bytes,
+        expected_freed_bytes: replaced.expected_bytes,
         rss_before_unload_bytes,
         rss_after_unload_bytes,
         load_ms: millis(info.load_time),
@@ -375,12 +420,11 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
     let source = budget_source(state).ok();
     let context = state.context_limit();
     // A model whose fit cannot be told counts as fitting: it is the user's.
+    // A folder that cannot be loaded at all does not.
     let fitting = || -> Vec<ModelEntry> {
-        list_models(data_dir, &HubEnv::default())
+        list_models_with_fit(data_dir, &HubEnv::default(), state.quant_kernel(), context, source)
             .into_iter()
-            .filter(|m| {
-                source.and_then(|s| fit::check_model(&m.path, context, s).ok()).is_none_or(|r| !r.verdict.refuses())
-            })
+            .filter(|m| m.problem.is_none() && m.fit.as_ref().is_none_or(|r| !r.verdict.refuses()))
             .collect()
     };
     let demo_dir = data_dir.join(MODELS_DIR).join(DEMO_MODEL_ID);
@@ -436,27 +480,41 @@ mod tests {
     }
 
     #[test]
-    fn lists_own_models_and_the_hf_cache_smallest_first() {
+    fn lists_own_models_and_the_hf_cache_smallest_first_and_bad_folders_with_their_problem() {
         let root = scratch("list");
         let data = root.join("data");
-        fake_model(
-            &data.join("models/tiny"),
-            r#"{"model_type":"qwen2","quantization":{"bits":4,"group_size":64}}"#,
-            10,
-        );
+        let demo = |dir: &Path, arch, bits| {
+            write_demo_model(dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap_or_else(|e| panic!("{e}"));
+        };
+        demo(&data.join("models/tiny"), Arch::Qwen2, Bits::Four);
         std::fs::create_dir_all(data.join("models/not-a-model")).unwrap_or_else(|e| panic!("{e}"));
+        // A hostile config: listed with its problem, hiding nothing.
+        fake_model(&data.join("models/hostile"), r#"{"model_type":"llama","head_dim":-2147483648}"#, 10);
         let hub = root.join("hub");
         let snap = cached_repo(&hub, "mlx-community/Big-8bit", "abc");
-        fake_model(&snap, r#"{"model_type":"llama","quantization_config":{"bits":8}}"#, 30);
+        demo(&snap, Arch::Llama, Bits::Eight);
         let broken = cached_repo(&hub, "org/broken", "def");
         std::fs::remove_dir_all(broken).unwrap_or_else(|e| panic!("{e}"));
+        // A ref that tries to leave the repo folder is no snapshot.
+        let escaping = cached_repo(&hub, "org/escape", "x");
+        std::fs::write(escaping.join("../../refs/main"), "../../models--mlx-community--Big-8bit/snapshots/abc")
+            .unwrap_or_else(|e| panic!("{e}"));
         let env = HubEnv { hf_hub_cache: Some(hub.clone().into()), ..HubEnv::default() };
 
-        let list = list_models(&data, &env);
+        let list = list_models(&data, &env, QuantKernel::CPU);
         let ids: Vec<&str> = list.iter().map(|m| m.id.as_str()).collect();
-        assert_eq!(ids, ["tiny", "mlx-community/Big-8bit"]);
-        assert_eq!((list[0].arch.as_deref(), list[0].bits, list[0].size_bytes), (Some("qwen2"), Some(4), 10));
-        assert_eq!((list[1].name.as_str(), list[1].bits, list[1].path.clone()), ("Big-8bit", Some(8), snap));
+        assert_eq!(ids, ["hostile", "tiny", "mlx-community/Big-8bit"]);
+        let p = list[0].problem.as_ref().unwrap_or_else(|| panic!("{:?}", list[0]));
+        assert_eq!(p.code, "MODEL_CONFIG");
+        assert!(p.message.contains("hidden_size"), "the first field missing or bad is named: {}", p.message);
+        assert!(list[0].arch.is_none() && list[0].footprint.is_none());
+        assert_eq!(
+            (list[1].arch.as_deref(), list[1].bits, list[1].quantization.as_deref()),
+            (Some("qwen2"), Some(4), Some("4-bit, group 64"))
+        );
+        assert!(list[1].problem.is_none() && list[1].footprint.is_some());
+        assert_eq!((list[2].name.as_str(), list[2].bits, list[2].path.clone()), ("Big-8bit", Some(8), snap));
+        assert!(matches!(resolve_repo("org/escape", &env), Err(ModelsError::BrokenCacheEntry { .. })));
     }
 
     #[test]

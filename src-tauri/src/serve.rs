@@ -57,7 +57,7 @@ impl AppModels {
     pub fn entries(&self) -> Vec<Offered> {
         let mut list = self.extra.clone();
         for ModelEntry { id, path, .. } in
-            models::list_models(&self.state.locations.data_dir, &self.state.locations.hub)
+            models::list_models(&self.state.locations.data_dir, &self.state.locations.hub, self.state.quant_kernel())
         {
             if !list.iter().any(|e| e.id == id) {
                 list.push(Offered { id, path });
@@ -100,7 +100,10 @@ impl ModelProvider for AppModels {
         // The picker's guard: headers and a fresh memory reading (counting
         // what unloading the current model gives back), before anything moves.
         let source = models::budget_source(state).map_err(|e| failed(e.message))?;
-        let report = fit::check_model(&entry.path, context_limit, source).map_err(|e| failed(e.to_string()))?;
+        let kernel = state.quant_kernel();
+        let report =
+            fit::check_model_with(&entry.path, context_limit, headroom_engine::ComputeDtype::Native, kernel, source)
+                .map_err(|e| failed(e.to_string()))?;
         if report.verdict.refuses() {
             return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });
         }

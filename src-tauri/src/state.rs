@@ -1,11 +1,12 @@
 //! AppState: the cheap handles every command can reach.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use headroom_core::settings::KernelChoice;
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
-use headroom_engine::BackendInfo;
+use headroom_engine::{BackendInfo, QuantKernel};
 use headroom_memory::Sampler;
 
 use crate::models::HubEnv;
@@ -64,6 +65,8 @@ pub struct AppState {
     pub context_limit: Arc<AtomicUsize>,
     /// Memory never given to a model (the settings' OS headroom), in bytes.
     pub os_headroom_bytes: Arc<AtomicU64>,
+    /// The settings' quantized-matmul kernel (an index into `KernelChoice::ALL`), used at the next load.
+    pub kernel: Arc<AtomicU8>,
     /// The memory sampler, once `run()` has started it (tests run without one).
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
@@ -86,6 +89,7 @@ impl AppState {
             store,
             context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
+            kernel: Arc::default(),
             memory: Arc::default(),
             server: Arc::default(),
             switching: Arc::default(),
@@ -101,10 +105,28 @@ impl AppState {
         self.os_headroom_bytes.load(Ordering::Relaxed)
     }
 
+    /// Loads from now on use `kernel` (the settings, or `serve --kernel`).
+    pub fn apply_kernel(&self, kernel: KernelChoice) {
+        let i = KernelChoice::ALL.iter().position(|&k| k == kernel).unwrap_or(0);
+        self.kernel.store(u8::try_from(i).unwrap_or(0), Ordering::Relaxed);
+    }
+
+    /// The kernel the settings ask for.
+    pub fn kernel_choice(&self) -> KernelChoice {
+        KernelChoice::ALL.get(usize::from(self.kernel.load(Ordering::Relaxed))).copied().unwrap_or_default()
+    }
+
+    /// The kernel models are loaded (and fit-checked) with.
+    pub fn quant_kernel(&self) -> QuantKernel {
+        QuantKernel::choose(self.kernel_choice())
+    }
+
     /// Makes the settings that shape fit checks and loads take effect (at
-    /// start and after each save): the context limit and the OS headroom.
+    /// start and after each save): the context limit, the OS headroom and
+    /// the kernel (from the next load on).
     pub fn apply_settings(&self, settings: &headroom_core::settings::Settings) {
         self.context_limit.store(settings.context_limit, Ordering::Relaxed);
+        self.apply_kernel(settings.kernel);
         // Validated to 0..=1024 GB, so the product fits a u64.
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);

@@ -72,3 +72,45 @@ fn models_lists_the_data_folder_with_verdicts() {
     assert!(text.lines().any(|l| l.starts_with("demo ") && l.contains("GB")), "{text}");
     let _ = std::fs::remove_dir_all(&data);
 }
+
+/// A few folders of the hostile corpus through the binary: one line on
+/// stderr naming the problem, exit code 1, never a panic; `fit` still gives
+/// a verdict for a folder whose headers are sound (its problem is the
+/// tokenizer's, which only a load reads). All of them run in process in
+/// `src/cli/hostile_tests.rs` and through the app in `src/lib.rs`.
+#[test]
+fn hostile_folders_fail_with_one_line_naming_the_problem() {
+    let root: PathBuf = std::env::temp_dir().join(format!("headroom-cli-hostile-{}", std::process::id()));
+    let out = headroom(&["demo-model", "--hostile", &root.to_string_lossy()]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let listing = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(listing.lines().count() >= 40, "{listing}");
+    for (name, needle, fit_refuses) in [
+        ("head-dim-i32-min", "head_dim", true),
+        ("weights-truncated", "truncated", true),
+        ("quant-mode-mxfp4", "mxfp4", true),
+        ("shard-missing", "model-00002-of-00002.safetensors", true),
+        ("tokenizer-past-embedding", "embedding", false),
+        ("template-loops", "fuel", false),
+    ] {
+        let dir = root.join(name).to_string_lossy().into_owned();
+        let out = headroom(&["fit", &dir, "--available-gb", "16"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!stderr.contains("panicked"), "{name}: {stderr}");
+        if fit_refuses {
+            assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+            assert!(
+                stderr.starts_with("headroom: ") && stderr.contains(needle) && stderr.lines().count() == 1,
+                "{name}: {stderr}"
+            );
+        } else {
+            assert!(out.status.success(), "{name}: {stderr}");
+        }
+        let out = headroom(&["generate", &dir, "--prompt", "hi", "--max-tokens", "2", "--available-gb", "16"]);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{name}: {stderr}");
+        assert!(stderr.contains(needle) && !stderr.contains("panicked"), "{name}: {stderr}");
+        assert!(out.stdout.is_empty(), "{name}");
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}

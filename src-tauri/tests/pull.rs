@@ -9,7 +9,6 @@ use std::time::{Duration, Instant};
 
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use headroom_hub::testserver::{Fault, TestHub};
-use headroom_hub::{inspect, Endpoint, HubClient, RepoId};
 
 const REPO: &str = "mlx-community/Demo-Tiny-4bit";
 
@@ -62,39 +61,6 @@ fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
         .collect()
-}
-
-#[test]
-fn the_footprint_from_remote_headers_equals_the_engines_for_every_demo_layout() {
-    let root = scratch("footprint");
-    let hub = TestHub::start().unwrap_or_else(|e| panic!("{e}"));
-    let client = HubClient::new(Endpoint::parse(&hub.endpoint()).unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap_or_else(|e| panic!("{e}"));
-    let sharded =
-        DemoSpec { max_shard_bytes: Some(100_000), ..DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Sixteen) };
-    let mixed = DemoSpec { mixed_precision: true, ..DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four) };
-    let specs = [
-        ("qwen2-4", DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)),
-        ("qwen3-8", DemoSpec::new(Arch::Qwen3, Preset::Tiny, Bits::Eight)),
-        ("llama-16", DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Sixteen)),
-        ("mistral-4", DemoSpec::new(Arch::Mistral, Preset::Tiny, Bits::Four)),
-        ("llama-sharded", sharded),
-        ("qwen2-mixed", mixed),
-    ];
-    for (name, spec) in specs {
-        let dir = root.join(name);
-        demo(&dir, &spec);
-        let id = format!("org/{name}");
-        hub.add_repo(&id, &dir).unwrap_or_else(|e| panic!("{e}"));
-        let repo = RepoId::parse(&id).unwrap_or_else(|e| panic!("{e}"));
-        let remote = runtime
-            .block_on(inspect(&client, &repo, "main", &root.join("hub")))
-            .unwrap_or_else(|e| panic!("{name}: {e}"));
-        let local = headroom_engine::inspect_model(&dir).unwrap_or_else(|e| panic!("{name}: {e}"));
-        assert_eq!(remote.footprint, local, "{name}");
-    }
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]

@@ -94,6 +94,7 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], session
     cloudCacheMb: 50,
     summariseForCloud: false,
     serverPort: 8080,
+    kernel: 'auto',
   };
   const message = (sessionId: string, role: 'user' | 'assistant', content: string): StoredMessage => ({
     id: nextMessage++,
@@ -266,7 +267,8 @@ describe('App', () => {
 
     await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'org/Other-4bit'));
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
-    expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit');
+    // The chip follows the loaded model once its preview comes back (asynchronous).
+    await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit'));
   });
 
   it('warns before loading a model that would swap, with three choices', async () => {
@@ -531,6 +533,12 @@ describe('App', () => {
     field.blur();
     await waitFor(() => expect(screen.queryByTestId('error-maxTokens')).toBeNull());
     expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { maxTokens: 4096, contextLimit: 8192 } });
+    // The kernel: mlx-lm's fused one, stored as the Rust side spells it.
+    expect(screen.getByTestId('kernel')).toHaveValue('auto');
+    await user.selectOptions(screen.getByTestId('kernel'), 'fused');
+    await waitFor(() =>
+      expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { kernel: 'fused', maxTokens: 4096 } }),
+    );
     await user.click(screen.getByRole('button', { name: 'Done' }));
 
     await user.type(input, 'long please{Enter}');

@@ -22,6 +22,7 @@ use serde_json::{json, Value};
 
 use super::fit::{check_model, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
+use super::kernel::KernelArgs;
 use super::CliError;
 
 #[derive(Debug, Clone, Args)]
@@ -46,12 +47,8 @@ pub struct BenchArgs {
     /// Compute dtype: native (the checkpoint's) or f32.
     #[arg(long, default_value = "native", value_parser = super::fit::parse_dtype)]
     pub dtype: ComputeDtype,
-    /// Quantized matmul: auto (what suits the device), fused (MLX's
-    /// quantized_matmul in the activations' dtype for every shape, as mlx-lm
-    /// and as on Metal), or cpu (in f32; prompt chunks through the weight
-    /// dequantized once and BLAS: the CPU backend's default).
-    #[arg(long, value_enum, default_value_t = KernelArg::Auto)]
-    pub kernel: KernelArg,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Memory bandwidth for the roofline, GB/s; without it `headroom bandwidth`'s
     /// measurement runs first (2 passes: seconds optimized, ~15 s in a debug build).
     #[arg(long, value_name = "GB_PER_S")]
@@ -67,25 +64,6 @@ pub struct BenchArgs {
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
-}
-
-/// `--kernel`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum KernelArg {
-    Auto,
-    Fused,
-    Cpu,
-}
-
-impl KernelArg {
-    /// `None`: the engine's choice for the device.
-    pub fn kernel(self) -> Option<QuantKernel> {
-        match self {
-            Self::Auto => None,
-            Self::Fused => Some(QuantKernel::Fused),
-            Self::Cpu => Some(QuantKernel::CPU),
-        }
-    }
 }
 
 /// What to run on a loaded model.
@@ -281,10 +259,12 @@ pub(crate) fn bench(
         }
     };
     let engine = EngineHandle::spawn()?;
-    let mut settings = LoadSettings { context_limit: plan.context(), dtype: args.dtype, ..LoadSettings::default() };
-    if let Some(kernel) = args.kernel.kernel() {
-        settings.kernel = kernel;
-    }
+    let settings = LoadSettings {
+        context_limit: plan.context(),
+        dtype: args.dtype,
+        kernel: args.kernel.quant_kernel(),
+        ..LoadSettings::default()
+    };
     engine.load(&dir, settings)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let report = run_plan(&engine, &args.model, &dir, &plan, bandwidth, &cancel, |p| {
@@ -505,6 +485,7 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
+    use headroom_core::settings::KernelChoice;
 
     fn parse(argv: &[&str]) -> BenchArgs {
         match Cli::try_parse_from([&["headroom", "bench"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
@@ -521,9 +502,10 @@ mod tests {
         assert!(a.json && a.no_save && !a.override_fit);
         let d = parse(&["m"]);
         assert_eq!((d.prompt_tokens, d.gen_tokens, d.repetitions, d.depths.as_slice()), (512, 128, 5, &[0][..]));
-        assert_eq!(d.kernel.kernel(), None, "the engine's choice for the device unless asked");
-        assert_eq!(parse(&["m", "--kernel", "fused"]).kernel.kernel(), Some(QuantKernel::Fused));
-        assert_eq!(parse(&["m", "--kernel", "cpu"]).kernel.kernel(), Some(QuantKernel::CPU));
+        assert_eq!(d.kernel.kernel, KernelChoice::Auto, "the engine's choice for the device unless asked");
+        assert_eq!(d.kernel.quant_kernel(), LoadSettings::default().kernel);
+        assert_eq!(parse(&["m", "--kernel", "fused"]).kernel.quant_kernel(), QuantKernel::Fused);
+        assert_eq!(parse(&["m", "--kernel", "cpu"]).kernel.quant_kernel(), QuantKernel::CPU);
         assert!(Cli::try_parse_from(["headroom", "bench", "m", "--kernel", "fast"]).is_err());
         let plan = BenchPlan { depths: a.depths, prompt_tokens: 64, gen_tokens: 16, repetitions: 3, seed: 0 };
         assert_eq!(plan.context(), 12288 + 64 + 16);

@@ -1,9 +1,11 @@
-//! `headroom demo-model`: writes a random-weight model in the mlx-community layout.
+//! `headroom demo-model`: writes a random-weight model in the mlx-community
+//! layout, or (`--hostile`) the corpus of broken and hostile model folders
+//! the tests run through every path that reads a model.
 
 use std::path::PathBuf;
 
 use clap::Args;
-use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use headroom_engine::demo::{write_demo_model, write_hostile_corpus, Arch, Bits, Caught, DemoSpec, Preset};
 
 use super::CliError;
 
@@ -23,9 +25,24 @@ pub struct DemoModelArgs {
     /// Seed of the random weights (same seed, same files).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Write the hostile corpus instead: one folder per broken or hostile
+    /// model (sizes out of range, lying headers, bad tokenizers, looping
+    /// templates, …) inside DIR, and list what each must fail with.
+    #[arg(long, conflicts_with_all = ["preset", "arch", "bits", "seed"])]
+    pub hostile: bool,
 }
 
 pub fn run(args: &DemoModelArgs) -> Result<(), CliError> {
+    if args.hostile {
+        for case in write_hostile_corpus(&args.dir)? {
+            let caught = match case.caught {
+                Caught::Headers => "config/headers",
+                Caught::Load => "load",
+            };
+            println!("{}\t{caught}\t{}", case.dir.display(), case.needle);
+        }
+        return Ok(());
+    }
     let spec = DemoSpec { seed: args.seed, ..DemoSpec::new(args.arch, args.preset, args.bits) };
     let bytes = spec.weight_bytes()?;
     // The real-shape presets take minutes and gigabytes: say so before starting.

@@ -11,6 +11,7 @@ use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
 
 use super::hub::{resolve_model, HubEnv};
+use super::kernel::KernelArgs;
 use super::CliError;
 use crate::fit::BudgetSource;
 
@@ -65,13 +66,16 @@ pub struct FitArgs {
     pub dtype: ComputeDtype,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Print one JSON object (every part of the estimate, the budget and the verdict).
     #[arg(long)]
     pub json: bool,
 }
 
-/// The verdict for the model in `dir` at `context` tokens (the shared check
-/// in [`crate::fit`]): reads only config.json and the weight headers.
+/// The verdict for the model in `dir` at `context` tokens with the device's
+/// default kernel (the shared check in [`crate::fit`]): reads only
+/// config.json and the weight headers.
 pub fn check_model(
     dir: &Path,
     context: usize,
@@ -79,6 +83,18 @@ pub fn check_model(
     budget: &BudgetArgs,
 ) -> Result<FitReport, CliError> {
     Ok(crate::fit::check_model_as(dir, context, dtype, budget_source(budget))?)
+}
+
+/// [`check_model`] for a load with `kernel` (the CPU kernel's dequantized
+/// weights are part of the estimate).
+pub fn check_model_for(
+    dir: &Path,
+    context: usize,
+    dtype: ComputeDtype,
+    kernel: KernelArgs,
+    budget: &BudgetArgs,
+) -> Result<FitReport, CliError> {
+    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), budget_source(budget))?)
 }
 
 /// The budget the CLI's flags describe.
@@ -99,7 +115,7 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
-    let report = check_model(&dir, args.context, args.dtype, &args.budget)?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, &args.budget)?;
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {

@@ -9,8 +9,9 @@ use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, LoadSe
 use headroom_engine::{ComputeDtype, SamplingParams};
 use serde_json::json;
 
-use super::fit::{check_model, BudgetArgs};
+use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
+use super::kernel::KernelArgs;
 use super::CliError;
 
 #[derive(Debug, Clone, Args)]
@@ -51,6 +52,8 @@ pub struct GenerateArgs {
     /// Print one JSON object (text, token ids, finish reason, stats) instead of streaming.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     #[command(flatten)]
     pub budget: BudgetArgs,
     /// Load even if the fit check says the model would swap or cannot fit.
@@ -113,7 +116,7 @@ pub(crate) fn generate(
     let dir = resolve_model(&args.model, env)?;
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
-    let report = check_model(&dir, args.context, args.dtype, &args.budget)?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, &args.budget)?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
@@ -121,7 +124,13 @@ pub(crate) fn generate(
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
     let engine = EngineHandle::spawn()?;
-    engine.load(&dir, LoadSettings { context_limit: args.context, dtype: args.dtype, ..LoadSettings::default() })?;
+    let settings = LoadSettings {
+        context_limit: args.context,
+        dtype: args.dtype,
+        kernel: args.kernel.quant_kernel(),
+        ..LoadSettings::default()
+    };
+    engine.load(&dir, settings)?;
     let run = engine.generate(args.request(prompt))?;
 
     let mut write_error = None;

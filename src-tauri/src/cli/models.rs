@@ -8,6 +8,7 @@ use clap::Args;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 
 use super::fit::{budget_source, gb, verdict_line, BudgetArgs};
+use super::kernel::KernelArgs;
 use super::CliError;
 use crate::models::{list_models_with_fit, HubEnv, ModelEntry};
 use crate::Locations;
@@ -16,6 +17,8 @@ use crate::Locations;
 pub struct ModelsArgs {
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Print one JSON array (each model with its whole fit report).
     #[arg(long)]
     pub json: bool,
@@ -34,7 +37,7 @@ pub(crate) fn models(args: &ModelsArgs, data_dir: &Path, env: &HubEnv, out: &mut
     if source.available_bytes.is_none() {
         source.available_bytes = Some(headroom_memory::read()?.available);
     }
-    let list = list_models_with_fit(data_dir, env, DEFAULT_CONTEXT_LIMIT, Some(source));
+    let list = list_models_with_fit(data_dir, env, args.kernel.quant_kernel(), DEFAULT_CONTEXT_LIMIT, Some(source));
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&list)?)?;
     } else {
@@ -60,7 +63,11 @@ fn table(list: &[ModelEntry], data_dir: &Path, env: &HubEnv) -> String {
                 m.bits.map_or_else(|| "-".into(), |b| b.to_string()),
                 gb(m.size_bytes),
                 m.fit.as_ref().map_or_else(|| "?".into(), |f| gb(f.estimate.predicted_peak_bytes)),
-                m.fit.as_ref().map_or_else(|| "unknown: the weight headers cannot be read".into(), verdict_line),
+                match (&m.problem, &m.fit) {
+                    (Some(p), _) => format!("cannot load: {}", p.message),
+                    (None, Some(f)) => verdict_line(f),
+                    (None, None) => "unknown".into(),
+                },
             ]
         })
         .collect();

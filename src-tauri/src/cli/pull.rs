@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use headroom_core::fit::{check, FitReport};
+use headroom_core::settings::KernelChoice;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
+use headroom_engine::QuantKernel;
 use headroom_hub::{
     download, inspect, CancellationToken, Endpoint, HubClient, HubError, PullEvent, RemoteModel, RepoId,
 };
@@ -91,7 +93,10 @@ fn pull(args: &PullArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), PullEr
         .build()
         .map_err(PullError::Runtime)?;
     runtime.block_on(async {
-        let model = inspect(&client, &repo, &args.revision, &cache).await?;
+        // As `generate` and the app would load it by default.
+        let shape =
+            headroom_engine::load_shape(headroom_engine::ComputeDtype::Native, QuantKernel::choose(KernelChoice::Auto));
+        let model = inspect(&client, &repo, &args.revision, &cache, shape).await?;
         let inputs = crate::fit::budget_inputs(budget_source(&args.budget))?;
         let report = check(&model.footprint, u64::try_from(args.context).unwrap_or(u64::MAX), inputs);
         if args.json {

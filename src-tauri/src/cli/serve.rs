@@ -15,6 +15,7 @@ use headroom_server::{
     ModelProvider, ProvideError, ServeConfig, Server, ServerError, DEFAULT_MAX_TOKENS, DEFAULT_PORT,
 };
 
+use super::kernel::KernelArgs;
 use super::CliError;
 use crate::serve::AppModels;
 use crate::{AppState, Locations};
@@ -36,6 +37,8 @@ pub struct ServeArgs {
     /// Context limit in tokens (prompt + reply) for the models the server loads.
     #[arg(long, default_value_t = DEFAULT_CONTEXT_LIMIT)]
     pub context: usize,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Max new tokens for a request that sets none.
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
@@ -117,6 +120,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     let engine = EngineHandle::spawn()?;
     let state = AppState::new(engine.clone(), locations, store);
     state.context_limit.store(args.context, Ordering::Relaxed);
+    state.apply_kernel(args.kernel.kernel);
     let mut provider = AppModels::new(state.clone());
     if let Some(dir) = &args.models_dir {
         provider.add_models_dir(dir).map_err(|source| ServeError::ModelsDir { dir: dir.clone(), source })?;

@@ -47,8 +47,10 @@ impl From<HubError> for CommandError {
             E::RepoNotFound { .. } | E::RevisionNotFound { .. } | E::FileNotFound { .. } => "REPO_NOT_FOUND",
             E::Http { .. } | E::Status { .. } | E::TransferFailed { .. } => "HUB_UNREACHABLE",
             E::Protocol { .. } => "HUB_PROTOCOL",
-            E::NoWeights { .. } | E::BadConfig { .. } => "UNSUPPORTED_MODEL",
-            E::BadHeader { .. } => "MODEL_WEIGHTS",
+            E::NoWeights { .. } | E::NoConfig { .. } => "UNSUPPORTED_MODEL",
+            E::Format { source, .. } => crate::error::format_code(source),
+            E::MissingShard { .. } => "MODEL_INCOMPLETE",
+            E::CacheName { .. } => "HUB_PROTOCOL",
             E::HashMismatch { .. } | E::SizeMismatch { .. } => "DOWNLOAD_CORRUPT",
             E::Io { .. } => "IO",
             E::Cancelled { .. } => "PULL_CANCELLED",
@@ -72,7 +74,8 @@ async fn check_repo(
 ) -> Result<(HubClient, PullCheck), CommandError> {
     let repo = RepoId::parse(repo)?;
     let client = HubClient::new(endpoint)?;
-    let model = inspect(&client, &repo, revision, &cache_root(state)?).await?;
+    let shape = headroom_engine::load_shape(headroom_engine::ComputeDtype::Native, state.quant_kernel());
+    let model = inspect(&client, &repo, revision, &cache_root(state)?, shape).await?;
     let source = models::budget_source(state)?;
     let inputs = crate::fit::budget_inputs(source)
         .map_err(|e| CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")))?;

@@ -142,6 +142,40 @@ pub struct ModelFootprint {
     /// Whether prompt chunks multiply by dequantized (f32) weights: a
     /// quantized model on MLX's CPU backend.
     pub prefill_dequantizes: bool,
+    /// The KV cache by kind of layer: each group's cost per position, and
+    /// how many positions it keeps. The estimate sums them, so a sliding-window
+    /// or constant-state layer kind is one more group, not a new formula
+    /// for every caller.
+    pub kv_layers: Vec<KvLayers>,
+}
+
+/// Layers of one kind whose cache keeps `kv_heads × head_dim` keys and as
+/// many values per position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct KvLayers {
+    pub layers: u64,
+    pub kv_heads: u64,
+    pub head_dim: u64,
+    /// At most this many positions (a sliding window); `None`: the whole context.
+    pub window: Option<u64>,
+}
+
+impl KvLayers {
+    /// Full-attention layers: the cache grows with the whole context.
+    pub fn full(layers: u64, kv_heads: u64, head_dim: u64) -> Self {
+        Self { layers, kv_heads, head_dim, window: None }
+    }
+
+    /// Bytes this group's cache holds at `positions` (already rounded to the
+    /// cache's step) with `bytes_per_element` per key or value element.
+    pub fn bytes(&self, positions: u64, bytes_per_element: u64) -> u64 {
+        let kept = self.window.map_or(positions, |w| positions.min(w.div_ceil(KV_STEP).saturating_mul(KV_STEP)));
+        2u64.saturating_mul(self.layers)
+            .saturating_mul(self.kv_heads)
+            .saturating_mul(self.head_dim)
+            .saturating_mul(kept)
+            .saturating_mul(bytes_per_element)
+    }
 }
 
 /// The runtime overhead, by term (see the module docs for each formula).
@@ -199,12 +233,7 @@ pub fn largest_attention_block(context: u64) -> (u64, u64) {
 pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
     let b = model.kv_bytes_per_element;
     let kv_positions = context.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-    let kv_cache_bytes = 2u64
-        .saturating_mul(model.layers)
-        .saturating_mul(model.kv_heads)
-        .saturating_mul(model.head_dim)
-        .saturating_mul(kv_positions)
-        .saturating_mul(b);
+    let kv_cache_bytes = model.kv_layers.iter().fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)));
     let chunk = PREFILL_CHUNK.min(context);
     let (q, k) = largest_attention_block(context);
     let attention_bytes = q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
@@ -414,6 +443,7 @@ mod tests {
             max_context: Some(32768),
             // As on a Mac (Metal's fused kernel).
             prefill_dequantizes: false,
+            kv_layers: vec![KvLayers::full(28, 4, 128)],
         }
     }
 
@@ -546,6 +576,7 @@ mod tests {
             kv_heads: 8,
             hidden_size: 5120,
             intermediate_size: 13824,
+            kv_layers: vec![KvLayers::full(48, 8, 128)],
             ..qwen7b()
         };
         assert!(check(&m14, 32768, BudgetInputs::new(avail)).verdict.refuses());
@@ -568,6 +599,7 @@ mod tests {
                     max_context: Some(max),
                     // Measured with MLX's fused kernel.
                     prefill_dequantizes: false,
+                    kv_layers: vec![KvLayers::full(layers, 2, head_dim)],
                 }
             };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
@@ -630,6 +662,7 @@ mod tests {
             kv_bytes_per_element: 4,
             max_context: Some(4096),
             prefill_dequantizes: true,
+            kv_layers: vec![KvLayers::full(12, 4, 64)],
         };
         let q7b_f32 = ModelFootprint {
             weight_bytes: 4_760_885_248,

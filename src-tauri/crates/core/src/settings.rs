@@ -16,6 +16,36 @@ pub const MAX_OS_HEADROOM_GB: f64 = 1024.0;
 /// The most disk the cloud-answer cache may use (MB).
 pub const MAX_CLOUD_CACHE_MB: u64 = 100_000;
 
+/// Which quantized-matmul kernel a model is loaded with.
+///
+/// `Fused` is MLX's `quantized_matmul` in the activations' dtype for every
+/// shape: what mlx-lm runs, so it gives mlx-lm's tokens (token for token on
+/// MLX's CPU backend too). `Cpu` computes in f32 and multiplies prompt
+/// chunks through weights dequantized once: much faster on MLX's CPU backend,
+/// and more exact, so its tokens can differ from mlx-lm's. `Auto` is `Cpu`
+/// on the CPU backend and `Fused` on Metal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KernelChoice {
+    #[default]
+    Auto,
+    Fused,
+    Cpu,
+}
+
+impl KernelChoice {
+    pub const ALL: [KernelChoice; 3] = [KernelChoice::Auto, KernelChoice::Fused, KernelChoice::Cpu];
+
+    /// The spelling of the settings, the CLI's `--kernel` and the UI.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Auto => "auto",
+            Self::Fused => "fused",
+            Self::Cpu => "cpu",
+        }
+    }
+}
+
 /// Everything the user can set. Serialized camelCase (the UI's names, and
 /// the keys of the `settings` table); a missing field takes its default.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -43,6 +73,8 @@ pub struct Settings {
     pub summarise_for_cloud: bool,
     /// Port of the local OpenAI-compatible server.
     pub server_port: u16,
+    /// The quantized-matmul kernel models are loaded with (applied at the next load).
+    pub kernel: KernelChoice,
 }
 
 impl Default for Settings {
@@ -59,6 +91,7 @@ impl Default for Settings {
             cloud_cache_mb: 50,
             summarise_for_cloud: false,
             server_port: 8080,
+            kernel: KernelChoice::Auto,
         }
     }
 }
@@ -164,6 +197,18 @@ mod tests {
         assert_eq!((s.context_limit, s.max_tokens, s.local_threshold_tokens), (8192, 512, 8192));
         assert_eq!((s.os_headroom_gb, s.cloud_cache_mb, s.server_port), (4.0, 50, 8080));
         assert!(!s.summarise_for_cloud && s.cloud_base_url.is_none());
+        assert_eq!(s.kernel, KernelChoice::Auto);
+    }
+
+    #[test]
+    fn the_kernel_is_spelled_as_the_cli_spells_it() {
+        let s: Settings = serde_json::from_str(r#"{"kernel": "fused"}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(s.kernel, KernelChoice::Fused);
+        assert_eq!(serde_json::to_value(KernelChoice::Cpu).ok(), Some(serde_json::json!("cpu")));
+        for k in KernelChoice::ALL {
+            assert_eq!(serde_json::to_value(k).ok(), Some(serde_json::json!(k.as_str())));
+        }
+        assert!(serde_json::from_str::<Settings>(r#"{"kernel": "fast"}"#).is_err());
     }
 
     #[test]

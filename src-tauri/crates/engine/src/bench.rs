@@ -174,7 +174,7 @@ fn run_on_engine(
         return Err(EngineError::BenchContext { depth, prompt: p, generated: n, limit: context_limit });
     }
     let config = model.config();
-    let vocab = u32::try_from(config.vocab_size).unwrap_or(0).max(1);
+    let vocab = u32::try_from(config.text.vocab_size).unwrap_or(0).max(1);
     let mut ids = TokenStream::new(case.seed, vocab);
     let mut cache = model.new_cache();
     let mut sampler = Sampler::new(SamplingParams { seed: Some(case.seed), ..SamplingParams::default() })?;
@@ -237,12 +237,13 @@ fn run_once(
 }
 
 fn labels(model: &Model, cache: &KvCache) -> ModelLabels {
-    let c = model.config();
+    let config = model.config();
+    let c = &config.text;
     let kv_dtype = cache.dtype().unwrap_or(Dtype::Float32);
     let as_u64 = |v: i32| u64::try_from(v).unwrap_or(0);
     ModelLabels {
-        model_type: c.model_type.clone(),
-        quantization: c.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
+        model_type: config.model_type_name().to_owned(),
+        quantization: config.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
         kv_dtype: dtype_name(kv_dtype).to_owned(),
         quant_kernel: model.quant_kernel(),
         traffic: DecodeTraffic::new(
@@ -255,7 +256,7 @@ fn labels(model: &Model, cache: &KvCache) -> ModelLabels {
     }
 }
 
-fn dtype_name(d: Dtype) -> &'static str {
+pub(crate) fn dtype_name(d: Dtype) -> &'static str {
     match d {
         Dtype::Bfloat16 => "bfloat16",
         Dtype::Float16 => "float16",
@@ -303,7 +304,7 @@ impl TokenStream {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::ModelConfig;
+    use crate::config::read_config;
     use crate::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
     use crate::testutil::temp_dir;
     use crate::worker::LoadSettings;
@@ -354,7 +355,7 @@ mod tests {
         // bf16 keys and values: 2 × layers × kv heads × head dim × 2 bytes.
         assert_eq!(r.labels.kv_dtype, "bfloat16");
         assert_eq!(r.labels.quantization, Some((4, 64)));
-        let c = ModelConfig::from_dir(demo_dir()).unwrap_or_else(|e| panic!("{e}"));
+        let c = read_config(demo_dir()).unwrap_or_else(|e| panic!("{e}")).text;
         let per_position = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2;
         assert_eq!(r.labels.traffic.kv_bytes_per_position, u64::try_from(per_position).unwrap_or(0));
         assert_eq!(events[0], BenchEvent::Filled { depth: 300, time: r.fill_time });

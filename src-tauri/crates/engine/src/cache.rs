@@ -29,6 +29,7 @@ impl LayerKv {
     }
 
     /// Positions the buffers hold before they must grow.
+    #[cfg(test)]
     pub fn capacity(&self) -> i32 {
         self.keys.as_ref().map_or(0, |k| k.dim(2))
     }
@@ -111,11 +112,6 @@ impl KvCache {
         self.layers.first().map_or(0, |l| usize::try_from(l.offset).unwrap_or(0))
     }
 
-    /// Positions the buffers hold without growing.
-    pub fn capacity(&self) -> usize {
-        self.layers.first().map_or(0, |l| usize::try_from(l.capacity()).unwrap_or(0))
-    }
-
     /// The keys' element type; `None` before the first write.
     pub fn dtype(&self) -> Option<mlx_rs::Dtype> {
         self.layers.first().and_then(|l| l.keys.as_ref()).map(Array::dtype)
@@ -146,13 +142,8 @@ impl KvCache {
         usize::try_from(dropped).unwrap_or(0)
     }
 
-    /// Empties the cache but keeps its buffers for the next conversation.
-    pub fn reset(&mut self) {
-        let n = self.offset();
-        self.trim(n);
-    }
-
     /// Empties the cache and frees its buffers.
+    #[cfg(test)]
     pub fn clear(&mut self) {
         for layer in &mut self.layers {
             *layer = LayerKv::default();

@@ -2,6 +2,8 @@
 
 use std::path::PathBuf;
 
+use headroom_core::format::FormatError;
+
 /// Everything the engine can fail with; variants carry what the user needs to act.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
@@ -28,22 +30,32 @@ pub enum EngineError {
         #[source]
         source: std::io::Error,
     },
-    /// `config.json` (or the shard index) is not valid JSON or lacks a required field.
+    /// A JSON file beside the model (tokenizer_config.json) is not valid or lacks a field.
     #[error("invalid {path}: {reason}")]
     InvalidConfig { path: PathBuf, reason: String },
-    /// A `model_type` the engine has no implementation for.
-    #[error("unsupported model_type \"{model_type}\" in {path} (supported: qwen2, qwen3, llama, mistral)")]
-    UnknownModelType { model_type: String, path: PathBuf },
-    /// A `rope_scaling` type the engine does not implement.
-    #[error("unsupported rope_scaling type \"{rope_type}\" in {path} (supported: default, linear, llama3)")]
-    UnsupportedRopeScaling { rope_type: String, path: PathBuf },
-    /// A quantization mode other than MLX's affine one (mxfp4, nvfp4, …).
-    #[error("unsupported quantization mode \"{mode}\" in {path} (supported: affine)")]
-    UnsupportedQuantMode { mode: String, path: PathBuf },
+    /// `config.json` or the shard index cannot be used: the reason names the
+    /// field (an unsupported `model_type`, quantization mode or RoPE scaling
+    /// among them).
+    #[error("{}: {source}", path.display())]
+    Format {
+        path: PathBuf,
+        #[source]
+        source: FormatError,
+    },
     /// The folder has neither `model.safetensors` nor `model.safetensors.index.json`.
     #[error("no weights in {dir}: expected model.safetensors or model.safetensors.index.json")]
     MissingWeights { dir: PathBuf },
-    /// A weight file that is shorter than its header says, or whose header is malformed.
+    /// A shard the index names is not in the folder.
+    #[error("weight file {file} is listed in {index} but missing")]
+    MissingShard { file: PathBuf, index: PathBuf },
+    /// A weight file whose header is malformed or lies about its data (truncated, overlapping, wrong sizes).
+    #[error("corrupt weight file {}: {source}", file.display())]
+    Weights {
+        file: PathBuf,
+        #[source]
+        source: FormatError,
+    },
+    /// A weight file MLX could not read although its header was sound.
     #[error("corrupt or truncated weight file {file}: {reason}")]
     CorruptWeights { file: PathBuf, reason: String },
     /// A parameter the architecture needs that no weight file holds.
@@ -67,6 +79,10 @@ pub enum EngineError {
     /// A prompt with no tokens: there is nothing to condition on.
     #[error("empty prompt: at least one token is needed")]
     EmptyPrompt,
+    /// The tokenizer can produce ids the model's embedding has no row for
+    /// (an out-of-bounds read in MLX): the tokenizer belongs to another model.
+    #[error("the tokenizer in {dir} has ids up to {max_token_id} but the model's embedding has {embedding_rows} rows: they do not belong together")]
+    VocabMismatch { dir: PathBuf, max_token_id: u32, embedding_rows: i32 },
     /// The model folder has no `tokenizer.json`.
     #[error("no tokenizer.json in model folder {dir}")]
     MissingTokenizer { dir: PathBuf },
@@ -92,6 +108,12 @@ pub enum EngineError {
     /// A generate/unload request while no model is loaded.
     #[error("no model is loaded")]
     NoModelLoaded,
+    /// Loading failed after the previous model was unloaded: no model is loaded now.
+    #[error("{source}; the previous model had already been unloaded, so no model is loaded now")]
+    NothingLoaded {
+        #[source]
+        source: Box<EngineError>,
+    },
     /// A bug (a panic) inside the engine thread; the thread survives it.
     #[error("internal error during {during}: {message}")]
     Panicked { during: &'static str, message: String },

@@ -217,11 +217,12 @@ mod tests {
     use std::cell::Cell;
 
     use super::*;
-    use crate::config::Arch;
-    use crate::loader::{load_model, ComputeDtype};
+    use crate::demo::Arch;
+    use crate::loader::load_model;
     use crate::models::Logits;
     use crate::sampler::SamplingParams;
     use crate::testutil::{tiny_model, TinySpec};
+    use crate::weights::ComputeDtype;
 
     /// Each call advances 10 ms: timings become exact.
     struct FakeClock(Cell<u64>);

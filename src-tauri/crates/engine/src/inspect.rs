@@ -1,74 +1,57 @@
 //! What a model folder will cost in memory, read from `config.json` and the
-//! safetensors headers only: no tensor data is read and MLX is asked only
-//! which device it computes on (which decides the matmul kernel), so this is
-//! safe to call on a model far too large for the machine.
+//! safetensors headers only (through `headroom_core::format`, the same
+//! reader the hub uses for a repo it has not downloaded): no tensor data is
+//! read, and MLX is asked only which device it computes on (which decides
+//! the default matmul kernel), so this is safe to call on a model far too
+//! large for the machine.
 
 use std::path::Path;
 
 use headroom_core::fit::ModelFootprint;
+use headroom_core::format::{footprint, Header, LoadShape, ModelConfig};
 
 use crate::backend::backend_info;
-use crate::config::ModelConfig;
-use crate::error::{EngineError, Result};
-use crate::loader::{dtype_size, is_dropped, read_header, weight_files, ComputeDtype};
+use crate::config::read_config;
+use crate::error::Result;
 use crate::quant::QuantKernel;
+use crate::weights::{read_headers, ComputeDtype};
 
-/// The footprint of the model in `dir` loaded with the engine's default dtype.
+/// The footprint of the model in `dir` loaded with the engine's default dtype and kernel.
 pub fn inspect_model(dir: &Path) -> Result<ModelFootprint> {
     inspect_model_as(dir, ComputeDtype::Native)
 }
 
-/// The footprint of the model in `dir` loaded as `dtype`: every header is
-/// checked as strictly as the loader does, and the bytes counted are those
-/// the loader would keep (tied `lm_head` and RoPE tables dropped, floats
-/// widened under [`ComputeDtype::F32`]).
+/// The footprint of the model in `dir` loaded as `dtype` with the device's default kernel.
 pub fn inspect_model_as(dir: &Path, dtype: ComputeDtype) -> Result<ModelFootprint> {
-    let config = ModelConfig::from_dir(dir)?;
-    let mut weight_bytes = 0u64;
-    // The embedding's float dtype is the activations' (and the KV cache's)
-    // under Native: a quantized embedding dequantizes to its scales' dtype.
-    let mut embed_float: Option<u64> = None;
-    let mut any_float: Option<u64> = None;
-    for file in weight_files(dir)? {
-        for (name, (dt, shape)) in read_header(&file)? {
-            if is_dropped(&name, &config) {
-                continue;
-            }
-            let size = dtype_size(&dt).ok_or_else(|| EngineError::CorruptWeights {
-                file: file.clone(),
-                reason: format!("tensor {name} has unknown dtype {dt}"),
-            })?;
-            let is_float = matches!(dt.as_str(), "F32" | "F16" | "BF16");
-            let size = if is_float && dtype == ComputeDtype::F32 { 4 } else { size };
-            let numel: u64 = shape.iter().map(|&d| u64::try_from(d).unwrap_or(0)).product();
-            weight_bytes = weight_bytes.saturating_add(numel.saturating_mul(size));
-            if is_float {
-                any_float.get_or_insert(size);
-                if name.starts_with("model.embed_tokens.") {
-                    embed_float = Some(size);
-                }
-            }
-        }
-    }
-    let act_bytes = match dtype {
-        ComputeDtype::F32 => 4,
-        ComputeDtype::Native => embed_float.or(any_float).unwrap_or(4),
-    };
-    let dim = |v: i32| u64::try_from(v).unwrap_or(0);
-    Ok(ModelFootprint {
-        weight_bytes,
-        layers: dim(config.num_hidden_layers),
-        attention_heads: dim(config.num_attention_heads),
-        kv_heads: dim(config.num_key_value_heads),
-        head_dim: dim(config.head_dim),
-        hidden_size: dim(config.hidden_size),
-        intermediate_size: dim(config.intermediate_size),
-        vocab_size: dim(config.vocab_size),
-        kv_bytes_per_element: act_bytes,
-        max_context: config.max_position_embeddings.and_then(|v| u64::try_from(v).ok()),
-        prefill_dequantizes: config.quantization.is_some()
-            && QuantKernel::for_device(backend_info().device) != QuantKernel::Fused,
-    })
+    inspect_model_with(dir, dtype, QuantKernel::for_device(backend_info().device))
+}
+
+/// The footprint of the model in `dir` loaded as `dtype` with `kernel`:
+/// every header is checked as strictly as the loader checks it, and the
+/// bytes counted are those the loader would keep.
+pub fn inspect_model_with(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<ModelFootprint> {
+    inspect(dir, dtype, kernel).map(|i| i.footprint)
+}
+
+/// A model folder's config and footprint, from its files' headers.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inspection {
+    pub config: ModelConfig,
+    pub footprint: ModelFootprint,
+}
+
+/// Reads and checks config.json and every weight header of `dir`.
+pub fn inspect(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<Inspection> {
+    let config = read_config(dir)?;
+    let headers: Vec<Header> = read_headers(dir)?.into_iter().map(|(_, h)| h).collect();
+    let footprint = footprint(&config, &headers, load_shape(dtype, kernel));
+    Ok(Inspection { config, footprint })
+}
+
+/// What the footprint needs to know about a load: for callers that read a
+/// model's files elsewhere (the hub, over HTTP) and want the engine's answer.
+pub fn load_shape(dtype: ComputeDtype, kernel: QuantKernel) -> LoadShape {
+    LoadShape { widen_floats_to_f32: dtype == ComputeDtype::F32, dequantizing_kernel: kernel != QuantKernel::Fused }
 }
 
 #[cfg(test)]
@@ -76,10 +59,11 @@ mod tests {
     use std::io::Read;
 
     use super::*;
-    use crate::config::Arch;
-    use crate::demo::{write_demo_model, Arch as DemoArch, Bits, DemoSpec, Preset};
+    use crate::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+    use crate::error::EngineError;
     use crate::loader::load_model;
     use crate::testutil::{temp_dir, tiny_model, TinySpec};
+    use crate::weights::weight_files;
 
     /// Bytes of tensor data in a safetensors file: its length minus the 8-byte
     /// length prefix and the header.
@@ -94,8 +78,7 @@ mod tests {
     #[test]
     fn weight_bytes_equal_the_file_data_and_the_loaded_model() -> Result<()> {
         let dir = temp_dir("inspect-demo");
-        write_demo_model(&dir, &DemoSpec::new(DemoArch::Qwen2, Preset::Tiny, Bits::Four))
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
         let fp = inspect_model(&dir)?;
         let files = weight_files(&dir)?;
         let on_disk: u64 = files.iter().map(|f| data_bytes(f)).sum();
@@ -106,7 +89,7 @@ mod tests {
         assert_eq!(f32_fp.weight_bytes, load_model(&dir, ComputeDtype::F32)?.nbytes() as u64);
         assert!(f32_fp.weight_bytes > fp.weight_bytes);
         assert_eq!((fp.kv_bytes_per_element, f32_fp.kv_bytes_per_element), (2, 4));
-        let config = ModelConfig::from_dir(&dir)?;
+        let config = read_config(&dir)?.text;
         assert_eq!(fp.layers, config.num_hidden_layers as u64);
         assert_eq!(fp.kv_heads, config.num_key_value_heads as u64);
         assert_eq!(fp.head_dim, config.head_dim as u64);
@@ -134,14 +117,13 @@ mod tests {
     #[test]
     fn a_truncated_header_is_a_corrupt_weights_error() {
         let dir = temp_dir("inspect-trunc");
-        write_demo_model(&dir, &DemoSpec::new(DemoArch::Qwen2, Preset::Tiny, Bits::Four))
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
         let file = weight_files(&dir).unwrap_or_else(|e| panic!("{e}")).remove(0);
         let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
         // Cut inside the JSON header: its declared length now exceeds the file.
         std::fs::write(&file, &bytes[..40]).unwrap_or_else(|e| panic!("{e}"));
         let err = inspect_model(&dir).expect_err("truncated header");
-        assert!(matches!(&err, EngineError::CorruptWeights { file: f, .. } if *f == file), "{err}");
+        assert!(matches!(&err, EngineError::Weights { file: f, .. } if *f == file), "{err}");
         let _ = std::fs::remove_dir_all(dir);
     }
 }

@@ -12,9 +12,9 @@ use mlx_rs::ops::{self, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
 use crate::cache::LayerKv;
-use crate::config::{ModelConfig, RopeScaling};
 use crate::error::{MlxContext, Result};
 use crate::quant::QuantizedMatrix;
+use headroom_core::format::{RopeScaling, TextConfig};
 
 /// The weight of a linear layer: dense `[out, in]` or packed as on disk.
 #[derive(Debug)]
@@ -109,7 +109,7 @@ pub struct Rope {
 }
 
 impl Rope {
-    pub fn new(config: &ModelConfig) -> Result<Self> {
+    pub fn new(config: &TextConfig) -> Result<Self> {
         let dims = config.head_dim;
         let traditional = config.rope_traditional;
         match &config.rope_scaling {

@@ -1,40 +1,49 @@
 //! headroom-engine: the only crate that talks to MLX (mlx-rs / mlx-sys).
 //!
 //! It owns everything that touches MLX arrays: the backend facts, quantized
-//! weights, and (as the engine grows) model loading and generation on a
-//! worker thread. Nothing outside this crate sees an `mlx_rs::Array`.
+//! weights, model loading and generation on a worker thread. Its public
+//! surface is what the app, the server and the CLI use: the engine thread's
+//! handle ([`worker`]), model inspection for the fit check, the tokenizer,
+//! the benchmark and the demo models. Nothing outside this crate sees an
+//! `mlx_rs::Array`, except through the `test-support` feature, which the
+//! cross-crate tests turn on to compute with MLX directly.
 
 mod backend;
 pub mod bench;
-pub mod cache;
-pub mod config;
+mod cache;
+mod config;
 pub mod demo;
 mod error;
 mod ffi;
-pub mod generate;
-pub mod inspect;
-pub mod layers;
-pub mod loader;
+mod generate;
+mod inspect;
+mod layers;
+mod loader;
 mod mlx_memory;
-pub mod models;
-pub mod quant;
-pub mod sampler;
+mod models;
+mod quant;
+mod sampler;
 #[cfg(test)]
 mod testutil;
 pub mod tokenizer;
+mod weights;
 pub mod worker;
 
 pub use backend::{backend_info, BackendInfo, DeviceKind};
-// Re-exported so tests and callers can build inputs without naming mlx-rs.
-pub use cache::KvCache;
-pub use config::{Arch, ModelConfig};
 pub use error::{EngineError, Result};
-pub use generate::{generate, Clock, FinishReason, GenerateOptions, Generation, WallClock};
-pub use inspect::{inspect_model, inspect_model_as};
-pub use loader::{load_model, load_model_with, ComputeDtype};
+pub use inspect::{inspect, inspect_model, inspect_model_as, inspect_model_with, load_shape, Inspection};
 pub use mlx_memory::{gpu_working_set_bytes, mlx_memory, MlxMemory};
-pub use mlx_rs::Array;
-pub use models::{Logits, Model};
 pub use quant::QuantKernel;
-pub use sampler::{Sampler, SamplingParams};
-pub use tokenizer::{Detokenizer, Tokenizer};
+pub use sampler::SamplingParams;
+pub use tokenizer::Tokenizer;
+pub use weights::ComputeDtype;
+
+/// MLX-level access for tests outside this crate (the parity test, the
+/// rpath check): loading a model as a value and computing on arrays.
+#[cfg(feature = "test-support")]
+pub mod testing {
+    pub use crate::loader::{load_model, load_model_with};
+    pub use crate::models::Model;
+    pub use crate::quant::QuantizedMatrix;
+    pub use mlx_rs::Array;
+}

@@ -10,13 +10,15 @@
 
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::backend::DeviceKind;
-use crate::error::{EngineError, MlxContext, Result};
+use headroom_core::settings::KernelChoice;
 
-/// Bit widths MLX's affine quantization supports.
-pub const SUPPORTED_BITS: [i32; 6] = [2, 3, 4, 5, 6, 8];
-/// Group sizes MLX's affine quantization supports.
-pub const SUPPORTED_GROUP_SIZES: [i32; 3] = [32, 64, 128];
+use crate::backend::DeviceKind;
+#[cfg(any(test, feature = "test-support"))]
+use crate::error::EngineError;
+use crate::error::{MlxContext, Result};
+
+#[cfg(any(test, feature = "test-support"))]
+use headroom_core::format::quant::{SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
 
 /// How `x · Wᵀ` over a quantized `W` is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -51,6 +53,15 @@ impl QuantKernel {
         match device {
             DeviceKind::Cpu => Self::CPU,
             DeviceKind::Gpu => Self::Fused,
+        }
+    }
+
+    /// The kernel a setting (or `--kernel`) asks for; `Auto` suits the device.
+    pub fn choose(choice: KernelChoice) -> Self {
+        match choice {
+            KernelChoice::Auto => Self::for_device(crate::backend::backend_info().device),
+            KernelChoice::Fused => Self::Fused,
+            KernelChoice::Cpu => Self::CPU,
         }
     }
 
@@ -96,6 +107,7 @@ fn to_f32(a: &Array) -> Result<Array> {
     }
 }
 
+#[cfg(any(test, feature = "test-support"))]
 fn check_params(group_size: i32, bits: i32) -> Result<()> {
     if SUPPORTED_BITS.contains(&bits) && SUPPORTED_GROUP_SIZES.contains(&group_size) {
         Ok(())
@@ -106,6 +118,7 @@ fn check_params(group_size: i32, bits: i32) -> Result<()> {
 
 impl QuantizedMatrix {
     /// Quantizes a dense `[out, in]` matrix (`in` must be a multiple of `group_size`).
+    #[cfg(any(test, feature = "test-support"))]
     pub fn quantize(w: &Array, group_size: i32, bits: i32) -> Result<Self> {
         check_params(group_size, bits)?;
         match w.shape() {
@@ -123,6 +136,7 @@ impl QuantizedMatrix {
     }
 
     /// Number of input features (columns of the dense matrix).
+    #[cfg(test)]
     pub fn in_features(&self) -> i32 {
         self.weight.shape().last().copied().unwrap_or(0) * 32 / self.bits
     }
@@ -183,6 +197,7 @@ impl QuantizedMatrix {
     }
 
     /// The dense `[out, in]` matrix these tensors stand for.
+    #[cfg(test)]
     pub fn dequantize(&self) -> Result<Array> {
         ops::dequantize(&self.weight, &self.scales, &self.biases, self.group_size, self.bits).op("dequantize")
     }

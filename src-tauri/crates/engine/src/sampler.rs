@@ -85,10 +85,6 @@ impl Sampler {
         Ok(Self { params, rng })
     }
 
-    pub fn params(&self) -> &SamplingParams {
-        &self.params
-    }
-
     /// Whether the logits processors need the token history.
     pub fn uses_history(&self) -> bool {
         self.penalty_active()

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use mlx_rs::random::RandomState;
 use mlx_rs::{Array, Dtype};
 
-use crate::config::Arch;
+use crate::demo::Arch;
 use crate::quant::QuantizedMatrix;
 
 /// What to write.
@@ -50,17 +50,13 @@ pub fn temp_dir(tag: &str) -> PathBuf {
 }
 
 fn config_json(spec: &TinySpec) -> String {
-    let model_type = match spec.arch {
-        Arch::Qwen2 => "qwen2",
-        Arch::Qwen3 => "qwen3",
-        Arch::Llama => "llama",
-    };
+    let model_type = spec.arch.as_str();
     let quant = match spec.quant {
         Some((gs, bits)) => format!(r#","quantization":{{"group_size":{gs},"bits":{bits}}}"#),
         None => String::new(),
     };
     let rope = match spec.arch {
-        Arch::Llama => {
+        Arch::Llama | Arch::Mistral => {
             r#","rope_theta":500000.0,"rope_scaling":{"factor":8.0,"low_freq_factor":1.0,"high_freq_factor":4.0,"original_max_position_embeddings":64,"rope_type":"llama3"}"#
         }
         _ => r#","rope_theta":1000000.0"#,

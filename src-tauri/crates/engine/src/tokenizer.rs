@@ -17,6 +17,18 @@ use crate::error::{EngineError, Result};
 /// Where a chat template may live, in the order transformers looks.
 const TEMPLATE_FILE: &str = "chat_template.jinja";
 
+/// The work one render may do (minijinja's fuel: about one unit per
+/// instruction), so a template that loops forever ends with an error. A
+/// real chat template spends a few hundred units per message (the demo
+/// models' ChatML and Llama 3 templates: see the tokenizer tests), so this
+/// leaves a wide margin over any conversation that fits a context.
+pub const TEMPLATE_FUEL_BASE: u64 = 200_000;
+pub const TEMPLATE_FUEL_PER_MESSAGE: u64 = 20_000;
+/// The most text one render may produce: far beyond any prompt that fits
+/// the largest context (`MAX_CONTEXT_LIMIT` tokens), small enough that a
+/// template that multiplies strings cannot exhaust memory.
+pub const TEMPLATE_MAX_OUTPUT_BYTES: usize = 64 << 20;
+
 /// A loaded tokenizer plus what the folder says about chat formatting and EOS.
 #[derive(Debug)]
 pub struct Tokenizer {
@@ -36,8 +48,18 @@ impl Tokenizer {
         if !path.is_file() {
             return Err(EngineError::MissingTokenizer { dir: dir.to_owned() });
         }
-        let inner = tokenizers::Tokenizer::from_file(&path)
-            .map_err(|source| EngineError::Tokenizer { path: path.clone(), source })?;
+        // A malformed file must be an error, whatever the parser does with it.
+        let parsed = std::panic::catch_unwind(|| tokenizers::Tokenizer::from_file(&path));
+        let inner = match parsed {
+            Ok(result) => result.map_err(|source| EngineError::Tokenizer { path: path.clone(), source })?,
+            Err(_) => {
+                let source = "the tokenizer library failed on this file (it panicked)".into();
+                return Err(EngineError::Tokenizer { path, source });
+            }
+        };
+        if inner.get_vocab_size(true) == 0 {
+            return Err(EngineError::Tokenizer { path, source: "the vocabulary is empty".into() });
+        }
 
         let tok_config = read_json_opt(&dir.join("tokenizer_config.json"))?;
         let template = find_template(dir, tok_config.as_ref())?;
@@ -72,6 +94,23 @@ impl Tokenizer {
     /// Tokens the tokenizer knows, special ones included.
     pub fn vocab_size(&self) -> usize {
         self.inner.get_vocab_size(true)
+    }
+
+    /// The largest id encoding can produce (special tokens included): it
+    /// must have a row in the model's embedding.
+    pub fn max_token_id(&self) -> u32 {
+        self.inner.get_vocab(true).into_values().max().unwrap_or(0)
+    }
+
+    /// Renders a one-message conversation, so a template that does not
+    /// compile, refuses every conversation, or runs out of fuel is found
+    /// when the model is loaded rather than at the first message.
+    pub fn check_template(&self) -> Result<()> {
+        if self.template.is_none() {
+            return Ok(());
+        }
+        let probe = [Message::new(headroom_core::chat::Role::User, "Hello")];
+        self.apply_chat_template(&probe, true).map(drop)
     }
 
     /// Encodes raw text; `add_special_tokens` applies the post-processor (a BOS for Llama 3).
@@ -172,6 +211,36 @@ pub fn render_template(
     bos_token: Option<&str>,
     eos_token: Option<&str>,
 ) -> Result<String> {
+    let mut env = template_env(source)?;
+    let messages_n = u64::try_from(messages.len()).unwrap_or(u64::MAX);
+    env.set_fuel(Some(TEMPLATE_FUEL_BASE.saturating_add(TEMPLATE_FUEL_PER_MESSAGE.saturating_mul(messages_n))));
+    let template = env.get_template("chat").map_err(|source| EngineError::TemplateRender { source })?;
+    let mut out = Bounded { bytes: Vec::new(), limit: TEMPLATE_MAX_OUTPUT_BYTES, exceeded: false };
+    let rendered = template
+        .render_captured_to(
+            context! {
+                messages => messages,
+                add_generation_prompt => add_generation_prompt,
+                bos_token => bos_token.unwrap_or_default(),
+                eos_token => eos_token.unwrap_or_default(),
+            },
+            &mut out,
+        )
+        .map(drop);
+    if out.exceeded {
+        let message = format!("the rendered prompt exceeds {} MB", TEMPLATE_MAX_OUTPUT_BYTES >> 20);
+        return Err(EngineError::TemplateRender {
+            source: minijinja::Error::new(ErrorKind::InvalidOperation, message),
+        });
+    }
+    rendered.map_err(|source| EngineError::TemplateRender { source })?;
+    String::from_utf8(out.bytes).map_err(|_| EngineError::TemplateRender {
+        source: minijinja::Error::new(ErrorKind::InvalidOperation, "the template produced text that is not UTF-8"),
+    })
+}
+
+/// The environment transformers renders chat templates in, with `source` compiled.
+fn template_env(source: &str) -> Result<Environment<'static>> {
     let mut env = Environment::new();
     // transformers renders with trim_blocks + lstrip_blocks; templates rely on it.
     env.set_trim_blocks(true);
@@ -180,16 +249,30 @@ pub fn render_template(
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", raise_exception);
     env.add_filter("tojson", tojson);
-    env.add_template("chat", source).map_err(|source| EngineError::TemplateRender { source })?;
-    let template = env.get_template("chat").map_err(|source| EngineError::TemplateRender { source })?;
-    template
-        .render(context! {
-            messages => messages,
-            add_generation_prompt => add_generation_prompt,
-            bos_token => bos_token.unwrap_or_default(),
-            eos_token => eos_token.unwrap_or_default(),
-        })
-        .map_err(|source| EngineError::TemplateRender { source })
+    env.add_template_owned("chat", source.to_owned()).map_err(|source| EngineError::TemplateRender { source })?;
+    Ok(env)
+}
+
+/// A render's output, refused past `limit` bytes.
+struct Bounded {
+    bytes: Vec<u8>,
+    limit: usize,
+    exceeded: bool,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + buf.len() > self.limit {
+            self.exceeded = true;
+            return Err(std::io::Error::other(format!("the rendered prompt exceeds {} MB", self.limit >> 20)));
+        }
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// transformers' `raise_exception(msg)`: templates use it to reject a conversation.

@@ -16,15 +16,17 @@ use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_core::stats::{Rates, TurnTimings};
 
 use crate::backend::backend_info;
+use crate::bench::dtype_name;
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
-use crate::loader::{load_model_with, ComputeDtype};
+use crate::loader::{materialize, stage};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
 use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::Tokenizer;
+use crate::weights::ComputeDtype;
 
 /// The context limit when the caller sets none: what the fit verdict assumes.
 pub const DEFAULT_CONTEXT_LIMIT: usize = 8192;
@@ -113,11 +115,18 @@ pub struct ModelInfo {
     pub model_type: String,
     /// `(bits, group_size)` of the default quantization; `None` if unquantized.
     pub quantization: Option<(i32, i32)>,
+    /// The stats label for it ("4-bit, group 64"); `None` if unquantized.
+    pub quantization_label: Option<String>,
+    /// How quantized matrices multiply; `None` if unquantized.
+    pub quant_kernel: Option<QuantKernel>,
+    /// The KV cache's (and activations') element type, as MLX names it ("bfloat16", "float32").
+    pub kv_dtype: &'static str,
     /// Bytes of all weights as loaded.
     pub weight_bytes: usize,
     pub context_limit: usize,
     pub eos_ids: Vec<u32>,
-    /// Time to read the weights and the tokenizer (separate from any turn's TTFT).
+    /// Time to check the files and read the weights and the tokenizer,
+    /// the unload excluded (separate from any turn's TTFT).
     pub load_time: Duration,
     /// Unloading the model this load replaced (`had_model` false if none).
     pub replaced: UnloadReport,
@@ -281,10 +290,15 @@ fn empty_stats(generated: usize) -> TurnStats {
 /// A [`Job::WithModel`] body: the loaded model (if any) and its context limit.
 type ModelJob = Box<dyn FnOnce(Option<&Model>, usize) + Send>;
 
+/// Called on the engine thread right after a load unloaded the previous
+/// model (the app reads the process's memory there).
+pub type AfterUnload = Box<dyn FnOnce(&UnloadReport) + Send>;
+
 enum Job {
     Load {
         dir: PathBuf,
         settings: LoadSettings,
+        after_unload: Option<AfterUnload>,
         reply: Sender<Result<ModelInfo>>,
     },
     Unload {
@@ -373,12 +387,27 @@ impl EngineHandle {
         Ok(Self { owner: Arc::new(Owner { jobs, thread: Mutex::new(Some(thread)) }), shared })
     }
 
-    /// Loads the model in `dir`, replacing the current one (which is dropped
-    /// first, so two models never share memory). Blocks until done; on
-    /// failure no model is loaded.
+    /// Loads the model in `dir`, replacing the current one. Everything that
+    /// can be checked without reading the weights (config, headers, every
+    /// tensor's shape and dtype, the tokenizer against the embedding, the
+    /// chat template) is checked first: a broken folder fails with the old
+    /// model still loaded. Then the old model is dropped, so two models never
+    /// share memory, and the weights are read. A failure after that point is
+    /// [`EngineError::NothingLoaded`]. Blocks until done.
     pub fn load(&self, dir: &Path, settings: LoadSettings) -> Result<ModelInfo> {
+        self.load_observed(dir, settings, None)
+    }
+
+    /// [`Self::load`], calling `after_unload` on the engine thread once the
+    /// previous model is gone and before the new weights are read.
+    pub fn load_observed(
+        &self,
+        dir: &Path,
+        settings: LoadSettings,
+        after_unload: Option<AfterUnload>,
+    ) -> Result<ModelInfo> {
         let (reply, rx) = mpsc::channel();
-        self.send(Job::Load { dir: dir.to_owned(), settings, reply })?;
+        self.send(Job::Load { dir: dir.to_owned(), settings, after_unload, reply })?;
         rx.recv().map_err(|_| EngineError::EngineStopped)?
     }
 
@@ -462,8 +491,8 @@ impl Worker {
     fn run(mut self, jobs: &Receiver<Job>) {
         for job in jobs.iter() {
             match job {
-                Job::Load { dir, settings, reply } => {
-                    let _ = reply.send(self.load(&dir, settings));
+                Job::Load { dir, settings, after_unload, reply } => {
+                    let _ = reply.send(self.load(&dir, settings, after_unload));
                 }
                 Job::Unload { reply } => {
                     let _ = reply.send(self.unload());
@@ -546,11 +575,7 @@ impl Worker {
         Ok(())
     }
 
-    fn load(&mut self, dir: &Path, settings: LoadSettings) -> Result<ModelInfo> {
-        // The old model goes first, so two models never share memory, and
-        // its memory must be seen back before the new weights arrive.
-        let replaced = self.unload()?;
-        replaced.confirm()?;
+    fn load(&mut self, dir: &Path, settings: LoadSettings, after_unload: Option<AfterUnload>) -> Result<ModelInfo> {
         if settings.context_limit == 0 {
             return Err(EngineError::InvalidSetting {
                 name: "context_limit",
@@ -558,23 +583,44 @@ impl Worker {
                 reason: "must be at least 1",
             });
         }
+        // Checked while the old model still answers; a panic in a library
+        // on a hostile file is an error like any other.
         let started = Instant::now();
-        // The tokenizer first: it is cheap and its absence is a common mistake.
-        let tokenizer = Tokenizer::from_dir(dir)?;
-        let model = load_model_with(dir, settings.dtype, settings.kernel)?;
+        let (model, tokenizer) =
+            catch_unwind(AssertUnwindSafe(|| check_and_stage(dir, &settings))).unwrap_or_else(|panic| {
+                Err(EngineError::Panicked { during: "checking the model", message: panic_message(&*panic) })
+            })?;
+        let staged_in = started.elapsed();
+        // The old model goes now, so two models never share memory, and its
+        // memory must be seen back before the new weights arrive.
+        let none_loaded = |source: EngineError| EngineError::NothingLoaded { source: Box::new(source) };
+        let replaced = self.unload().map_err(none_loaded)?;
+        if let Some(f) = after_unload {
+            f(&replaced);
+        }
+        replaced.confirm().map_err(none_loaded)?;
+        let started = Instant::now();
+        catch_unwind(AssertUnwindSafe(|| materialize(&model, dir)))
+            .unwrap_or_else(|panic| {
+                Err(EngineError::Panicked { during: "reading the weights", message: panic_message(&*panic) })
+            })
+            .map_err(none_loaded)?;
         let config = model.config();
         let info = ModelInfo {
             dir: dir.to_owned(),
-            model_type: config.model_type.clone(),
+            model_type: config.model_type_name().to_owned(),
             quantization: config.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
+            quantization_label: config.quantization.as_ref().map(|q| q.default.label()),
+            quant_kernel: model.quant_kernel(),
+            kv_dtype: dtype_name(model.activation_dtype()),
             weight_bytes: model.nbytes(),
             context_limit: settings.context_limit,
             eos_ids: tokenizer.eos_ids().to_vec(),
-            load_time: started.elapsed(),
+            load_time: staged_in + started.elapsed(),
             replaced,
             cache_limit_bytes: settings.cache_limit_bytes,
         };
-        self.apply_cache_limit(settings.cache_limit_bytes)?;
+        self.apply_cache_limit(settings.cache_limit_bytes).map_err(none_loaded)?;
         self.loaded = Some(Loaded { model, tokenizer, settings });
         Ok(info)
     }
@@ -652,6 +698,23 @@ impl Worker {
         };
         Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }])
     }
+}
+
+/// Everything about the folder that can be checked without reading its
+/// weights: the tokenizer (its ids within the embedding, its template
+/// compiling) and the model built lazily (config, headers, every tensor).
+fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Model, Tokenizer)> {
+    let tokenizer = Tokenizer::from_dir(dir)?;
+    tokenizer.check_template()?;
+    let model = stage(dir, settings.dtype, settings.kernel)?;
+    let rows = model.config().text.vocab_size;
+    // Every id is smaller than `rows` (positive, checked on reading): an id
+    // past the table would be an out-of-bounds read in MLX's `take`.
+    let max_token_id = tokenizer.max_token_id();
+    if i64::from(max_token_id) >= i64::from(rows) {
+        return Err(EngineError::VocabMismatch { dir: dir.to_owned(), max_token_id, embedding_rows: rows });
+    }
+    Ok((model, tokenizer))
 }
 
 /// The conversation as prompt ids, within `limit` tokens per `policy`.

@@ -1,6 +1,6 @@
-//! The standard Hugging Face cache layout, written the way huggingface_hub
-//! writes it so other tools (mlx-lm, transformers) find the same files:
-//! `models--org--name/{blobs/<etag>, snapshots/<commit>/<file> -> ../../blobs/<etag>, refs/<revision>}`.
+//! Writing the standard Hugging Face cache, whose layout (and the checks on
+//! every name that goes into a path) is `headroom_core::format::hf_cache`,
+//! the same module the model list reads it with.
 //!
 //! A blob is downloaded as `blobs/<etag>.incomplete` (resumed from its
 //! length) and renamed only once verified; snapshot links and the ref are
@@ -9,47 +9,56 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{io, Result};
+use headroom_core::format::hf_cache::RepoFolder;
+use headroom_core::format::FormatError;
+
+use crate::error::{io, HubError, Result};
 use crate::repo::RepoId;
 
 /// One repo's folder inside a hub cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RepoCache {
-    dir: PathBuf,
+    repo: String,
+    folder: RepoFolder,
 }
 
 impl RepoCache {
     /// The folder of `repo` under the hub cache `root` (e.g. `~/.cache/huggingface/hub`).
     pub fn new(root: &Path, repo: &RepoId) -> Self {
-        Self { dir: root.join(repo.cache_folder()) }
+        Self { repo: repo.to_string(), folder: RepoFolder::new(root, repo.org(), repo.name()) }
     }
 
     pub fn dir(&self) -> &Path {
-        &self.dir
+        self.folder.dir()
     }
 
-    pub fn blob(&self, etag: &str) -> PathBuf {
-        self.dir.join("blobs").join(etag)
+    fn name(&self) -> impl FnOnce(FormatError) -> HubError + '_ {
+        |source| HubError::CacheName { repo: self.repo.clone(), source: Box::new(source) }
     }
 
-    pub fn incomplete(&self, etag: &str) -> PathBuf {
-        self.dir.join("blobs").join(format!("{etag}.incomplete"))
+    pub fn blob(&self, etag: &str) -> Result<PathBuf> {
+        self.folder.blob(etag).map_err(self.name())
     }
 
-    pub fn snapshot(&self, commit: &str) -> PathBuf {
-        self.dir.join("snapshots").join(commit)
+    pub fn incomplete(&self, etag: &str) -> Result<PathBuf> {
+        self.folder.incomplete(etag).map_err(self.name())
+    }
+
+    pub fn snapshot(&self, commit: &str) -> Result<PathBuf> {
+        self.folder.snapshot(commit).map_err(self.name())
     }
 
     /// Creates `blobs/` (and the repo folder).
     pub fn create_blobs_dir(&self) -> Result<()> {
-        let blobs = self.dir.join("blobs");
+        let blobs = self.folder.blobs_dir();
         std::fs::create_dir_all(&blobs).map_err(io(blobs))
     }
 
     /// `snapshots/<commit>/<file>` as a relative link to its blob (replacing
     /// an older one), like huggingface_hub; a copy where links are not possible.
     pub fn link(&self, commit: &str, file: &str, etag: &str) -> Result<PathBuf> {
-        let target = self.snapshot(commit).join(file);
+        let relative = RepoFolder::link_target(file, etag).map_err(self.name())?;
+        let target = self.snapshot(commit)?.join(file);
         if let Some(parent) = target.parent() {
             std::fs::create_dir_all(parent).map_err(io(parent))?;
         }
@@ -58,23 +67,22 @@ impl RepoCache {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(io(&target)(e)),
         }
-        // From snapshots/<commit>/<a>/<b>/<file>: up one per folder, then to blobs/.
-        let depth = file.split('/').count() - 1;
-        let relative = PathBuf::from(format!("{}../../blobs/{etag}", "../".repeat(depth)));
         #[cfg(unix)]
         std::os::unix::fs::symlink(&relative, &target).map_err(io(&target))?;
         #[cfg(not(unix))]
-        std::fs::copy(self.blob(etag), &target).map(drop).map_err(io(&target))?;
+        std::fs::copy(self.blob(etag)?, &target).map(drop).map_err(io(&target))?;
         Ok(target)
     }
 
     /// Points `refs/<revision>` at `commit`, atomically (write, then rename).
     pub fn write_ref(&self, revision: &str, commit: &str) -> Result<()> {
-        let refs = self.dir.join("refs");
+        let dest = self.folder.ref_file(revision).map_err(self.name())?;
+        // The commit must read back as a snapshot name.
+        self.snapshot(commit)?;
+        let refs = self.folder.refs_dir();
         std::fs::create_dir_all(&refs).map_err(io(&refs))?;
         let tmp = refs.join(format!(".{revision}.tmp"));
         std::fs::write(&tmp, commit).map_err(io(&tmp))?;
-        let dest = refs.join(revision);
         std::fs::rename(&tmp, &dest).map_err(io(dest))
     }
 }
@@ -90,8 +98,9 @@ mod tests {
         let repo = RepoId::parse("org/m").unwrap_or_else(|e| panic!("{e}"));
         let cache = RepoCache::new(&root, &repo);
         cache.create_blobs_dir().unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(cache.blob("e1"), b"top").unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(cache.blob("e2"), b"nested").unwrap_or_else(|e| panic!("{e}"));
+        let blob = |e| cache.blob(e).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(blob("e1"), b"top").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(blob("e2"), b"nested").unwrap_or_else(|e| panic!("{e}"));
         let top = cache.link("c0ffee", "config.json", "e1").unwrap_or_else(|e| panic!("{e}"));
         let nested = cache.link("c0ffee", "sub/dir/x.txt", "e2").unwrap_or_else(|e| panic!("{e}"));
         // Linking again replaces the link.
@@ -105,6 +114,10 @@ mod tests {
         );
         cache.write_ref("main", "c0ffee").unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(std::fs::read_to_string(root.join("models--org--m/refs/main")).ok().as_deref(), Some("c0ffee"));
+        // A hostile commit or etag from a server never becomes a path outside the repo.
+        assert!(matches!(cache.link("../../x", "config.json", "e1"), Err(HubError::CacheName { .. })));
+        assert!(matches!(cache.link("c0ffee", "config.json", "../e1"), Err(HubError::CacheName { .. })));
+        assert!(matches!(cache.write_ref("main", "../../etc"), Err(HubError::CacheName { .. })));
         let _ = std::fs::remove_dir_all(&root);
     }
 }

@@ -33,10 +33,25 @@ pub enum HubError {
     Protocol { url: String, reason: String },
     #[error("{repo} has no weights Headroom can run: expected model.safetensors or model.safetensors.index.json")]
     NoWeights { repo: String },
-    #[error("the config.json of {repo} cannot be used: {reason}")]
-    BadConfig { repo: String, reason: String },
-    #[error("the safetensors header of {file} in {repo} is corrupt: {reason}")]
-    BadHeader { repo: String, file: String, reason: String },
+    #[error("{repo} has no config.json: it is not a model Headroom can run")]
+    NoConfig { repo: String },
+    /// config.json, the shard index or a safetensors header cannot be used (the reason names the field or tensor).
+    #[error("{file} in {repo}: {source}")]
+    Format {
+        repo: String,
+        file: String,
+        #[source]
+        source: Box<headroom_core::format::FormatError>,
+    },
+    #[error("{file} is listed in model.safetensors.index.json of {repo} but the repo has no such file")]
+    MissingShard { repo: String, file: String },
+    /// A name from the hub (commit, etag, file path) that cannot be a path in the cache.
+    #[error("{repo}: {source}")]
+    CacheName {
+        repo: String,
+        #[source]
+        source: Box<headroom_core::format::FormatError>,
+    },
     #[error("{file} arrived with sha256 {actual}, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
     HashMismatch { file: String, expected: String, actual: String },
     #[error("{file} arrived with {actual} bytes, but the hub says {expected}: the download was deleted and nothing was added to the cache")]

@@ -1,11 +1,11 @@
 //! headroom-hub: pulls models from the Hugging Face hub (or any server that
 //! speaks its API) into the standard HF cache, after a fit check that reads
-//! only config.json and the safetensors headers.
+//! only config.json and the safetensors headers (read by
+//! `headroom_core::format`, the reader the engine uses for files on disk).
 
 pub mod cache;
 pub mod client;
 pub mod error;
-pub mod header;
 pub mod pull;
 pub mod repo;
 #[cfg(any(test, feature = "test-server"))]

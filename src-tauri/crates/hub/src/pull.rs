@@ -8,6 +8,8 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use headroom_core::fit::ModelFootprint;
+use headroom_core::format::safetensors::{header_len, parse_header, parse_index, INDEX_FILE, SINGLE_FILE};
+use headroom_core::format::{footprint, LoadShape, ModelConfig, CONFIG_FILE};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -16,11 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::cache::RepoCache;
 use crate::client::{FileMeta, HubClient};
 use crate::error::{io, HubError, Result};
-use crate::header::{config_sizes, footprint, header_len, parse_header, ConfigSizes};
 use crate::repo::{check_revision, RepoId};
-
-const INDEX: &str = "model.safetensors.index.json";
-const SINGLE: &str = "model.safetensors";
 /// Attempts per file when a transfer breaks off; each resumes where the last stopped.
 pub const MAX_ATTEMPTS: u32 = 5;
 /// Progress events at most this often (plus one at the end of each file).
@@ -45,6 +43,8 @@ pub struct RemoteModel {
     /// HF `model_type`.
     pub arch: String,
     pub bits: Option<u32>,
+    /// "4-bit, group 64"; `None` if unquantized.
+    pub quantization: Option<String>,
     pub files: Vec<RemoteFile>,
     /// Sum of every file's size.
     pub total_bytes: u64,
@@ -119,12 +119,15 @@ pub struct PullOutcome {
 
 /// Reads the repo's file list, every file's size and ETag, config.json and
 /// the safetensors headers (8 bytes, then the header's own length, per
-/// weight file), and computes the model's footprint. Downloads no weights.
+/// weight file), and computes the model's footprint as it would be loaded
+/// (`shape`: the engine's dtype and kernel, see `headroom_engine::load_shape`).
+/// Downloads no weights.
 pub async fn inspect(
     client: &HubClient,
     repo: &RepoId,
     revision: &str,
     cache_root: &std::path::Path,
+    shape: LoadShape,
 ) -> Result<RemoteModel> {
     check_revision(revision)?;
     let rev = client.revision(repo, revision).await?;
@@ -135,60 +138,56 @@ pub async fn inspect(
         files.push(RemoteFile { path: path.clone(), size, etag, lfs });
     }
     let has = |f: &str| files.iter().any(|x| x.path == f);
-    if !has("config.json") {
-        return Err(HubError::BadConfig { repo: name, reason: "the repo has no config.json".into() });
+    if !has(CONFIG_FILE) {
+        return Err(HubError::NoConfig { repo: name });
     }
-    let bad_config = |reason: String| HubError::BadConfig { repo: name.clone(), reason };
-    let config_bytes = client.get_small(repo, &rev.commit, "config.json").await?;
-    let config: serde_json::Value =
-        serde_json::from_slice(&config_bytes).map_err(|e| bad_config(format!("not JSON: {e}")))?;
-    let sizes: ConfigSizes = config_sizes(&config).map_err(bad_config)?;
+    let format = |file: &str| {
+        let (repo, file) = (name.clone(), file.to_owned());
+        move |source| HubError::Format { repo, file, source: Box::new(source) }
+    };
+    let config_bytes = client.get_small(repo, &rev.commit, CONFIG_FILE).await?;
+    // Architectures and quantizations the engine cannot run are refused here, before anything is downloaded.
+    let config = ModelConfig::parse(&config_bytes).map_err(format(CONFIG_FILE))?;
 
-    let mut weights: Vec<String> = if has(INDEX) {
-        let bytes = client.get_small(repo, &rev.commit, INDEX).await?;
-        let bad = |reason: String| HubError::BadHeader { repo: name.clone(), file: INDEX.into(), reason };
-        let index: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| bad(format!("not JSON: {e}")))?;
-        let map = index["weight_map"].as_object().ok_or_else(|| bad("no \"weight_map\" object".into()))?;
-        map.values().filter_map(serde_json::Value::as_str).map(str::to_owned).collect()
-    } else if has(SINGLE) {
-        vec![SINGLE.to_owned()]
+    let weights: Vec<String> = if has(INDEX_FILE) {
+        let bytes = client.get_small(repo, &rev.commit, INDEX_FILE).await?;
+        parse_index(&bytes).map_err(format(INDEX_FILE))?
+    } else if has(SINGLE_FILE) {
+        vec![SINGLE_FILE.to_owned()]
     } else {
         return Err(HubError::NoWeights { repo: name });
     };
-    // The engine's order: file names sorted.
-    weights.sort();
-    weights.dedup();
     let mut headers = Vec::with_capacity(weights.len());
     for w in &weights {
-        let bad = |reason: String| HubError::BadHeader { repo: name.clone(), file: w.clone(), reason };
         let size = files
             .iter()
             .find(|f| &f.path == w)
             .map(|f| f.size)
-            .ok_or_else(|| bad(format!("listed in {INDEX} but not in the repo")))?;
+            .ok_or_else(|| HubError::MissingShard { repo: name.clone(), file: w.clone() })?;
         let prefix = client.get_range(repo, &rev.commit, w, 0, 8.min(size)).await?;
-        let prefix: [u8; 8] = prefix.try_into().map_err(|_| bad("shorter than the 8-byte header length".into()))?;
-        let len = header_len(prefix, size).map_err(bad)?;
+        let len = header_len(&prefix, size).map_err(format(w))?;
         let json = client.get_range(repo, &rev.commit, w, 8, len).await?;
-        headers.push(parse_header(&json, size).map_err(bad)?);
+        headers.push(parse_header(&json, size).map_err(format(w))?);
     }
     let cache = RepoCache::new(cache_root, repo);
     let cached_bytes = files.iter().filter(|f| blob_is_complete(&cache, f)).map(|f| f.size).sum();
+    let quant = config.quantization.as_ref().map(|q| q.default);
     Ok(RemoteModel {
         repo: name,
         revision: revision.to_owned(),
         commit: rev.commit,
-        arch: sizes.model_type.clone(),
-        bits: sizes.bits,
+        arch: config.model_type_name().to_owned(),
+        bits: quant.and_then(|q| u32::try_from(q.bits).ok()),
+        quantization: quant.map(|q| q.label()),
         total_bytes: files.iter().map(|f| f.size).sum(),
         cached_bytes,
+        footprint: footprint(&config, &headers, shape),
         files,
-        footprint: footprint(&sizes, &headers),
     })
 }
 
 fn blob_is_complete(cache: &RepoCache, f: &RemoteFile) -> bool {
-    std::fs::metadata(cache.blob(&f.etag)).is_ok_and(|m| m.is_file() && m.len() == f.size)
+    cache.blob(&f.etag).is_ok_and(|b| std::fs::metadata(b).is_ok_and(|m| m.is_file() && m.len() == f.size))
 }
 
 /// Downloads every file of `model` into the hub cache at `cache_root`,
@@ -240,7 +239,7 @@ pub async fn download(
     if model.revision != model.commit {
         cache.write_ref(&model.revision, &model.commit)?;
     }
-    let snapshot = cache.snapshot(&model.commit);
+    let snapshot = cache.snapshot(&model.commit)?;
     let elapsed_secs = meter.started.elapsed().as_secs_f64();
     on_event(PullEvent::Finished {
         repo: model.repo.clone(),
@@ -313,7 +312,7 @@ async fn fetch_blob(
     meter: &mut Meter,
     on_event: &mut impl FnMut(PullEvent),
 ) -> Result<()> {
-    let part = cache.incomplete(&f.etag);
+    let part = cache.incomplete(&f.etag)?;
     let mut attempt = 0;
     loop {
         attempt += 1;
@@ -349,7 +348,7 @@ async fn fetch_blob(
             return Err(discard(HubError::HashMismatch { file: f.path.clone(), expected: f.etag.clone(), actual }));
         }
     }
-    let blob = cache.blob(&f.etag);
+    let blob = cache.blob(&f.etag)?;
     std::fs::rename(&part, &blob).map_err(io(blob))
 }
 

@@ -46,7 +46,7 @@ impl RepoId {
 
     /// The HF cache's folder name for this repo.
     pub fn cache_folder(&self) -> String {
-        format!("models--{}--{}", self.org, self.name)
+        headroom_core::format::hf_cache::RepoFolder::folder_name(&self.org, &self.name)
     }
 }
 

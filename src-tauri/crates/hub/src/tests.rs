@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use headroom_core::format::LoadShape;
+
 use crate::testserver::{Fault, TestHub};
 use crate::{download, inspect, CancellationToken, Endpoint, HubClient, HubError, PullEvent, RepoId};
 
@@ -102,7 +104,8 @@ fn listed(fx: &Fixture) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspection_reads_the_headers_with_ranges_and_downloads_no_weights() {
     let fx = fixture("inspect");
-    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache).await.unwrap_or_else(|e| panic!("{e}"));
+    let model =
+        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!((model.commit.as_str(), model.arch.as_str(), model.bits), (fx.commit.as_str(), "qwen2", None));
     assert_eq!(model.footprint.weight_bytes, WEIGHT_BYTES, "the RoPE table is not counted");
     assert_eq!((model.footprint.head_dim, model.footprint.kv_heads, model.footprint.kv_bytes_per_element), (16, 2, 2));
@@ -123,7 +126,8 @@ async fn inspection_reads_the_headers_with_ranges_and_downloads_no_weights() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
     let fx = fixture("full");
-    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache).await.unwrap_or_else(|e| panic!("{e}"));
+    let model =
+        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
     let mut events = Vec::new();
     let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |e| events.push(e))
         .await
@@ -150,7 +154,8 @@ async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
     assert!(events.iter().any(|e| matches!(e, PullEvent::FileDone { file, verified: crate::Verified::Sha256, reused: false, .. } if file == MODEL)));
 
     // Again: everything is in the cache already; nothing is fetched.
-    let again = inspect(&fx.client, &fx.repo, "main", &fx.cache).await.unwrap_or_else(|e| panic!("{e}"));
+    let again =
+        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(again.cached_bytes, again.total_bytes);
     let before = fx.hub.log().len();
     let out = download(&fx.client, &fx.cache, &again, &CancellationToken::new(), |_| {})
@@ -163,7 +168,8 @@ async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_cut_off_midway_resumes_with_a_range_and_verifies() {
     let fx = fixture("cut");
-    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache).await.unwrap_or_else(|e| panic!("{e}"));
+    let model =
+        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
     fx.hub.add_fault(Fault::CloseAfter { file: MODEL.into(), after: 300_000 });
     let mut events = Vec::new();
     let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |e| events.push(e))
@@ -184,7 +190,8 @@ async fn a_transfer_cut_off_midway_resumes_with_a_range_and_verifies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_pull_lists_nothing_and_the_next_one_resumes() {
     let fx = fixture("cancel");
-    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache).await.unwrap_or_else(|e| panic!("{e}"));
+    let model =
+        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
     fx.hub.add_fault(Fault::Stall { file: MODEL.into(), after: 200_000 });
     let etag = model.files.iter().find(|f| f.path == MODEL).unwrap_or_else(|| panic!("no weights")).etag.clone();
     let partial = repo_dir(&fx).join("blobs").join(format!("{etag}.incomplete"));
@@ -221,7 +228,8 @@ async fn a_cancelled_pull_lists_nothing_and_the_next_one_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_download_is_deleted_with_a_clear_error() {
     let fx = fixture("corrupt");
-    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache).await.unwrap_or_else(|e| panic!("{e}"));
+    let model =
+        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
     fx.hub.add_fault(Fault::Corrupt { file: MODEL.into() });
     let err = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |_| {}).await.err();
     let Some(err @ HubError::HashMismatch { .. }) = err else { panic!("{err:?}") };
@@ -243,15 +251,19 @@ async fn a_corrupted_download_is_deleted_with_a_clear_error() {
 async fn missing_repos_revisions_and_weights_are_named() {
     let fx = fixture("missing");
     let absent = RepoId::parse("mlx-community/absent").unwrap_or_else(|e| panic!("{e}"));
-    let err = inspect(&fx.client, &absent, "main", &fx.cache).await.err().map(|e| e.to_string()).unwrap_or_default();
+    let err = inspect(&fx.client, &absent, "main", &fx.cache, LoadShape::default())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(
         err.starts_with("repository mlx-community/absent was not found at http://127.0.0.1:")
             && err.contains("HTTP 404"),
         "{err}"
     );
-    let err = inspect(&fx.client, &fx.repo, "v9", &fx.cache).await.err();
+    let err = inspect(&fx.client, &fx.repo, "v9", &fx.cache, LoadShape::default()).await.err();
     assert!(matches!(err, Some(HubError::RevisionNotFound { ref revision, .. }) if revision == "v9"), "{err:?}");
-    let err = inspect(&fx.client, &fx.repo, "a/b", &fx.cache).await.err();
+    let err = inspect(&fx.client, &fx.repo, "a/b", &fx.cache, LoadShape::default()).await.err();
     assert!(matches!(err, Some(HubError::InvalidRevision { .. })), "{err:?}");
 
     let no_weights = fx.source.with_file_name("no-weights");
@@ -259,15 +271,59 @@ async fn missing_repos_revisions_and_weights_are_named() {
     std::fs::copy(fx.source.join("config.json"), no_weights.join("config.json")).unwrap_or_else(|e| panic!("{e}"));
     fx.hub.add_repo("org/no-weights", &no_weights).unwrap_or_else(|e| panic!("{e}"));
     let repo = RepoId::parse("org/no-weights").unwrap_or_else(|e| panic!("{e}"));
-    let err = inspect(&fx.client, &repo, "main", &fx.cache).await.err();
+    let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
     assert!(matches!(err, Some(HubError::NoWeights { .. })), "{err:?}");
 
     // Nothing listens here: unreachable, with the URL in the message.
     let dead = HubClient::new(Endpoint::parse("http://127.0.0.1:9").unwrap_or_else(|e| panic!("{e}")))
         .unwrap_or_else(|e| panic!("{e}"));
-    let err = inspect(&dead, &fx.repo, "main", &fx.cache).await.err().map(|e| e.to_string()).unwrap_or_default();
+    let err = inspect(&dead, &fx.repo, "main", &fx.cache, LoadShape::default())
+        .await
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
     assert!(
         err.starts_with("cannot reach http://127.0.0.1:9/api/models/mlx-community/Tiny-4bit/revision/main"),
         "{err}"
+    );
+}
+
+/// The pull check reads the repo with the same reader as a load: a hostile
+/// config or a lying header is refused with the field or tensor named,
+/// before any weight byte is downloaded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_configs_and_headers_are_refused_before_downloading() {
+    let fx = fixture("hostile");
+    let hostile = fx.source.with_file_name("hostile");
+    write_model(&hostile);
+    let config = std::fs::read_to_string(hostile.join("config.json")).unwrap_or_else(|e| panic!("{e}"));
+    let config = config.replace(r#""num_attention_heads":4"#, r#""num_attention_heads":4,"head_dim":-2147483648"#);
+    std::fs::write(hostile.join("config.json"), config.replace("\"qwen2\"", "\"llama\""))
+        .unwrap_or_else(|e| panic!("{e}"));
+    fx.hub.add_repo("org/hostile", &hostile).unwrap_or_else(|e| panic!("{e}"));
+    let repo = RepoId::parse("org/hostile").unwrap_or_else(|e| panic!("{e}"));
+    let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
+    assert!(
+        matches!(&err, Some(HubError::Format { file, source, .. }) if file == "config.json" && source.field() == Some("head_dim")),
+        "{err:?}"
+    );
+
+    let lying = fx.source.with_file_name("lying");
+    write_model(&lying);
+    let mut bytes = std::fs::read(lying.join(MODEL)).unwrap_or_else(|e| panic!("{e}"));
+    let cut = bytes.len() - 10;
+    bytes.truncate(cut);
+    std::fs::write(lying.join(MODEL), bytes).unwrap_or_else(|e| panic!("{e}"));
+    fx.hub.add_repo("org/lying", &lying).unwrap_or_else(|e| panic!("{e}"));
+    let repo = RepoId::parse("org/lying").unwrap_or_else(|e| panic!("{e}"));
+    let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
+    let message = err.as_ref().map(ToString::to_string).unwrap_or_default();
+    assert!(
+        matches!(&err, Some(HubError::Format { file, .. }) if file == MODEL) && message.contains("truncated"),
+        "{message}"
+    );
+    assert!(
+        fx.hub.log().iter().filter(|r| r.path.starts_with("/cdn/")).all(|r| r.range.is_some()),
+        "only header ranges were fetched"
     );
 }

@@ -222,6 +222,7 @@ mod tests {
             kv_bytes_per_element: 2,
             max_context: Some(32_768),
             prefill_dequantizes: false,
+            kv_layers: vec![headroom_core::fit::KvLayers::full(48, 8, 128)],
         };
         let report = check(&model, 8192, BudgetInputs::new(16 * GIB));
         assert!(report.verdict.refuses(), "{:?}", report.verdict);

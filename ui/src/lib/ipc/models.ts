@@ -9,10 +9,14 @@ export interface ModelEntry {
   path: string;
   arch: string | null;
   bits: number | null;
+  /** e.g. "4-bit, group 64"; null if unquantized or unreadable. */
+  quantization?: string | null;
   size_bytes: number;
   loaded: boolean;
-  /** The fit verdict at the app's context limit; null if the headers could not be read. */
+  /** The fit verdict at the app's context limit; null if there is no budget or the model cannot be read. */
   fit: FitReport | null;
+  /** Why the folder cannot be loaded (a broken config, a lying header, …); loading it would fail with this. */
+  problem?: { code: string; message: string } | null;
 }
 
 /** Mirrors `headroom_core::fit::Verdict` (tagged by `kind`). */

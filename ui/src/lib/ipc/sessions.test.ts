@@ -66,6 +66,7 @@ describe('settings', () => {
       cloudCacheMb: 50,
       summariseForCloud: false,
       serverPort: 8080,
+    kernel: 'auto',
     };
     const calls: Array<[string, unknown]> = [];
     mockIPC((cmd, args) => {

@@ -2,6 +2,13 @@
 // struct and its validation are headroom_core::settings).
 import { call } from './invoke';
 
+/**
+ * Mirrors `headroom_core::settings::KernelChoice`: the quantized-matmul
+ * kernel. `fused` is mlx-lm's (its tokens); `cpu` computes in f32 (faster on
+ * MLX's CPU backend); `auto` picks by device.
+ */
+export type Kernel = 'auto' | 'fused' | 'cpu';
+
 /** Mirrors `headroom_core::settings::Settings` (serde camelCase). */
 export interface Settings {
   contextLimit: number;
@@ -15,6 +22,8 @@ export interface Settings {
   cloudCacheMb: number;
   summariseForCloud: boolean;
   serverPort: number;
+  /** Applied at the next model load. */
+  kernel: Kernel;
 }
 
 /** The stored settings; fields never set have their defaults. */

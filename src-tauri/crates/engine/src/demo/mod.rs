@@ -18,6 +18,7 @@
 
 mod config;
 mod error;
+mod hostile;
 mod tokenizer;
 mod weights;
 
@@ -28,6 +29,7 @@ use std::str::FromStr;
 
 pub use config::ModelShape;
 pub use error::DemoError;
+pub use hostile::{write_hostile_corpus, Caught, HostileCase};
 
 /// mlx-lm's shard limit (`MAX_FILE_SIZE_GB = 5`, in GiB).
 pub const MLX_LM_MAX_SHARD_BYTES: u64 = 5 << 30;

@@ -8,16 +8,16 @@ use mlx_rs::Array;
 
 use super::{check_cache, mlx, Logits};
 use crate::cache::{KvCache, LayerKv};
-use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::{last_position, Embedding, Linear, Mlp, Params, RmsNorm};
-use crate::loader::Weights;
 use crate::quant::QuantKernel;
+use crate::weights::Weights;
+use headroom_core::format::{ModelConfig, TextConfig};
 
 /// The part of a block that differs between architectures.
 pub(crate) trait Attention: Sized + std::fmt::Debug {
     /// Loads the weights under `prefix` (`model.layers.{i}.self_attn`).
-    fn load(c: &ModelConfig, w: &mut Weights, prefix: &str) -> Result<Self>;
+    fn load(c: &TextConfig, w: &mut Weights, prefix: &str) -> Result<Self>;
     /// `x` is `[B, L, hidden]`; appends this step's keys/values to `cache`.
     fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array>;
     /// Every weight array, for byte counts and evaluation.
@@ -36,7 +36,7 @@ pub struct Block<A> {
 // outside the crate, models are used through `models::Model`.
 #[allow(private_bounds)]
 impl<A: Attention> Block<A> {
-    fn load(c: &ModelConfig, w: &mut Weights, i: i32) -> Result<Self> {
+    fn load(c: &TextConfig, w: &mut Weights, i: i32) -> Result<Self> {
         let p = format!("model.layers.{i}");
         let (h, m) = (c.hidden_size, c.intermediate_size);
         Ok(Self {
@@ -73,7 +73,7 @@ pub struct Decoder<A> {
 #[allow(private_bounds)]
 impl<A: Attention> Decoder<A> {
     pub(crate) fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
-        let c = &config;
+        let c = &config.text;
         let embed_tokens = w.embedding("model.embed_tokens", c.vocab_size, c.hidden_size)?;
         let layers = (0..c.num_hidden_layers).map(|i| Block::load(c, w, i)).collect::<Result<_>>()?;
         let norm = w.rms_norm("model.norm", c.hidden_size, c.rms_norm_eps)?;
@@ -98,6 +98,7 @@ impl<A: Attention> Decoder<A> {
         };
         match logits {
             Logits::Last => out.squeeze_axes(&[1]).map_err(mlx("squeeze")),
+            #[cfg(test)]
             Logits::All => Ok(out),
         }
     }

@@ -2,15 +2,19 @@
 //! layout): optional biases (`attention_bias`, `mlp_bias`), `head_dim` from
 //! the config when given, Llama 3.1 RoPE scaling, tied or untied head.
 //! Qwen2 runs on this attention too (qwen2.rs).
+//!
+//! Read top to bottom: the config (`headroom_core::format::llama::Config`, HF
+//! names and mlx-lm's defaults, reduced to the shared `TextConfig`), the
+//! attention, the model.
 
 use mlx_rs::Array;
 
 use super::decoder::{self, Decoder};
 use crate::cache::LayerKv;
-use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::{attend, to_heads, Linear, Params, Rope};
-use crate::loader::Weights;
+use crate::weights::Weights;
+use headroom_core::format::TextConfig;
 
 pub type Model = Decoder<Attention>;
 
@@ -27,7 +31,7 @@ pub struct Attention {
 }
 
 impl decoder::Attention for Attention {
-    fn load(c: &ModelConfig, w: &mut Weights, p: &str) -> Result<Self> {
+    fn load(c: &TextConfig, w: &mut Weights, p: &str) -> Result<Self> {
         let (h, d) = (c.hidden_size, c.head_dim);
         Ok(Self {
             q_proj: w.linear(&format!("{p}.q_proj"), h, c.num_attention_heads * d, c.qkv_bias)?,

@@ -4,9 +4,9 @@
 use mlx_rs::Array;
 
 use crate::cache::KvCache;
-use crate::config::ModelConfig;
 use crate::error::{EngineError, Result};
 use crate::quant::QuantKernel;
+use headroom_core::format::ModelConfig;
 
 pub mod decoder;
 pub mod llama;
@@ -38,6 +38,7 @@ pub enum Logits {
     /// skips the output head for every other position (a vocab-wide matmul).
     Last,
     /// `[B, L, vocab]`, as mlx-lm's model returns (for parity checks).
+    #[cfg(test)]
     All,
 }
 
@@ -84,7 +85,17 @@ impl Model {
 
     /// An empty cache with one entry per layer of this model.
     pub fn new_cache(&self) -> KvCache {
-        KvCache::new(usize::try_from(self.config().num_hidden_layers).unwrap_or(0))
+        KvCache::new(usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0))
+    }
+
+    /// The dtype activations (and so the KV cache) take on: the embedding's
+    /// float dtype, as in mlx-lm.
+    pub fn activation_dtype(&self) -> mlx_rs::Dtype {
+        match self {
+            Model::Qwen2(m) => m.embed_tokens.dtype(),
+            Model::Qwen3(m) => m.embed_tokens.dtype(),
+            Model::Llama(m) => m.embed_tokens.dtype(),
+        }
     }
 
     /// Every weight array.
@@ -100,6 +111,7 @@ impl Model {
 
     /// The next-token logits after `prompt` (fresh cache), as f32: what
     /// parity checks compare with the reference implementation.
+    #[cfg(feature = "test-support")]
     pub fn prompt_logits(&self, prompt: &[u32]) -> Result<Vec<f32>> {
         let len = i32::try_from(prompt.len()).unwrap_or(i32::MAX);
         let logits = self.forward(&Array::from_slice(prompt, &[1, len]), &mut self.new_cache())?;

@@ -1,15 +1,19 @@
 //! Qwen3 (`model_type: qwen3`): no projection biases, an explicit `head_dim`,
 //! and an RMSNorm over each query and key head before RoPE.
+//!
+//! Read top to bottom: the config (`headroom_core::format::qwen3::Config`, HF
+//! names and mlx-lm's defaults, reduced to the shared `TextConfig`), the
+//! attention, the model.
 
 use mlx_rs::Array;
 
 use super::decoder::{self, Decoder};
 use super::{llama, mlx};
 use crate::cache::LayerKv;
-use crate::config::ModelConfig;
 use crate::error::Result;
 use crate::layers::{attend, split_heads, to_heads, Params, RmsNorm};
-use crate::loader::Weights;
+use crate::weights::Weights;
+use headroom_core::format::TextConfig;
 
 pub type Model = Decoder<Attention>;
 
@@ -23,7 +27,7 @@ pub struct Attention {
 }
 
 impl decoder::Attention for Attention {
-    fn load(c: &ModelConfig, w: &mut Weights, p: &str) -> Result<Self> {
+    fn load(c: &TextConfig, w: &mut Weights, p: &str) -> Result<Self> {
         Ok(Self {
             base: llama::Attention::load(c, w, p)?,
             q_norm: w.rms_norm(&format!("{p}.q_norm"), c.head_dim, c.rms_norm_eps)?,

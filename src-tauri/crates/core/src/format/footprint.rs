@@ -1,0 +1,129 @@
+//! What a model will cost in memory, from its config and weight headers
+//! alone: the [`ModelFootprint`] the fit check consumes. One computation for
+//! the engine's inspection of a folder on disk and the hub's of a repo it
+//! has not downloaded, so the two can never disagree.
+
+use crate::fit::{KvLayers, ModelFootprint};
+
+use super::config::ModelConfig;
+use super::safetensors::Header;
+
+/// How the model will be loaded, as far as memory is concerned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LoadShape {
+    /// Every float tensor widened to f32 at load (the engine's `ComputeDtype::F32`).
+    pub widen_floats_to_f32: bool,
+    /// Whether the chosen quantized-matmul kernel multiplies prompt chunks by
+    /// dequantized weights (the engine's CPU kernel); only matters for a quantized model.
+    pub dequantizing_kernel: bool,
+}
+
+/// The footprint of the model `config` describes, whose weight files have
+/// `headers` (in the engine's order). Counts the bytes the loader keeps:
+/// tensors mlx-lm's sanitize drops are not counted, floats are widened if
+/// `shape` says so. The KV cache and activations take the embedding's float
+/// width (a quantized embedding dequantizes to its scales' dtype), as the
+/// engine's native dtype does.
+pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> ModelFootprint {
+    let mut weight_bytes = 0u64;
+    let mut embed_float = None;
+    let mut any_float = None;
+    for header in headers {
+        for (name, t) in &header.tensors {
+            if config.is_dropped(name) {
+                continue;
+            }
+            let float = t.dtype.is_model_float();
+            let bytes = if float && shape.widen_floats_to_f32 {
+                // Elements × 4; the parser checked elements × size fits.
+                t.nbytes() / t.dtype.size() * 4
+            } else {
+                t.nbytes()
+            };
+            weight_bytes = weight_bytes.saturating_add(bytes);
+            if float {
+                let width = if shape.widen_floats_to_f32 { 4 } else { t.dtype.size() };
+                any_float.get_or_insert(width);
+                if name.starts_with("model.embed_tokens.") {
+                    embed_float = Some(width);
+                }
+            }
+        }
+    }
+    let t = &config.text;
+    // Every size is checked positive on reading.
+    let n = |v: i32| u64::try_from(v).unwrap_or(0);
+    ModelFootprint {
+        weight_bytes,
+        layers: n(t.num_hidden_layers),
+        attention_heads: n(t.num_attention_heads),
+        kv_heads: n(t.num_key_value_heads),
+        head_dim: n(t.head_dim),
+        hidden_size: n(t.hidden_size),
+        intermediate_size: n(t.intermediate_size),
+        vocab_size: n(t.vocab_size),
+        kv_bytes_per_element: if shape.widen_floats_to_f32 { 4 } else { embed_float.or(any_float).unwrap_or(4) },
+        max_context: t.max_position_embeddings.map(n),
+        prefill_dequantizes: config.quantization.is_some() && shape.dequantizing_kernel,
+        // Every supported architecture: all layers full attention.
+        kv_layers: vec![KvLayers::full(n(t.num_hidden_layers), n(t.num_key_value_heads), n(t.head_dim))],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::safetensors::{header_len, parse_header};
+
+    fn header(entries: &[(&str, &str, &[u64])]) -> Header {
+        let mut json = String::from("{");
+        let mut at = 0u64;
+        for (i, (name, dtype, shape)) in entries.iter().enumerate() {
+            let size = match *dtype {
+                "U32" | "F32" => 4,
+                _ => 2,
+            };
+            let bytes = shape.iter().product::<u64>() * size;
+            if i > 0 {
+                json.push(',');
+            }
+            json.push_str(&format!(
+                r#""{name}":{{"dtype":"{dtype}","shape":{shape:?},"data_offsets":[{at},{}]}}"#,
+                at + bytes
+            ));
+            at += bytes;
+        }
+        json.push('}');
+        let size = 8 + json.len() as u64 + at;
+        let len = header_len(&(json.len() as u64).to_le_bytes(), size).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(len, json.len() as u64);
+        parse_header(json.as_bytes(), size).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_footprint_drops_what_the_loader_drops_and_takes_the_embedding_dtype() {
+        let config = ModelConfig::parse(
+            br#"{"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,"rms_norm_eps":1e-5,
+                "num_hidden_layers":2,"intermediate_size":128,"vocab_size":100,"max_position_embeddings":4096,
+                "quantization":{"group_size":64,"bits":4}}"#,
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let h = header(&[
+            ("lm_head.weight", "BF16", &[100, 64]),
+            ("model.embed_tokens.scales", "F16", &[100, 1]),
+            ("model.embed_tokens.weight", "U32", &[100, 8]),
+            ("model.layers.0.self_attn.rotary_emb.inv_freq", "F32", &[8]),
+            ("model.norm.weight", "F32", &[64]),
+        ]);
+        let fp = footprint(&config, std::slice::from_ref(&h), LoadShape::default());
+        assert_eq!(fp.weight_bytes, 100 * 2 + 100 * 8 * 4 + 64 * 4);
+        assert_eq!(fp.kv_bytes_per_element, 2, "the embedding's scales are F16");
+        assert_eq!((fp.max_context, fp.head_dim, fp.kv_heads), (Some(4096), 16, 2));
+        assert_eq!(fp.kv_layers, [KvLayers::full(2, 2, 16)]);
+        assert!(!fp.prefill_dequantizes);
+        let wide = footprint(&config, &[h], LoadShape { widen_floats_to_f32: true, dequantizing_kernel: true });
+        assert_eq!(wide.weight_bytes, 100 * 4 + 100 * 8 * 4 + 64 * 4);
+        assert_eq!(wide.kv_bytes_per_element, 4);
+        assert!(wide.prefill_dequantizes);
+    }
+}
