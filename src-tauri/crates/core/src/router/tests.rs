@@ -534,3 +534,58 @@ fn scanning_large_inputs_stays_fast() {
     assert_eq!(found.iter().map(|f| f.kind).collect::<Vec<_>>(), [SensitiveKind::Phone]);
     assert!(took.as_secs_f64() < 5.0, "{} KB took {took:?}", text.len() / 1000);
 }
+
+/// Pastes built to be each detector's worst case (what used to make some
+/// of them rescan the rest of the text per candidate: `pwd=` without
+/// spaces took 3 s for 32 KiB). At 256 KiB each, a quadratic detector would
+/// take minutes even in release; linear ones take well under a second here
+/// in a debug build. `benches/scan.rs` measures the release figures.
+#[test]
+fn adversarial_pastes_scan_in_linear_time() {
+    let fill = |unit: &str| unit.repeat((256 << 10) / unit.len());
+    let units = [
+        "pwd=",
+        "pwd=<",
+        "token=",
+        "sk-",
+        "1.2.3.4.",
+        "1 2 3 4 ",
+        "/home/a",
+        "smb://",
+        "smb:///",
+        "~/",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "a.b@",
+        "10.0.0.1 ",
+        "build.corp ",
+        "phone 12345678 ",
+        "http://",
+        "\\\\s\\",
+        "bearer ",
+        "x=\"pwd=\"",
+    ];
+    let started = std::time::Instant::now();
+    for unit in units {
+        let text = fill(unit);
+        let one = std::time::Instant::now();
+        let found = scan(&text);
+        assert!(one.elapsed().as_secs_f64() < 10.0, "{unit:?}: {:?} for {} findings", one.elapsed(), found.len());
+    }
+    assert!(started.elapsed().as_secs_f64() < 30.0, "{:?}", started.elapsed());
+}
+
+#[test]
+fn the_scan_cache_scans_each_text_once_and_never_confuses_two() {
+    let cache = sensitive::ScanCache::default();
+    let secret = "my id is 11010519491231002X";
+    assert_eq!(cache.scan(secret).len(), 1);
+    assert_eq!(cache.scan("hello").len(), 0);
+    assert_eq!(cache.scans(), 2);
+    for _ in 0..3 {
+        assert_eq!(&*cache.scan(secret), scan(secret).as_slice());
+    }
+    assert_eq!(cache.scans(), 2, "unchanged texts are looked up, not scanned");
+    // An edit is a new text.
+    assert!(cache.scan("my id is 11010519491231002").is_empty());
+    assert_eq!(cache.scans(), 3);
+}
