@@ -5,6 +5,7 @@ pub mod bench;
 pub mod cache_policy;
 pub mod chat;
 pub mod fit;
+pub mod gate;
 pub mod pressure;
 pub mod router;
 pub mod settings;

@@ -20,8 +20,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 pub use error::{Result, StoreError};
 pub use export::SessionExport;
 pub use sessions::{
-    title_from, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart,
-    TurnStatsRecord,
+    in_context, title_from, LastTurn, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage,
+    TurnOutcome, TurnStart, TurnStatsRecord,
 };
 pub use timeline::MemoryPoint;
 

@@ -589,3 +589,64 @@ fn the_scan_cache_scans_each_text_once_and_never_confuses_two() {
     assert!(cache.scan("my id is 11010519491231002").is_empty());
     assert_eq!(cache.scans(), 3);
 }
+
+#[test]
+fn sensitive_history_is_left_out_when_the_cloud_answers_and_only_the_override_sends_it() {
+    let history = [
+        Message::new(Role::User, "my server is 192.168.0.10"),
+        Message::new(Role::Assistant, "Noted."),
+        Message::new(Role::User, "and the weather?"),
+        Message::new(Role::Assistant, "Sunny."),
+    ];
+    let with_local = RouteContext {
+        local: Some(LocalModel { id: LOCAL.into(), fit_at: &|_| Verdict::Fits }),
+        cloud: Some(CLOUD.into()),
+        ..RouteContext::new(&words)
+    };
+    // Forcing the cloud sends this harmless message, without the sensitive exchange.
+    let forced = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new("any news?") };
+    let d = route(&forced, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.target, Target::Cloud { provider: CLOUD.into() });
+    assert!(d.reasons.contains(&Reason::HistoryWithheld { messages: vec![0, 1] }), "{:?}", d.reasons);
+    let said = d.reasons.iter().map(Reason::explain).collect::<Vec<_>>().join(" ");
+    assert!(said.contains("Earlier messages 1 and 2 stay on this Mac"), "{said}");
+    assert!(!crate::cache_policy::cacheable(&d), "a request with sensitive history is never cached");
+
+    // With the override for this message, nothing is left out.
+    let allowed = RouteRequest { allow_sensitive: true, ..forced };
+    let d = route(&allowed, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    assert!(d.is_cloud() && d.privacy_overridden() && !d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
+
+    // Forcing the cloud for a sensitive message is refused, whatever the history.
+    let refused = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new("pwd=hunter22") };
+    let d = route(&refused, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.target, Target::Local { model: LOCAL.into() });
+    assert!(d.codes().contains(&"CLOUD_REFUSED_SENSITIVE"));
+
+    // No local model: the cloud answers a harmless message without the
+    // sensitive exchange; a sensitive message has nowhere to go.
+    let cloud_only = RouteContext { cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    let d = route(&RouteRequest { history: &history, ..RouteRequest::new("any news?") }, &cloud_only)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(d.is_cloud(), "{d:?}");
+    assert!(d.codes().contains(&"NO_LOCAL_MODEL") && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
+    let err = route(&RouteRequest { history: &history, ..RouteRequest::new("call 13812345678") }, &cloud_only).err();
+    assert!(matches!(err, Some(RouteError::NoLocalModel { .. })), "{err:?}");
+    let err = route(&forced, &RouteContext::new(&words)).err();
+    assert_eq!(err, Some(RouteError::NoCloudProvider));
+}
+
+#[test]
+fn a_scan_cache_gives_the_same_decisions_and_scans_the_history_once() {
+    let history: Vec<Message> =
+        (0..50).map(|i| Message::new(Role::User, format!("turn {i}: ssh to 10.0.{i}.1 and mail a{i}@b.co"))).collect();
+    let cache = sensitive::ScanCache::default();
+    let cached = RouteContext { scans: Some(&cache), cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    let fresh = RouteContext { cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    for draft in ["a", "an", "and", "and t", "and then?"] {
+        let request = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new(draft) };
+        assert_eq!(route(&request, &cached), route(&request, &fresh));
+    }
+    // 50 history messages once, and each of the five drafts.
+    assert_eq!(cache.scans(), 55);
+}
