@@ -5,7 +5,6 @@ mod bandwidth;
 pub(crate) mod bench;
 mod chart;
 mod chat;
-mod chat_cloud;
 mod cloud_key;
 mod demo_model;
 mod error;
@@ -106,7 +105,7 @@ pub enum Command {
 pub fn run(command: Command) -> ExitCode {
     match command {
         Command::Backend { json } => {
-            let info = crate::commands::app::AppInfo::current();
+            let info = crate::about::AppInfo::current();
             if json {
                 match serde_json::to_string(&info) {
                     Ok(s) => println!("{s}"),

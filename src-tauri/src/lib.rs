@@ -3,9 +3,9 @@
 //! `run_app()` is its wiring, generic over the runtime so that
 //! `tauri::test::mock_builder()` tests exercise it without a display.
 
-mod chat;
+mod about;
+mod bench;
 pub mod cli;
-mod cloud_turn;
 mod commands;
 mod error;
 pub mod fit;
@@ -13,9 +13,12 @@ mod memory;
 pub mod models;
 mod platform;
 mod popover;
+mod runs;
+mod runtime;
 mod serve;
 mod state;
 mod tray;
+pub mod turn;
 
 use tauri::{App, Builder, Context, Emitter, Manager, RunEvent, Runtime};
 
@@ -145,10 +148,10 @@ pub fn run_app<R: Runtime>(
     let engine =
         headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     // Opened (and migrated) before any command can run.
-    let store = chat::block_on(headroom_store::Store::open(&locations.data_dir))
+    let store = runtime::block_on(headroom_store::Store::open(&locations.data_dir))
         .map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     let state = AppState::new(engine, locations, store);
-    match chat::block_on(state.store.settings()) {
+    match runtime::block_on(state.store.settings()) {
         Ok(s) => state.apply_settings(&s),
         Err(e) => tracing::warn!("the stored settings are unreadable, using the defaults: {e}"),
     }
@@ -167,7 +170,7 @@ pub(crate) fn test_state(tag: &str) -> AppState {
     let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let engine = headroom_engine::worker::EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
-    let store = chat::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
     AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() }, store)
 }
 

@@ -345,15 +345,17 @@ pub(crate) fn switch_to(
     let rss_after_unload_bytes = rss();
     let cache_limit = cache_limit_bytes(report);
     let settings = LoadSettings { context_limit, cache_limit_bytes: Some(cache_limit), ..LoadSettings::default() };
+    let kernel = settings.kernel;
     let info = state.engine.load(path, settings)?;
-    state.set_loaded(Some(LoadedModel { id: id.to_owned(), path: path.to_owned() }));
+    let load_time = info.load_time;
+    state.set_loaded(Some(LoadedModel::new(id, path.to_owned(), info, report.footprint.clone(), kernel)));
     Ok(Switched {
         unload_ms,
         freed_bytes,
         expected_freed_bytes,
         rss_before_unload_bytes,
         rss_after_unload_bytes,
-        load_ms: millis(info.load_time),
+        load_ms: millis(load_time),
         cache_limit_bytes: cache_limit,
     })
 }

@@ -48,6 +48,11 @@ pub enum CliError {
     #[error("cannot find the app's data folder: set HEADROOM_DATA_DIR")]
     NoDataDir,
     #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
+    /// A chat turn was refused before it started; nothing was stored.
+    #[error(transparent)]
+    Turn(#[from] crate::turn::TurnError),
+    #[error(transparent)]
     Cloud(#[from] headroom_cloud::CloudError),
     #[error(transparent)]
     CloudKey(#[from] headroom_cloud::KeyError),
