@@ -4,7 +4,7 @@
 mod bandwidth;
 pub(crate) mod bench;
 mod chart;
-mod chat;
+pub(crate) mod chat;
 mod cloud_key;
 mod demo_model;
 mod error;

@@ -175,47 +175,15 @@ pub(crate) fn test_state(tag: &str) -> AppState {
 }
 
 #[cfg(test)]
+mod app_tests;
+
+#[cfg(test)]
 mod tests {
-    use serde_json::{json, Value};
-    use tauri::ipc::{CallbackFn, InvokeBody};
-    use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
-    use tauri::webview::InvokeRequest;
-    use tauri::{Manager, WebviewUrl, WebviewWindow, WebviewWindowBuilder};
+    use serde_json::json;
+    use tauri::test::{mock_builder, mock_context, noop_assets};
+    use tauri::Manager;
 
-    fn app_with_window() -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
-        app_with_window_in("mock")
-    }
-
-    /// The app on a fresh data folder of its own, with an empty HF cache.
-    fn app_with_window_in(tag: &str) -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
-        let state = super::test_state(tag);
-        let app = super::run_app(mock_builder(), mock_context(noop_assets()), Some(state.locations))
-            .unwrap_or_else(|e| panic!("app: {e}"));
-        let window = WebviewWindowBuilder::new(&app, super::MAIN_WINDOW, WebviewUrl::default())
-            .build()
-            .unwrap_or_else(|e| panic!("window: {e}"));
-        (app, window)
-    }
-
-    /// The app's own pages are served from the `tauri://localhost` protocol.
-    const APP_ORIGIN: &str = "tauri://localhost";
-
-    fn invoke(window: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
-        invoke_from(APP_ORIGIN, window, cmd, args)
-    }
-
-    fn invoke_from(origin: &str, window: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
-        let request = InvokeRequest {
-            cmd: cmd.into(),
-            callback: CallbackFn(0),
-            error: CallbackFn(1),
-            url: origin.parse().unwrap_or_else(|e| panic!("{e}")),
-            body: InvokeBody::Json(args),
-            headers: Default::default(),
-            invoke_key: INVOKE_KEY.to_string(),
-        };
-        get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap_or_else(|e| panic!("{e}")))
-    }
+    use crate::app_tests::{app_with_window, app_with_window_in, invoke, invoke_from};
 
     #[test]
     fn models_list_is_empty_then_shows_the_loaded_demo_model() {

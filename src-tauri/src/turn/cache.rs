@@ -48,12 +48,23 @@ pub fn key(
     CacheKey { key, cacheable: cache_policy::cacheable(decision) }
 }
 
-/// The earlier answer to this request, if it may be cached and was.
+/// The earlier answer to this request, if it may be cached and was. Reads
+/// only: the lookup is counted by [`count`] once the turn has run.
 pub fn get(store: &Store, key: &CacheKey) -> Result<Option<CachedAnswer>, StoreError> {
     if !key.cacheable {
         return Ok(None);
     }
-    block_on(store.cache_get(&key.key))
+    block_on(store.cache_peek(&key.key))
+}
+
+/// Counts the lookup of a turn that ran: answered from the cache (`hit`) or
+/// by asking the cloud. Only counting, so a failure is logged, not reported.
+pub fn count(store: &Store, key: &CacheKey, hit: bool) {
+    if key.cacheable {
+        if let Err(e) = block_on(store.cache_count(&key.key, hit)) {
+            tracing::warn!("could not count the cache lookup: {e}");
+        }
+    }
 }
 
 /// Keeps a finished answer (a cut or cancelled one is not kept). Failing to

@@ -94,7 +94,13 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
             }
             e => e,
         });
-        return super::spawn(registered, route, events, sink, recorder, || {}, |_| {});
+        let store = state.store.clone();
+        let counted = move |end: &super::TurnEnd| {
+            if end.started {
+                cache::count(&store, &key, true);
+            }
+        };
+        return super::spawn(registered, route, events, sink, recorder, || {}, counted);
     }
     let allow = plan.options.allow_sensitive;
     let (outbound, summarised) = if settings.summarise_for_cloud {
@@ -121,6 +127,10 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let events = run(client, passed.messages, params, cancel.clone());
     let (store, settings, decision) = (state.store.clone(), settings.clone(), plan.decision);
     let keep = move |end: &super::TurnEnd| {
+        // A request that never started asked nothing: nothing to count.
+        if end.started {
+            cache::count(&store, &key, false);
+        }
         // Cached before the end is committed: whoever sees the turn stored
         // can count on the cache (a cut or cancelled answer is not kept).
         if matches!(end.reason, Some(FinishReason::Stop | FinishReason::Length)) {

@@ -86,6 +86,20 @@ impl SensitiveKind {
     }
 }
 
+/// One example of each kind, as users paste them: for tests (here, the
+/// app's and the command line's privacy tests) and documentation.
+pub const EXAMPLES: [(SensitiveKind, &str); 9] = [
+    (SensitiveKind::CnMobile, "13812345678"),
+    (SensitiveKind::Phone, "+44 20 7946 0958"),
+    (SensitiveKind::PrcId, "11010519491231002X"),
+    (SensitiveKind::Email, "j.doe@example.com"),
+    (SensitiveKind::PrivateIp, "192.168.1.20"),
+    (SensitiveKind::IntranetHost, "build01.corp"),
+    (SensitiveKind::IntranetPath, r"\\fileserver\finance"),
+    (SensitiveKind::HomePath, "/Users/alice/Documents/salary.xlsx"),
+    (SensitiveKind::Secret, "AKIAIOSFODNN7EXAMPLE"),
+];
+
 /// One piece of sensitive content: what it is, where (byte offsets into the
 /// text), and a masked excerpt that is safe to show and log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

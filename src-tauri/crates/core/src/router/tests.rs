@@ -650,3 +650,13 @@ fn a_scan_cache_gives_the_same_decisions_and_scans_the_history_once() {
     // 50 history messages once, and each of the five drafts.
     assert_eq!(cache.scans(), 55);
 }
+
+#[test]
+fn each_example_is_found_as_its_kind_on_its_own_and_in_a_sentence() {
+    for (kind, example) in sensitive::EXAMPLES {
+        let alone: Vec<SensitiveKind> = scan(example).iter().map(|f| f.kind).collect();
+        assert_eq!(alone, [kind], "{example}");
+        let said = format!("please note {example} for later");
+        assert!(scan(&said).iter().any(|f| f.kind == kind && !f.masked.contains(example)), "{said}");
+    }
+}
