@@ -489,15 +489,24 @@ describe('App', () => {
     expect(calls.filter((c) => c.cmd === 'chat_send')[1]?.args).not.toHaveProperty('force');
   });
 
-  it('regenerates the last answer: the question is asked again in place', async () => {
+  /** Answers "answer n to <question>" on the n-th call; `fail(n)` makes the n-th fail before it starts. */
+  function numbered(fail: (n: number) => boolean = () => false): Chat {
     let n = 0;
-    const calls = fakeBackend((text, emit) => {
+    return (text, emit) => {
       n += 1;
+      if (fail(n)) {
+        emit({ event: 'error', data: { code: 'CLOUD_CONNECTION_REFUSED', message: 'The cloud endpoint refused the connection.' } });
+        return;
+      }
       emit({ event: 'started', data: { runId: n, promptTokens: 3, reusedTokens: 0, route: LOCAL_ROUTE } });
       emit({ event: 'token', data: { text: `answer ${n} to ${text}` } });
       emit({ event: 'stats', data: STATS });
       emit({ event: 'finished', data: { reason: 'stop' } });
-    });
+    };
+  }
+
+  it('regenerates the last answer: the question is asked again in place', async () => {
+    const calls = fakeBackend(numbered());
     const { user, input } = setup();
     await user.type(input, 'why?{Enter}');
     await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 1 to why?'));
@@ -522,18 +531,7 @@ describe('App', () => {
   });
 
   it('keeps the old answer when the new one fails before it starts', async () => {
-    let n = 0;
-    fakeBackend((text, emit) => {
-      n += 1;
-      if (n === 2) {
-        emit({ event: 'error', data: { code: 'CLOUD_CONNECTION_REFUSED', message: 'The cloud endpoint refused the connection.' } });
-        return;
-      }
-      emit({ event: 'started', data: { runId: n, promptTokens: 3, reusedTokens: 0, route: LOCAL_ROUTE } });
-      emit({ event: 'token', data: { text: `answer ${n} to ${text}` } });
-      emit({ event: 'stats', data: STATS });
-      emit({ event: 'finished', data: { reason: 'stop' } });
-    });
+    fakeBackend(numbered((n) => n === 2));
     const { user, input } = setup();
     await user.type(input, 'why?{Enter}');
     await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 1 to why?'));
