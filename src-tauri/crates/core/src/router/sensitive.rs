@@ -133,17 +133,17 @@ pub fn scan(text: &str) -> Vec<Finding> {
     // Longest first at each start, so containment is checked against the outer one.
     found.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)).then(a.kind.cmp(&b.kind)));
     // Every kept finding starts at or before `f`, so `f` lies inside one of
-    // them exactly when it ends by the furthest end kept so far.
-    let mut kept: Vec<Finding> = Vec::with_capacity(found.len());
+    // them exactly when it ends by the furthest end kept so far. In place:
+    // a paste full of findings should not need a second copy of them.
     let mut reach = None;
-    for f in found {
+    found.retain(|f| {
         if reach.is_some_and(|r| f.end <= r) {
-            continue;
+            return false;
         }
         reach = Some(reach.map_or(f.end, |r: usize| r.max(f.end)));
-        kept.push(f);
-    }
-    kept
+        true
+    });
+    found
 }
 
 /// The most text a [`ScanCache`] keeps (the findings are small beside it):
