@@ -731,15 +731,17 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     requireApp();
     const cloud = await cloudStub(['Functors ', 'map.']);
     try {
+      const before = (await answers()).length;
       await session.click(await session.byTestId('settings-button'));
       await setSetting('cloud-url', cloud.url);
       await setSetting('cloud-model', 'stub-model');
       await setSetting('max-tokens', '8');
       await session.click(await session.byTestId('settings-button'));
       await session.waitForElement('[data-testid="chat-input"]', 5_000);
+      // Back in the chat, its messages load again: send once they are there.
+      await waitFor(async () => (await answers()).length === before, { timeoutMs: 10_000, message: 'the chat to reload' });
 
       // A private address: it stays on this Mac (the demo model answers).
-      const before = (await answers()).length;
       await sendMessage('my NAS is at 10.0.0.5, remember it');
       await finishedAnswer(before + 1, 30_000);
       assert.equal(cloud.bodies.length, 0, 'nothing went to the cloud');

@@ -15,6 +15,7 @@ use headroom_cloud::{
 };
 use headroom_core::chat::FinishReason;
 use headroom_core::gate::GatedMessages;
+use headroom_core::router::Reason;
 use headroom_core::settings::Settings;
 use headroom_engine::worker::TurnStats;
 use headroom_store::Route;
@@ -112,7 +113,8 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let passed = gate::door(state, outbound, allow)?;
     let mut route = RouteInfo::of(&plan.decision, RouteTarget::Cloud, &model);
     // The gate's account of what it left out replaces the router's forecast.
-    route.reasons.retain(|r| r.code != "HISTORY_WITHHELD");
+    let forecast = Reason::HistoryWithheld { messages: Vec::new() }.code();
+    route.reasons.retain(|r| r.code != forecast);
     route.reasons.extend(summarised.into_iter().chain(passed.notes));
     let recorder = TurnRecorder::new(
         &state.store,
