@@ -4,8 +4,7 @@
 mod bandwidth;
 pub(crate) mod bench;
 mod chart;
-mod chat;
-mod chat_cloud;
+pub(crate) mod chat;
 mod cloud_key;
 mod demo_model;
 mod error;
@@ -117,7 +116,7 @@ pub enum Command {
 pub fn run(command: Command) -> ExitCode {
     match command {
         Command::Backend { json } => {
-            let info = crate::commands::app::AppInfo::current();
+            let info = crate::about::AppInfo::current();
             if json {
                 match serde_json::to_string(&info) {
                     Ok(s) => println!("{s}"),

@@ -69,6 +69,97 @@ pub(crate) fn format_code(e: &headroom_core::format::FormatError) -> &'static st
     }
 }
 
+impl From<headroom_store::StoreError> for CommandError {
+    fn from(e: headroom_store::StoreError) -> Self {
+        use headroom_store::StoreError as E;
+        let code = match &e {
+            E::SessionNotFound(_) => "SESSION_NOT_FOUND",
+            E::MessageNotFound(_) => "MESSAGE_NOT_FOUND",
+            E::TurnChanged { .. } => "CHAT_CHANGED",
+            E::InvalidSessionId(_) | E::EmptyTitle => "INVALID_INPUT",
+            E::Settings(_) => "INVALID_SETTING",
+            E::ImportFormat(_) => "IMPORT_FORMAT",
+            E::StoredSettings(_) | E::Corrupt { .. } => "DATABASE_CORRUPT",
+            E::CreateDir { .. } | E::Open { .. } | E::Migrate { .. } | E::Query { .. } | E::Json(_) => "DATABASE",
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+impl From<headroom_core::router::RouteError> for CommandError {
+    fn from(e: headroom_core::router::RouteError) -> Self {
+        use headroom_core::router::RouteError as E;
+        let code = match &e {
+            E::NoLocalModel { .. } => "ROUTE_NO_LOCAL_MODEL",
+            E::NoCloudProvider => "ROUTE_NO_CLOUD",
+        };
+        Self::new(code, e.to_string())
+    }
+}
+
+impl From<headroom_cloud::CloudError> for CommandError {
+    fn from(e: headroom_cloud::CloudError) -> Self {
+        Self::new(e.code(), e.to_string())
+    }
+}
+
+impl From<headroom_cloud::KeyError> for CommandError {
+    fn from(e: headroom_cloud::KeyError) -> Self {
+        use headroom_cloud::KeyError as E;
+        let code = match &e {
+            E::EmptyKey => "CLOUD_KEY_EMPTY",
+            E::InvalidUrl(_) => "CLOUD_BAD_URL",
+            E::File { .. } | E::CorruptFile { .. } | E::Keychain(_) => "CLOUD_KEY_STORE",
+        };
+        Self::new(code, format!("The API key could not be used: {e}"))
+    }
+}
+
+impl From<crate::turn::TurnError> for CommandError {
+    fn from(e: crate::turn::TurnError) -> Self {
+        use crate::turn::TurnError as E;
+        let message = e.to_string();
+        let code = match e {
+            E::Route(e) => return e.into(),
+            E::Key(e) => return e.into(),
+            E::Cloud(e) => return e.into(),
+            E::Engine(e) => return e.into(),
+            E::Store(e) => return e.into(),
+            E::App(e) => return e,
+            E::EmptyMessage => return Self::new("EMPTY_MESSAGE", "Type a message first."),
+            E::NoModelLoaded => {
+                return Self::new("NO_MODEL_LOADED", "No model is loaded yet. Pick one from the list at the top.")
+            }
+            E::NothingToRegenerate => "NOTHING_TO_REGENERATE",
+            E::MaxTokens(_) => "INVALID_SETTING",
+            E::NoCloudProvider => {
+                return Self::new("ROUTE_NO_CLOUD", "No cloud provider is set up: add one in Settings.")
+            }
+            E::NoCloudModel => {
+                return Self::new(
+                    "CLOUD_NO_MODEL",
+                    "No cloud model is set: choose one in Settings, next to the cloud URL.",
+                )
+            }
+            E::Blocked(_) => "PRIVACY_BLOCKED",
+            E::WouldSwap { .. } => "TURN_WOULD_SWAP",
+            E::Memory(_) => "MEMORY",
+            E::Thread(_) => "ENGINE_INTERNAL",
+        };
+        Self::new(code, capitalized(&message))
+    }
+}
+
+/// A sentence for the user from an error's lower-case description.
+fn capitalized(s: &str) -> String {
+    let mut chars = s.chars();
+    let mut out: String = chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default();
+    if !out.ends_with('.') {
+        out.push('.');
+    }
+    out
+}
+
 impl From<tauri::Error> for CommandError {
     fn from(e: tauri::Error) -> Self {
         Self::new("WINDOW", format!("The window could not be changed: {e}"))

@@ -3,9 +3,9 @@
 //! `run_app()` is its wiring, generic over the runtime so that
 //! `tauri::test::mock_builder()` tests exercise it without a display.
 
-mod chat;
+mod about;
+mod bench;
 pub mod cli;
-mod cloud_turn;
 mod commands;
 mod error;
 pub mod fit;
@@ -14,9 +14,12 @@ mod memory;
 pub mod models;
 mod platform;
 mod popover;
+mod runs;
+mod runtime;
 mod serve;
 mod state;
 mod tray;
+pub mod turn;
 
 use tauri::{App, Builder, Context, Emitter, Manager, RunEvent, Runtime};
 
@@ -148,10 +151,10 @@ pub fn run_app<R: Runtime>(
     let engine =
         headroom_engine::worker::EngineHandle::spawn().map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     // Opened (and migrated) before any command can run.
-    let store = chat::block_on(headroom_store::Store::open(&locations.data_dir))
+    let store = runtime::block_on(headroom_store::Store::open(&locations.data_dir))
         .map_err(|e| tauri::Error::Io(std::io::Error::other(e)))?;
     let state = AppState::new(engine, locations, store);
-    match chat::block_on(state.store.settings()) {
+    match runtime::block_on(state.store.settings()) {
         Ok(s) => state.apply_settings(&s),
         Err(e) => tracing::warn!("the stored settings are unreadable, using the defaults: {e}"),
     }
@@ -170,52 +173,20 @@ pub(crate) fn test_state(tag: &str) -> AppState {
     let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     let engine = headroom_engine::worker::EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
-    let store = chat::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
+    let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
     AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() }, store)
 }
 
 #[cfg(test)]
+mod app_tests;
+
+#[cfg(test)]
 mod tests {
     use serde_json::{json, Value};
-    use tauri::ipc::{CallbackFn, InvokeBody};
-    use tauri::test::{get_ipc_response, mock_builder, mock_context, noop_assets, MockRuntime, INVOKE_KEY};
-    use tauri::webview::InvokeRequest;
-    use tauri::{Manager, WebviewUrl, WebviewWindow, WebviewWindowBuilder};
+    use tauri::test::{mock_builder, mock_context, noop_assets};
+    use tauri::Manager;
 
-    fn app_with_window() -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
-        app_with_window_in("mock")
-    }
-
-    /// The app on a fresh data folder of its own, with an empty HF cache.
-    fn app_with_window_in(tag: &str) -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
-        let state = super::test_state(tag);
-        let app = super::run_app(mock_builder(), mock_context(noop_assets()), Some(state.locations))
-            .unwrap_or_else(|e| panic!("app: {e}"));
-        let window = WebviewWindowBuilder::new(&app, super::MAIN_WINDOW, WebviewUrl::default())
-            .build()
-            .unwrap_or_else(|e| panic!("window: {e}"));
-        (app, window)
-    }
-
-    /// The app's own pages are served from the `tauri://localhost` protocol.
-    const APP_ORIGIN: &str = "tauri://localhost";
-
-    fn invoke(window: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
-        invoke_from(APP_ORIGIN, window, cmd, args)
-    }
-
-    fn invoke_from(origin: &str, window: &WebviewWindow<MockRuntime>, cmd: &str, args: Value) -> Result<Value, Value> {
-        let request = InvokeRequest {
-            cmd: cmd.into(),
-            callback: CallbackFn(0),
-            error: CallbackFn(1),
-            url: origin.parse().unwrap_or_else(|e| panic!("{e}")),
-            body: InvokeBody::Json(args),
-            headers: Default::default(),
-            invoke_key: INVOKE_KEY.to_string(),
-        };
-        get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap_or_else(|e| panic!("{e}")))
-    }
+    use crate::app_tests::{app_with_window, app_with_window_in, invoke, invoke_from};
 
     #[test]
     fn models_list_is_empty_then_shows_the_loaded_demo_model() {

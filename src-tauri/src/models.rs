@@ -380,6 +380,7 @@ pub(crate) fn switch_to(
         kernel: state.quant_kernel(),
         ..LoadSettings::default()
     };
+    let kernel = settings.kernel;
     let info = match state.engine.load_observed(path, settings, Some(observe)) {
         Ok(info) => info,
         Err(e) => {
@@ -389,8 +390,9 @@ pub(crate) fn switch_to(
             return Err(e);
         }
     };
-    state.set_loaded(Some(LoadedModel { id: id.to_owned(), path: path.to_owned() }));
     let replaced = info.replaced;
+    let load_time = info.load_time;
+    state.set_loaded(Some(LoadedModel::new(id, path.to_owned(), info, report.footprint.clone(), kernel)));
     let rss_after_unload_bytes = after_unload.lock().unwrap_or_else(PoisonError::into_inner).unwrap_or_else(rss);
     Ok(Switched {
         unload_ms: if replaced.had_model { millis(replaced.unload_time) } else { 0 },
@@ -398,7 +400,7 @@ pub(crate) fn switch_to(
         expected_freed_bytes: replaced.expected_bytes,
         rss_before_unload_bytes,
         rss_after_unload_bytes,
-        load_ms: millis(info.load_time),
+        load_ms: millis(load_time),
         cache_limit_bytes: cache_limit,
     })
 }

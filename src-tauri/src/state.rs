@@ -1,15 +1,20 @@
-//! AppState: the cheap handles every command can reach.
+//! AppState: the cheap handles every command (and `headroom chat`, which
+//! builds one too) can reach.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
+use headroom_core::fit::ModelFootprint;
+use headroom_core::router::sensitive::ScanCache;
 use headroom_core::settings::KernelChoice;
-use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
-use headroom_engine::{BackendInfo, QuantKernel};
+use headroom_engine::tokenizer::Tokenizer;
+use headroom_engine::worker::{EngineHandle, ModelInfo, DEFAULT_CONTEXT_LIMIT};
+use headroom_engine::{BackendInfo, EngineError, QuantKernel};
 use headroom_memory::Sampler;
 
 use crate::models::HubEnv;
+use crate::runs::Runs;
 
 /// Where the app keeps and finds things.
 #[derive(Debug, Clone)]
@@ -43,11 +48,68 @@ pub fn platform_app_data_dir() -> Option<PathBuf> {
     Some(dirs::data_dir()?.join(app_identifier()))
 }
 
-/// The model the engine holds now, as the picker names it.
+/// What a turn's stats are labelled with beyond the engine's own figures.
 #[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ModelLabels {
+    pub model_id: String,
+    /// e.g. "4-bit, group 64"; `None` for an unquantized model.
+    pub quantization: Option<String>,
+    pub kv_dtype: String,
+}
+
+impl ModelLabels {
+    /// A local model's, from what its load reported: the engine's
+    /// quantization, and the K/V width the fit check read from the headers
+    /// before loading (the engine keeps K/V in the activations' float type).
+    pub fn of_load(model_id: &str, info: &ModelInfo, footprint: &ModelFootprint) -> Self {
+        let quantization = info.quantization_label.clone();
+        let kv_dtype = match footprint.kv_bytes_per_element {
+            2 => "16-bit float".to_owned(),
+            4 => "32-bit float".to_owned(),
+            n => format!("{}-bit", n * 8),
+        };
+        Self { model_id: model_id.to_owned(), quantization, kv_dtype }
+    }
+
+    /// A cloud answer's: no local quantization or KV cache is involved.
+    pub fn cloud(model: &str) -> Self {
+        Self { model_id: model.to_owned(), quantization: None, kv_dtype: "n/a (cloud)".to_owned() }
+    }
+}
+
+/// The model the engine holds now, as the picker names it, with what its
+/// load reported: turns read their labels, token counts and fit from here
+/// instead of from the model's files.
+#[derive(Debug, Clone)]
 pub struct LoadedModel {
     pub id: String,
     pub path: PathBuf,
+    /// What the engine reported at load.
+    pub info: ModelInfo,
+    /// Its sizes as the fit check read them before loading.
+    pub footprint: ModelFootprint,
+    /// How its quantized matrices multiply.
+    pub kernel: QuantKernel,
+    pub labels: ModelLabels,
+    /// Its tokenizer for counting tokens, read on first use (once per load).
+    tokenizer: Arc<OnceLock<Arc<Tokenizer>>>,
+}
+
+impl LoadedModel {
+    pub fn new(id: &str, path: PathBuf, info: ModelInfo, footprint: ModelFootprint, kernel: QuantKernel) -> Self {
+        let labels = ModelLabels::of_load(id, &info, &footprint);
+        Self { id: id.to_owned(), path, info, footprint, kernel, labels, tokenizer: Arc::default() }
+    }
+
+    /// The model's tokenizer (the one the engine encodes with), read from
+    /// its folder the first time a turn or a preview counts tokens.
+    pub fn tokenizer(&self) -> Result<Arc<Tokenizer>, EngineError> {
+        if let Some(t) = self.tokenizer.get() {
+            return Ok(Arc::clone(t));
+        }
+        let read = Arc::new(Tokenizer::from_dir(&self.path)?);
+        Ok(Arc::clone(self.tokenizer.get_or_init(|| read)))
+    }
 }
 
 /// Shared by all commands through `tauri::State`. Holds handles; the two
@@ -75,8 +137,11 @@ pub struct AppState {
     /// load: the popover and the local server switch one at a time, so
     /// neither checks a budget the other is about to spend.
     pub switching: Arc<Mutex<()>>,
-    /// The running benchmark's stop flag (`bench_cancel` sets it).
-    pub bench_cancel: Arc<Mutex<Option<Arc<AtomicBool>>>>,
+    /// Every run that can be stopped: chat turns, benchmarks, downloads.
+    pub runs: Runs,
+    /// Privacy findings of texts already scanned: a conversation is scanned
+    /// once, not again for every message (the route preview asks often).
+    pub scans: Arc<ScanCache>,
 }
 
 impl AppState {
@@ -93,7 +158,8 @@ impl AppState {
             memory: Arc::default(),
             server: Arc::default(),
             switching: Arc::default(),
-            bench_cancel: Arc::default(),
+            runs: Runs::default(),
+            scans: Arc::default(),
         }
     }
 

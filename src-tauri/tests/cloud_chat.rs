@@ -1,17 +1,22 @@
 //! The cloud route end to end: the client and `headroom chat --route cloud`
 //! against a real OpenAI-compatible server (`mlx_lm.server` serving a demo
-//! model) on loopback, and the failures (server down, 401, a stream cut
-//! mid-way) each giving their clear error while the user's text is kept.
+//! model) on loopback; the failures (server down, 401, a stream cut
+//! mid-way) each giving their clear error while the user's text is kept;
+//! and the privacy gate from the command line: with a recording stub as the
+//! cloud, no earlier secret ever reaches it (forced, routed or summarised),
+//! a harmless message does, and `--allow-sensitive` sends and names the rest.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use headroom_cloud::testserver::{answer, chunk, json_reply, once, Stub, SSE_HEAD};
 use headroom_cloud::{ChatParams, CloudClient, CloudConfig};
 use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_core::gate::{gate, Outbound, Part};
+use headroom_core::router::sensitive::ScanCache;
 use headroom_store::{MessageStatus, Route, Store};
 
 mod common;
@@ -132,7 +137,13 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
         CloudClient::new(CloudConfig::new(&server.base_url, "default_model")).unwrap_or_else(|e| panic!("{e}"));
     let (models, events) = tauri::async_runtime::block_on(async {
         let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
-        let msgs = [Message::new(Role::User, "Hello there")];
+        let msgs = gate(
+            vec![Outbound::new(Part::Message, Message::new(Role::User, "Hello there"))],
+            false,
+            &ScanCache::default(),
+        )
+        .unwrap_or_else(|e| panic!("{e}"))
+        .messages;
         let params = ChatParams { max_tokens: Some(8), temperature: Some(0.0), ..ChatParams::default() };
         let r =
             headroom_cloud::run_turn(&client, &msgs, &params, headroom_cloud::CancellationToken::new(), |_| true).await;
@@ -186,68 +197,14 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A one-shot HTTP server in a thread: reads a request, answers `reply`
-/// (or the 401 when the bearer key is not `want_key`), then closes.
-fn stub(reply: String, want_key: Option<&'static str>) -> String {
-    stub_recording(reply, want_key).0
+fn stub(replies: Vec<headroom_cloud::testserver::Reply>) -> Stub {
+    Stub::start(replies).unwrap_or_else(|e| panic!("stub: {e}"))
 }
 
-/// [`stub`], also handing back the request bodies it received.
-fn stub_recording(reply: String, want_key: Option<&'static str>) -> (String, Arc<Mutex<Vec<String>>>) {
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let seen = bodies.clone();
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap_or_else(|e| panic!("{e}"));
-    let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
-    std::thread::spawn(move || {
-        for conn in listener.incoming() {
-            let Ok(mut conn) = conn else { return };
-            let mut reader = BufReader::new(conn.try_clone().unwrap_or_else(|e| panic!("{e}")));
-            let (mut auth, mut len) = (String::new(), 0usize);
-            loop {
-                let mut line = String::new();
-                if reader.read_line(&mut line).unwrap_or(0) == 0 || line == "\r\n" {
-                    break;
-                }
-                let lower = line.to_ascii_lowercase();
-                if let Some(v) = lower.strip_prefix("content-length:") {
-                    len = v.trim().parse().unwrap_or(0);
-                }
-                if lower.starts_with("authorization:") {
-                    auth = line.trim().to_owned();
-                }
-            }
-            let mut body = vec![0; len];
-            let _ = reader.read_exact(&mut body);
-            if let Ok(mut all) = seen.lock() {
-                all.push(String::from_utf8_lossy(&body).into_owned());
-            }
-            let answer = match want_key {
-                Some(key)
-                    if auth != format!("Authorization: Bearer {key}")
-                        && auth != format!("authorization: Bearer {key}") =>
-                {
-                    let b = r#"{"error":{"message":"Incorrect API key provided"}}"#;
-                    format!("HTTP/1.1 401 Unauthorized\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{b}", b.len())
-                }
-                _ => reply.clone(),
-            };
-            let _ = conn.write_all(answer.as_bytes());
-        }
-    });
-    (format!("http://127.0.0.1:{port}/v1"), bodies)
-}
-
-fn sse(pieces: &[&str], end: bool) -> String {
-    let mut s = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n".to_owned();
-    for p in pieces {
-        let v = serde_json::json!({"choices": [{"index": 0, "delta": {"content": p}, "finish_reason": null}]});
-        s.push_str(&format!("data: {v}\n\n"));
-    }
-    if end {
-        s.push_str("data: {\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n");
-        s.push_str("data: {\"choices\":[],\"usage\":{\"prompt_tokens\":11,\"completion_tokens\":4,\"total_tokens\":15}}\n\ndata: [DONE]\n\n");
-    }
-    s
+/// A stub that answers 401 unless the bearer key is `key`: the first
+/// request is checked against it, then it answers `ok`.
+fn unauthorized() -> headroom_cloud::testserver::Reply {
+    json_reply("401 Unauthorized", "", r#"{"error":{"message":"Incorrect API key provided"}}"#)
 }
 
 #[test]
@@ -271,12 +228,14 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     assert!(msgs[1].error.as_deref().is_some_and(|e| e.contains("connection refused")));
     assert_eq!(msgs[1].route, Route::Cloud);
 
-    // 401 from a stub that wants another key.
-    let url = stub(sse(&["never"], true), Some("right-key"));
+    // 401 from an endpoint that wants another key; then the key that works.
+    let keyed = stub(vec![unauthorized(), answer(&["never"])]);
+    let url = keyed.base_url.clone();
     let out = chat_cloud(&data, &model, &url, &["--session", "auth", "--message", "my question"], Some("wrong-key"));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("rejected the API key (HTTP 401)"), "{}", stderr(&out));
     assert_eq!(stored(&data, "auth")[0].content, "my question");
+    assert!(keyed.requests()[0].contains("Bearer wrong-key"), "{:?}", keyed.requests());
 
     // The stored key (no keychain here: the user-only file) is the one sent.
     let mut set = Command::new(env!("CARGO_BIN_EXE_headroom"))
@@ -294,10 +253,11 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     let out = chat_cloud(&data, &model, &url, &["--session", "auth", "--message", "again"], None);
     assert!(out.status.success(), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "never\n");
+    assert!(keyed.requests()[1].contains("Bearer right-key"), "{:?}", keyed.requests());
 
     // A stream cut after two chunks: the partial answer is saved with the error.
-    let url = stub(sse(&["half ", "an answer"], false), None);
-    let out = chat_cloud(&data, &model, &url, &["--session", "cut", "--message", "long one"], Some("k"));
+    let cut = stub(vec![once(format!("{SSE_HEAD}{}{}", chunk("half "), chunk("an answer")))]);
+    let out = chat_cloud(&data, &model, &cut.base_url, &["--session", "cut", "--message", "long one"], Some("k"));
     assert_eq!(out.status.code(), Some(1));
     assert!(stderr(&out).contains("cut after 2 text chunks"), "{}", stderr(&out));
     let msgs = stored(&data, "cut");
@@ -307,7 +267,8 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     // --route auto: a prompt over the local threshold (8192 estimated tokens
     // by default) goes to the cloud, and stderr says why.
     let model = demo_model(&dir);
-    let url = stub(sse(&["routed"], true), None);
+    let routed = stub(vec![answer(&["routed"])]);
+    let url = routed.base_url.clone();
     let long = "lorem ipsum ".repeat(4000);
     let mut env_args = vec!["--session", "auto", "--message", long.as_str()];
     env_args.extend(["--route", "auto"]);
@@ -321,7 +282,7 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     assert_eq!(stored(&data, "auto")[1].route, Route::Cloud);
 
     // "Summarise for cloud" on: the local model condenses the older turns,
-    // the request carries the summary, and stderr says what it saved.
+    // the request carries the summary, and the route note says so.
     tauri::async_runtime::block_on(async {
         let store = Store::open(&data).await.unwrap_or_else(|e| panic!("{e}"));
         let mut settings = store.settings().await.unwrap_or_else(|e| panic!("{e}"));
@@ -341,7 +302,8 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
             store.finish_turn(t.assistant_message_id, &answer).await.unwrap_or_else(|e| panic!("{e}"));
         }
     });
-    let (url, bodies) = stub_recording(sse(&["short"], true), None);
+    let recording = stub(vec![answer(&["short"])]);
+    let url = recording.base_url.clone();
     let out = headroom_with(
         &[
             "chat",
@@ -360,8 +322,8 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
         &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())],
     );
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("tokens saved"), "{}", stderr(&out));
-    let body = bodies.lock().map(|b| b.concat()).unwrap_or_default();
+    assert!(stderr(&out).contains("went as a summary made on this Mac"), "{}", stderr(&out));
+    let body = recording.bodies().concat();
     let sent: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
     let sent = sent["messages"].as_array().cloned().unwrap_or_default();
     assert!(
@@ -371,5 +333,132 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     assert_eq!(sent.last().map(|m| m["content"].clone()), Some("next?".into()));
     assert!(sent.len() < 7, "7 messages without the summary: {sent:?}");
     assert_eq!(stored(&data, "sum").len(), 8, "the stored history is untouched");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One secret of each kind the scanner knows, as a user would paste them.
+const SECRETS: [&str; 10] = [
+    "13812345678",
+    "+44 20 7946 0958",
+    "11010519491231002X",
+    "j.doe@example.com",
+    "192.168.1.20",
+    "build01.corp",
+    r"\\fileserver\finance",
+    "/Users/alice/Documents/salary.xlsx",
+    "AKIAIOSFODNN7EXAMPLE",
+    "hunter2hunter2",
+];
+
+/// A session whose earlier turns (answered locally) hold every secret,
+/// between harmless ones.
+fn secret_history(data: &Path, session: &str) {
+    tauri::async_runtime::block_on(async {
+        let store = Store::open(data).await.unwrap_or_else(|e| panic!("{e}"));
+        let turns = [
+            ("what is a monad?".to_owned(), "A monoid in the category of endofunctors.".to_owned()),
+            (format!("call me on {} or {}", SECRETS[0], SECRETS[1]), "Noted.".to_owned()),
+            (format!("my ID is {}; mail {}", SECRETS[2], SECRETS[3]), "I will not repeat it.".to_owned()),
+            (format!("the NAS at {} and {} share {}", SECRETS[4], SECRETS[5], SECRETS[6]), "OK.".to_owned()),
+            ("and the file?".to_owned(), format!("It is {}", SECRETS[7])),
+            (format!("key {} and password: {}", SECRETS[8], SECRETS[9]), "Keep them safe.".to_owned()),
+            ("thanks!".to_owned(), "You are welcome.".to_owned()),
+        ];
+        for (q, a) in turns {
+            let t = store
+                .begin_turn(session, &q, Some("local-model"), Route::Local)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            let done =
+                headroom_store::TurnOutcome { content: a, status: MessageStatus::Complete, error: None, stats: None };
+            store.finish_turn(t.assistant_message_id, &done).await.unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+}
+
+fn leaked(bodies: &[String]) -> Vec<&'static str> {
+    // Bodies are JSON: a backslash arrives doubled.
+    SECRETS
+        .iter()
+        .copied()
+        .filter(|s| bodies.iter().any(|b| b.contains(s) || b.contains(&s.replace('\\', "\\\\"))))
+        .collect()
+}
+
+/// The issue's report, on the command line: `--route cloud` with a secret,
+/// and a harmless message after secret local turns. Nothing secret reaches
+/// the endpoint unless `--allow-sensitive` says so, which names it.
+#[test]
+fn the_cli_never_sends_an_earlier_secret_and_allow_sensitive_names_what_it_sends() {
+    let dir = temp_dir("privacy");
+    let model = demo_model(&dir);
+    let data = dir.join("data");
+    let cloud = stub(vec![answer(&["fine"])]);
+    let stderr = |o: &std::process::Output| String::from_utf8_lossy(&o.stderr).into_owned();
+    let m = model.to_string_lossy().into_owned();
+    let run = |route: &str, session: &str, message: &str, extra: &[&str]| {
+        let args = [
+            &["chat", m.as_str(), "--session", session, "--message", message, "--route", route],
+            &["--cloud-url", cloud.base_url.as_str(), "--cloud-model", "gpt-x", "--max-tokens", "4"][..],
+            extra,
+        ]
+        .concat();
+        headroom_with(&args, &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())])
+    };
+
+    // The report itself: forcing the cloud with an ID number keeps it here.
+    let out = run("cloud", "id", "my id is 11010519491231002X", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("--route cloud: the local model") && stderr(&out).contains("1101************2X"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(cloud.requests().is_empty(), "sent: {:?}", cloud.bodies());
+    assert_eq!(stored(&data, "id")[1].route, Route::Local);
+
+    // Earlier secrets, a harmless message, the cloud forced: the message
+    // goes, the secret exchanges stay, and the route note says which.
+    secret_history(&data, "s");
+    let out = run("cloud", "s", "what is a functor?", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(cloud.bodies().len(), 1);
+    assert!(
+        cloud.bodies()[0].contains("what is a functor?") && cloud.bodies()[0].contains("what is a monad?"),
+        "{:?}",
+        cloud.bodies()
+    );
+    assert_eq!(leaked(&cloud.bodies()), Vec::<&str>::new());
+    assert!(
+        stderr(&out).contains("Earlier messages 3, 4, 5, 6, 7, 8, 9, 10, 11 and 12 stay on this Mac"),
+        "{}",
+        stderr(&out)
+    );
+
+    // --route auto with no local model to keep it here: the same.
+    let out = run("auto", "s", "and an applicative?", &["--available-gb", "0"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no local model for this turn"), "{}", stderr(&out));
+    assert_eq!(cloud.bodies().len(), 2);
+    assert!(cloud.bodies()[1].contains("and an applicative?"));
+    assert_eq!(leaked(&cloud.bodies()), Vec::<&str>::new());
+
+    // --route auto with the model: a sensitive chat stays local.
+    let before = cloud.bodies().len();
+    let out = run("auto", "s", "one more?", &[]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--route auto: the local model"), "{}", stderr(&out));
+    assert_eq!(cloud.bodies().len(), before);
+
+    // The override, for this one message: everything goes, and stderr names it.
+    let out = run("cloud", "s", "summarise all of the above", &["--allow-sensitive"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert_eq!(leaked(&cloud.bodies()[before..]).len(), SECRETS.len(), "the test sees secrets when they do leave");
+    let said = stderr(&out);
+    assert!(
+        said.contains("--allow-sensitive: sent to gpt-x although") && said.contains("1101************2X"),
+        "{said}"
+    );
+    assert!(!said.contains("11010519491231002X"), "named masked: {said}");
     let _ = std::fs::remove_dir_all(&dir);
 }

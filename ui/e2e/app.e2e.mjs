@@ -758,6 +758,77 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     assert.ok(width >= 400 && height >= 600, `popover screenshot is ${width}×${height}, expected about 420×640 (${file})`);
   });
 
+  /**
+   * An OpenAI-compatible endpoint on loopback: answers every request with
+   * `pieces` streamed, and keeps every request body.
+   */
+  async function cloudStub(pieces) {
+    const http = await import('node:http');
+    const bodies = [];
+    const server = http.createServer((req, res) => {
+      let body = '';
+      req.on('data', (c) => (body += c));
+      req.on('end', () => {
+        bodies.push(body);
+        res.writeHead(200, { 'Content-Type': 'text/event-stream', Connection: 'close' });
+        for (const p of pieces) res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: { content: p } }] })}\n\n`);
+        res.write(`data: ${JSON.stringify({ choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] })}\n\n`);
+        res.end('data: [DONE]\n\n');
+      });
+    });
+    await new Promise((resolve) => server.listen(0, '127.0.0.1', resolve));
+    return { url: `http://127.0.0.1:${server.address().port}/v1`, bodies, close: () => new Promise((r) => server.close(r)) };
+  }
+
+  /** Sets a Settings field as a user does (its change event saves it). */
+  async function setSetting(testId, value) {
+    await session.waitForElement(`[data-testid="${testId}"]`, 5_000);
+    await session.execute(`
+      const f = document.querySelector('[data-testid="${testId}"]');
+      f.value = ${JSON.stringify(value)};
+      f.dispatchEvent(new Event('change', { bubbles: true }));
+    `);
+  }
+
+  test('a private exchange stays here when the cloud is forced, and the answer says so', { timeout: 60_000 }, async () => {
+    requireApp();
+    const cloud = await cloudStub(['Functors ', 'map.']);
+    try {
+      const before = (await answers()).length;
+      await session.click(await session.byTestId('settings-button'));
+      await setSetting('cloud-url', cloud.url);
+      await setSetting('cloud-model', 'stub-model');
+      await setSetting('max-tokens', '8');
+      await session.click(await session.byTestId('settings-button'));
+      await session.waitForElement('[data-testid="chat-input"]', 5_000);
+      // Back in the chat, its messages load again: send once they are there.
+      await waitFor(async () => (await answers()).length === before, { timeoutMs: 10_000, message: 'the chat to reload' });
+
+      // A private address: it stays on this Mac (the demo model answers).
+      await sendMessage('my NAS is at 10.0.0.5, remember it');
+      await finishedAnswer(before + 1, 30_000);
+      assert.equal(cloud.bodies.length, 0, 'nothing went to the cloud');
+
+      // The cloud forced for a harmless question: it goes, the exchange above does not.
+      await session.click(await session.find('[data-testid="route-chip"] button'));
+      await session.click(await session.byTestId('route-force-cloud'));
+      await sendMessage('what is a functor?');
+      const { el } = await finishedAnswer(before + 2, 30_000);
+      assert.equal((await session.text(el)).trim(), 'Functors map.');
+      const note = await session.waitForElement('[data-testid="answer-withheld"]', 5_000);
+      assert.match(await session.text(note), /stay on this Mac/);
+      assert.equal(cloud.bodies.length, 1);
+      assert.ok(cloud.bodies[0].includes('what is a functor?'), cloud.bodies[0]);
+      assert.ok(!cloud.bodies[0].includes('10.0.0.5'), `the private address reached the cloud: ${cloud.bodies[0]}`);
+      writeFileSync(path.join(OUT, 'privacy.png'), await session.screenshot(30_000));
+    } finally {
+      await session.click(await session.byTestId('settings-button'));
+      await setSetting('cloud-url', '');
+      await session.click(await session.byTestId('settings-button'));
+      await cloud.close();
+    }
+  });
+
   /** The session ids the sessions list shows, in its order. */
   async function listedSessions() {
     const items = await session.allByTestId('session-item');

@@ -79,7 +79,13 @@ const answer: Chat = (_text, emit) => {
 };
 
 /** A fake backend: answers like the Rust commands do and records every call. */
-function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], sessions: FakeSession[] = []): Call[] {
+function fakeBackend(
+  chat: Chat = answer,
+  models: ModelEntry[] = [DEMO],
+  sessions: FakeSession[] = [],
+  /** `chat_regenerate` rejects with this (a refused regenerate), if given. */
+  refuseRegenerate?: { code: string; message: string },
+): Call[] {
   const calls: Call[] = [];
   let nextMessage = 1;
   let settings: Settings = {
@@ -188,6 +194,7 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], session
       case 'chat_cancel':
         return true;
       case 'chat_regenerate': {
+        if (refuseRegenerate) throw refuseRegenerate;
         const a = args as { sessionId: string; onEvent: Channel<ChatEvent> };
         const found = sessions.find((x) => x.id === a.sessionId);
         const question = found?.messages.filter((m) => m.role === 'user').at(-1)?.content ?? '';
@@ -484,15 +491,24 @@ describe('App', () => {
     expect(calls.filter((c) => c.cmd === 'chat_send')[1]?.args).not.toHaveProperty('force');
   });
 
-  it('regenerates the last answer: the question is asked again in place', async () => {
+  /** Answers "answer n to <question>" on the n-th call; `fail(n)` makes the n-th fail before it starts. */
+  function numbered(fail: (n: number) => boolean = () => false): Chat {
     let n = 0;
-    const calls = fakeBackend((text, emit) => {
+    return (text, emit) => {
       n += 1;
+      if (fail(n)) {
+        emit({ event: 'error', data: { code: 'CLOUD_CONNECTION_REFUSED', message: 'The cloud endpoint refused the connection.' } });
+        return;
+      }
       emit({ event: 'started', data: { runId: n, promptTokens: 3, reusedTokens: 0, route: LOCAL_ROUTE } });
       emit({ event: 'token', data: { text: `answer ${n} to ${text}` } });
       emit({ event: 'stats', data: STATS });
       emit({ event: 'finished', data: { reason: 'stop' } });
-    });
+    };
+  }
+
+  it('regenerates the last answer: the question is asked again in place', async () => {
+    const calls = fakeBackend(numbered());
     const { user, input } = setup();
     await user.type(input, 'why?{Enter}');
     await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 1 to why?'));
@@ -500,6 +516,57 @@ describe('App', () => {
     await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 2 to why?'));
     expect(screen.getAllByTestId('message-user')).toHaveLength(1);
     expect(calls.filter((c) => c.cmd === 'chat_regenerate').map((c) => (c.args as { sessionId: string }).sessionId)).toEqual(['s1']);
+  });
+
+  it('keeps the old answer on screen when a regenerate is refused, and says why', async () => {
+    const refusal = { code: 'ROUTE_NO_LOCAL_MODEL', message: 'This message must stay on this Mac, but no local model is loaded.' };
+    fakeBackend(answer, [DEMO], [], refusal);
+    const { user, input } = setup();
+    await user.type(input, 'why?{Enter}');
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('Hel'));
+    const before = screen.getByTestId('message-assistant').textContent;
+    await user.click(await screen.findByTestId('regenerate'));
+    await waitFor(() => expect(screen.getByTestId('error')).toHaveTextContent('must stay on this Mac'));
+    expect(screen.getAllByTestId('message-user').map((m) => m.textContent)).toEqual(['why?']);
+    expect(screen.getByTestId('message-assistant').textContent).toBe(before);
+    expect(input.value).toBe('');
+  });
+
+  it('keeps the old answer when the new one fails before it starts', async () => {
+    fakeBackend(numbered((n) => n === 2));
+    const { user, input } = setup();
+    await user.type(input, 'why?{Enter}');
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 1 to why?'));
+    await user.click(await screen.findByTestId('regenerate'));
+    await waitFor(() => expect(screen.getByTestId('error')).toHaveTextContent('refused the connection'));
+    expect(screen.getByTestId('message-assistant')).toHaveTextContent('answer 1 to why?');
+    expect(screen.getAllByTestId('message-user')).toHaveLength(1);
+    expect(input.value).toBe('');
+  });
+
+  it('says under the answer which earlier messages stayed on this Mac', async () => {
+    const withheld = { code: 'HISTORY_WITHHELD', message: 'Earlier messages 1 and 2 stay on this Mac: the cloud gets the conversation without them.' };
+    const route = { target: 'cloud' as const, modelOrProvider: 'gpt-test', reasons: [{ code: 'FORCED_CLOUD', message: 'You asked for the cloud.' }, withheld] };
+    fakeBackend((_text, emit) => {
+      emit({ event: 'started', data: { runId: 1, promptTokens: 3, reusedTokens: 0, route } });
+      emit({ event: 'token', data: { text: 'fine' } });
+      emit({ event: 'stats', data: STATS });
+      emit({ event: 'finished', data: { reason: 'stop' } });
+    });
+    const { user, input } = setup();
+    await user.type(input, 'and then?{Enter}');
+    await waitFor(() => expect(screen.getByTestId('answer-withheld')).toHaveTextContent('Earlier messages 1 and 2 stay on this Mac'));
+  });
+
+  it('previews the route with the open chat, as the send will count it', async () => {
+    const calls = fakeBackend();
+    const { user, input } = setup();
+    await user.type(input, 'first{Enter}');
+    await waitFor(() => expect(screen.getByTestId('message-assistant')).toHaveTextContent('Hel'));
+    await user.type(input, 'second');
+    await waitFor(() =>
+      expect(calls.filter((c) => c.cmd === 'route_preview').at(-1)?.args).toMatchObject({ text: 'second', sessionId: 's1' }),
+    );
   });
 
   it('renders no script from model output', async () => {

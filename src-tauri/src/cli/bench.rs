@@ -3,27 +3,25 @@
 //! r counted runs (after one warm-up) of prefill p + decode n, batch 1; the
 //! mean ± sd of each figure with every label, peak memory, pressure and swap
 //! delta; then the roofline (decode bytes per token vs memory bandwidth).
-//! The Tauri command `bench_run` runs the same plan through [`run_plan`].
+//! The plan and its report are `crate::bench`'s, which the app's Bench view
+//! runs too.
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
 use clap::Args;
-use headroom_core::bench::{rated_bandwidth, BenchShape, MeanSd, RateSummary, RatedBandwidth, Roofline};
-use headroom_core::pressure::PressureLevel;
-use headroom_engine::bench::{run_case, BenchCase, BenchEvent, BenchRun, CaseResult};
+use headroom_core::bench::MeanSd;
 use headroom_engine::worker::{EngineHandle, LoadSettings};
-use headroom_engine::{ComputeDtype, QuantKernel};
-use headroom_memory::bandwidth::{self, BandwidthOptions, BandwidthReport, MachineInfo};
-use serde::Serialize;
-use serde_json::{json, Value};
+use headroom_engine::ComputeDtype;
+use headroom_memory::bandwidth::{self, BandwidthOptions};
 
 use super::fit::{check_model, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::CliError;
+use crate::bench::{report_json, run_plan, Bandwidth, BenchPlan, BenchReport, StoreRecord};
+use crate::runtime::block_on;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
@@ -64,148 +62,6 @@ pub struct BenchArgs {
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
-}
-
-/// What to run on a loaded model.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BenchPlan {
-    pub depths: Vec<usize>,
-    pub prompt_tokens: usize,
-    pub gen_tokens: usize,
-    pub repetitions: usize,
-    pub seed: u64,
-}
-
-impl BenchPlan {
-    /// Cache positions the deepest case needs: the context to load (and fit-check) at.
-    pub fn context(&self) -> usize {
-        self.depths.iter().max().copied().unwrap_or(0) + self.prompt_tokens + self.gen_tokens
-    }
-}
-
-/// Where the roofline's bandwidth comes from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(tag = "source", rename_all = "snake_case")]
-pub enum Bandwidth {
-    /// `headroom bandwidth`'s best kernel (copy or triad).
-    Measured(BandwidthReport),
-    /// `--bandwidth` on the command line.
-    Given { gb_per_s: f64 },
-}
-
-impl Bandwidth {
-    pub fn gb_per_s(&self) -> f64 {
-        match self {
-            Self::Measured(r) => r.best_gb_per_s(),
-            Self::Given { gb_per_s } => *gb_per_s,
-        }
-    }
-}
-
-/// One depth's results.
-#[derive(Debug, Clone, PartialEq)]
-pub struct DepthReport {
-    pub case: CaseResult,
-    pub summary: RateSummary,
-    /// The worst level read before, between and after the runs.
-    pub pressure: PressureLevel,
-    /// Swap used after the last run minus before the fill, bytes.
-    pub swap_delta_bytes: i64,
-    /// The largest MLX peak of the counted runs.
-    pub peak_memory_bytes: usize,
-    /// Against the measured (or given) bandwidth.
-    pub roofline: Option<Roofline>,
-    /// Against the chip's rated bandwidth (Apple silicon).
-    pub rated_roofline: Option<Roofline>,
-}
-
-/// A whole benchmark.
-#[derive(Debug, Clone, PartialEq)]
-pub struct BenchReport {
-    pub model: String,
-    pub dir: PathBuf,
-    pub plan: BenchPlan,
-    pub machine: MachineInfo,
-    pub bandwidth: Bandwidth,
-    pub rated: Option<&'static RatedBandwidth>,
-    pub depths: Vec<DepthReport>,
-}
-
-/// Progress while a plan runs, for a progress line or the app's Channel.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct BenchProgress {
-    pub depth: usize,
-    /// 0 is the warm-up.
-    pub run: usize,
-    pub runs: usize,
-    pub decode_tps: Option<f64>,
-}
-
-/// Runs `plan` on the model loaded in `engine`, one depth after the other.
-pub fn run_plan(
-    engine: &EngineHandle,
-    model: &str,
-    dir: &Path,
-    plan: &BenchPlan,
-    bandwidth: Bandwidth,
-    cancel: &Arc<AtomicBool>,
-    mut on_progress: impl FnMut(&BenchProgress),
-) -> Result<BenchReport, CliError> {
-    let machine = bandwidth::machine_info()?;
-    let rated = rated_bandwidth(&machine.cpu, machine.cpu_cores);
-    let mut reader = headroom_memory::Reader::new()?;
-    let mut depths = Vec::new();
-    for &depth in &plan.depths {
-        let shape = BenchShape { depth, prompt_tokens: plan.prompt_tokens, gen_tokens: plan.gen_tokens };
-        let first = reader.read();
-        let mut pressure = first.pressure;
-        let case = BenchCase { shape, runs: plan.repetitions, seed: plan.seed.wrapping_add(depth as u64) };
-        let result = run_case(engine, case, cancel, |event| {
-            if let BenchEvent::Run(run) = event {
-                pressure = worse(pressure, reader.read().pressure);
-                on_progress(&BenchProgress {
-                    depth,
-                    run: run.index,
-                    runs: plan.repetitions,
-                    decode_tps: run.rates.decode_tps,
-                });
-            }
-        })?;
-        let last = reader.read();
-        let pressure = worse(pressure, last.pressure);
-        let summary = RateSummary::of(&result.runs.iter().map(|r| r.rates).collect::<Vec<_>>());
-        let roofline_at = |gb_per_s: f64| {
-            summary.decode_tps.and_then(|d| Roofline::new(&result.labels.traffic, &shape, gb_per_s * 1e9, d.mean))
-        };
-        depths.push(DepthReport {
-            summary,
-            pressure,
-            swap_delta_bytes: i64::try_from(last.swap_used).unwrap_or(i64::MAX)
-                - i64::try_from(first.swap_used).unwrap_or(i64::MAX),
-            peak_memory_bytes: result.runs.iter().map(|r| r.peak_memory_bytes).max().unwrap_or(0),
-            roofline: roofline_at(bandwidth.gb_per_s()),
-            rated_roofline: rated.and_then(|r| roofline_at(r.gb_per_s)),
-            case: result,
-        });
-    }
-    Ok(BenchReport {
-        model: model.to_owned(),
-        dir: dir.to_owned(),
-        plan: plan.clone(),
-        machine,
-        bandwidth,
-        rated,
-        depths,
-    })
-}
-
-/// Unknown says nothing, so any real reading is worse than it.
-fn worse(a: PressureLevel, b: PressureLevel) -> PressureLevel {
-    match (a, b) {
-        (PressureLevel::Unknown, x) | (x, PressureLevel::Unknown) => x,
-        (a, b) => a.max(b),
-    }
 }
 
 pub fn run(args: &BenchArgs) -> Result<(), CliError> {
@@ -284,113 +140,8 @@ pub(crate) fn bench(
 fn save(report: &BenchReport) -> Result<(), CliError> {
     let store = super::chat::open_store()?;
     let r = StoreRecord::of(report);
-    crate::chat::block_on(store.add_bench_run(&report.model, &r.labels, &r.machine, &r.summary, &r.runs))?;
+    block_on(store.add_bench_run(&report.model, &r.labels, &r.machine, &r.summary, &r.runs))?;
     Ok(())
-}
-
-/// A report split the way the store's `bench_runs` table keeps it.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StoreRecord {
-    pub labels: Value,
-    /// The machine, the bandwidth used and the chip's rated figure.
-    pub machine: Value,
-    /// Per depth: the summary, roofline, pressure, swap delta, peak memory.
-    pub summary: Value,
-    /// Per depth: the fill time, the warm-up and every counted run, raw.
-    pub runs: Value,
-}
-
-impl StoreRecord {
-    pub fn of(report: &BenchReport) -> Self {
-        let v = report_json(report);
-        let depths = v["depths"].as_array().cloned().unwrap_or_default();
-        let pick = |keys: &[&str]| -> Value {
-            Value::Array(
-                depths
-                    .iter()
-                    .map(|d| Value::Object(keys.iter().map(|&k| (k.to_owned(), d[k].clone())).collect()))
-                    .collect(),
-            )
-        };
-        Self {
-            summary: pick(&[
-                "depth",
-                "summary",
-                "roofline",
-                "rated_roofline",
-                "pressure",
-                "swap_delta_bytes",
-                "peak_memory_bytes",
-            ]),
-            runs: pick(&["depth", "fill_ms", "warmup", "runs"]),
-            machine: json!({ "machine": v["machine"], "bandwidth": v["bandwidth"], "rated_bandwidth": v["rated_bandwidth"] }),
-            labels: v["labels"].clone(),
-        }
-    }
-}
-
-fn run_json(r: &BenchRun) -> Value {
-    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
-    json!({
-        "index": r.index,
-        "context_tokens": r.context_tokens,
-        "prompt_tokens": r.prompt_tokens,
-        "generated_tokens": r.generated_tokens,
-        "cache_tokens_after": r.cache_tokens_after,
-        "ttft_ms": r.rates.ttft_ms,
-        "prefill_tps": r.rates.prefill_tps,
-        "decode_tps": r.rates.decode_tps,
-        "e2e_tps": r.rates.e2e_tps,
-        "prefill_ms": r.timings.prefill.as_secs_f64() * 1e3,
-        "first_token_ms": ms(r.timings.first_token_at),
-        "last_token_ms": ms(r.timings.last_token_at),
-        "peak_memory_bytes": r.peak_memory_bytes,
-    })
-}
-
-/// The `--json` object: labels, machine, bandwidth, and per depth the raw
-/// runs (warm-up apart), the summary and the roofline.
-pub(crate) fn report_json(r: &BenchReport) -> Value {
-    let labels = r.depths.first().map(|d| &d.case.labels);
-    json!({
-        "model": r.model,
-        "path": r.dir,
-        "labels": {
-            "model_type": labels.map(|l| l.model_type.clone()),
-            "quantization": labels.and_then(|l| l.quantization).map(|(bits, group_size)| json!({"bits": bits, "group_size": group_size})),
-            "kv_dtype": labels.map(|l| l.kv_dtype.clone()),
-            "quant_kernel": labels.and_then(|l| l.quant_kernel).map(|k| json!({
-                "kind": k.as_str(),
-                "dequantize_from_rows": match k {
-                    QuantKernel::CpuF32 { dequantize_from_rows } => Some(dequantize_from_rows),
-                    QuantKernel::Fused => None,
-                },
-            })),
-            "weight_bytes": labels.map(|l| l.traffic.weight_bytes),
-            "kv_bytes_per_position": labels.map(|l| l.traffic.kv_bytes_per_position),
-            "batch": 1,
-            "prompt_tokens": r.plan.prompt_tokens,
-            "gen_tokens": r.plan.gen_tokens,
-            "repetitions": r.plan.repetitions,
-            "depths": r.plan.depths,
-            "seed": r.plan.seed,
-        },
-        "machine": r.machine,
-        "bandwidth": r.bandwidth,
-        "rated_bandwidth": r.rated,
-        "depths": r.depths.iter().map(|d| json!({
-            "depth": d.case.case.shape.depth,
-            "fill_ms": d.case.fill_time.as_secs_f64() * 1e3,
-            "warmup": run_json(&d.case.warmup),
-            "runs": d.case.runs.iter().map(run_json).collect::<Vec<_>>(),
-            "summary": d.summary,
-            "pressure": d.pressure,
-            "swap_delta_bytes": d.swap_delta_bytes,
-            "peak_memory_bytes": d.peak_memory_bytes,
-            "roofline": d.roofline,
-            "rated_roofline": d.rated_roofline,
-        })).collect::<Vec<_>>(),
-    })
 }
 
 fn cell(v: Option<MeanSd>, digits: usize) -> String {
@@ -486,6 +237,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use headroom_core::settings::KernelChoice;
+    use headroom_engine::QuantKernel;
 
     fn parse(argv: &[&str]) -> BenchArgs {
         match Cli::try_parse_from([&["headroom", "bench"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
@@ -509,15 +261,6 @@ mod tests {
         assert!(Cli::try_parse_from(["headroom", "bench", "m", "--kernel", "fast"]).is_err());
         let plan = BenchPlan { depths: a.depths, prompt_tokens: 64, gen_tokens: 16, repetitions: 3, seed: 0 };
         assert_eq!(plan.context(), 12288 + 64 + 16);
-    }
-
-    #[test]
-    fn pressure_keeps_the_worst_real_reading() {
-        use PressureLevel::*;
-        assert_eq!(worse(Unknown, Normal), Normal);
-        assert_eq!(worse(Warning, Unknown), Warning);
-        assert_eq!(worse(Normal, Critical), Critical);
-        assert_eq!(worse(Unknown, Unknown), Unknown);
     }
 
     #[test]

@@ -12,9 +12,9 @@ use headroom_charts::{ChartStyle, Theme};
 use headroom_store::Store;
 
 use super::CliError;
-use crate::chat::block_on;
 use crate::commands::charts::{session_chart_svg, SessionChartError};
 use crate::live::{LiveChartError, ViewRequest};
+use crate::runtime::block_on;
 
 #[derive(Debug, Clone, Args)]
 pub struct ChartArgs {

@@ -1,22 +1,28 @@
-//! `headroom chat`: one persisted turn in a named session. The stored
-//! history is the context, the answer streams to stdout while the shared
-//! [`TurnRecorder`] saves it, and Ctrl-C stops it as `interrupted`.
+//! `headroom chat`: one stored turn in a named session, through the same
+//! turn service as the app (`crate::turn`): this builds the app's state
+//! (store, engine with MODEL loaded behind the fit guard, locations,
+//! settings, the run registry), hands the turn to `turn::start`, streams
+//! the answer to stdout and says on stderr where it ran and why. Ctrl-C
+//! stops it; what arrived is stored as `interrupted`.
 
 use std::io::Write;
 
-use clap::Args;
+use clap::{Args, ValueEnum};
 use headroom_core::chat::FinishReason;
-use headroom_engine::worker::{EngineHandle, GenerateRequest, LoadSettings, OverflowPolicy};
-use headroom_engine::{ComputeDtype, SamplingParams};
+use headroom_core::router::Force;
+use headroom_core::settings::Settings;
+use headroom_engine::worker::{EngineHandle, LoadSettings};
+use headroom_engine::ComputeDtype;
 use headroom_store::Store;
 use serde_json::json;
 
-use super::chat_cloud::RouteArg;
 use super::fit::{check_model, BudgetArgs};
-use super::hub::{resolve_model, HubEnv};
+use super::hub::resolve_model;
+use super::kernel::KernelArgs;
 use super::CliError;
-use crate::chat::{block_on, forward, ModelLabels, TurnEnd, TurnRecorder};
-use crate::state::Locations;
+use crate::runtime::block_on;
+use crate::state::{AppState, LoadedModel, Locations};
+use crate::turn::{self, Ask, ChatEvent, Done, RouteInfo, RouteTarget, TurnOptions, TurnRequest};
 
 #[derive(Debug, Clone, Args)]
 pub struct ChatArgs {
@@ -45,7 +51,7 @@ pub struct ChatArgs {
     /// Generate exactly --max-tokens tokens, through any EOS (benchmarks, tests).
     #[arg(long)]
     pub ignore_eos: bool,
-    /// Print one JSON object (ids, text, status, stats) instead of streaming.
+    /// Print one JSON object (ids, text, status, route, stats) instead of streaming.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
@@ -53,10 +59,17 @@ pub struct ChatArgs {
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Where the answer comes from: the local MODEL, the cloud endpoint, or
-    /// `auto` (the router decides and says why on stderr).
+    /// `auto` (the router decides). Sensitive content never goes to the
+    /// cloud by forcing it: only --allow-sensitive lets it.
     #[arg(long, value_enum, default_value_t)]
     pub route: RouteArg,
+    /// Let this message's sensitive content (and that of the earlier turns
+    /// sent with it) go to the cloud; stderr names what goes, masked.
+    #[arg(long)]
+    pub allow_sensitive: bool,
     /// The cloud endpoint's base URL, e.g. https://api.openai.com/v1
     /// (default: the stored setting). The key comes from
     /// $HEADROOM_CLOUD_API_KEY, else `headroom cloud-key set`.
@@ -67,39 +80,133 @@ pub struct ChatArgs {
     pub cloud_model: Option<String>,
 }
 
-/// The database in the app's data folder (`$HEADROOM_DATA_DIR` first).
+/// Where `headroom chat` sends the turn: the app's route chip, as a flag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum RouteArg {
+    /// The local model (MODEL).
+    #[default]
+    Local,
+    /// The cloud endpoint (--cloud-url / --cloud-model, else the settings).
+    Cloud,
+    /// The router decides: sensitive text stays local; long prompts, or a
+    /// model that would swap, go to the cloud.
+    Auto,
+}
+
+impl RouteArg {
+    fn force(self) -> Option<Force> {
+        match self {
+            Self::Local => Some(Force::Local),
+            Self::Cloud => Some(Force::Cloud),
+            Self::Auto => None,
+        }
+    }
+}
+
+/// The app's data folder (`$HEADROOM_DATA_DIR` first).
+pub(crate) fn locations() -> Result<Locations, CliError> {
+    Locations::from_env(|| crate::platform_app_data_dir().ok_or(CliError::NoDataDir))
+}
+
+/// The database in the app's data folder.
 pub(crate) fn open_store() -> Result<Store, CliError> {
-    let locations = Locations::from_env(|| crate::platform_app_data_dir().ok_or(CliError::NoDataDir))?;
-    Ok(block_on(Store::open(&locations.data_dir))?)
+    Ok(block_on(Store::open(&locations()?.data_dir))?)
 }
 
 pub fn run(args: &ChatArgs) -> Result<(), CliError> {
-    let store = open_store()?;
+    let locations = locations()?;
+    let store = block_on(Store::open(&locations.data_dir))?;
     let stdout = std::io::stdout();
-    chat(args, &store, &HubEnv::from_process(), &mut stdout.lock(), &mut std::io::stderr())
+    chat(args, locations, store, &mut stdout.lock(), &mut std::io::stderr())
 }
 
 /// The command with its store and outputs injected, so tests can read them.
 pub(crate) fn chat(
     args: &ChatArgs,
-    store: &Store,
-    env: &HubEnv,
+    locations: Locations,
+    store: Store,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CliError> {
     if args.message.trim().is_empty() {
         return Err(CliError::EmptyMessage);
     }
-    let settings = block_on(store.settings())?;
-    if args.route == RouteArg::Cloud {
-        return super::chat_cloud::chat(args, store, &settings, out, err);
+    let mut settings = block_on(store.settings())?;
+    settings.cloud_base_url = args.cloud_url.clone().or(settings.cloud_base_url);
+    settings.cloud_model = args.cloud_model.clone().or(settings.cloud_model);
+    settings.context_limit = args.context.unwrap_or(settings.context_limit);
+    let state = AppState::new(EngineHandle::spawn()?, locations, store);
+    state.apply_settings(&settings);
+    let result = load_and_chat(args, &state, &settings, out, err);
+    state.engine.shutdown();
+    result
+}
+
+fn load_and_chat(
+    args: &ChatArgs,
+    state: &AppState,
+    settings: &Settings,
+    out: &mut dyn Write,
+    err: &mut dyn Write,
+) -> Result<(), CliError> {
+    // The model is the local side of the route: the turn must run on it,
+    // so its load failing is the answer; otherwise the turn routes without it.
+    match load(args, state, settings.context_limit, err) {
+        Ok(()) => {}
+        Err(e) if args.route == RouteArg::Local => return Err(e),
+        Err(e) => writeln!(err, "headroom: no local model for this turn ({e}); routing without one")?,
     }
-    let context = args.context.unwrap_or(settings.context_limit);
-    let dir = resolve_model(&args.model, env)?;
-    if args.route == RouteArg::Auto && super::chat_cloud::auto_picks_cloud(args, store, &settings, &dir, err)? {
-        return super::chat_cloud::chat(args, store, &settings, out, err);
+    let request = TurnRequest {
+        session: args.session.clone(),
+        ask: Ask::New(args.message.clone()),
+        options: TurnOptions {
+            max_tokens: args.max_tokens,
+            force: args.route.force(),
+            allow_sensitive: args.allow_sensitive,
+            temperature: args.temp,
+            top_p: args.top_p,
+            seed: args.seed,
+            ignore_eos: args.ignore_eos,
+            override_fit: args.override_fit,
+        },
+    };
+    let (tx, events) = std::sync::mpsc::channel();
+    let running = turn::start(state, settings, request, move |e| tx.send(e).is_ok())?;
+    // Ctrl-C stops the run after the current token; the answer is then
+    // committed as interrupted like any other end.
+    let (runs, id) = (state.runs.clone(), running.run_id);
+    let ctrl_c = tauri::async_runtime::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            runs.cancel(id);
+        }
+    });
+    let mut write_error = None;
+    for event in events {
+        match (&event, args.json) {
+            (ChatEvent::Started { route, .. }, false) => say_route(args, route, err)?,
+            (ChatEvent::Token { text }, false) if write_error.is_none() => {
+                // Flushed per token: the point is to watch it arrive.
+                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+                    write_error = Some(e);
+                }
+            }
+            _ => {}
+        }
     }
-    // The guard: headers only, before the engine (and MLX) allocate anything.
+    ctrl_c.abort();
+    let done = running.done.recv().map_err(|_| CliError::TurnFailed("the turn's thread went away".into()))?;
+    if let Some(e) = write_error {
+        return Err(e.into());
+    }
+    report(args, &state.store, &done, out, err)
+}
+
+/// MODEL into the state's engine, as the app loads its model: resolved,
+/// checked against this Mac's memory from its headers before anything is
+/// allocated (refused unless --override-fit), loaded, and its load's report
+/// kept with it for the turn's labels.
+fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) -> Result<(), CliError> {
+    let dir = resolve_model(&args.model, &state.locations.hub)?;
     let report = check_model(&dir, context, ComputeDtype::Native, &args.budget)?;
     if report.verdict.refuses() {
         if !args.override_fit {
@@ -107,93 +214,85 @@ pub(crate) fn chat(
         }
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
-    let engine = EngineHandle::spawn()?;
-    engine.load(&dir, LoadSettings { context_limit: context, ..LoadSettings::default() })?;
-
-    // Committed before generation starts: from here on nothing is lost.
-    let mut recorder = TurnRecorder::begin(store, &args.session, &args.message, ModelLabels::of(&args.model, &dir))?;
-    let request = GenerateRequest {
-        max_tokens: args.max_tokens.unwrap_or(settings.max_tokens),
-        ignore_eos: args.ignore_eos,
-        overflow: OverflowPolicy::TruncateOldest,
-        sampling: SamplingParams {
-            temperature: args.temp.unwrap_or(settings.temperature),
-            top_p: args.top_p.unwrap_or(settings.top_p),
-            seed: args.seed,
-            ..SamplingParams::default()
-        },
-        ..GenerateRequest::new(recorder.start.history.clone())
-    };
-    let run = match engine.generate(request) {
-        Ok(run) => run,
-        Err(e) => {
-            recorder.fail(&e.to_string())?;
-            return Err(e.into());
-        }
-    };
-    // Ctrl-C stops the run after the current token; the answer is then
-    // committed as interrupted like any other end.
-    let canceller = engine.clone();
-    let id = run.id;
-    let ctrl_c = tauri::async_runtime::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            canceller.cancel(id);
-        }
-    });
-
-    let mut write_error = None;
-    let end = forward(
-        id,
-        &run.events,
-        &args.model,
-        |event| {
-            if let (false, None, crate::chat::ChatEvent::Token { text }) = (args.json, &write_error, &event) {
-                // Flushed per token: the point is to watch it arrive.
-                if let Err(e) = out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-                    write_error = Some(e);
-                }
-            }
-            true
-        },
-        || {},
-        |so_far| recorder.on_text(so_far),
-    );
-    ctrl_c.abort();
-    let assistant_id = recorder.start.assistant_message_id;
-    let user_id = recorder.start.user_message_id;
-    recorder.finish(&end)?;
-    if let Some(e) = write_error {
-        return Err(e.into());
-    }
-    report_turn(args, store, &end, user_id, assistant_id, out, err)
+    let settings =
+        LoadSettings { context_limit: context, kernel: args.kernel.quant_kernel(), ..LoadSettings::default() };
+    let kernel = settings.kernel;
+    let info = state.engine.load(&dir, settings)?;
+    state.set_loaded(Some(LoadedModel::new(&args.model, dir, info, report.footprint, kernel)));
+    Ok(())
 }
 
-pub(super) fn report_turn(
+/// Where the turn runs and why, one line on stderr (the app's route note);
+/// with --allow-sensitive, what sensitive content goes out, masked.
+fn say_route(args: &ChatArgs, route: &RouteInfo, err: &mut dyn Write) -> Result<(), CliError> {
+    let target = match route.target {
+        RouteTarget::Local => "the local model",
+        RouteTarget::Cloud => "the cloud",
+        RouteTarget::Cached => "the cache of cloud answers",
+    };
+    let why: Vec<&str> = route.reasons.iter().map(|r| r.message.as_str()).collect();
+    writeln!(
+        err,
+        "headroom: --route {}: {target} ({}): {}",
+        route_name(args.route),
+        route.model_or_provider,
+        why.join(" ")
+    )?;
+    if args.allow_sensitive && route.target == RouteTarget::Cloud {
+        let sent: Vec<&str> =
+            route.reasons.iter().filter(|r| r.code.starts_with("SENSITIVE_")).map(|r| r.message.as_str()).collect();
+        if !sent.is_empty() {
+            writeln!(
+                err,
+                "headroom: --allow-sensitive: sent to {} although: {}",
+                route.model_or_provider,
+                sent.join(" ")
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn route_name(r: RouteArg) -> &'static str {
+    match r {
+        RouteArg::Local => "local",
+        RouteArg::Cloud => "cloud",
+        RouteArg::Auto => "auto",
+    }
+}
+
+fn report(
     args: &ChatArgs,
     store: &Store,
-    end: &TurnEnd,
-    user_id: i64,
-    assistant_id: i64,
+    done: &Done,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let stored = block_on(store.message(assistant_id))?;
+    let end = &done.end;
+    let stored = done.ids.map(|ids| block_on(store.message(ids.assistant))).transpose()?;
     if args.json {
         let v = json!({
             "session": args.session,
-            "user_message_id": user_id,
-            "assistant_message_id": assistant_id,
-            "text": stored.content,
-            "status": stored.status,
-            "error": stored.error,
+            "user_message_id": done.ids.map(|i| i.user),
+            "assistant_message_id": done.ids.map(|i| i.assistant),
+            "text": stored.as_ref().map_or(end.text.as_str(), |m| m.content.as_str()),
+            "status": stored.as_ref().map(|m| m.status),
+            "error": end.error,
             "finish_reason": end.reason,
-            "stats": stored.stats,
+            "route": done.route,
+            "stats": stored.as_ref().and_then(|m| m.stats.clone()),
         });
         writeln!(out, "{}", serde_json::to_string(&v)?)?;
     } else {
         writeln!(out)?;
         if let (Some(stats), Some(reason)) = (&end.stats, end.reason) {
             writeln!(err, "{}", super::generate::stats_line(stats, reason))?;
+        }
+        if done.route.target == RouteTarget::Cloud
+            && !end.text.is_empty()
+            && end.stats.as_ref().is_some_and(|s| s.generated_tokens == 0)
+        {
+            writeln!(err, "headroom: {}: no tok/s shown", headroom_cloud::NO_USAGE_NOTE)?;
         }
         if end.reason == Some(FinishReason::Cancelled) {
             writeln!(err, "headroom: stopped; the answer so far is saved as interrupted")?;
@@ -216,6 +315,7 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
+    use crate::models::HubEnv;
 
     fn demo_dir() -> &'static PathBuf {
         static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -227,10 +327,11 @@ mod tests {
         })
     }
 
-    fn store(tag: &str) -> Store {
+    fn place(tag: &str) -> (Locations, Store) {
         let dir = std::env::temp_dir().join(format!("headroom-cli-chat-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"))
+        let store = block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"));
+        (Locations { data_dir: dir, hub: HubEnv::default() }, store)
     }
 
     fn parse(extra: &[&str]) -> ChatArgs {
@@ -242,28 +343,44 @@ mod tests {
         }
     }
 
-    fn call(args: &ChatArgs, store: &Store) -> (Result<(), CliError>, String, String) {
+    fn call(args: &ChatArgs, place: &(Locations, Store)) -> (Result<(), CliError>, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let r = chat(args, store, &HubEnv::default(), &mut out, &mut err);
+        let r = chat(args, place.0.clone(), place.1.clone(), &mut out, &mut err);
         (r, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
     }
 
     #[test]
     fn two_turns_continue_one_stored_session() {
-        let store = store("turns");
+        let place = place("turns");
+        let store = &place.1;
         let (r, out, _) =
-            call(&parse(&["--message", "Hello", "--max-tokens", "4", "--ignore-eos", "--temp", "0", "--json"]), &store);
+            call(&parse(&["--message", "Hello", "--max-tokens", "4", "--ignore-eos", "--temp", "0", "--json"]), &place);
         r.unwrap_or_else(|e| panic!("{e}"));
         let first: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
         assert_eq!((first["status"].as_str(), first["finish_reason"].as_str()), (Some("complete"), Some("length")));
         assert_eq!(first["stats"]["generatedTokens"], 4);
         assert_eq!(first["stats"]["batch"], 1);
         assert_eq!(first["stats"]["quantization"], "4-bit, group 64");
+        assert_eq!(first["route"]["target"], "local");
+        assert_eq!(first["route"]["reasons"][0]["code"], "FORCED_LOCAL");
 
-        let (r, out, err) =
-            call(&parse(&["--message", "And then?", "--max-tokens", "3", "--ignore-eos", "--temp", "0"]), &store);
+        let (r, out, err) = call(
+            &parse(&[
+                "--message",
+                "And then?",
+                "--max-tokens",
+                "3",
+                "--ignore-eos",
+                "--temp",
+                "0",
+                "--kernel",
+                "fused",
+            ]),
+            &place,
+        );
         r.unwrap_or_else(|e| panic!("{e}"));
         assert!(err.contains("decode: 3 tokens") && err.contains("| length"), "{err}");
+        assert!(err.contains("--route local: the local model"), "{err}");
         let msgs = block_on(store.messages("t")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(msgs.len(), 4);
         assert_eq!(format!("{}\n", msgs[3].content), out, "what streamed is what was stored");
@@ -271,18 +388,21 @@ mod tests {
         let prompts: Vec<i64> = msgs.iter().filter_map(|m| m.stats.as_ref().map(|s| s.prompt_tokens)).collect();
         assert!(prompts.len() == 2 && prompts[1] > prompts[0], "the second prompt holds the first turn: {prompts:?}");
         assert!(msgs.iter().all(|m| m.status == MessageStatus::Complete));
+        assert!(Cli::try_parse_from(["headroom", "chat", "m", "--session", "s", "--message", "x", "--kernel", "fast"])
+            .is_err());
     }
 
     #[test]
     fn refusals_store_nothing_and_say_why() {
-        let store = store("refuse");
-        let (r, _, _) = call(&parse(&["--message", "  "]), &store);
+        let place = place("refuse");
+        let store = &place.1;
+        let (r, _, _) = call(&parse(&["--message", "  "]), &place);
         assert!(matches!(r, Err(CliError::EmptyMessage)), "{r:?}");
-        let (r, _, _) = call(&parse(&["--message", "hi", "--available-gb", "0"]), &store);
+        let (r, _, _) = call(&parse(&["--message", "hi", "--available-gb", "0"]), &place);
         assert!(matches!(r, Err(CliError::WouldNotFit { .. })), "{r:?}");
         assert_eq!(block_on(store.list_sessions()).map(|l| l.len()).ok(), Some(0));
         // The engine refuses a bad setting once the message is committed: the turn is an error answer.
-        let (r, _, _) = call(&parse(&["--message", "hi", "--temp=-1"]), &store);
+        let (r, _, _) = call(&parse(&["--message", "hi", "--temp=-1"]), &place);
         let msg = r.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("temperature"), "{msg}");
         let msgs = block_on(store.messages("t")).unwrap_or_default();

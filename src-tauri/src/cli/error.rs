@@ -9,8 +9,10 @@ use headroom_engine::EngineError;
 /// A subcommand's failure; printed as one line on stderr, exit code 1.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
+    // Boxed, as is `Turn`: both carry a model-format error with its path, and
+    // every `Result<_, CliError>` would otherwise be that large.
     #[error(transparent)]
-    Engine(#[from] EngineError),
+    Engine(Box<EngineError>),
     #[error(transparent)]
     Demo(#[from] DemoError),
     #[error(transparent)]
@@ -48,6 +50,11 @@ pub enum CliError {
     #[error("cannot find the app's data folder: set HEADROOM_DATA_DIR")]
     NoDataDir,
     #[error(transparent)]
+    Bench(#[from] crate::bench::BenchError),
+    /// A chat turn was refused before it started; nothing was stored.
+    #[error(transparent)]
+    Turn(Box<crate::turn::TurnError>),
+    #[error(transparent)]
     Cloud(#[from] headroom_cloud::CloudError),
     #[error(transparent)]
     CloudKey(#[from] headroom_cloud::KeyError),
@@ -64,9 +71,21 @@ pub enum CliError {
 impl From<crate::fit::FitError> for CliError {
     fn from(e: crate::fit::FitError) -> Self {
         match e {
-            crate::fit::FitError::Model(e) => Self::Engine(e),
+            crate::fit::FitError::Model(e) => Self::Engine(Box::new(e)),
             crate::fit::FitError::Memory(e) => Self::Memory(e),
         }
+    }
+}
+
+impl From<EngineError> for CliError {
+    fn from(e: EngineError) -> Self {
+        Self::Engine(Box::new(e))
+    }
+}
+
+impl From<crate::turn::TurnError> for CliError {
+    fn from(e: crate::turn::TurnError) -> Self {
+        Self::Turn(Box::new(e))
     }
 }
 

@@ -8,7 +8,7 @@ use clap::{Args, ValueEnum};
 use headroom_store::{SessionExport, Store};
 
 use super::CliError;
-use crate::chat::block_on;
+use crate::runtime::block_on;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ExportFormat {

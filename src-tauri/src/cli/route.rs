@@ -1,22 +1,19 @@
 //! `headroom route`: where one message would run (the local model or the
 //! cloud) and every reason why, without sending it anywhere.
 
-use std::cell::RefCell;
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use headroom_core::fit::{check, Verdict};
-use headroom_core::router::{
-    route, ApproxTokens, Decision, Force, LocalModel, RouteContext, RouteError, RouteRequest, Target, TokenCounter,
-    DEFAULT_LOCAL_THRESHOLD_TOKENS, DEFAULT_REPLY_RESERVE_TOKENS,
-};
+use headroom_core::router::sensitive::ScanCache;
+use headroom_core::router::{Decision, Force, Target, DEFAULT_LOCAL_THRESHOLD_TOKENS, DEFAULT_REPLY_RESERVE_TOKENS};
 use headroom_engine::tokenizer::Tokenizer;
-use headroom_engine::{inspect_model_as, ComputeDtype, EngineError};
+use headroom_engine::{inspect_model_as, ComputeDtype};
 
 use super::fit::{budget_source, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
 use super::CliError;
+use crate::turn::route::{decide as decide_route, Choice, Inputs, Local};
 
 #[derive(Debug, Clone, Args)]
 pub struct RouteArgs {
@@ -72,19 +69,6 @@ impl From<ForceArg> for Force {
     }
 }
 
-/// What `headroom route` can fail with.
-#[derive(Debug, thiserror::Error)]
-pub enum RouteCliError {
-    #[error(transparent)]
-    Cli(#[from] CliError),
-    #[error(transparent)]
-    Route(#[from] RouteError),
-    #[error(transparent)]
-    Engine(#[from] EngineError),
-    #[error(transparent)]
-    Memory(#[from] headroom_memory::MemoryError),
-}
-
 pub fn run(args: &RouteArgs) -> ExitCode {
     let stdout = std::io::stdout();
     match decide_and_print(args, &HubEnv::from_process(), &mut stdout.lock()) {
@@ -96,75 +80,47 @@ pub fn run(args: &RouteArgs) -> ExitCode {
     }
 }
 
-/// Counts with the model's tokenizer (raw text, no special tokens: the chat
-/// template's few tokens are covered by the reply reserve). An encoding
-/// error is kept and reported after routing, never counted as 0.
-struct TokenizerCounter {
-    tokenizer: Tokenizer,
-    error: RefCell<Option<EngineError>>,
-}
-
-impl TokenCounter for TokenizerCounter {
-    fn count(&self, text: &str) -> usize {
-        match self.tokenizer.encode(text, false) {
-            Ok(ids) => ids.len(),
-            Err(e) => {
-                self.error.borrow_mut().get_or_insert(e);
-                usize::MAX / 2
-            }
-        }
-    }
-}
-
-pub(crate) fn decide_and_print(args: &RouteArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), RouteCliError> {
+pub(crate) fn decide_and_print(args: &RouteArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
     let decision = decide(args, env)?;
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&decision).map_err(CliError::from)?).map_err(CliError::from)?;
+        writeln!(out, "{}", serde_json::to_string(&decision)?)?;
     } else {
-        write!(out, "{}", describe(&decision, args.model.is_some())).map_err(CliError::from)?;
+        write!(out, "{}", describe(&decision, args.model.is_some()))?;
     }
     Ok(())
 }
 
-fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, RouteCliError> {
-    let request = RouteRequest {
+/// The app's decision (`crate::turn::route`) for the model named, or, with
+/// none, for a local model taken to fit, its tokens estimated.
+fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
+    let choice = Choice {
         needs_tools: args.needs_tools,
         needs_web: args.needs_web,
         force: args.force.map(Force::from),
         allow_sensitive: args.allow_sensitive,
-        ..RouteRequest::new(&args.text)
     };
-    let cloud = (!args.no_cloud).then(|| args.cloud.clone());
+    let scans = ScanCache::default();
+    let inputs = |local, budget| Inputs {
+        local: Some(local),
+        cloud: (!args.no_cloud).then(|| args.cloud.clone()),
+        local_threshold_tokens: args.threshold,
+        reply_reserve_tokens: DEFAULT_REPLY_RESERVE_TOKENS,
+        budget,
+        scans: &scans,
+    };
     let Some(model) = &args.model else {
         // No model named: an estimate, and no fit check (the fit of an
         // unknown model is unknown; the app checks the one it loads).
-        let fits = |_: u64| Verdict::Fits;
-        let ctx = RouteContext {
-            local: Some(LocalModel { id: "the local model".into(), fit_at: &fits }),
-            cloud,
-            local_threshold_tokens: args.threshold,
-            ..RouteContext::new(&ApproxTokens)
-        };
-        return Ok(route(&request, &ctx)?);
+        let local = Local { id: "the local model", tokenizer: None, footprint: None, context_limit: None };
+        return Ok(decide_route(&inputs(local, None), &args.text, &[], choice)?);
     };
     let dir = resolve_model(model, env)?;
-    let counter = TokenizerCounter { tokenizer: Tokenizer::from_dir(&dir)?, error: RefCell::new(None) };
+    let tokenizer = Tokenizer::from_dir(&dir)?;
     // Headers and the OS's memory figures once; the verdict at any context is then arithmetic.
     let footprint = inspect_model_as(&dir, ComputeDtype::default())?;
-    let inputs = crate::fit::budget_inputs(budget_source(&args.budget))?;
-    let fit_at = |context: u64| check(&footprint, context, inputs).verdict;
-    let ctx = RouteContext {
-        local: Some(LocalModel { id: model.clone(), fit_at: &fit_at }),
-        cloud,
-        local_threshold_tokens: args.threshold,
-        reply_reserve_tokens: DEFAULT_REPLY_RESERVE_TOKENS,
-        ..RouteContext::new(&counter)
-    };
-    let decision = route(&request, &ctx);
-    if let Some(e) = counter.error.into_inner() {
-        return Err(e.into());
-    }
-    Ok(decision?)
+    let budget = crate::fit::budget_inputs(budget_source(&args.budget))?;
+    let local = Local { id: model, tokenizer: Some(&tokenizer), footprint: Some(&footprint), context_limit: None };
+    Ok(decide_route(&inputs(local, Some(budget)), &args.text, &[], choice)?)
 }
 
 /// The target on one line, then one line per reason (code, then words).
@@ -228,7 +184,14 @@ mod tests {
     #[test]
     fn errors_are_specific() {
         let err = decide(&args(&["hi", "--force", "cloud", "--no-cloud"]), &HubEnv::default()).err();
-        assert!(matches!(err, Some(RouteCliError::Route(RouteError::NoCloudProvider))), "{err:?}");
+        assert!(
+            matches!(
+                err.as_ref(),
+                Some(CliError::Turn(e))
+                    if matches!(**e, crate::turn::TurnError::Route(headroom_core::router::RouteError::NoCloudProvider))
+            ),
+            "{err:?}"
+        );
         let err = decide(&args(&["hi", "--model", "/nonexistent/model/dir"]), &HubEnv::default()).err();
         assert!(err.is_some_and(|e| e.to_string().contains("/nonexistent/model/dir")));
     }

@@ -79,7 +79,7 @@ pub enum ServeError {
 
 impl From<EngineError> for ServeError {
     fn from(e: EngineError) -> Self {
-        Self::Cli(CliError::Engine(e))
+        Self::Cli(CliError::from(e))
     }
 }
 
@@ -116,7 +116,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
 
     let locations = Locations::from_env(|| crate::platform_app_data_dir().ok_or(CliError::NoDataDir))?;
     // The app's state needs its database, though the server stores nothing yet.
-    let store = crate::chat::block_on(headroom_store::Store::open(&locations.data_dir)).map_err(CliError::from)?;
+    let store = crate::runtime::block_on(headroom_store::Store::open(&locations.data_dir)).map_err(CliError::from)?;
     let engine = EngineHandle::spawn()?;
     let state = AppState::new(engine.clone(), locations, store);
     state.context_limit.store(args.context, Ordering::Relaxed);

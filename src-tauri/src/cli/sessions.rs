@@ -6,7 +6,7 @@ use clap::Args;
 use headroom_store::{SessionSummary, Store};
 
 use super::CliError;
-use crate::chat::block_on;
+use crate::runtime::block_on;
 
 #[derive(Debug, Clone, Args)]
 pub struct SessionsArgs {

@@ -1,34 +1,9 @@
 //! What the app is and runs on.
 
-use serde::Serialize;
 use tauri::State;
 
+use crate::about::AppInfo;
 use crate::state::AppState;
-
-/// Version and platform facts the UI shows in its footer.
-#[derive(Debug, Clone, Serialize)]
-pub struct AppInfo {
-    pub version: &'static str,
-    pub mlx_version: String,
-    pub device: &'static str,
-    pub platform: &'static str,
-}
-
-impl AppInfo {
-    pub fn from_backend(backend: &headroom_engine::BackendInfo) -> Self {
-        Self {
-            version: env!("CARGO_PKG_VERSION"),
-            mlx_version: backend.mlx_version.clone(),
-            device: backend.device.as_str(),
-            platform: std::env::consts::OS,
-        }
-    }
-
-    /// Asks MLX afresh (for the CLI, which has no AppState).
-    pub fn current() -> Self {
-        Self::from_backend(&headroom_engine::backend_info())
-    }
-}
 
 #[tauri::command]
 pub fn app_info(state: State<'_, AppState>) -> AppInfo {

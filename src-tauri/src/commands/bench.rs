@@ -3,16 +3,16 @@
 //! and returned with its depth chart (decode and prefill tok/s vs depth).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use headroom_charts::{bench_depth_svg, ChartStyle, DepthPoint, Theme};
 use headroom_memory::bandwidth::{self, BandwidthOptions};
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::cli::bench::{report_json, run_plan, Bandwidth, BenchPlan, BenchProgress, StoreRecord};
-use crate::cli::CliError;
+use crate::bench::{report_json, run_plan, Bandwidth, BenchError, BenchPlan, BenchProgress, StoreRecord};
 use crate::error::CommandError;
+use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
 
 /// Runs p prompt + n generated tokens at each depth, r counted runs after a
@@ -34,12 +34,15 @@ pub async fn bench_run(
     let plan = BenchPlan { depths, prompt_tokens: p, gen_tokens: n, repetitions: r, seed: 0 };
     let engine = state.engine.clone();
     let cancel = Arc::new(AtomicBool::new(false));
-    let _running = Running::start(&state.bench_cancel, &cancel)?;
+    // One benchmark at a time: two would measure each other.
+    let _running = state.runs.register_only(RunKind::Bench, Stopper::Flag(Arc::clone(&cancel))).map_err(|_| {
+        CommandError::new("BENCH_RUNNING", "A benchmark is already running; stop it or wait for it to finish.")
+    })?;
     let report = tauri::async_runtime::spawn_blocking(move || {
         let bandwidth =
             Bandwidth::Measured(bandwidth::measure(&BandwidthOptions { passes: 2, ..BandwidthOptions::default() })?);
         if cancel.load(Ordering::Relaxed) {
-            return Err(CliError::Engine(headroom_engine::EngineError::BenchCancelled));
+            return Err(BenchError::Engine(headroom_engine::EngineError::BenchCancelled));
         }
         run_plan(&engine, &loaded.id, &loaded.path, &plan, bandwidth, &cancel, |p| {
             let _ = on_progress.send(p.clone());
@@ -74,66 +77,12 @@ pub async fn bench_run(
 /// whether a benchmark was running.
 #[tauri::command]
 pub fn bench_cancel(state: State<'_, AppState>) -> bool {
-    cancel(&state.bench_cancel)
+    state.runs.cancel_kind(RunKind::Bench)
 }
 
-fn cancel(slot: &Mutex<Option<Arc<AtomicBool>>>) -> bool {
-    match slot.lock().unwrap_or_else(PoisonError::into_inner).as_ref() {
-        Some(flag) => {
-            flag.store(true, Ordering::Relaxed);
-            true
-        }
-        None => false,
-    }
-}
-
-/// The running benchmark's slot in the app state, emptied when the run ends
-/// however it ends. One benchmark at a time: two would measure each other.
-struct Running(Arc<Mutex<Option<Arc<AtomicBool>>>>);
-
-impl Running {
-    fn start(slot: &Arc<Mutex<Option<Arc<AtomicBool>>>>, flag: &Arc<AtomicBool>) -> Result<Self, CommandError> {
-        let mut current = slot.lock().unwrap_or_else(PoisonError::into_inner);
-        if current.is_some() {
-            return Err(CommandError::new(
-                "BENCH_RUNNING",
-                "A benchmark is already running; stop it or wait for it to finish.",
-            ));
-        }
-        *current = Some(Arc::clone(flag));
-        Ok(Self(Arc::clone(slot)))
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        *self.0.lock().unwrap_or_else(PoisonError::into_inner) = None;
-    }
-}
-
-fn bench_error(e: CliError) -> CommandError {
+fn bench_error(e: BenchError) -> CommandError {
     match e {
-        CliError::Engine(e) => CommandError::from(e),
-        other => CommandError::new("BENCH", other.to_string()),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_benchmark_at_a_time_and_cancel_reaches_the_running_one() {
-        let slot = Arc::default();
-        assert!(!cancel(&slot), "nothing to stop");
-        let flag = Arc::new(AtomicBool::new(false));
-        let running = Running::start(&slot, &flag).unwrap_or_else(|e| panic!("{e:?}"));
-        let second = Running::start(&slot, &Arc::new(AtomicBool::new(false)));
-        assert_eq!(second.err().map(|e| e.code), Some("BENCH_RUNNING"));
-        assert!(cancel(&slot) && flag.load(Ordering::Relaxed));
-        drop(running);
-        // The slot is free again once the run ends, whichever way it ended.
-        assert!(!cancel(&slot));
-        assert!(Running::start(&slot, &Arc::new(AtomicBool::new(false))).is_ok());
+        BenchError::Engine(e) => CommandError::from(e),
+        BenchError::Memory(e) => CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")),
     }
 }

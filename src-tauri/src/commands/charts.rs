@@ -92,7 +92,7 @@ mod tests {
     use headroom_store::{MessageStatus, Route, TurnOutcome, TurnStatsRecord};
 
     use super::*;
-    use crate::chat::block_on;
+    use crate::runtime::block_on;
 
     fn store(tag: &str) -> Store {
         let dir = std::env::temp_dir().join(format!("headroom-charts-{tag}-{}", std::process::id()));

@@ -1,20 +1,45 @@
-//! Chat: send a message (routed local, cloud or cached; the answer streams
-//! over a Channel), stop a run.
+//! Chat: send a message, or ask the last question again (routed local,
+//! cloud or cached; the answer streams over a Channel), stop a run. Thin
+//! over `crate::turn`; the turn starts off the UI thread (it reads the
+//! store, a tokenizer, maybe the keychain).
 
 use headroom_core::router::Force;
-use headroom_engine::worker::RunId;
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::chat::{self, ChatEvent, TurnOptions};
 use crate::error::CommandError;
 use crate::state::AppState;
+use crate::turn::{self, Ask, ChatEvent, TurnOptions, TurnRequest};
 
-/// Returns the run id at once; the events follow on `on_event`, the first
-/// (`started`) saying where the answer comes from and why.
+/// Starts `ask` in `session_id` and resolves to its run id; the events
+/// follow on `on_event`, the first (`started`) saying where the answer
+/// comes from and why.
+async fn start_turn(
+    state: &AppState,
+    session_id: String,
+    ask: Ask,
+    options: TurnOptions,
+    on_event: Channel<ChatEvent>,
+) -> Result<u64, CommandError> {
+    let settings = state.store.settings().await?;
+    let state = AppState::clone(state);
+    let request = TurnRequest { session: session_id, ask, options };
+    let running = tauri::async_runtime::spawn_blocking(move || {
+        turn::start(&state, &settings, request, move |event| on_event.send(event).is_ok())
+    })
+    .await
+    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The turn stopped unexpectedly: {e}")))??;
+    Ok(running.run_id)
+}
+
+fn options(max_tokens: Option<usize>, force: Option<Force>, allow_sensitive: Option<bool>) -> TurnOptions {
+    TurnOptions { max_tokens, force, allow_sensitive: allow_sensitive.unwrap_or(false), ..TurnOptions::default() }
+}
+
+/// Sends `text`; see [`start_turn`].
 #[tauri::command]
 #[allow(clippy::too_many_arguments)]
-pub fn chat_send(
+pub async fn chat_send(
     session_id: String,
     text: String,
     max_tokens: Option<usize>,
@@ -23,18 +48,16 @@ pub fn chat_send(
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    let options = TurnOptions { max_tokens, force, allow_sensitive: allow_sensitive.unwrap_or(false) };
-    let id = chat::start_turn(&state, &session_id, &text, options, move |event| on_event.send(event).is_ok())?;
-    Ok(id.0)
+    start_turn(&state, session_id, Ask::New(text), options(max_tokens, force, allow_sensitive), on_event).await
 }
 
-/// Asks the session's last question again: its last answer (and that
-/// question) are taken out of the store, then the question is sent as a new
-/// turn, routed like any other. Fails with `NOTHING_TO_REGENERATE` if the
-/// session does not end in an answer.
+/// Asks the session's last question again, routed like any other. Its last
+/// answer is replaced only once the new turn has started; refused (no model,
+/// a sensitive question with the cloud forced, the key store, the fit), the
+/// chat stays exactly as it was. `NOTHING_TO_REGENERATE` if the session does
+/// not end in an answer.
 #[tauri::command]
-#[allow(clippy::too_many_arguments)]
-pub fn chat_regenerate(
+pub async fn chat_regenerate(
     session_id: String,
     max_tokens: Option<usize>,
     force: Option<Force>,
@@ -42,15 +65,12 @@ pub fn chat_regenerate(
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    let Some(text) = chat::block_on(state.store.take_back_last_turn(&session_id))? else {
-        return Err(CommandError::new("NOTHING_TO_REGENERATE", "This chat has no answer to regenerate yet."));
-    };
-    chat_send(session_id, text, max_tokens, force, allow_sensitive, on_event, state)
+    start_turn(&state, session_id, Ask::Again, options(max_tokens, force, allow_sensitive), on_event).await
 }
 
 /// Stops a run, local or cloud, after the token being computed or received;
 /// false if it was already over.
 #[tauri::command]
 pub fn chat_cancel(run_id: u64, state: State<'_, AppState>) -> bool {
-    chat::cancel(&state, RunId(run_id))
+    state.runs.cancel(run_id)
 }

@@ -27,8 +27,16 @@ pub async fn session_export_file(
         }
     };
     let dir = dirs::download_dir().unwrap_or_else(|| state.locations.data_dir.join("exports"));
-    let path = write_new(&dir, &file_name(&session.title, &format), &text)
-        .map_err(|e| CommandError::new("IO", format!("Could not save the export in {}: {e}", dir.display())))?;
+    let name = file_name(&session.title, &format);
+    // A file write: on a blocking thread, not the async runtime's.
+    let written = tauri::async_runtime::spawn_blocking({
+        let dir = dir.clone();
+        move || write_new(&dir, &name, &text)
+    })
+    .await
+    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Saving the export stopped unexpectedly: {e}")))?;
+    let path =
+        written.map_err(|e| CommandError::new("IO", format!("Could not save the export in {}: {e}", dir.display())))?;
     Ok(path.display().to_string())
 }
 

@@ -3,7 +3,6 @@
 //! a Channel (`model_pull`), one pull at a time, cancellable (`model_pull_cancel`).
 
 use std::path::PathBuf;
-use std::sync::Mutex;
 
 use headroom_core::fit::{check, FitReport, GIB};
 use headroom_hub::{
@@ -11,17 +10,12 @@ use headroom_hub::{
 };
 use serde::Serialize;
 use tauri::ipc::Channel;
-use tauri::{AppHandle, Manager, Runtime, State};
+use tauri::State;
 
 use crate::error::CommandError;
 use crate::models::{self, ModelEntry};
+use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
-
-/// The pull in progress, if any (managed on first use).
-#[derive(Debug, Default)]
-pub struct Pulls {
-    active: Mutex<Option<CancellationToken>>,
-}
 
 /// What `model_pull_check` resolves to: the repo's files and the verdict at the app's context limit.
 #[derive(Debug, Clone, Serialize)]
@@ -131,47 +125,29 @@ pub async fn model_pull_check(
 /// Downloads `repo` into the HF cache, streaming `PullEvent`s; see [`pull`].
 /// One pull at a time (`PULL_IN_PROGRESS`); `model_pull_cancel` stops it (`PULL_CANCELLED`).
 #[tauri::command]
-pub async fn model_pull<R: Runtime>(
-    app: AppHandle<R>,
+pub async fn model_pull(
     repo: String,
     revision: Option<String>,
     r#override: Option<bool>,
     on_progress: Channel<PullEvent>,
     state: State<'_, AppState>,
 ) -> Result<PullResult, CommandError> {
-    app.manage(Pulls::default());
-    let pulls = app.state::<Pulls>();
-    let cancel = {
-        let mut active = pulls.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if active.is_some() {
-            return Err(CommandError::new(
-                "PULL_IN_PROGRESS",
-                "A model is already being downloaded; cancel it or wait.",
-            ));
-        }
-        active.insert(CancellationToken::new()).clone()
-    };
+    let cancel = CancellationToken::new();
+    let _running = state.runs.register_only(RunKind::Pull, Stopper::Token(cancel.clone())).map_err(|_| {
+        CommandError::new("PULL_IN_PROGRESS", "A model is already being downloaded; cancel it or wait.")
+    })?;
     let revision = revision.as_deref().unwrap_or("main");
-    let result = match Endpoint::from_env() {
-        Ok(endpoint) => {
-            // A closed window drops the channel; the pull goes on and is listed later.
-            pull(&state, endpoint, &repo, revision, r#override.unwrap_or(false), &cancel, |e| {
-                let _ = on_progress.send(e);
-            })
-            .await
-        }
-        Err(e) => Err(e.into()),
-    };
-    *pulls.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = None;
-    result
+    // A closed window drops the channel; the pull goes on and is listed later.
+    pull(&state, Endpoint::from_env()?, &repo, revision, r#override.unwrap_or(false), &cancel, |e| {
+        let _ = on_progress.send(e);
+    })
+    .await
 }
 
 /// Cancels the pull in progress; resolves to false if none was running.
 #[tauri::command]
-pub fn model_pull_cancel<R: Runtime>(app: AppHandle<R>) -> bool {
-    let Some(pulls) = app.try_state::<Pulls>() else { return false };
-    let active = pulls.active.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-    active.as_ref().map(CancellationToken::cancel).is_some()
+pub fn model_pull_cancel(state: State<'_, AppState>) -> bool {
+    state.runs.cancel_kind(RunKind::Pull)
 }
 
 #[cfg(test)]

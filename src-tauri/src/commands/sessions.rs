@@ -8,25 +8,6 @@ use tauri::State;
 use crate::error::CommandError;
 use crate::state::AppState;
 
-impl From<StoreError> for CommandError {
-    fn from(e: StoreError) -> Self {
-        let code = match &e {
-            StoreError::SessionNotFound(_) => "SESSION_NOT_FOUND",
-            StoreError::MessageNotFound(_) => "MESSAGE_NOT_FOUND",
-            StoreError::InvalidSessionId(_) | StoreError::EmptyTitle => "INVALID_INPUT",
-            StoreError::Settings(_) => "INVALID_SETTING",
-            StoreError::ImportFormat(_) => "IMPORT_FORMAT",
-            StoreError::StoredSettings(_) | StoreError::Corrupt { .. } => "DATABASE_CORRUPT",
-            StoreError::CreateDir { .. }
-            | StoreError::Open { .. }
-            | StoreError::Migrate { .. }
-            | StoreError::Query { .. }
-            | StoreError::Json(_) => "DATABASE",
-        };
-        Self::new(code, e.to_string())
-    }
-}
-
 #[tauri::command]
 pub async fn sessions_list(state: State<'_, AppState>) -> Result<Vec<SessionSummary>, CommandError> {
     Ok(state.store.list_sessions().await?)

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use eventsource_stream::{Event, EventStreamError, Eventsource};
 use futures_util::{Stream, StreamExt};
-use headroom_core::chat::{FinishReason, Message};
+use headroom_core::chat::FinishReason;
+use headroom_core::gate::GatedMessages;
 use reqwest::header::{HeaderMap, ACCEPT, RETRY_AFTER};
 use reqwest::StatusCode;
 use serde::Deserialize;
@@ -114,9 +115,12 @@ impl CloudClient {
     /// Streams one chat turn. Nothing is sent until the stream is first
     /// polled; dropping the stream closes the connection; `cancel` ends it
     /// with `Finished { reason: Cancelled }` (keeping the text so far).
+    /// The messages are [`GatedMessages`]: only the privacy gate
+    /// (`headroom_core::gate`) makes them, so nothing reaches an endpoint
+    /// without having passed it.
     pub fn chat_stream(
         &self,
-        messages: &[Message],
+        messages: &GatedMessages,
         params: &ChatParams,
         cancel: CancellationToken,
     ) -> impl Stream<Item = Result<CloudEvent>> + Send + 'static {
@@ -145,7 +149,7 @@ impl CloudClient {
 
 /// The JSON body of a streamed chat request. Usage is asked for so that
 /// tok/s come from the server's own token counts, not from chunk counts.
-pub fn request_body(model: &str, messages: &[Message], params: &ChatParams) -> Value {
+pub fn request_body(model: &str, messages: &GatedMessages, params: &ChatParams) -> Value {
     let mut body = serde_json::json!({
         "model": model,
         "messages": messages,
@@ -557,14 +561,19 @@ fn excerpt(text: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use headroom_core::chat::Role;
+    use headroom_core::chat::{Message, Role};
+    use headroom_core::gate::{gate, Outbound, Part};
+    use headroom_core::router::sensitive::ScanCache;
     use reqwest::header::HeaderValue;
 
     use super::*;
 
     #[test]
     fn request_asks_for_a_stream_with_usage_and_only_the_params_given() {
-        let msgs = [Message::new(Role::User, "hi")];
+        let msgs =
+            gate(vec![Outbound::new(Part::Message, Message::new(Role::User, "hi"))], false, &ScanCache::default())
+                .unwrap_or_else(|e| panic!("{e}"))
+                .messages;
         let body = request_body("m", &msgs, &ChatParams { max_tokens: Some(7), ..ChatParams::default() });
         assert_eq!(
             body,

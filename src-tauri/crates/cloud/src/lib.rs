@@ -9,6 +9,8 @@ pub mod error;
 pub mod keys;
 pub mod stats;
 pub mod summarize;
+#[cfg(any(test, feature = "test-server"))]
+pub mod testserver;
 pub mod turn;
 
 pub use client::{ChatParams, CloudClient, CloudEvent};

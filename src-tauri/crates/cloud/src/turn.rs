@@ -3,7 +3,8 @@
 //! the turn ends.
 
 use futures_util::StreamExt;
-use headroom_core::chat::{FinishReason, Message};
+use headroom_core::chat::FinishReason;
+use headroom_core::gate::GatedMessages;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::{ChatParams, CloudClient, CloudEvent};
@@ -30,7 +31,7 @@ pub struct TurnResult {
 /// rest drained without calling it again.
 pub async fn run_turn(
     client: &CloudClient,
-    messages: &[Message],
+    messages: &GatedMessages,
     params: &ChatParams,
     cancel: CancellationToken,
     mut on_event: impl FnMut(&CloudEvent) -> bool,

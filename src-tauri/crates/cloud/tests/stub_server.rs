@@ -2,133 +2,21 @@
 //! stream, and each failure a real endpoint can produce (401, 404, 429 then
 //! 200, 500s, a cut stream, garbage events, a refused connection, silence).
 
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
+use headroom_cloud::testserver::{chunk, finish, json_reply, once, usage, Reply, Stub, SSE_HEAD};
 use headroom_cloud::{
     ApiKey, ChatParams, CloudClient, CloudConfig, CloudError, CloudEvent, RetryPolicy, TimeoutPhase, Timeouts,
     NO_USAGE_NOTE,
 };
 use headroom_core::chat::{FinishReason, Message, Role};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use headroom_core::gate::{gate, GatedMessages, Outbound, Part};
+use headroom_core::router::sensitive::ScanCache;
 use tokio_util::sync::CancellationToken;
 
-/// What the stub does with one connection.
-#[derive(Clone)]
-enum Reply {
-    /// Writes these parts, pausing after each, then closes.
-    Parts(Vec<(String, Duration)>),
-    /// Writes the part, then keeps the connection open and silent.
-    Stall(String),
-}
-
-fn once(text: impl Into<String>) -> Reply {
-    Reply::Parts(vec![(text.into(), Duration::ZERO)])
-}
-
-fn json_reply(status: &str, extra_headers: &str, body: &str) -> Reply {
-    once(format!(
-        "HTTP/1.1 {status}\r\nContent-Type: application/json\r\n{extra_headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    ))
-}
-
-const SSE_HEAD: &str = "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n";
-
-fn chunk(text: &str) -> String {
-    let v = serde_json::json!({"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]});
-    format!("data: {v}\n\n")
-}
-
-fn finish(reason: &str) -> String {
-    let v = serde_json::json!({"choices": [{"index": 0, "delta": {}, "finish_reason": reason}]});
-    format!("data: {v}\n\n")
-}
-
-fn usage(prompt: u32, completion: u32) -> String {
-    let v = serde_json::json!({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}});
-    format!("data: {v}\n\n")
-}
-
-/// A loopback server that answers its n-th connection with `replies[n]`
-/// (the last one repeats) and records each request.
-struct Stub {
-    base_url: String,
-    requests: Arc<Mutex<Vec<String>>>,
-}
-
-impl Stub {
-    async fn start(replies: Vec<Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("bind: {e}"));
-        let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
-        let requests = Arc::new(Mutex::new(Vec::new()));
-        let seen = requests.clone();
-        tokio::spawn(async move {
-            let mut n = 0;
-            while let Ok((socket, _)) = listener.accept().await {
-                let reply = replies[n.min(replies.len() - 1)].clone();
-                n += 1;
-                let seen = seen.clone();
-                tokio::spawn(async move { serve(socket, reply, &seen).await });
-            }
-        });
-        Self { base_url: format!("http://127.0.0.1:{port}/v1"), requests }
-    }
-
-    fn requests(&self) -> Vec<String> {
-        self.requests.lock().map(|r| r.clone()).unwrap_or_default()
-    }
-}
-
-async fn serve(mut socket: TcpStream, reply: Reply, seen: &Mutex<Vec<String>>) {
-    let request = read_request(&mut socket).await;
-    if let Ok(mut all) = seen.lock() {
-        all.push(request);
-    }
-    match reply {
-        Reply::Parts(parts) => {
-            for (part, pause) in parts {
-                if socket.write_all(part.as_bytes()).await.is_err() {
-                    return;
-                }
-                let _ = socket.flush().await;
-                tokio::time::sleep(pause).await;
-            }
-            let _ = socket.shutdown().await;
-        }
-        Reply::Stall(part) => {
-            let _ = socket.write_all(part.as_bytes()).await;
-            let _ = socket.flush().await;
-            tokio::time::sleep(Duration::from_secs(30)).await;
-        }
-    }
-}
-
-/// Headers and body (by Content-Length) of one request, as text.
-async fn read_request(socket: &mut TcpStream) -> String {
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
-    loop {
-        let head_end = buf.windows(4).position(|w| w == b"\r\n\r\n");
-        if let Some(end) = head_end {
-            let head = String::from_utf8_lossy(&buf[..end]).to_lowercase();
-            let len = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse::<usize>().ok())
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + len {
-                break;
-            }
-        }
-        match socket.read(&mut tmp).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => buf.extend_from_slice(&tmp[..n]),
-        }
-    }
-    String::from_utf8_lossy(&buf).into_owned()
+fn started(replies: Vec<Reply>) -> Stub {
+    Stub::start(replies).unwrap_or_else(|e| panic!("stub: {e}"))
 }
 
 fn config(base_url: &str) -> CloudConfig {
@@ -144,8 +32,13 @@ fn config(base_url: &str) -> CloudConfig {
     }
 }
 
-fn history() -> Vec<Message> {
-    vec![Message::new(Role::System, "be brief"), Message::new(Role::User, "Say hello")]
+/// A harmless system prompt and question, through the privacy gate as every request is.
+fn history() -> GatedMessages {
+    let out = vec![
+        Outbound::new(Part::System, Message::new(Role::System, "be brief")),
+        Outbound::new(Part::Message, Message::new(Role::User, "Say hello")),
+    ];
+    gate(out, false, &ScanCache::default()).unwrap_or_else(|e| panic!("{e}")).messages
 }
 
 /// Every event until the end, and the error that ended it, if any.
@@ -183,7 +76,7 @@ async fn a_stream_with_usage_gives_tokens_then_usage_then_stats_from_reported_co
     let parts = std::iter::once((SSE_HEAD.to_owned(), Duration::from_millis(30)))
         .chain(body.into_iter().map(|p| (p, Duration::from_millis(20))))
         .collect();
-    let stub = Stub::start(vec![Reply::Parts(parts)]).await;
+    let stub = started(vec![Reply::Parts(parts)]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(err.is_none(), "{err:?}");
     assert_eq!(events.first(), Some(&CloudEvent::Started { attempts: 1 }));
@@ -218,7 +111,7 @@ async fn a_stream_with_usage_gives_tokens_then_usage_then_stats_from_reported_co
 
 #[tokio::test]
 async fn without_usage_the_stats_say_so_and_count_nothing() {
-    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{}data: [DONE]\n\n", chunk("a"), finish("length")))]).await;
+    let stub = started(vec![once(format!("{SSE_HEAD}{}{}data: [DONE]\n\n", chunk("a"), finish("length")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(err.is_none(), "{err:?}");
     let Some(CloudEvent::Finished { reason, stats, .. }) = events.last() else { panic!("{events:?}") };
@@ -231,7 +124,7 @@ async fn without_usage_the_stats_say_so_and_count_nothing() {
 
 #[tokio::test]
 async fn unauthorized_says_to_check_the_key_and_is_not_retried() {
-    let stub = Stub::start(vec![json_reply("401 Unauthorized", "", r#"{"error":{"message":"bad key"}}"#)]).await;
+    let stub = started(vec![json_reply("401 Unauthorized", "", r#"{"error":{"message":"bad key"}}"#)]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(events.is_empty());
     let e = err.unwrap_or_else(|| panic!("expected an error"));
@@ -242,7 +135,7 @@ async fn unauthorized_says_to_check_the_key_and_is_not_retried() {
 
 #[tokio::test]
 async fn not_found_names_the_url_and_the_model() {
-    let stub = Stub::start(vec![json_reply("404 Not Found", "", "{}")]).await;
+    let stub = started(vec![json_reply("404 Not Found", "", "{}")]);
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     let e = err.unwrap_or_else(|| panic!("expected an error"));
     assert!(matches!(e, CloudError::NotFound { .. }), "{e:?}");
@@ -253,7 +146,7 @@ async fn not_found_names_the_url_and_the_model() {
 #[tokio::test]
 async fn rate_limit_is_retried_after_the_servers_retry_after() {
     let ok = format!("{SSE_HEAD}{}{}{}data: [DONE]\n\n", chunk("ok"), finish("stop"), usage(3, 1));
-    let stub = Stub::start(vec![json_reply("429 Too Many Requests", "Retry-After: 1\r\n", "{}"), once(ok)]).await;
+    let stub = started(vec![json_reply("429 Too Many Requests", "Retry-After: 1\r\n", "{}"), once(ok)]);
     let t0 = Instant::now();
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(err.is_none(), "{err:?}");
@@ -266,7 +159,7 @@ async fn rate_limit_is_retried_after_the_servers_retry_after() {
 
 #[tokio::test]
 async fn a_retry_after_longer_than_we_wait_fails_at_once() {
-    let stub = Stub::start(vec![json_reply("429 Too Many Requests", "Retry-After: 3600\r\n", "{}")]).await;
+    let stub = started(vec![json_reply("429 Too Many Requests", "Retry-After: 3600\r\n", "{}")]);
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     let e = err.unwrap_or_else(|| panic!("expected an error"));
     assert!(
@@ -278,9 +171,7 @@ async fn a_retry_after_longer_than_we_wait_fails_at_once() {
 
 #[tokio::test]
 async fn server_errors_are_retried_then_reported_with_the_body() {
-    let stub =
-        Stub::start(vec![json_reply("500 Internal Server Error", "", r#"{"error":{"message":"model crashed"}}"#)])
-            .await;
+    let stub = started(vec![json_reply("500 Internal Server Error", "", r#"{"error":{"message":"model crashed"}}"#)]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(events.is_empty());
     let e = err.unwrap_or_else(|| panic!("expected an error"));
@@ -293,7 +184,7 @@ async fn server_errors_are_retried_then_reported_with_the_body() {
 #[tokio::test]
 async fn a_stream_cut_midway_keeps_the_text_so_far_and_says_how_far_it_got() {
     // Close-delimited body: the server just hangs up after two chunks.
-    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{}", chunk("par"), chunk("tial")))]).await;
+    let stub = started(vec![once(format!("{SSE_HEAD}{}{}", chunk("par"), chunk("tial")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "partial");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
@@ -307,7 +198,7 @@ async fn a_chunked_body_cut_midway_is_a_stream_cut_not_a_parse_error() {
     let c = chunk("one");
     // One whole HTTP chunk, then a chunk header promising more than is sent.
     let body = format!("{:x}\r\n{c}\r\n400\r\ndata: {{\"choi", c.len());
-    let stub = Stub::start(vec![once(format!("{head}{body}"))]).await;
+    let stub = started(vec![once(format!("{head}{body}"))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "one");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
@@ -316,14 +207,14 @@ async fn a_chunked_body_cut_midway_is_a_stream_cut_not_a_parse_error() {
 
 #[tokio::test]
 async fn garbage_events_are_malformed_at_their_position() {
-    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}data: {{not json\n\n", chunk("fine")))]).await;
+    let stub = started(vec![once(format!("{SSE_HEAD}{}data: {{not json\n\n", chunk("fine")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "fine");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
     assert!(matches!(e, CloudError::MalformedStream { event: 2, .. }), "{e:?}");
     assert!(e.to_string().contains("{not json"), "{e}");
 
-    let stub = Stub::start(vec![once(format!("{SSE_HEAD}data: {{\"id\": 1}}\n\n"))]).await;
+    let stub = started(vec![once(format!("{SSE_HEAD}data: {{\"id\": 1}}\n\n"))]);
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(matches!(err, Some(CloudError::MalformedStream { event: 1, .. })), "{err:?}");
 }
@@ -331,7 +222,7 @@ async fn garbage_events_are_malformed_at_their_position() {
 #[tokio::test]
 async fn an_error_object_mid_stream_ends_the_turn_with_its_message() {
     let err_event = "data: {\"error\": {\"message\": \"out of memory\"}}\n\n";
-    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{err_event}", chunk("a")))]).await;
+    let stub = started(vec![once(format!("{SSE_HEAD}{}{err_event}", chunk("a")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "a");
     let e = err.unwrap_or_else(|| panic!("expected an error"));
@@ -341,7 +232,7 @@ async fn an_error_object_mid_stream_ends_the_turn_with_its_message() {
 #[tokio::test]
 async fn a_server_that_is_down_is_connection_refused() {
     // Bind, learn the port, close: nothing listens there now.
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
     let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
     drop(listener);
     let url = format!("http://127.0.0.1:{port}/v1");
@@ -358,7 +249,7 @@ async fn a_server_that_is_down_is_connection_refused() {
 #[tokio::test]
 async fn a_silent_stream_times_out_and_a_cancel_ends_the_turn_quickly() {
     let stalled = Reply::Stall(format!("{SSE_HEAD}{}", chunk("first")));
-    let stub = Stub::start(vec![stalled]).await;
+    let stub = started(vec![stalled]);
     let mut cfg = config(&stub.base_url);
     cfg.timeouts.idle = Duration::from_millis(300);
     let (events, err) = run(cfg.clone(), CancellationToken::new()).await;
@@ -382,8 +273,7 @@ async fn a_silent_stream_times_out_and_a_cancel_ends_the_turn_quickly() {
 
 #[tokio::test]
 async fn models_are_listed_and_bad_config_is_refused() {
-    let stub =
-        Stub::start(vec![json_reply("200 OK", "", r#"{"object":"list","data":[{"id":"a"},{"id":"b/c"}]}"#)]).await;
+    let stub = started(vec![json_reply("200 OK", "", r#"{"object":"list","data":[{"id":"a"},{"id":"b/c"}]}"#)]);
     let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
     let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(models, ["a", "b/c"]);
@@ -397,7 +287,7 @@ async fn models_are_listed_and_bad_config_is_refused() {
 
 #[tokio::test]
 async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
-    let stub = Stub::start(vec![once(format!("{SSE_HEAD}{}{}", chunk("kept "), chunk("text")))]).await;
+    let stub = started(vec![once(format!("{SSE_HEAD}{}{}", chunk("kept "), chunk("text")))]);
     let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
     let mut seen = 0;
     let r = headroom_cloud::run_turn(&client, &history(), &ChatParams::default(), CancellationToken::new(), |_| {
@@ -411,7 +301,7 @@ async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
 
     // The listener goes away after the first token of a stream that would
     // otherwise stall for 30 s: the turn ends as cancelled, at once.
-    let stub = Stub::start(vec![Reply::Stall(format!("{SSE_HEAD}{}", chunk("one")))]).await;
+    let stub = started(vec![Reply::Stall(format!("{SSE_HEAD}{}", chunk("one")))]);
     let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
     let t0 = Instant::now();
     let r = headroom_cloud::run_turn(&client, &history(), &ChatParams::default(), CancellationToken::new(), |e| {

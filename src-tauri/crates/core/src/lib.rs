@@ -6,6 +6,7 @@ pub mod cache_policy;
 pub mod chat;
 pub mod fit;
 pub mod format;
+pub mod gate;
 pub mod pressure;
 pub mod router;
 pub mod settings;

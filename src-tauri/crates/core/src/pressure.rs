@@ -31,6 +31,15 @@ impl PressureLevel {
         }
     }
 
+    /// The worse of two readings. `Unknown` says nothing, so any real
+    /// reading is worse than it; it is the answer only when both are.
+    pub fn worst(self, other: Self) -> Self {
+        match (self, other) {
+            (Self::Unknown, x) | (x, Self::Unknown) => x,
+            (a, b) => a.max(b),
+        }
+    }
+
     /// The lower-case name used in JSON and in the UI.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -51,6 +60,16 @@ impl std::fmt::Display for PressureLevel {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_worst_reading_wins_and_unknown_says_nothing() {
+        use PressureLevel::*;
+        assert_eq!(Normal.worst(Critical), Critical);
+        assert_eq!(Warning.worst(Normal), Warning);
+        assert_eq!(Unknown.worst(Warning), Warning);
+        assert_eq!(Normal.worst(Unknown), Normal);
+        assert_eq!(Unknown.worst(Unknown), Unknown);
+    }
 
     #[test]
     fn macos_dispatch_levels_map_one_two_four() {

@@ -6,7 +6,11 @@
 //!
 //! 1. Sensitive content (see [`sensitive`]) stays local. Only the user's
 //!    override for that single message (`allow_sensitive`) lets it leave;
-//!    forcing the cloud is not such an override.
+//!    forcing the cloud is not such an override. Sensitive content in the
+//!    earlier conversation keeps the chat local too when a local model can
+//!    take it; when the cloud answers anyway (forced, or no local model),
+//!    those exchanges are left out of what is sent, and the decision says
+//!    which (the privacy gate, [`crate::gate`], does the leaving out).
 //! 2. The user may force local or cloud for one message.
 //! 3. Needing web search or tools, or input above the local threshold
 //!    (default 8,192 tokens, counted with the local model's tokenizer; up to
@@ -28,7 +32,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::chat::Message;
 use crate::fit::Verdict;
-use sensitive::Finding;
+use sensitive::{Finding, ScanCache};
 
 /// Input up to this many tokens stays local.
 pub const DEFAULT_LOCAL_THRESHOLD_TOKENS: usize = 8192;
@@ -106,6 +110,9 @@ pub struct RouteContext<'a> {
     pub local_threshold_tokens: usize,
     pub reply_reserve_tokens: usize,
     pub tokens: &'a dyn TokenCounter,
+    /// Findings of texts scanned before (the conversation, unchanged since
+    /// the last message); `None` scans everything afresh.
+    pub scans: Option<&'a ScanCache>,
 }
 
 impl fmt::Debug for RouteContext<'_> {
@@ -131,6 +138,14 @@ impl<'a> RouteContext<'a> {
             local_threshold_tokens: DEFAULT_LOCAL_THRESHOLD_TOKENS,
             reply_reserve_tokens: DEFAULT_REPLY_RESERVE_TOKENS,
             tokens,
+            scans: None,
+        }
+    }
+
+    fn scan(&self, text: &str) -> Vec<Finding> {
+        match self.scans {
+            Some(cache) => cache.scan(text).to_vec(),
+            None => sensitive::scan(text),
         }
     }
 }
@@ -205,6 +220,15 @@ pub enum Reason {
     },
     /// The cloud would suit the request, but no provider is set up.
     NoCloudProvider,
+    /// No local model is loaded, so the cloud answers.
+    NoLocalModel,
+    /// The cloud answers without these earlier messages (0-based indices):
+    /// they hold sensitive content, or answer or ask what does.
+    HistoryWithheld {
+        messages: Vec<usize>,
+    },
+    /// The summary made for the cloud held sensitive content and was not sent.
+    SummaryWithheld,
 }
 
 impl Reason {
@@ -224,6 +248,9 @@ impl Reason {
             Self::LocalWouldSwap { .. } => "LOCAL_WOULD_SWAP",
             Self::SmallerLocalModel { .. } => "SMALLER_LOCAL_MODEL",
             Self::NoCloudProvider => "NO_CLOUD_PROVIDER",
+            Self::NoLocalModel => "NO_LOCAL_MODEL",
+            Self::HistoryWithheld { .. } => "HISTORY_WITHHELD",
+            Self::SummaryWithheld => "SUMMARY_WITHHELD",
         }
     }
 
@@ -275,6 +302,22 @@ impl Reason {
             Self::NoCloudProvider => {
                 "The cloud would suit this request better, but no cloud provider is set up.".to_owned()
             }
+            Self::NoLocalModel => "No local model is loaded, so the cloud answers.".to_owned(),
+            Self::HistoryWithheld { messages } => {
+                let n: Vec<String> = messages.iter().map(|i| (i + 1).to_string()).collect();
+                let which = match n.as_slice() {
+                    [one] => format!("Earlier message {one} stays"),
+                    [rest @ .., last] => format!("Earlier messages {} and {last} stay", rest.join(", ")),
+                    [] => "No earlier message stays".to_owned(),
+                };
+                format!(
+                    "{which} on this Mac: the cloud gets the conversation without them, because they hold \
+                     sensitive content (or are the other half of that exchange)."
+                )
+            }
+            Self::SummaryWithheld => "The summary of the earlier conversation held sensitive content, so the \
+                 cloud gets the conversation without it."
+                .to_owned(),
         }
     }
 }
@@ -346,22 +389,34 @@ pub enum RouteError {
 
 /// Decides where `request` runs.
 pub fn route(request: &RouteRequest<'_>, ctx: &RouteContext<'_>) -> Result<Decision, RouteError> {
-    let mut reasons: Vec<Reason> = sensitive::scan(request.text)
-        .into_iter()
-        .map(|finding| Reason::Sensitive { finding, earlier_message: None })
-        .collect();
-    for (i, m) in request.history.iter().enumerate() {
+    let now: Vec<Finding> = ctx.scan(request.text);
+    let earlier: Vec<Vec<Finding>> = request.history.iter().map(|m| ctx.scan(&m.content)).collect();
+    let mut reasons: Vec<Reason> =
+        now.iter().map(|finding| Reason::Sensitive { finding: finding.clone(), earlier_message: None }).collect();
+    for (i, found) in earlier.iter().enumerate() {
         reasons.extend(
-            sensitive::scan(&m.content)
-                .into_iter()
-                .map(|finding| Reason::Sensitive { finding, earlier_message: Some(i) }),
+            found.iter().map(|finding| Reason::Sensitive { finding: finding.clone(), earlier_message: Some(i) }),
         );
     }
     let sensitive = !reasons.is_empty();
     if sensitive && request.allow_sensitive {
         reasons.push(Reason::PrivacyOverridden);
     }
+    // The new message's own content never leaves without the override; the
+    // history's leaves only if the override covers it, else it is left out.
+    let private_now = !now.is_empty() && !request.allow_sensitive;
     let private = sensitive && !request.allow_sensitive;
+    let withheld = if private {
+        let found: Vec<&[Finding]> = earlier.iter().map(Vec::as_slice).collect();
+        crate::gate::history_to_withhold(request.history, &found)
+    } else {
+        Vec::new()
+    };
+    let withhold = |reasons: &mut Vec<Reason>| {
+        if !withheld.is_empty() {
+            reasons.push(Reason::HistoryWithheld { messages: withheld.clone() });
+        }
+    };
 
     let tokens =
         ctx.tokens.count(request.text) + request.history.iter().map(|m| ctx.tokens.count(&m.content)).sum::<usize>();
@@ -395,9 +450,10 @@ pub fn route(request: &RouteRequest<'_>, ctx: &RouteContext<'_>) -> Result<Decis
             }
             return Ok(decide(Target::Local { model: local.id.clone() }, reasons));
         }
-        Some(Force::Cloud) if !private => {
+        Some(Force::Cloud) if !private_now => {
             reasons.push(Reason::ForcedCloud);
             let provider = ctx.cloud.clone().ok_or(RouteError::NoCloudProvider)?;
+            withhold(&mut reasons);
             return Ok(decide(Target::Cloud { provider }, reasons));
         }
         Some(Force::Cloud) => reasons.push(Reason::CloudRefusedSensitive),
@@ -424,10 +480,20 @@ pub fn route(request: &RouteRequest<'_>, ctx: &RouteContext<'_>) -> Result<Decis
         if wants_cloud {
             reasons.push(Reason::StaysLocalSensitive);
         }
-        let why = "it contains sensitive content";
+        if let Some(target) = local_choice(ctx, needed, &mut reasons, true) {
+            return Ok(decide(target, reasons));
+        }
+        // Only the history is sensitive and nothing local can take the chat:
+        // the cloud answers without those exchanges rather than not at all.
+        if let (false, Some(provider)) = (private_now, ctx.cloud.clone()) {
+            reasons.push(Reason::NoLocalModel);
+            withhold(&mut reasons);
+            return Ok(decide(Target::Cloud { provider }, reasons));
+        }
+        let why =
+            if private_now { "it contains sensitive content" } else { "an earlier message holds sensitive content" };
         let hint = "allow sensitive content for this message";
-        let target = local_choice(ctx, needed, &mut reasons, true).ok_or(RouteError::NoLocalModel { why, hint })?;
-        return Ok(decide(target, reasons));
+        return Err(RouteError::NoLocalModel { why, hint });
     }
     if wants_cloud {
         if let Ok(target) = cloud(&mut reasons, ctx) {
@@ -441,7 +507,12 @@ pub fn route(request: &RouteRequest<'_>, ctx: &RouteContext<'_>) -> Result<Decis
         return Ok(decide(target, reasons));
     }
     match cloud(&mut reasons, ctx) {
-        Ok(target) => Ok(decide(target, reasons)),
+        Ok(target) => {
+            if ctx.local.is_none() && ctx.smaller_local.is_empty() {
+                reasons.push(Reason::NoLocalModel);
+            }
+            Ok(decide(target, reasons))
+        }
         // Nothing fits and there is no cloud: the local model (if any)
         // anyway, where the fit guard refuses with the numbers.
         Err(()) => local_choice(ctx, needed, &mut reasons, true)

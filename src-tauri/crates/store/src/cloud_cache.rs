@@ -66,41 +66,73 @@ impl Store {
 
     /// [`Store::cache_get`] at a given time (tests drive the clock).
     pub async fn cache_get_at(&self, key: &str, now: i64) -> Result<Option<CachedAnswer>> {
-        let mut tx = self.pool().begin().await.ctx("begin cache lookup")?;
+        let hit = self.cache_peek_at(key, now).await?;
+        self.cache_count_at(key, hit.is_some(), now).await?;
+        Ok(hit.map(|h| CachedAnswer { hits: h.hits + 1, ..h }))
+    }
+
+    /// The answer stored under `key`, if any and not expired, without
+    /// writing anything: a turn looks first and counts the lookup with
+    /// [`Store::cache_count`] only once it has run (a refused turn leaves
+    /// the database as it was).
+    pub async fn cache_peek(&self, key: &str) -> Result<Option<CachedAnswer>> {
+        self.cache_peek_at(key, now_ms()).await
+    }
+
+    async fn cache_peek_at(&self, key: &str, now: i64) -> Result<Option<CachedAnswer>> {
         let row: Option<(String, String, i64, Option<i64>, i64)> =
             sqlx::query_as("SELECT model, answer, created_at, ttl_ms, hits FROM cloud_cache WHERE key = ?1")
                 .bind(key)
-                .fetch_optional(&mut *tx)
+                .fetch_optional(self.pool())
                 .await
                 .ctx("look up a cached answer")?;
-        let hit = match row {
-            Some((_, _, created_at, ttl_ms, _)) if cache_policy::is_expired(created_at, now, ttl_of(ttl_ms)) => {
+        Ok(match row {
+            Some((_, _, created_at, ttl_ms, _)) if cache_policy::is_expired(created_at, now, ttl_of(ttl_ms)) => None,
+            Some((model, answer, created_at, _, hits)) => {
+                Some(CachedAnswer { key: key.to_owned(), model, answer, created_at, hits })
+            }
+            None => None,
+        })
+    }
+
+    /// Counts a lookup of `key`: a hit marks the row used now (for the
+    /// least-recently-used eviction); a miss drops the row if it expired.
+    pub async fn cache_count(&self, key: &str, hit: bool) -> Result<()> {
+        self.cache_count_at(key, hit, now_ms()).await
+    }
+
+    async fn cache_count_at(&self, key: &str, hit: bool, now: i64) -> Result<()> {
+        let mut tx = self.pool().begin().await.ctx("begin cache lookup")?;
+        if hit {
+            sqlx::query("UPDATE cloud_cache SET last_used_at = ?2, hits = hits + 1 WHERE key = ?1")
+                .bind(key)
+                .bind(now)
+                .execute(&mut *tx)
+                .await
+                .ctx("mark a cached answer used")?;
+        } else {
+            let row: Option<(i64, Option<i64>)> =
+                sqlx::query_as("SELECT created_at, ttl_ms FROM cloud_cache WHERE key = ?1")
+                    .bind(key)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .ctx("look up a cached answer")?;
+            if row.is_some_and(|(created_at, ttl_ms)| cache_policy::is_expired(created_at, now, ttl_of(ttl_ms))) {
                 sqlx::query("DELETE FROM cloud_cache WHERE key = ?1")
                     .bind(key)
                     .execute(&mut *tx)
                     .await
                     .ctx("drop an expired cached answer")?;
-                None
             }
-            Some((model, answer, created_at, _, hits)) => {
-                sqlx::query("UPDATE cloud_cache SET last_used_at = ?2, hits = hits + 1 WHERE key = ?1")
-                    .bind(key)
-                    .bind(now)
-                    .execute(&mut *tx)
-                    .await
-                    .ctx("mark a cached answer used")?;
-                Some(CachedAnswer { key: key.to_owned(), model, answer, created_at, hits: hits + 1 })
-            }
-            None => None,
-        };
-        let counter = if hit.is_some() {
+        }
+        let counter = if hit {
             "UPDATE cloud_cache_stats SET hits = hits + 1 WHERE id = 1"
         } else {
             "UPDATE cloud_cache_stats SET misses = misses + 1 WHERE id = 1"
         };
         sqlx::query(counter).execute(&mut *tx).await.ctx("count a cache lookup")?;
         tx.commit().await.ctx("commit cache lookup")?;
-        Ok(hit)
+        Ok(())
     }
 
     /// Stores the cloud's `answer` to the request `decision` was made for,

@@ -21,6 +21,10 @@ pub enum StoreError {
     SessionNotFound(String),
     #[error("no message with id {0}")]
     MessageNotFound(i64),
+    /// A regenerate found the session changed since it began (another turn
+    /// was added or the last one deleted); nothing was changed.
+    #[error("the chat `{session}` changed while its last answer was being regenerated; nothing was replaced")]
+    TurnChanged { session: String },
     #[error("a session id must be 1 to 200 characters, got {0:?}")]
     InvalidSessionId(String),
     #[error("a session title cannot be empty")]

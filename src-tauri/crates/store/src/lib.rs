@@ -20,8 +20,8 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 pub use error::{Result, StoreError};
 pub use export::SessionExport;
 pub use sessions::{
-    title_from, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage, TurnOutcome, TurnStart,
-    TurnStatsRecord,
+    in_context, title_from, LastTurn, MessageStatus, Route, SearchHit, Session, SessionSummary, StoredMessage,
+    TurnOutcome, TurnStart, TurnStatsRecord,
 };
 pub use timeline::{MemoryPoint, RateRow, StoredRate, StoredSlowdown};
 
@@ -102,6 +102,37 @@ impl Store {
         self.pool.close().await;
     }
 
+    /// Every row of every table (the migrations' bookkeeping aside), each
+    /// value as an SQL literal (`quote()`), one line per row, tables by name
+    /// and rows by rowid: what "unchanged" means when the database is
+    /// compared before and after something that must not have touched it.
+    pub async fn dump(&self) -> Result<String> {
+        let tables: Vec<String> = sqlx::query_scalar(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'
+             AND name NOT LIKE '_sqlx_%' ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await
+        .ctx("list the tables")?;
+        let mut out = String::new();
+        for table in tables {
+            let columns: Vec<String> = sqlx::query_scalar("SELECT name FROM pragma_table_info(?1) ORDER BY cid")
+                .bind(&table)
+                .fetch_all(&self.pool)
+                .await
+                .ctx("list a table's columns")?;
+            let values: Vec<String> = columns.iter().map(|c| format!("quote(\"{c}\")")).collect();
+            // Names come from the database's own catalogue, not from input.
+            let sql = format!("SELECT {} FROM \"{table}\" ORDER BY rowid", values.join(" || ',' || "));
+            let rows: Vec<String> =
+                sqlx::query_scalar(sqlx::AssertSqlSafe(sql)).fetch_all(&self.pool).await.ctx("dump a table")?;
+            for row in rows {
+                out.push_str(&format!("{table}: {row}\n"));
+            }
+        }
+        Ok(out)
+    }
+
     /// A writer that is still alive rewrites its row as `streaming` at its
     /// next save (at most about a second later), so a second process opening
     /// the database mid-answer only flips it briefly.
@@ -132,6 +163,19 @@ pub(crate) mod testutil {
 
     pub async fn store(tag: &str) -> super::Store {
         super::Store::open(&temp_dir(tag)).await.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test]
+    async fn a_dump_shows_every_row_and_every_change() {
+        let store = store("dump").await;
+        let empty = store.dump().await.unwrap_or_else(|e| panic!("{e}"));
+        let t = store.begin_turn("s", "hi 'there'", None, crate::Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
+        let dump = store.dump().await.unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(dump, empty);
+        assert!(dump.contains("messages: ") && dump.contains("'hi ''there'''"), "{dump}");
+        assert_eq!(store.dump().await.ok(), Some(dump.clone()), "reading changes nothing");
+        store.save_partial(t.assistant_message_id, "x").await.unwrap_or_else(|e| panic!("{e}"));
+        assert_ne!(store.dump().await.ok(), Some(dump));
     }
 }
 

@@ -298,16 +298,39 @@ fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
     })
 }
 
-/// The messages a model sees: everything said, in order. Failed answers and
-/// answers still streaming are left out; an interrupted answer stays (the
-/// user saw it).
+/// Whether a model sees this message: everything said is, in order. Failed
+/// answers and answers still streaming are left out; an interrupted answer
+/// stays (the user saw it).
+pub fn in_context(m: &StoredMessage) -> bool {
+    matches!(m.status, MessageStatus::Complete | MessageStatus::Interrupted)
+        && !(m.role == Role::Assistant && m.content.is_empty())
+}
+
+/// The messages a model sees (see [`in_context`]).
 fn context_of(messages: &[StoredMessage]) -> Vec<Message> {
-    messages
-        .iter()
-        .filter(|m| matches!(m.status, MessageStatus::Complete | MessageStatus::Interrupted))
-        .filter(|m| !(m.role == Role::Assistant && m.content.is_empty()))
-        .map(|m| Message::new(m.role, m.content.clone()))
-        .collect()
+    messages.iter().filter(|m| in_context(m)).map(|m| Message::new(m.role, m.content.clone())).collect()
+}
+
+/// A session's last exchange: a question and the answer to it, the last two
+/// rows. What regenerate replaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LastTurn {
+    pub question_id: i64,
+    pub answer_id: i64,
+    pub question: String,
+}
+
+impl LastTurn {
+    /// The last exchange of `messages` (a session's, in order); `None` if
+    /// the session does not end in an answer to a question.
+    pub fn of(messages: &[StoredMessage]) -> Option<Self> {
+        match messages {
+            [.., q, a] if q.role == Role::User && a.role == Role::Assistant => {
+                Some(Self { question_id: q.id, answer_id: a.id, question: q.content.clone() })
+            }
+            _ => None,
+        }
+    }
 }
 
 /// A unique-enough id for a new session: time and a per-process counter.
@@ -464,35 +487,6 @@ impl Store {
         Ok(done.rows_affected() > 0)
     }
 
-    /// Takes the session's last turn back out (its answer, with the answer's
-    /// stats, and the question before it) so it can be asked again; returns
-    /// the question's text. `None` if the session does not end in an answer
-    /// to a question (then nothing is deleted).
-    pub async fn take_back_last_turn(&self, session_id: &str) -> Result<Option<String>> {
-        let mut tx = self.pool.begin().await.ctx("begin take back")?;
-        let last: Vec<(i64, String, String)> =
-            sqlx::query_as("SELECT id, role, content FROM messages WHERE session_id = ?1 ORDER BY id DESC LIMIT 2")
-                .bind(session_id)
-                .fetch_all(&mut *tx)
-                .await
-                .ctx("read the last turn")?;
-        let [(answer_id, answer_role, _), (question_id, question_role, question)] = last.as_slice() else {
-            return Ok(None);
-        };
-        if answer_role != "assistant" || question_role != "user" {
-            return Ok(None);
-        }
-        // turn_stats goes with its message (ON DELETE CASCADE).
-        sqlx::query("DELETE FROM messages WHERE id IN (?1, ?2)")
-            .bind(answer_id)
-            .bind(question_id)
-            .execute(&mut *tx)
-            .await
-            .ctx("delete the last turn")?;
-        tx.commit().await.ctx("commit take back")?;
-        Ok(Some(question.clone()))
-    }
-
     /// Sessions whose title or messages contain `text` (case-insensitive for
     /// ASCII), the most recent first; at most 100.
     pub async fn search_sessions(&self, text: &str) -> Result<Vec<SearchHit>> {
@@ -558,7 +552,53 @@ impl Store {
         model: Option<&str>,
         route: Route,
     ) -> Result<TurnStart> {
+        self.begin_turn_in(session_id, user_text, model, route, None).await
+    }
+
+    /// [`Self::begin_turn`] for a regenerated answer: in the same
+    /// transaction, `replaces` (the session's last exchange, the question
+    /// being asked again) is taken out first, with its answer's stats. Called
+    /// only once the new turn has started, so a refused regenerate leaves the
+    /// old exchange exactly as it was; if the session no longer ends in
+    /// `replaces`, nothing changes and [`StoreError::TurnChanged`] says so.
+    pub async fn begin_turn_replacing(
+        &self,
+        session_id: &str,
+        user_text: &str,
+        model: Option<&str>,
+        route: Route,
+        replaces: &LastTurn,
+    ) -> Result<TurnStart> {
+        self.begin_turn_in(session_id, user_text, model, route, Some(replaces)).await
+    }
+
+    async fn begin_turn_in(
+        &self,
+        session_id: &str,
+        user_text: &str,
+        model: Option<&str>,
+        route: Route,
+        replaces: Option<&LastTurn>,
+    ) -> Result<TurnStart> {
         let mut tx = self.pool.begin().await.ctx("begin transaction")?;
+        if let Some(old) = replaces {
+            let last: Vec<i64> =
+                sqlx::query_scalar("SELECT id FROM messages WHERE session_id = ?1 ORDER BY id DESC LIMIT 2")
+                    .bind(session_id)
+                    .fetch_all(&mut *tx)
+                    .await
+                    .ctx("read the last turn")?;
+            if last != [old.answer_id, old.question_id] {
+                return Err(StoreError::TurnChanged { session: session_id.to_owned() });
+            }
+            // turn_stats goes with its message (ON DELETE CASCADE).
+            sqlx::query("DELETE FROM messages WHERE id IN (?1, ?2)")
+                .bind(old.answer_id)
+                .bind(old.question_id)
+                .execute(&mut *tx)
+                .await
+                .ctx("take back the last turn")?;
+        }
         let session = ensure_session_in(&mut tx, session_id, &title_from(user_text)).await?;
         let now = now_ms();
         let insert = "INSERT INTO messages (session_id, role, content, model, route, status, created_at, updated_at)
@@ -763,9 +803,9 @@ pub(crate) mod tests {
     }
 
     #[tokio::test]
-    async fn the_last_turn_can_be_taken_back_to_ask_again() {
+    async fn a_regenerated_turn_replaces_the_last_one_in_one_transaction() {
         let store = store("take-back").await;
-        assert_eq!(store.take_back_last_turn("none").await.unwrap_or_else(|e| panic!("{e}")), None);
+        assert_eq!(LastTurn::of(&store.messages("none").await.unwrap_or_default()), None);
         for (q, a) in [("first?", "one"), ("second?", "two")] {
             let t = store.begin_turn("s", q, None, Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
             let done = TurnOutcome {
@@ -776,24 +816,44 @@ pub(crate) mod tests {
             };
             store.finish_turn(t.assistant_message_id, &done).await.unwrap_or_else(|e| panic!("{e}"));
         }
-        let question = store.take_back_last_turn("s").await.unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(question.as_deref(), Some("second?"));
-        let left: Vec<String> = store.messages("s").await.unwrap_or_default().into_iter().map(|m| m.content).collect();
-        assert_eq!(left, ["first?", "one"], "the first turn stays, stats and all");
+        let last = LastTurn::of(&store.messages("s").await.unwrap_or_default()).unwrap_or_else(|| panic!("no turn"));
+        assert_eq!(last.question, "second?");
+        let t = store
+            .begin_turn_replacing("s", "second?", Some("m2"), Route::Cloud, &last)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let msgs = store.messages("s").await.unwrap_or_default();
+        let left: Vec<(&str, MessageStatus)> = msgs.iter().map(|m| (m.content.as_str(), m.status)).collect();
+        assert_eq!(
+            left,
+            [
+                ("first?", MessageStatus::Complete),
+                ("one", MessageStatus::Complete),
+                ("second?", MessageStatus::Complete),
+                ("", MessageStatus::Streaming)
+            ]
+        );
+        assert_eq!((msgs[2].id, msgs[3].id), (t.user_message_id, t.assistant_message_id));
+        assert_eq!(t.history.last().map(|m| m.content.as_str()), Some("second?"));
         let stats_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM turn_stats")
             .fetch_one(store.pool())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(stats_rows, 1, "the taken-back answer's stats went with it");
+        assert_eq!(stats_rows, 1, "the replaced answer's stats went with it");
 
-        // A session ending in a question with no answer yet has no turn to take back.
+        // The old exchange is gone now: replacing it again changes nothing.
+        let before = store.messages("s").await.unwrap_or_default();
+        let again = store.begin_turn_replacing("s", "second?", None, Route::Local, &last).await;
+        assert!(matches!(again, Err(StoreError::TurnChanged { .. })), "{again:?}");
+        assert_eq!(store.messages("s").await.unwrap_or_default(), before);
+
+        // A session ending in a question with no answer yet has no turn to replace.
         store.begin_turn("t", "pending?", None, Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
         sqlx::query("DELETE FROM messages WHERE session_id = 't' AND role = 'assistant'")
             .execute(store.pool())
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        assert_eq!(store.take_back_last_turn("t").await.unwrap_or_else(|e| panic!("{e}")), None);
-        assert_eq!(store.messages("t").await.unwrap_or_default().len(), 1, "nothing was deleted");
+        assert_eq!(LastTurn::of(&store.messages("t").await.unwrap_or_default()), None);
     }
 
     #[tokio::test]

@@ -1,7 +1,7 @@
 import { Channel } from '@tauri-apps/api/core';
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { chatCancel, chatSend, type ChatEvent } from './chat';
+import { chatCancel, chatSend, withheldNotes, type ChatEvent, type RouteInfo } from './chat';
 
 const STATS: ChatEvent = {
   event: 'stats',
@@ -84,5 +84,22 @@ describe('chatCancel', () => {
     });
     await expect(chatCancel(7)).resolves.toBe(true);
     expect(calls).toEqual([['chat_cancel', { runId: 7 }]]);
+  });
+});
+
+describe('withheldNotes', () => {
+  it('picks the notes about what stayed on this Mac, in order', () => {
+    const route: RouteInfo = {
+      target: 'cloud',
+      modelOrProvider: 'gpt-x',
+      reasons: [
+        { code: 'FORCED_CLOUD', message: 'You asked for the cloud.' },
+        { code: 'HISTORY_WITHHELD', message: 'Earlier message 3 stays on this Mac.' },
+        { code: 'SUMMARY_WITHHELD', message: 'The summary stays on this Mac.' },
+      ],
+    };
+    expect(withheldNotes(route).map((r) => r.code)).toEqual(['HISTORY_WITHHELD', 'SUMMARY_WITHHELD']);
+    expect(withheldNotes({ ...route, reasons: route.reasons.slice(0, 1) })).toEqual([]);
+    expect(withheldNotes(undefined)).toEqual([]);
   });
 });

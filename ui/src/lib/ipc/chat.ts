@@ -30,7 +30,19 @@ export interface RouteReason {
   message: string;
 }
 
-/** Mirrors `chat::RouteInfo`, sent with `started`. */
+/**
+ * Notes a route carries about what stayed on this Mac: earlier messages left
+ * out of a cloud request (`HISTORY_WITHHELD`), a summary left out
+ * (`SUMMARY_WITHHELD`). The answer shows them, not only its tooltip.
+ */
+export const WITHHELD_CODES: readonly string[] = ['HISTORY_WITHHELD', 'SUMMARY_WITHHELD'];
+
+/** The route's notes about what stayed behind, in order; none for a route without them. */
+export function withheldNotes(route: RouteInfo | undefined): RouteReason[] {
+  return route?.reasons.filter((r) => WITHHELD_CODES.includes(r.code)) ?? [];
+}
+
+/** Mirrors `turn::RouteInfo`, sent with `started`. */
 export interface RouteInfo {
   target: RouteTarget;
   /** The local model's id, or the cloud model (also for a cached answer). */
@@ -38,7 +50,7 @@ export interface RouteInfo {
   reasons: RouteReason[];
 }
 
-/** Mirrors `chat::ChatEvent` (serde: tag `event`, content `data`). */
+/** Mirrors `turn::ChatEvent` (serde: tag `event`, content `data`). */
 export type ChatEvent =
   | { event: 'started'; data: { runId: number; promptTokens: number; reusedTokens: number; route: RouteInfo } }
   | { event: 'token'; data: { text: string } }
@@ -70,7 +82,9 @@ export function chatSend(
 
 /**
  * Asks the session's last question again: the stored last turn is replaced
- * by a new one, whose events arrive on `onEvent` as with `chatSend`.
+ * by a new one once the new one has started (its `started` event), and
+ * stays as it was if the new one is refused (the promise rejects) or fails
+ * before starting (an `error` event first). Events arrive as with `chatSend`.
  */
 export function chatRegenerate(sessionId: string, onEvent: (event: ChatEvent) => void, options: SendOptions = {}): Promise<number> {
   return call<number>('chat_regenerate', { sessionId, ...turnArgs(onEvent, options) });

@@ -30,9 +30,26 @@ describe('route', () => {
     expect(calls).toEqual([
       [
         'route_preview',
-        { text: 'mail to j.doe@example.com', needsTools: false, needsWeb: true, force: 'cloud', allowSensitive: false },
+        {
+          text: 'mail to j.doe@example.com',
+          sessionId: null,
+          needsTools: false,
+          needsWeb: true,
+          force: 'cloud',
+          allowSensitive: false,
+        },
       ],
     ]);
+  });
+
+  it('names the chat, so its earlier messages count as they will when sent', async () => {
+    let seen: Record<string, unknown> = {};
+    mockIPC((_cmd, args) => {
+      seen = args as Record<string, unknown>;
+      return LOCAL;
+    });
+    await routePreview('and then?', { sessionId: 's1' });
+    expect(seen).toMatchObject({ text: 'and then?', sessionId: 's1' });
   });
 
   it('tells sensitive decisions apart', () => {

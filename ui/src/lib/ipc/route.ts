@@ -46,6 +46,8 @@ export interface Decision {
 }
 
 export interface RouteOptions {
+  /** The chat the message goes to: its earlier messages count too, as they will when it is sent. */
+  sessionId?: string | null;
   needsTools?: boolean;
   needsWeb?: boolean;
   force?: Force;
@@ -57,6 +59,7 @@ export interface RouteOptions {
 export function routePreview(text: string, options: RouteOptions = {}): Promise<Decision> {
   return call<Decision>('route_preview', {
     text,
+    sessionId: options.sessionId ?? null,
     needsTools: options.needsTools ?? false,
     needsWeb: options.needsWeb ?? false,
     force: options.force ?? null,

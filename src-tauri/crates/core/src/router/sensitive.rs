@@ -10,10 +10,22 @@
 //! one also rejects the look-alikes that are common in real prompts: order
 //! numbers, timestamps, dates, version strings, amounts, code identifiers
 //! and documentation placeholders.
+//!
+//! Every detector runs in time linear in the text: anchors are found with
+//! memchr, each candidate is looked at a bounded number of times, and no
+//! detector rescans the rest of the text per candidate (a 1 MiB paste of
+//! `pwd=`, `sk-`, digits and dots is scanned in a few milliseconds; see
+//! `benches/scan.rs`). [`ScanCache`] keeps the findings of texts already
+//! scanned, so a long conversation is not rescanned for each new message.
 
+use std::collections::hash_map::DefaultHasher;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::str::FromStr;
+use std::sync::{Arc, Mutex, PoisonError};
 
+use memchr::memmem;
 use serde::Serialize;
 
 /// What kind of sensitive content a finding is.
@@ -74,6 +86,20 @@ impl SensitiveKind {
     }
 }
 
+/// One example of each kind, as users paste them: for tests (here, the
+/// app's and the command line's privacy tests) and documentation.
+pub const EXAMPLES: [(SensitiveKind, &str); 9] = [
+    (SensitiveKind::CnMobile, "13812345678"),
+    (SensitiveKind::Phone, "+44 20 7946 0958"),
+    (SensitiveKind::PrcId, "11010519491231002X"),
+    (SensitiveKind::Email, "j.doe@example.com"),
+    (SensitiveKind::PrivateIp, "192.168.1.20"),
+    (SensitiveKind::IntranetHost, "build01.corp"),
+    (SensitiveKind::IntranetPath, r"\\fileserver\finance"),
+    (SensitiveKind::HomePath, "/Users/alice/Documents/salary.xlsx"),
+    (SensitiveKind::Secret, "AKIAIOSFODNN7EXAMPLE"),
+];
+
 /// One piece of sensitive content: what it is, where (byte offsets into the
 /// text), and a masked excerpt that is safe to show and log.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -106,13 +132,78 @@ pub fn scan(text: &str) -> Vec<Finding> {
 
     // Longest first at each start, so containment is checked against the outer one.
     found.sort_by(|a, b| a.start.cmp(&b.start).then(b.end.cmp(&a.end)).then(a.kind.cmp(&b.kind)));
-    let mut kept: Vec<Finding> = Vec::with_capacity(found.len());
-    for f in found {
-        if !kept.iter().any(|k| k.start <= f.start && f.end <= k.end) {
-            kept.push(f);
+    // Every kept finding starts at or before `f`, so `f` lies inside one of
+    // them exactly when it ends by the furthest end kept so far. In place:
+    // a paste full of findings should not need a second copy of them.
+    let mut reach = None;
+    found.retain(|f| {
+        if reach.is_some_and(|r| f.end <= r) {
+            return false;
         }
+        reach = Some(reach.map_or(f.end, |r: usize| r.max(f.end)));
+        true
+    });
+    found
+}
+
+/// The most text a [`ScanCache`] keeps (the findings are small beside it):
+/// past this it starts afresh, which costs one rescan of what is in use.
+const CACHE_MAX_BYTES: usize = 64 << 20;
+
+/// Findings by text, for a conversation that is checked again with every
+/// new message (the route preview, the privacy gate): an unchanged message
+/// is looked up (a hash and one comparison) instead of scanned. Keyed by
+/// the text itself, so an edited message is simply a new entry and a hash
+/// collision can never hand one text another's findings.
+#[derive(Debug, Default)]
+pub struct ScanCache {
+    inner: Mutex<CacheInner>,
+}
+
+/// A scanned text and its findings.
+type Scanned = (Arc<str>, Arc<[Finding]>);
+
+#[derive(Debug, Default)]
+struct CacheInner {
+    by_hash: HashMap<u64, Vec<Scanned>>,
+    bytes: usize,
+    scans: u64,
+}
+
+impl ScanCache {
+    /// [`scan`]'s findings for `text`, from the cache when it was scanned before.
+    pub fn scan(&self, text: &str) -> Arc<[Finding]> {
+        let mut hasher = DefaultHasher::new();
+        text.hash(&mut hasher);
+        let key = hasher.finish();
+        if let Some(hit) = self.lookup(key, text) {
+            return hit;
+        }
+        // Scanned outside the lock: a long paste must not stall other callers.
+        let findings: Arc<[Finding]> = scan(text).into();
+        let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        inner.scans += 1;
+        if inner.bytes + text.len() > CACHE_MAX_BYTES {
+            inner.by_hash.clear();
+            inner.bytes = 0;
+        }
+        if text.len() <= CACHE_MAX_BYTES {
+            inner.bytes += text.len();
+            inner.by_hash.entry(key).or_default().push((text.into(), Arc::clone(&findings)));
+        }
+        findings
     }
-    kept
+
+    fn lookup(&self, key: u64, text: &str) -> Option<Arc<[Finding]>> {
+        let inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
+        let entries = inner.by_hash.get(&key)?;
+        entries.iter().find(|(t, _)| &**t == text).map(|(_, f)| Arc::clone(f))
+    }
+
+    /// How many texts were actually scanned (not found in the cache) so far.
+    pub fn scans(&self) -> u64 {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner).scans
+    }
 }
 
 // ---------------------------------------------------------------- helpers
@@ -125,22 +216,71 @@ fn push(found: &mut Vec<Finding>, kind: SensitiveKind, masked: String, start: us
     found.push(Finding { kind, masked, start, end });
 }
 
-/// Every index where `needle` (ASCII) occurs in `hay`, ignoring ASCII case.
-fn find_all_ci(hay: &[u8], needle: &[u8]) -> Vec<usize> {
-    if needle.is_empty() || hay.len() < needle.len() {
-        return Vec::new();
-    }
-    (0..=hay.len() - needle.len()).filter(|&i| hay[i..i + needle.len()].eq_ignore_ascii_case(needle)).collect()
+/// Every index where `needle` (ASCII, not empty) occurs in `hay`, ignoring
+/// ASCII case: memchr finds the first byte, then the rest is compared.
+fn find_all_ci<'a>(hay: &'a [u8], needle: &'a [u8]) -> impl Iterator<Item = usize> + 'a {
+    let (lower, upper) = (needle[0].to_ascii_lowercase(), needle[0].to_ascii_uppercase());
+    memchr::memchr2_iter(lower, upper, hay)
+        .filter(move |&i| hay.get(i..i + needle.len()).is_some_and(|w| w.eq_ignore_ascii_case(needle)))
 }
 
-/// Whether any of `words` (lowercase) occurs in the `window` bytes before `at`.
-fn keyword_before(text: &str, at: usize, window: usize, words: &[&str]) -> bool {
-    let mut from = at.saturating_sub(window);
-    while !text.is_char_boundary(from) {
-        from += 1;
+/// A set of lowercase keywords with, for each byte, the words that start
+/// with it: [`keyword_before`] then looks at each byte of its window once.
+#[derive(Debug)]
+struct Keywords {
+    words: &'static [&'static str],
+    /// Bit `w` of `starts[b]`: `words[w]` starts with byte `b`.
+    starts: [u32; 256],
+}
+
+impl Keywords {
+    const fn new(words: &'static [&'static str]) -> Self {
+        assert!(words.len() <= 32, "one bit per word");
+        let mut starts = [0u32; 256];
+        let mut w = 0;
+        while w < words.len() {
+            let first = words[w].as_bytes()[0];
+            starts[first as usize] |= 1 << w;
+            w += 1;
+        }
+        Self { words, starts }
     }
-    let before = text[from..at].to_lowercase();
-    words.iter().any(|w| before.contains(w))
+}
+
+impl Keywords {
+    /// Whether one of the words starts at `hay[i]` (`hay` already lowercase).
+    fn at(&self, hay: &[u8], i: usize) -> bool {
+        let mut candidates = self.starts[usize::from(hay[i])];
+        while candidates != 0 {
+            let w = candidates.trailing_zeros() as usize;
+            if hay[i..].starts_with(self.words[w].as_bytes()) {
+                return true;
+            }
+            candidates &= candidates - 1;
+        }
+        false
+    }
+
+    /// Where the last of the words in `hay` (lowercase) starts.
+    fn last_in(&self, hay: &[u8]) -> Option<usize> {
+        (0..hay.len()).rev().find(|&i| self.at(hay, i))
+    }
+}
+
+/// The longest window [`keyword_before`] is asked about.
+const MAX_KEYWORD_WINDOW: usize = 64;
+
+/// Whether any of `words` occurs in the `window` bytes before `at`,
+/// ignoring ASCII case. No allocation: it runs once per candidate.
+fn keyword_before(text: &str, at: usize, window: usize, words: &Keywords) -> bool {
+    let from = at.saturating_sub(window.min(MAX_KEYWORD_WINDOW));
+    let mut buf = [0u8; MAX_KEYWORD_WINDOW];
+    let before = &mut buf[..at - from];
+    before.copy_from_slice(&text.as_bytes()[from..at]);
+    before.make_ascii_lowercase();
+    // A window that starts inside a character cannot match a whole word
+    // there: UTF-8 never has one character's bytes inside another's.
+    (0..before.len()).any(|i| words.at(before, i))
 }
 
 /// The first `keep` chars, then `*` for the rest of a short value, or an
@@ -170,9 +310,9 @@ fn mask_digits(digits: &str, head: usize, tail: usize) -> String {
 // ------------------------------------------------- phone numbers, PRC IDs
 
 /// Words that make a bare run of digits a phone number.
-const PHONE_WORDS: &[&str] = &[
+const PHONE_WORDS: Keywords = Keywords::new(&[
     "phone", "tel:", "tel.", "tel ", "call", "mobile", "cell", "whatsapp", "fax", "sms", "电话", "手机", "联系", "号码",
-];
+]);
 
 /// A currency sign right before a number makes it an amount.
 fn is_currency(c: char) -> bool {
@@ -254,7 +394,7 @@ fn number_may_start(text: &str, i: usize) -> bool {
 const MAX_GROUPS: usize = 6;
 
 fn classify_run(text: &str, start: usize, end: usize, found: &mut Vec<Finding>) {
-    if let Some((kind, masked)) = classify(text, start, end) {
+    if let Some((kind, masked)) = classify(text, start, end, &mut None) {
         push(found, kind, masked, start, end);
         return;
     }
@@ -272,17 +412,32 @@ fn classify_run(text: &str, start: usize, end: usize, found: &mut Vec<Finding>) 
     if groups.len() < 2 {
         return;
     }
+    let bytes = text.as_bytes();
+    let digits: Vec<usize> =
+        groups.iter().map(|&(a, z)| bytes[a..z].iter().filter(|c| c.is_ascii_digit()).count()).collect();
     let mut s = 0;
     while s < groups.len() {
         let mut matched = None;
         // No phone number has more than six groups; the cap keeps a long
-        // list of numbers ("1 2 3 …") linear.
-        for e in (s..groups.len().min(s + MAX_GROUPS)).rev() {
+        // list of numbers ("1 2 3 …") linear. Windows with too many or too
+        // few digits for anything [`classify`] knows are not asked about.
+        let last = groups.len().min(s + MAX_GROUPS);
+        let mut phone_word = None;
+        let mut in_window: usize = digits[s..last].iter().sum();
+        for e in (s..last).rev() {
+            let n = in_window;
+            in_window -= digits[e];
+            if n > MAX_DIGITS {
+                continue;
+            }
+            if n < MIN_DIGITS {
+                break;
+            }
             let (a, z) = (groups[s].0, groups[e].1);
             if (a, z) == (start, end) {
                 continue;
             }
-            if let Some(hit) = classify(text, a, z) {
+            if let Some(hit) = classify(text, a, z, &mut phone_word) {
                 matched = Some((e, a, z, hit));
                 break;
             }
@@ -297,68 +452,99 @@ fn classify_run(text: &str, start: usize, end: usize, found: &mut Vec<Finding>) 
     }
 }
 
-/// What the run `text[start..end]` is, if sensitive.
-fn classify(text: &str, start: usize, end: usize) -> Option<(SensitiveKind, String)> {
-    let run = &text[start..end];
-    let plus = run.starts_with('+');
-    let digits: String = run.chars().filter(char::is_ascii_digit).collect();
-    let body = run.trim_start_matches('+');
-    let separated = body.trim_end_matches(['X', 'x']).chars().any(|c| !c.is_ascii_digit());
+/// The most digits anything [`classify`] recognises has: a PRC ID's 18
+/// (a phone number has at most 15, after its country code).
+const MAX_DIGITS: usize = 18;
+
+/// The fewest: a local phone number's 7.
+const MIN_DIGITS: usize = 7;
+
+/// What the run `text[start..end]` is, if sensitive. Allocation-free until
+/// it finds something, and it stops at the 19th digit, so every call costs
+/// a few dozen bytes however long the run.
+fn classify(text: &str, start: usize, end: usize, phone_word: &mut Option<bool>) -> Option<(SensitiveKind, String)> {
+    let run = &text.as_bytes()[start..end];
+    // The digits, and the lengths of the digit groups, in one bounded pass.
+    let mut digits = [0u8; MAX_DIGITS];
+    let mut n = 0;
+    let mut groups = [0usize; MAX_DIGITS];
+    let mut ngroups = 0;
+    let mut in_group = false;
+    for &c in run {
+        if c.is_ascii_digit() {
+            if n == MAX_DIGITS {
+                return None;
+            }
+            digits[n] = c;
+            n += 1;
+            if !in_group {
+                ngroups += 1;
+            }
+            groups[ngroups - 1] += 1;
+            in_group = true;
+        } else {
+            in_group = false;
+        }
+    }
+    if n < MIN_DIGITS {
+        return None;
+    }
+    let digits = &digits[..n];
+    let groups = &groups[..ngroups];
+    let as_str = |d: &[u8]| String::from_utf8_lossy(d).into_owned();
+
+    let plus = run.first() == Some(&b'+');
+    let body = &run[usize::from(plus)..];
+    let unchecked = body.strip_suffix(b"X").or_else(|| body.strip_suffix(b"x")).unwrap_or(body);
+    let separated = unchecked.iter().any(|c| !c.is_ascii_digit());
 
     if !plus && !separated && run.len() == 18 {
-        return prc_id_valid(run.as_bytes()).then(|| (SensitiveKind::PrcId, mask_digits(&run.to_uppercase(), 4, 2)));
+        let id = text[start..end].to_uppercase();
+        return prc_id_valid(run).then(|| (SensitiveKind::PrcId, mask_digits(&id, 4, 2)));
     }
-    if run.ends_with(['X', 'x']) {
+    if matches!(run.last(), Some(b'X' | b'x')) {
         return None;
     }
 
-    let groups: Vec<&str> = run.split(|c: char| !c.is_ascii_digit()).filter(|g| !g.is_empty()).collect();
-    let date_like = matches!(
-        groups.iter().map(|g| g.len()).collect::<Vec<_>>()[..],
-        [4, 2, 2] | [2, 2, 4] | [4, 2, 2, 2] | [4, 2, 2, 2, 2]
-    );
+    let date_like = matches!(groups, [4, 2, 2] | [2, 2, 4] | [4, 2, 2, 2] | [4, 2, 2, 2, 2]);
     if date_like {
         return None;
     }
 
     // North American numbers, formatted: [1-]NXX-NXX-XXXX. Checked before
     // the mainland mobile rule, which "1.415.555.2671"'s 11 digits also match.
-    let nanp = match groups[..] {
-        [a, x, l] => Some((a, x, l)),
-        ["1", a, x, l] => Some((a, x, l)),
+    let nanp = match groups {
+        [3, 3, 4] => Some(0),
+        [1, 3, 3, 4] if digits[0] == b'1' => Some(1),
         _ => None,
     };
-    let nanp_formatted = !plus
-        && separated
-        && nanp.is_some_and(|(a, x, l)| {
-            a.len() == 3 && x.len() == 3 && l.len() == 4 && a.as_bytes()[0] >= b'2' && x.as_bytes()[0] >= b'2'
-        });
+    let nanp_formatted = !plus && separated && nanp.is_some_and(|a| digits[a] >= b'2' && digits[a + 3] >= b'2');
     if nanp_formatted {
-        return Some((SensitiveKind::Phone, mask_digits(&digits, 3, 2)));
+        return Some((SensitiveKind::Phone, mask_digits(&as_str(digits), 3, 2)));
     }
 
-    let national = if plus && digits.starts_with("86") {
+    let national = if plus && digits.starts_with(b"86") {
         Some(&digits[2..])
-    } else if !plus && digits.starts_with("0086") {
+    } else if !plus && digits.starts_with(b"0086") {
         Some(&digits[4..])
     } else if !plus {
-        Some(digits.as_str())
+        Some(digits)
     } else {
         None
     };
     if let Some(d) = national {
-        let b = d.as_bytes();
-        if b.len() == 11 && b[0] == b'1' && (b'3'..=b'9').contains(&b[1]) {
-            return Some((SensitiveKind::CnMobile, mask_digits(d, 3, 4)));
+        if d.len() == 11 && d[0] == b'1' && (b'3'..=b'9').contains(&d[1]) {
+            return Some((SensitiveKind::CnMobile, mask_digits(&as_str(d), 3, 4)));
         }
     }
 
     let phone = if plus {
-        (8..=15).contains(&digits.len()) && !digits.starts_with('0')
+        (8..=15).contains(&n) && digits[0] != b'0'
     } else {
-        (7..=15).contains(&digits.len()) && keyword_before(text, start, 32, PHONE_WORDS)
+        // The same for every window that starts here: asked once.
+        n <= 15 && *phone_word.get_or_insert_with(|| keyword_before(text, start, 32, &PHONE_WORDS))
     };
-    phone.then(|| (SensitiveKind::Phone, mask_digits(&digits, 3, 2)))
+    phone.then(|| (SensitiveKind::Phone, mask_digits(&as_str(digits), 3, 2)))
 }
 
 /// Province-level region codes (the ID's first two digits).
@@ -405,7 +591,7 @@ fn emails(text: &str, found: &mut Vec<Finding>) {
     let b = text.as_bytes();
     let local_char = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'%' | b'+' | b'-');
     let domain_char = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'-');
-    for at in (0..b.len()).filter(|&i| b[i] == b'@') {
+    for at in memchr::memchr_iter(b'@', b) {
         let mut s = at;
         while s > 0 && local_char(b[s - 1]) {
             s -= 1;
@@ -434,15 +620,15 @@ fn emails(text: &str, found: &mut Vec<Finding>) {
 
 /// A dotted domain with a letters-only TLD; not `2x.png` (retina image names).
 fn domain_ok(domain: &str) -> bool {
-    let labels: Vec<&str> = domain.split('.').collect();
-    if labels.len() < 2 || labels.iter().any(|l| l.is_empty() || l.starts_with('-') || l.ends_with('-')) {
-        return false;
-    }
-    let tld = labels[labels.len() - 1];
+    // The TLD first: it rejects most candidates without splitting the rest.
+    let Some((_, tld)) = domain.rsplit_once('.') else { return false };
     if tld.len() < 2 || !tld.bytes().all(|c| c.is_ascii_alphabetic()) {
         return false;
     }
-    let first = labels[0].as_bytes();
+    if domain.split('.').any(|l| l.is_empty() || l.starts_with('-') || l.ends_with('-')) {
+        return false;
+    }
+    let first = domain.split('.').next().unwrap_or_default().as_bytes();
     let scale =
         first.len() >= 2 && first[..first.len() - 1].iter().all(u8::is_ascii_digit) && first[first.len() - 1] == b'x';
     !scale
@@ -543,16 +729,21 @@ fn hosts(text: &str, found: &mut Vec<Finding>) {
         while e > i && matches!(b[e - 1], b'.' | b'-') {
             e -= 1;
         }
-        let host = text[i..e].to_ascii_lowercase();
+        let host = &b[i..e];
         let called = b.get(j) == Some(&b'(') || b.get(j) == Some(&b'_');
-        if !called {
-            if let Some(suffix) = INTRANET_SUFFIXES.iter().find(|s| host.ends_with(*s)) {
-                let name = &host[..host.len() - suffix.len()];
-                let labels_ok = !name.is_empty()
-                    && name.split('.').all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
-                if labels_ok {
-                    push(found, SensitiveKind::IntranetHost, format!("{}{suffix}", mask_tail(name, 2)), i, e);
-                }
+        // Every suffix is a dot and at most 11 more bytes: most words have no dot there.
+        let dotted = host[host.len().saturating_sub(12)..].contains(&b'.');
+        let suffix = INTRANET_SUFFIXES
+            .iter()
+            .filter(|_| dotted)
+            .find(|s| host.len() >= s.len() && host[host.len() - s.len()..].eq_ignore_ascii_case(s.as_bytes()));
+        if let (false, Some(suffix)) = (called, suffix) {
+            let name = &text[i..e - suffix.len()];
+            let labels_ok =
+                !name.is_empty() && name.split('.').all(|l| !l.is_empty() && !l.starts_with('-') && !l.ends_with('-'));
+            if labels_ok {
+                let name = name.to_ascii_lowercase();
+                push(found, SensitiveKind::IntranetHost, format!("{}{suffix}", mask_tail(&name, 2)), i, e);
             }
         }
         i = j.max(i + 1);
@@ -602,14 +793,26 @@ fn share_paths(text: &str, found: &mut Vec<Finding>) {
         }
         i += 1;
     }
+    // The path runs to the next space or quote; one found inside another's
+    // path is part of it (skipping it keeps "smb://smb://…" linear).
+    let stop = |c: u8| c.is_ascii_whitespace() || matches!(c, b'"' | b'\'' | b'`');
+    let mut covered = 0;
     for s in find_all_ci(b, b"smb://") {
-        let mut e = s + 6;
-        while e < b.len() && !b[e].is_ascii_whitespace() && !matches!(b[e], b'"' | b'\'' | b'`') {
-            e += 1;
+        if s < covered {
+            continue;
         }
-        let server = text[s + 6..e].split('/').next().unwrap_or("");
+        let mut server_end = s + 6;
+        while server_end < b.len() && !stop(b[server_end]) && b[server_end] != b'/' {
+            server_end += 1;
+        }
+        let server = &text[s + 6..server_end];
         if !server.is_empty() {
+            let mut e = server_end;
+            while e < b.len() && !stop(b[e]) {
+                e += 1;
+            }
             push(found, SensitiveKind::IntranetPath, format!("smb://{}/…", mask_tail(server, 2)), s, e);
+            covered = e;
         }
     }
 }
@@ -643,28 +846,35 @@ fn home_paths(text: &str, found: &mut Vec<Finding>) {
     let is_placeholder =
         |name: &str| name.is_empty() || name.starts_with(['<', '$', '{', '%', '[']) || name == "Shared";
 
+    // Each loop skips what lies inside a path it already reported (it would
+    // be part of that one), so a path of nothing but "/home/a/home/a…" is
+    // walked once, not once per repetition.
     for prefix in ["/Users/", "/home/"] {
-        for s in find_all_ci(b, prefix.as_bytes()).into_iter().filter(|&s| b[s..s + prefix.len()] == *prefix.as_bytes())
-        {
-            if !boundary(s) {
+        let mut covered = 0;
+        for s in memmem::find_iter(b, prefix.as_bytes()) {
+            if s < covered || !boundary(s) {
                 continue;
             }
             let name = name_at(s + prefix.len(), b'/');
             if is_placeholder(name) {
                 continue;
             }
-            push(found, SensitiveKind::HomePath, format!("{prefix}{}/…", mask_tail(name, 1)), s, path_end(s));
+            covered = path_end(s);
+            push(found, SensitiveKind::HomePath, format!("{prefix}{}/…", mask_tail(name, 1)), s, covered);
         }
     }
-    for s in (0..b.len().saturating_sub(2)).filter(|&s| b[s] == b'~' && b[s + 1] == b'/') {
-        if boundary(s) && !b[s + 2].is_ascii_whitespace() {
-            push(found, SensitiveKind::HomePath, "~/…".to_owned(), s, path_end(s));
+    let mut covered = 0;
+    for s in memmem::find_iter(b, b"~/") {
+        if s >= covered && boundary(s) && b.get(s + 2).is_some_and(|c| !c.is_ascii_whitespace()) {
+            covered = path_end(s);
+            push(found, SensitiveKind::HomePath, "~/…".to_owned(), s, covered);
         }
     }
     for sep in [b'\\', b'/'] {
         let needle = [b':', sep, b'u', b's', b'e', b'r', b's', sep];
+        let mut covered = 0;
         for c in find_all_ci(b, &needle) {
-            if c == 0 || !b[c - 1].is_ascii_alphabetic() || !boundary(c - 1) {
+            if c == 0 || c - 1 < covered || !b[c - 1].is_ascii_alphabetic() || !boundary(c - 1) {
                 continue;
             }
             let s = c - 1;
@@ -674,12 +884,13 @@ fn home_paths(text: &str, found: &mut Vec<Finding>) {
             }
             let drive = char::from(b[s]);
             let sep = char::from(sep);
+            covered = path_end(s);
             push(
                 found,
                 SensitiveKind::HomePath,
                 format!("{drive}:{sep}Users{sep}{}{sep}…", mask_tail(name, 1)),
                 s,
-                path_end(s),
+                covered,
             );
         }
     }
@@ -709,6 +920,9 @@ const PREFIXES: &[(&str, usize, Option<usize>)] = &[
     ("hf_", 30, None),         // Hugging Face
 ];
 
+/// The first bytes of [`PREFIXES`]: most tokens start with none of them.
+const PREFIX_STARTS: &[u8] = b"sgxAh";
+
 fn token_char(c: u8) -> bool {
     c.is_ascii_alphanumeric() || c == b'_' || c == b'-'
 }
@@ -723,19 +937,29 @@ fn looks_random(body: &str) -> bool {
     body.bytes().any(|c| c.is_ascii_digit()) && seen.iter().filter(|&&s| s).count() >= 6
 }
 
+/// A prefix is made of token characters and must start a token, so each
+/// token (a maximal run of them) is looked at once, against the prefixes
+/// that begin with its first byte.
 fn prefixed_secrets(text: &str, found: &mut Vec<Finding>) {
     let b = text.as_bytes();
-    for &(prefix, min, exact) in PREFIXES {
-        let p = prefix.as_bytes();
-        for s in (0..=b.len().saturating_sub(p.len())).filter(|&s| b[s..].starts_with(p)) {
-            if s > 0 && (token_char(b[s - 1])) {
-                continue;
-            }
-            let mut e = s + p.len();
-            while e < b.len() && token_char(b[e]) {
-                e += 1;
-            }
-            let body = &text[s + p.len()..e];
+    let mut s = 0;
+    while s < b.len() {
+        if !token_char(b[s]) {
+            s += 1;
+            continue;
+        }
+        let mut e = s + 1;
+        while e < b.len() && token_char(b[e]) {
+            e += 1;
+        }
+        if !PREFIX_STARTS.contains(&b[s]) {
+            s = e;
+            continue;
+        }
+        let token = &b[s..e];
+        let candidates = PREFIXES.iter().filter(|(p, ..)| token.starts_with(p.as_bytes()));
+        for &(prefix, min, exact) in candidates {
+            let body = &text[s + prefix.len()..e];
             let ok = match exact {
                 Some(len) => body.len() == len && body.bytes().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit()),
                 None => body.len() >= min && looks_random(body),
@@ -744,28 +968,42 @@ fn prefixed_secrets(text: &str, found: &mut Vec<Finding>) {
                 push(found, SensitiveKind::Secret, format!("{prefix}…({} chars)", e - s), s, e);
             }
         }
+        s = e;
     }
 }
 
 /// `-----BEGIN … PRIVATE KEY-----` (RSA, EC, OpenSSH, PKCS#8, encrypted, PGP).
 fn private_keys(text: &str, found: &mut Vec<Finding>) {
     const BEGIN: &str = "-----BEGIN ";
-    let mut from = 0;
-    while let Some(rel) = text[from..].find(BEGIN) {
-        let s = from + rel;
-        let label_start = s + BEGIN.len();
-        // Labels are short; looking no further keeps this linear.
-        let mut window_end = (label_start + 48).min(text.len());
+    const END: &str = "-----END ";
+    // Labels are short; looking no further keeps this linear.
+    let label_at = |from: usize| -> Option<usize> {
+        let mut window_end = (from + 48).min(text.len());
         while !text.is_char_boundary(window_end) {
             window_end -= 1;
         }
-        let label_end = text[label_start..window_end].find("-----").map(|r| label_start + r);
+        text.get(from..window_end)?.find("-----").map(|r| from + r)
+    };
+    // Every END marker once, by label: a BEGIN without its END must not
+    // send a search through the rest of the text for each BEGIN.
+    let mut ends: HashMap<&str, Vec<usize>> = HashMap::new();
+    for q in memmem::find_iter(text.as_bytes(), END) {
+        let label_start = q + END.len();
+        if let Some(le) = label_at(label_start) {
+            ends.entry(&text[label_start..le]).or_default().push(le + 5);
+        }
+    }
+    let mut from = 0;
+    while let Some(rel) = memmem::find(&text.as_bytes()[from..], BEGIN.as_bytes()) {
+        let s = from + rel;
+        let label_start = s + BEGIN.len();
         from = label_start;
-        let Some(le) = label_end else { continue };
+        let Some(le) = label_at(label_start) else { continue };
         let label = &text[label_start..le];
         if label.ends_with("PRIVATE KEY") || label.ends_with("PRIVATE KEY BLOCK") {
-            let end_marker = format!("-----END {label}-----");
-            let e = text[le..].find(&end_marker).map_or(le + 5, |r| le + r + end_marker.len());
+            // The first END with this label after the BEGIN's own marker.
+            let after = ends.get(label).and_then(|v| v.get(v.partition_point(|&e| e <= le + 5)).copied());
+            let e = after.unwrap_or(le + 5);
             push(found, SensitiveKind::Secret, format!("-----BEGIN {label}----- …"), s, e);
             from = e;
         }
@@ -794,8 +1032,8 @@ const SECRET_NAMES: &[&str] = &[
 /// Names whose values are passwords: shorter values still count.
 const PASSWORD_NAMES: &[&str] = &["password", "passwd", "pwd", "passphrase"];
 
-/// Values that are obviously not the secret itself.
-const PLACEHOLDERS: &[&str] = &[
+/// Values that are obviously not the secret itself, and a call (`(`).
+const PLACEHOLDERS: Keywords = Keywords::new(&[
     "your",
     "xxx",
     "***",
@@ -813,15 +1051,24 @@ const PLACEHOLDERS: &[&str] = &[
     "getenv",
     "env[",
     "env.",
-];
+    "(",
+]);
 
 const NOT_VALUES: &[&str] =
     &["none", "null", "nil", "true", "false", "str", "string", "bytes", "optional", "undefined"];
 
+/// `NAME = value` and `NAME: value` where NAME ends in a secret's name.
+///
+/// A value runs to the next space or delimiter, so every `=` inside one
+/// value has (part of) the same value: `resume` skips them once the first
+/// verdict says they would add nothing (a finding that covers them, or a
+/// rejection a part of the value cannot escape). That keeps a long paste of
+/// `pwd=pwd=pwd=…` linear instead of one scan of the rest per `=`.
 fn assigned_secrets(text: &str, found: &mut Vec<Finding>) {
     let b = text.as_bytes();
-    for i in 0..b.len() {
-        if !(b[i] == b'=' || b[i] == b':') {
+    let mut resume = 0;
+    for i in memchr::memchr2_iter(b'=', b':', b) {
+        if i < resume {
             continue;
         }
         // Not `==`, `!=`, `<=`, `::`, `://`.
@@ -842,11 +1089,12 @@ fn assigned_secrets(text: &str, found: &mut Vec<Finding>) {
         while k > 0 && token_char(b[k - 1]) {
             k -= 1;
         }
-        let name = text[k..name_end].to_ascii_lowercase();
+        let name = &b[k..name_end];
         let named = SECRET_NAMES.iter().find(|w| {
-            name.ends_with(*w) && {
+            let w = w.as_bytes();
+            name.len() >= w.len() && name[name.len() - w.len()..].eq_ignore_ascii_case(w) && {
                 let before = name.len() - w.len();
-                before == 0 || matches!(name.as_bytes()[before - 1], b'_' | b'-' | b'.')
+                before == 0 || matches!(name[before - 1], b'_' | b'-' | b'.')
             }
         });
         let Some(word) = named else { continue };
@@ -874,26 +1122,38 @@ fn assigned_secrets(text: &str, found: &mut Vec<Finding>) {
             }
         }
         let value = &text[v..e];
-        let lower = value.to_lowercase();
+        let chars = value.chars().count();
         let min = if PASSWORD_NAMES.contains(word) { 6 } else { 8 };
         let literal = quote.is_some()
             || value.bytes().any(|c| c.is_ascii_digit() || !(c.is_ascii_alphabetic() || c == b'_' || c == b'.'));
-        let plausible = value.chars().count() >= min
-            && literal
-            && !value.contains('(')
-            && !PLACEHOLDERS.iter().any(|p| lower.contains(p))
-            && !NOT_VALUES.contains(&lower.as_str())
-            && value.chars().collect::<std::collections::BTreeSet<_>>().len() > 2;
-        if plausible {
-            push(
-                found,
-                SensitiveKind::Secret,
-                format!("{}=…({} chars)", &text[k..name_end], value.chars().count()),
-                k,
-                e,
-            );
+        let few_kinds = at_most_two_kinds(value);
+        let not_value = NOT_VALUES.iter().any(|n| value.eq_ignore_ascii_case(n));
+        if chars < min || !literal || few_kinds || not_value {
+            // An unquoted value has no quotes in it, so a later `=` inside it
+            // has a part of it as its value: as short, as plain, as uniform
+            // (and no part of a NOT_VALUES word names a secret).
+            resume = if quote.is_none() { e } else { i + 1 };
+            continue;
         }
+        // A placeholder or a call can be escaped by a later part of the
+        // value: skip to just past the last one.
+        let lower = value.to_ascii_lowercase();
+        let offender = PLACEHOLDERS.last_in(lower.as_bytes());
+        if let Some(at) = offender {
+            resume = v + at + 1;
+            continue;
+        }
+        push(found, SensitiveKind::Secret, format!("{}=…({chars} chars)", &text[k..name_end]), k, e);
+        resume = e;
     }
+}
+
+/// Whether `s` is made of at most two distinct characters ("aaaa", "x-x-").
+fn at_most_two_kinds(s: &str) -> bool {
+    let mut chars = s.chars();
+    let Some(a) = chars.next() else { return true };
+    let Some(b) = chars.find(|&c| c != a) else { return true };
+    chars.all(|c| c == a || c == b)
 }
 
 /// `Authorization: Bearer <token>`.
@@ -915,8 +1175,19 @@ fn bearer_tokens(text: &str, found: &mut Vec<Finding>) {
 }
 
 /// Words after which a long random token is a credential.
-const KEY_WORDS: &[&str] =
-    &["key", "secret", "token", "password", "passwd", "credential", "bearer", "密钥", "密码", "令牌", "口令"];
+const KEY_WORDS: Keywords = Keywords::new(&[
+    "key",
+    "secret",
+    "token",
+    "password",
+    "passwd",
+    "credential",
+    "bearer",
+    "密钥",
+    "密码",
+    "令牌",
+    "口令",
+]);
 
 /// Shannon entropy in bits per character.
 fn entropy(s: &str) -> f64 {
@@ -945,16 +1216,19 @@ fn entropy_near_keywords(text: &str, found: &mut Vec<Finding>) {
             e += 1;
         }
         let t = &text[i..e];
+        if t.len() < 20 {
+            i = e;
+            continue;
+        }
         // Random keys mix cases and digits, or are long hex; snake_case
         // identifiers and words are neither.
         let digit = t.bytes().any(|c| c.is_ascii_digit());
         let cased = t.bytes().any(|c| c.is_ascii_uppercase()) && t.bytes().any(|c| c.is_ascii_lowercase());
         let hex = t.len() >= 32 && t.bytes().all(|c| c.is_ascii_hexdigit());
-        if t.len() >= 20
-            && ((digit && cased) || hex)
+        if ((digit && cased) || hex)
             && !t.contains("//")
             && entropy(t) >= 3.5
-            && keyword_before(text, i, 48, KEY_WORDS)
+            && keyword_before(text, i, 48, &KEY_WORDS)
         {
             push(found, SensitiveKind::Secret, format!("{}…({} chars)", &t[..4], t.len()), i, e);
         }

@@ -534,3 +534,129 @@ fn scanning_large_inputs_stays_fast() {
     assert_eq!(found.iter().map(|f| f.kind).collect::<Vec<_>>(), [SensitiveKind::Phone]);
     assert!(took.as_secs_f64() < 5.0, "{} KB took {took:?}", text.len() / 1000);
 }
+
+/// Pastes built to be each detector's worst case (what used to make some
+/// of them rescan the rest of the text per candidate: `pwd=` without
+/// spaces took 3 s for 32 KiB). At 256 KiB each, a quadratic detector would
+/// take minutes even in release; linear ones take well under a second here
+/// in a debug build. `benches/scan.rs` measures the release figures.
+#[test]
+fn adversarial_pastes_scan_in_linear_time() {
+    let fill = |unit: &str| unit.repeat((256 << 10) / unit.len());
+    let units = [
+        "pwd=",
+        "pwd=<",
+        "token=",
+        "sk-",
+        "1.2.3.4.",
+        "1 2 3 4 ",
+        "/home/a",
+        "smb://",
+        "smb:///",
+        "~/",
+        "-----BEGIN RSA PRIVATE KEY-----",
+        "a.b@",
+        "10.0.0.1 ",
+        "build.corp ",
+        "phone 12345678 ",
+        "http://",
+        "\\\\s\\",
+        "bearer ",
+        "x=\"pwd=\"",
+    ];
+    let started = std::time::Instant::now();
+    for unit in units {
+        let text = fill(unit);
+        let one = std::time::Instant::now();
+        let found = scan(&text);
+        assert!(one.elapsed().as_secs_f64() < 10.0, "{unit:?}: {:?} for {} findings", one.elapsed(), found.len());
+    }
+    assert!(started.elapsed().as_secs_f64() < 30.0, "{:?}", started.elapsed());
+}
+
+#[test]
+fn the_scan_cache_scans_each_text_once_and_never_confuses_two() {
+    let cache = sensitive::ScanCache::default();
+    let secret = "my id is 11010519491231002X";
+    assert_eq!(cache.scan(secret).len(), 1);
+    assert_eq!(cache.scan("hello").len(), 0);
+    assert_eq!(cache.scans(), 2);
+    for _ in 0..3 {
+        assert_eq!(&*cache.scan(secret), scan(secret).as_slice());
+    }
+    assert_eq!(cache.scans(), 2, "unchanged texts are looked up, not scanned");
+    // An edit is a new text.
+    assert!(cache.scan("my id is 11010519491231002").is_empty());
+    assert_eq!(cache.scans(), 3);
+}
+
+#[test]
+fn sensitive_history_is_left_out_when_the_cloud_answers_and_only_the_override_sends_it() {
+    let history = [
+        Message::new(Role::User, "my server is 192.168.0.10"),
+        Message::new(Role::Assistant, "Noted."),
+        Message::new(Role::User, "and the weather?"),
+        Message::new(Role::Assistant, "Sunny."),
+    ];
+    let with_local = RouteContext {
+        local: Some(LocalModel { id: LOCAL.into(), fit_at: &|_| Verdict::Fits }),
+        cloud: Some(CLOUD.into()),
+        ..RouteContext::new(&words)
+    };
+    // Forcing the cloud sends this harmless message, without the sensitive exchange.
+    let forced = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new("any news?") };
+    let d = route(&forced, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.target, Target::Cloud { provider: CLOUD.into() });
+    assert!(d.reasons.contains(&Reason::HistoryWithheld { messages: vec![0, 1] }), "{:?}", d.reasons);
+    let said = d.reasons.iter().map(Reason::explain).collect::<Vec<_>>().join(" ");
+    assert!(said.contains("Earlier messages 1 and 2 stay on this Mac"), "{said}");
+    assert!(!crate::cache_policy::cacheable(&d), "a request with sensitive history is never cached");
+
+    // With the override for this message, nothing is left out.
+    let allowed = RouteRequest { allow_sensitive: true, ..forced };
+    let d = route(&allowed, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    assert!(d.is_cloud() && d.privacy_overridden() && !d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
+
+    // Forcing the cloud for a sensitive message is refused, whatever the history.
+    let refused = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new("pwd=hunter22") };
+    let d = route(&refused, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(d.target, Target::Local { model: LOCAL.into() });
+    assert!(d.codes().contains(&"CLOUD_REFUSED_SENSITIVE"));
+
+    // No local model: the cloud answers a harmless message without the
+    // sensitive exchange; a sensitive message has nowhere to go.
+    let cloud_only = RouteContext { cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    let d = route(&RouteRequest { history: &history, ..RouteRequest::new("any news?") }, &cloud_only)
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(d.is_cloud(), "{d:?}");
+    assert!(d.codes().contains(&"NO_LOCAL_MODEL") && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
+    let err = route(&RouteRequest { history: &history, ..RouteRequest::new("call 13812345678") }, &cloud_only).err();
+    assert!(matches!(err, Some(RouteError::NoLocalModel { .. })), "{err:?}");
+    let err = route(&forced, &RouteContext::new(&words)).err();
+    assert_eq!(err, Some(RouteError::NoCloudProvider));
+}
+
+#[test]
+fn a_scan_cache_gives_the_same_decisions_and_scans_the_history_once() {
+    let history: Vec<Message> =
+        (0..50).map(|i| Message::new(Role::User, format!("turn {i}: ssh to 10.0.{i}.1 and mail a{i}@b.co"))).collect();
+    let cache = sensitive::ScanCache::default();
+    let cached = RouteContext { scans: Some(&cache), cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    let fresh = RouteContext { cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    for draft in ["a", "an", "and", "and t", "and then?"] {
+        let request = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new(draft) };
+        assert_eq!(route(&request, &cached), route(&request, &fresh));
+    }
+    // 50 history messages once, and each of the five drafts.
+    assert_eq!(cache.scans(), 55);
+}
+
+#[test]
+fn each_example_is_found_as_its_kind_on_its_own_and_in_a_sentence() {
+    for (kind, example) in sensitive::EXAMPLES {
+        let alone: Vec<SensitiveKind> = scan(example).iter().map(|f| f.kind).collect();
+        assert_eq!(alone, [kind], "{example}");
+        let said = format!("please note {example} for later");
+        assert!(scan(&said).iter().any(|f| f.kind == kind && !f.masked.contains(example)), "{said}");
+    }
+}

@@ -1,0 +1,72 @@
+//! A turn on the loaded model: the fit guard (the model must not swap at
+//! the context this turn needs, unless the user forces it), then the run on
+//! the engine thread, whose events the turn's thread drives.
+
+use headroom_core::chat::{Message, Role};
+use headroom_core::router::{Force, Reason};
+use headroom_core::settings::Settings;
+use headroom_engine::worker::{GenerateRequest, OverflowPolicy};
+use headroom_engine::SamplingParams;
+use headroom_store::Route;
+
+use super::events::{RouteInfo, RouteTarget, RunEvent, Sink};
+use super::record::TurnRecorder;
+use super::{Plan, Running, TurnError};
+use crate::runs::{RunKind, Stopper};
+use crate::state::AppState;
+
+pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sink) -> Result<Running, TurnError> {
+    // The router routes only to the loaded model; it may have been unloaded since.
+    let model = state.loaded_model().ok_or(TurnError::NoModelLoaded)?;
+    let forced = plan.options.force == Some(Force::Local) || plan.options.override_fit;
+    let swap = plan.decision.reasons.iter().find_map(|r| match r {
+        Reason::LocalWouldSwap { model: m, context, .. } if *m == model.id => Some(*context),
+        _ => None,
+    });
+    if let (Some(context), false) = (swap, forced) {
+        return Err(TurnError::WouldSwap { model: model.id.clone(), context });
+    }
+    let route = RouteInfo::of(&plan.decision, RouteTarget::Local, &model.id);
+    let mut messages = plan.history.clone();
+    messages.push(Message::new(Role::User, plan.text.clone()));
+    let request = GenerateRequest {
+        session: Some(plan.session.clone()),
+        max_tokens: plan.max_tokens,
+        ignore_eos: plan.options.ignore_eos,
+        // A long chat keeps going: the oldest turns make room.
+        overflow: OverflowPolicy::TruncateOldest,
+        sampling: SamplingParams {
+            temperature: plan.options.temperature.unwrap_or(settings.temperature),
+            top_p: plan.options.top_p.unwrap_or(settings.top_p),
+            seed: plan.options.seed,
+            ..SamplingParams::default()
+        },
+        ..GenerateRequest::new(messages)
+    };
+    // A new message is committed before its run starts; a regenerated one
+    // once its run has started (the engine may still refuse it).
+    let recorder =
+        TurnRecorder::new(&state.store, &plan.session, &plan.text, model.labels.clone(), Route::Local, plan.replaces)?;
+    let run = match state.engine.generate(request) {
+        Ok(run) => run,
+        Err(e) => {
+            let end = super::TurnEnd {
+                text: String::new(),
+                reason: None,
+                stats: None,
+                error: Some(e.to_string()),
+                started: false,
+            };
+            if let Err(store) = recorder.finish(&end) {
+                tracing::warn!("could not record the refused turn: {store}");
+            }
+            return Err(e.into());
+        }
+    };
+    let (engine, run_id) = (state.engine.clone(), run.id);
+    let registered = state.runs.register(RunKind::Chat, Stopper::Engine { engine: engine.clone(), run: run_id });
+    let stop = move || {
+        engine.cancel(run_id);
+    };
+    super::spawn(registered, route, run.events.into_iter().map(RunEvent::from), sink, recorder, stop, |_| {})
+}

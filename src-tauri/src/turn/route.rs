@@ -1,0 +1,194 @@
+//! The one routing decision: where a message runs (the loaded model or the
+//! cloud) and why. A turn, the app's route preview and `headroom route` all
+//! come here, so what the chip shows is what the turn does.
+//!
+//! Tokens are counted with the local model's tokenizer (the one the engine
+//! encodes with); only when there is no local model at all are they
+//! estimated, and the decision says so (`tokensExact: false`). The fit at
+//! the needed context comes from the sizes the fit check read before the
+//! model was loaded, against the memory free now; for a loaded model it is
+//! taken at most at its context limit, which the engine enforces.
+
+use std::cell::RefCell;
+
+use headroom_core::chat::Message;
+use headroom_core::fit::{check, BudgetInputs, ModelFootprint, Verdict};
+use headroom_core::router::sensitive::ScanCache;
+use headroom_core::router::{
+    route, ApproxTokens, Decision, Force, LocalModel, RouteContext, RouteRequest, TokenCounter,
+};
+use headroom_core::settings::Settings;
+use headroom_engine::tokenizer::Tokenizer;
+use headroom_engine::EngineError;
+
+use super::TurnError;
+use crate::state::AppState;
+
+/// What the user asked for this one message, beyond its text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Choice {
+    pub needs_tools: bool,
+    pub needs_web: bool,
+    /// Run here or in the cloud instead of where the router would send it.
+    /// Forcing the cloud does not let sensitive content out.
+    pub force: Option<Force>,
+    /// The user lets this one message's sensitive content go to the cloud.
+    pub allow_sensitive: bool,
+}
+
+/// The local model a decision may pick.
+#[derive(Debug, Clone, Copy)]
+pub struct Local<'a> {
+    pub id: &'a str,
+    /// Counts its tokens; `None`: estimated.
+    pub tokenizer: Option<&'a Tokenizer>,
+    /// Its sizes, for the fit at the needed context; `None`: taken to fit.
+    pub footprint: Option<&'a ModelFootprint>,
+    /// The context the engine holds it to, if it is loaded.
+    pub context_limit: Option<usize>,
+}
+
+/// Everything a decision depends on besides the message.
+#[derive(Debug, Clone)]
+pub struct Inputs<'a> {
+    pub local: Option<Local<'a>>,
+    /// The cloud's name as the decision shows it; `None`: none is set up.
+    pub cloud: Option<String>,
+    pub local_threshold_tokens: usize,
+    pub reply_reserve_tokens: usize,
+    /// The memory budget now (only needed with a local footprint).
+    pub budget: Option<BudgetInputs>,
+    pub scans: &'a ScanCache,
+}
+
+/// Counts with the model's tokenizer (raw text, no special tokens: the chat
+/// template's few tokens are covered by the reply reserve). An encoding
+/// error is kept and reported after routing, never counted as 0.
+struct TokenizerCounter<'a> {
+    tokenizer: &'a Tokenizer,
+    error: RefCell<Option<EngineError>>,
+}
+
+impl TokenCounter for TokenizerCounter<'_> {
+    fn count(&self, text: &str) -> usize {
+        match self.tokenizer.encode(text, false) {
+            Ok(ids) => ids.len(),
+            Err(e) => {
+                self.error.borrow_mut().get_or_insert(e);
+                usize::MAX / 2
+            }
+        }
+    }
+}
+
+/// The decision for `text` after `history`, given `inputs`.
+pub fn decide(inputs: &Inputs<'_>, text: &str, history: &[Message], choice: Choice) -> Result<Decision, TurnError> {
+    let request = RouteRequest {
+        text,
+        history,
+        needs_tools: choice.needs_tools,
+        needs_web: choice.needs_web,
+        force: choice.force,
+        allow_sensitive: choice.allow_sensitive,
+    };
+    let counter = inputs
+        .local
+        .and_then(|l| l.tokenizer)
+        .map(|tokenizer| TokenizerCounter { tokenizer, error: RefCell::default() });
+    let tokens: &dyn TokenCounter = match &counter {
+        Some(c) => c,
+        None => &ApproxTokens,
+    };
+    let fit_at = |context: u64| -> Verdict {
+        let local = inputs.local.as_ref();
+        match (local.and_then(|l| l.footprint), inputs.budget) {
+            (Some(footprint), Some(budget)) => {
+                let limit = local.and_then(|l| l.context_limit).map_or(u64::MAX, |c| c as u64);
+                check(footprint, context.min(limit), budget).verdict
+            }
+            _ => Verdict::Fits,
+        }
+    };
+    let ctx = RouteContext {
+        local: inputs.local.map(|l| LocalModel { id: l.id.to_owned(), fit_at: &fit_at }),
+        cloud: inputs.cloud.clone(),
+        local_threshold_tokens: inputs.local_threshold_tokens,
+        reply_reserve_tokens: inputs.reply_reserve_tokens,
+        scans: Some(inputs.scans),
+        ..RouteContext::new(tokens)
+    };
+    let decision = route(&request, &ctx);
+    if let Some(e) = counter.and_then(|c| c.error.into_inner()) {
+        return Err(e.into());
+    }
+    Ok(decision?)
+}
+
+/// The cloud's name as decisions show it: the model, else the endpoint.
+pub fn cloud_name(settings: &Settings) -> Option<String> {
+    settings.cloud_base_url.as_ref().map(|url| settings.cloud_model.clone().unwrap_or_else(|| url.clone()))
+}
+
+/// The decision with what `state` holds: the loaded model (its tokenizer,
+/// its fit now) and the cloud the settings name.
+pub fn for_state(
+    state: &AppState,
+    settings: &Settings,
+    text: &str,
+    history: &[Message],
+    choice: Choice,
+) -> Result<Decision, TurnError> {
+    let loaded = state.loaded_model();
+    let tokenizer = loaded.as_ref().map(crate::state::LoadedModel::tokenizer).transpose()?;
+    let budget = match &loaded {
+        Some(_) => Some(crate::fit::budget_inputs(crate::models::budget_source(state)?).map_err(TurnError::Memory)?),
+        None => None,
+    };
+    let inputs = Inputs {
+        local: loaded.as_ref().map(|m| Local {
+            id: &m.id,
+            tokenizer: tokenizer.as_deref(),
+            footprint: Some(&m.footprint),
+            context_limit: Some(m.info.context_limit),
+        }),
+        cloud: cloud_name(settings),
+        local_threshold_tokens: settings.local_threshold_tokens,
+        reply_reserve_tokens: settings.max_tokens,
+        budget,
+        scans: &state.scans,
+    };
+    decide(&inputs, text, history, choice)
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_core::chat::Role;
+    use headroom_core::router::Target;
+
+    use super::*;
+
+    #[test]
+    fn without_a_model_tokens_are_estimated_and_sensitive_text_has_nowhere_to_go() {
+        let state = crate::test_state("route-decide");
+        let settings = Settings {
+            cloud_base_url: Some("https://api.example.com/v1".into()),
+            cloud_model: Some("gpt-x".into()),
+            ..Settings::default()
+        };
+        let web = Choice { needs_web: true, ..Choice::default() };
+        let d = for_state(&state, &settings, "latest news?", &[], web).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
+        assert!(!d.tokens_exact);
+
+        let code = |r: Result<Decision, TurnError>| r.err().map(|e| crate::error::CommandError::from(e).code);
+        let id = "my id is 11010519491231002X";
+        assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some("ROUTE_NO_LOCAL_MODEL"));
+        // An earlier sensitive exchange is left out of what the cloud gets.
+        let history = [Message::new(Role::User, id), Message::new(Role::Assistant, "noted")];
+        let d = for_state(&state, &settings, "latest news?", &history, web).unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(d.is_cloud() && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
+
+        let force = Choice { force: Some(Force::Cloud), ..Choice::default() };
+        assert_eq!(code(for_state(&state, &Settings::default(), "hi", &[], force)), Some("ROUTE_NO_CLOUD"));
+    }
+}

@@ -1,0 +1,389 @@
+//! The turn service end to end, below its front ends: a local turn on the
+//! demo model streamed and stored with its stats, Stop, the router's choice
+//! with a recording cloud stub on loopback (`headroom_cloud::testserver`),
+//! the cloud-answer cache, and the drive loop's contract.
+
+use std::sync::mpsc;
+use std::time::Duration;
+
+use headroom_cloud::testserver::{answer, chunk, finish, usage, Reply, Stub, SSE_HEAD};
+use headroom_core::chat::{FinishReason, Role};
+use headroom_core::router::Force;
+use headroom_core::settings::Settings;
+use headroom_engine::worker::TurnStats;
+use headroom_store::{MessageStatus, Route, StoredMessage};
+
+use super::events::{drive, RunEvent};
+use super::record::TurnRecorder;
+use super::*;
+use crate::state::ModelLabels;
+
+const MODEL: &str = "stub-model";
+const SENSITIVE: &str = "my id is 11010519491231002X";
+
+/// Greedy local sampling, and `stub` as the cloud when given.
+pub(crate) fn settings(stub: Option<&Stub>) -> Settings {
+    Settings {
+        temperature: 0.0,
+        cloud_base_url: stub.map(|s| s.base_url.clone()),
+        cloud_model: stub.map(|_| MODEL.to_owned()),
+        ..Settings::default()
+    }
+}
+
+fn stub(reply: Reply) -> Stub {
+    Stub::start(vec![reply]).unwrap_or_else(|e| panic!("stub: {e}"))
+}
+
+/// Starts a turn and collects its events (until its thread lets go of the sink).
+fn turn(
+    state: &AppState,
+    settings: &Settings,
+    session: &str,
+    ask: Ask,
+    options: TurnOptions,
+) -> (Running, Vec<ChatEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let request = TurnRequest { session: session.into(), ask, options };
+    let running = start(state, settings, request, move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+    let events = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
+    (running, events)
+}
+
+fn new(text: &str) -> Ask {
+    Ask::New(text.into())
+}
+
+fn max(n: usize) -> TurnOptions {
+    TurnOptions { max_tokens: Some(n), ..TurnOptions::default() }
+}
+
+/// The session's messages once the turn's end is committed.
+pub(crate) fn stored(state: &AppState, session: &str, running: &Running) -> Vec<StoredMessage> {
+    let _ = running.done.recv_timeout(Duration::from_secs(60));
+    block_on(state.store.messages(session)).unwrap_or_default()
+}
+
+fn route_of(events: &[ChatEvent]) -> RouteInfo {
+    match events.first() {
+        Some(ChatEvent::Started { route, .. }) => route.clone(),
+        _ => panic!("no Started first: {events:?}"),
+    }
+}
+
+fn codes(route: &RouteInfo) -> Vec<&'static str> {
+    route.reasons.iter().map(|r| r.code).collect()
+}
+
+fn text_of(events: &[ChatEvent]) -> String {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::Token { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn events_serialize_tagged_and_camel_case() {
+    let route = RouteInfo {
+        target: RouteTarget::Cached,
+        model_or_provider: "gpt-x".into(),
+        reasons: vec![RouteReason { code: "CACHED", message: "m".into() }],
+    };
+    let v = serde_json::to_value(ChatEvent::Started { run_id: 3, prompt_tokens: 20, reused_tokens: 0, route })
+        .unwrap_or_default();
+    let route =
+        serde_json::json!({"target":"cached","modelOrProvider":"gpt-x","reasons":[{"code":"CACHED","message":"m"}]});
+    assert_eq!(
+        v,
+        serde_json::json!({"event":"started","data":{"runId":3,"promptTokens":20,"reusedTokens":0,"route":route}})
+    );
+    let v = serde_json::to_value(ChatEvent::Finished { reason: FinishReason::Cancelled }).unwrap_or_default();
+    assert_eq!(v, serde_json::json!({"event":"finished","data":{"reason":"cancelled"}}));
+}
+
+#[test]
+fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
+    let state = crate::test_state("drive");
+    let timings = headroom_core::stats::TurnTimings {
+        prompt_tokens: 20,
+        prefill: Duration::from_millis(10),
+        generated_tokens: 2,
+        first_token_at: Some(Duration::from_millis(20)),
+        last_token_at: Some(Duration::from_millis(30)),
+    };
+    let stats = TurnStats {
+        prompt_tokens: 20,
+        reused_tokens: 4,
+        generated_tokens: 2,
+        context_tokens: 20,
+        batch: 1,
+        rates: timings.rates(),
+        timings,
+        peak_memory_bytes: 1,
+    };
+    let route = RouteInfo { target: RouteTarget::Local, model_or_provider: "demo".into(), reasons: Vec::new() };
+    let labels = ModelLabels::cloud("demo");
+    let mut recorder = TurnRecorder::new(&state.store, "d", "hi", labels.clone(), Route::Local, None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let (tx, rx) = mpsc::channel();
+    let mut sink: Sink = Box::new(move |e| tx.send(e).is_ok());
+    let events = vec![
+        RunEvent::Started { prompt_tokens: 20, reused_tokens: 4 },
+        RunEvent::Text("Hel".into()),
+        RunEvent::Text(String::new()),
+        RunEvent::Text("lo".into()),
+        RunEvent::Stats(stats),
+        RunEvent::Finished(FinishReason::Length),
+    ];
+    let end = drive(7, &route, events, &mut sink, &mut recorder, || panic!("still listening"));
+    assert_eq!(
+        (end.text.as_str(), end.reason, end.error.as_deref(), end.started),
+        ("Hello", Some(FinishReason::Length), None, true)
+    );
+    assert_eq!(end.stats.as_ref().map(|s| s.reused_tokens), Some(4));
+    let got: Vec<ChatEvent> = rx.try_iter().collect();
+    assert_eq!(got.len(), 5, "{got:?}"); // the empty piece is not sent
+    assert_eq!(got[0], ChatEvent::Started { run_id: 7, prompt_tokens: 20, reused_tokens: 4, route: route.clone() });
+    assert!(matches!(&got[3], ChatEvent::Stats { generated_tokens: 2, batch: 1, model, .. } if model == "demo"));
+    let ids = recorder.finish(&end).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("not stored"));
+    assert_eq!(block_on(state.store.message(ids.assistant)).map(|m| m.content).ok().as_deref(), Some("Hello"));
+
+    // Nobody listens: the run is stopped once, the rest drained, the text kept.
+    let mut recorder =
+        TurnRecorder::new(&state.store, "d2", "hi", labels, Route::Local, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut deaf: Sink = Box::new(|_| false);
+    let stops = std::cell::Cell::new(0);
+    let events =
+        vec![RunEvent::Text("a".into()), RunEvent::Text("b".into()), RunEvent::Finished(FinishReason::Cancelled)];
+    let end = drive(1, &route, events, &mut deaf, &mut recorder, || stops.set(stops.get() + 1));
+    assert_eq!((end.text.as_str(), end.reason, stops.get()), ("ab", Some(FinishReason::Cancelled), 1));
+
+    // Events that stop without an end are an error, and what arrived is kept.
+    let mut recorder = TurnRecorder::new(&state.store, "d3", "hi", ModelLabels::cloud("x"), Route::Local, None)
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut sink: Sink = Box::new(|_| true);
+    let end = drive(2, &route, vec![RunEvent::Text("part".into())], &mut sink, &mut recorder, || {});
+    assert_eq!((end.text.as_str(), end.reason), ("part", None));
+    assert!(end.error.is_some());
+}
+
+#[test]
+fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
+    let state = crate::test_state("turn");
+    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    let settings = settings(None);
+    let (running, events) = turn(&state, &settings, "s1", new("hello"), max(5));
+    let id = running.run_id;
+    assert!(matches!(events.first(), Some(ChatEvent::Started { run_id, .. }) if *run_id == id), "{events:?}");
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, ChatEvent::Stats { model, .. } if model == crate::models::DEMO_MODEL_ID)));
+    let streamed = text_of(&events);
+    let msgs = stored(&state, "s1", &running);
+    assert_eq!(msgs.iter().map(|m| m.role).collect::<Vec<_>>(), [Role::User, Role::Assistant]);
+    assert_eq!((msgs[0].content.as_str(), msgs[1].content.as_str()), ("hello", streamed.as_str()));
+    assert_eq!(msgs[1].status, MessageStatus::Complete);
+    let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+    // The labels are the load's: quantization from the engine, KV width from the headers read before it.
+    assert_eq!(
+        (stats.model_id.as_str(), stats.batch, stats.quantization.as_deref(), stats.kv_dtype.as_str()),
+        (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"), "16-bit float")
+    );
+    assert!(stats.generated_tokens <= 5 && stats.prompt_tokens > 0, "{stats:?}");
+    let first_prompt = stats.prompt_tokens;
+
+    // A second turn in the same session sees the whole conversation.
+    let (running, events) = turn(&state, &settings, "s1", new("more"), max(5));
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "second turn: {events:?}");
+    let msgs = stored(&state, "s1", &running);
+    let second = msgs[3].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+    assert!(second.prompt_tokens > first_prompt, "{} then {}", first_prompt, second.prompt_tokens);
+
+    let refused = |ask: Ask, options: TurnOptions| {
+        let request = TurnRequest { session: "s1".into(), ask, options };
+        start(&state, &settings, request, |_| true).err().map(|e| crate::error::CommandError::from(e).code)
+    };
+    assert_eq!(refused(new(" \n"), TurnOptions::default()), Some("EMPTY_MESSAGE"));
+    assert_eq!(refused(new("hi"), max(0)), Some("INVALID_SETTING"));
+    assert_eq!(block_on(state.store.messages("s1")).map(|m| m.len()).ok(), Some(4), "refused turns store nothing");
+}
+
+#[test]
+fn a_stopped_turn_is_stored_interrupted_with_what_arrived() {
+    let state = crate::test_state("cancel");
+    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    let (tx, rx) = mpsc::channel();
+    let request = TurnRequest { session: "c".into(), ask: new("count to a thousand"), options: max(4000) };
+    let running =
+        start(&state, &settings(None), request, move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+    let mut events = Vec::new();
+    while let Ok(e) = rx.recv_timeout(Duration::from_secs(60)) {
+        let token = matches!(e, ChatEvent::Token { .. });
+        events.push(e);
+        if token {
+            break;
+        }
+    }
+    // As the UI's Stop does: through the one registry.
+    assert!(state.runs.cancel(running.run_id), "the run was in flight: {events:?}");
+    events.extend(std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()));
+    assert!(events.contains(&ChatEvent::Finished { reason: FinishReason::Cancelled }), "{events:?}");
+    let id = running.run_id;
+    let msgs = stored(&state, "c", &running);
+    assert_eq!(msgs[1].status, MessageStatus::Interrupted);
+    assert_eq!(msgs[1].stats.as_ref().map(|s| s.finish_reason), Some(FinishReason::Cancelled));
+    assert!(msgs[1].stats.as_ref().is_some_and(|s| s.generated_tokens < 4000));
+    assert!(!state.runs.cancel(id), "over: nothing left to stop");
+}
+
+#[test]
+fn short_or_sensitive_messages_stay_local_and_never_reach_the_cloud() {
+    let state = crate::test_state("route-local");
+    let stub = stub(answer(&["never"]));
+    let settings = settings(Some(&stub));
+    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+
+    let (running, events) = turn(&state, &settings, "short", new("hello"), max(3));
+    let route = route_of(&events);
+    assert_eq!((route.target, route.model_or_provider.as_str()), (RouteTarget::Local, crate::models::DEMO_MODEL_ID));
+    assert_eq!(codes(&route), ["SHORT_INPUT"]);
+    assert_eq!(stored(&state, "short", &running)[1].route, Route::Local);
+
+    // Forcing the cloud is not an override of the privacy rule.
+    let forced = TurnOptions { force: Some(Force::Cloud), ..max(3) };
+    let (running, events) = turn(&state, &settings, "private", new(SENSITIVE), forced);
+    let route = route_of(&events);
+    assert_eq!(route.target, RouteTarget::Local);
+    assert!(codes(&route).contains(&"CLOUD_REFUSED_SENSITIVE"), "{route:?}");
+    assert!(
+        route.reasons.iter().all(|r| !r.message.contains("11010519491231002X")),
+        "the reason never repeats the secret"
+    );
+    assert_eq!(stored(&state, "private", &running)[1].route, Route::Local);
+    assert!(stub.requests().is_empty(), "nothing reached the cloud");
+}
+
+#[test]
+fn a_cloud_turn_streams_is_stored_and_the_same_request_is_answered_from_the_cache() {
+    let state = crate::test_state("route-cloud");
+    let stub = stub(answer(&["Hel", "lo there", "!"]));
+    let settings = settings(Some(&stub));
+
+    // No local model: a short message goes to the cloud.
+    let (running, events) = turn(&state, &settings, "a", new("say hello"), TurnOptions::default());
+    let route = route_of(&events);
+    assert_eq!((route.target, route.model_or_provider.as_str()), (RouteTarget::Cloud, MODEL));
+    assert!(codes(&route).contains(&"SHORT_INPUT") && codes(&route).contains(&"NO_LOCAL_MODEL"), "{route:?}");
+    assert_eq!(text_of(&events), "Hello there!");
+    assert!(
+        events.iter().any(
+            |e| matches!(e, ChatEvent::Stats { generated_tokens: 3, prompt_tokens: 11, model, .. } if model == MODEL)
+        ),
+        "{events:?}"
+    );
+    assert_eq!(events.last(), Some(&ChatEvent::Finished { reason: FinishReason::Stop }));
+    let msgs = stored(&state, "a", &running);
+    assert_eq!((msgs[0].role, msgs[0].content.as_str()), (Role::User, "say hello"));
+    assert_eq!(
+        (msgs[1].route, msgs[1].status, msgs[1].content.as_str()),
+        (Route::Cloud, MessageStatus::Complete, "Hello there!")
+    );
+    let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+    assert_eq!((stats.model_id.as_str(), stats.generated_tokens, stats.prompt_tokens), (MODEL, 3, 11));
+    assert_eq!(stub.bodies().len(), 1);
+    assert!(stub.bodies()[0].contains("say hello") && stub.bodies()[0].contains(MODEL), "{:?}", stub.bodies());
+
+    // The same request in a new chat (same empty history): from the cache,
+    // with extra spaces that normalisation removes.
+    let (running, events) = turn(&state, &settings, "b", new("say   hello  "), TurnOptions::default());
+    let route = route_of(&events);
+    assert_eq!((route.target, route.model_or_provider.as_str()), (RouteTarget::Cached, MODEL));
+    assert_eq!(codes(&route).last(), Some(&events::CACHED_REASON));
+    assert_eq!(text_of(&events), "Hello there!");
+    assert_eq!(events.last(), Some(&ChatEvent::Finished { reason: FinishReason::Stop }));
+    assert_eq!(stub.bodies().len(), 1, "a cache hit sends nothing");
+    let msgs = stored(&state, "b", &running);
+    assert_eq!(
+        (msgs[1].route, msgs[1].status, msgs[1].content.as_str()),
+        (Route::Cloud, MessageStatus::Complete, "Hello there!")
+    );
+    let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+    assert_eq!((stats.model_id.as_str(), stats.generated_tokens), ("cache:stub-model", 0));
+    let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((cache.hits, cache.misses, cache.entries), (1, 1, 1));
+
+    // The same words later in a conversation are another request.
+    let (running, events) = turn(&state, &settings, "a", new("say hello"), TurnOptions::default());
+    assert_eq!(route_of(&events).target, RouteTarget::Cloud);
+    drop(stored(&state, "a", &running));
+    assert_eq!(stub.bodies().len(), 2);
+    assert!(stub.bodies()[1].contains("Hello there!"), "the history went along: {:?}", stub.bodies());
+}
+
+#[test]
+fn sensitive_text_leaves_only_with_the_override_and_its_answer_is_not_cached() {
+    let state = crate::test_state("route-sensitive");
+    let stub = stub(answer(&["ok"]));
+    let settings = settings(Some(&stub));
+    let forced = TurnOptions { force: Some(Force::Cloud), ..TurnOptions::default() };
+
+    // Must stay local, and nothing local runs: the router's error, nothing stored.
+    let request = TurnRequest { session: "s".into(), ask: new(SENSITIVE), options: forced.clone() };
+    let err = start(&state, &settings, request, |_| true).err().map(crate::error::CommandError::from);
+    assert_eq!(err.as_ref().map(|e| e.code), Some("ROUTE_NO_LOCAL_MODEL"), "{err:?}");
+    assert!(err.is_some_and(|e| e.message.contains("allow sensitive content")));
+    assert_eq!(block_on(state.store.messages("s")).map(|m| m.len()).ok(), Some(0), "the UI gives the text back");
+    assert!(stub.requests().is_empty());
+
+    let allowed = TurnOptions { allow_sensitive: true, ..forced };
+    let (running, events) = turn(&state, &settings, "s", new(SENSITIVE), allowed.clone());
+    let route = route_of(&events);
+    assert_eq!(route.target, RouteTarget::Cloud);
+    assert!(codes(&route).contains(&"PRIVACY_OVERRIDDEN"), "{route:?}");
+    assert_eq!(text_of(&events), "ok");
+    assert_eq!(stored(&state, "s", &running)[1].route, Route::Cloud);
+    assert!(stub.bodies()[0].contains("11010519491231002X"), "the override sends it: the stub sees what leaves");
+
+    // The override was for that message, not for a copy on disk.
+    let (running, events) = turn(&state, &settings, "t", new(SENSITIVE), allowed);
+    assert_eq!(route_of(&events).target, RouteTarget::Cloud);
+    drop(stored(&state, "t", &running));
+    assert_eq!(stub.bodies().len(), 2, "not answered from a cache");
+    let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!((cache.entries, cache.hits), (0, 0));
+}
+
+#[test]
+fn a_cloud_turn_stops_through_the_registry_and_keeps_what_arrived() {
+    let state = crate::test_state("route-cancel");
+    let mut parts = vec![(SSE_HEAD.to_owned(), Duration::ZERO)];
+    parts.extend((0..40).map(|_| (chunk("tick "), Duration::from_millis(100))));
+    parts.push((finish("stop") + &usage(9, 40) + "data: [DONE]\n\n", Duration::ZERO));
+    let stub = stub(Reply::Parts(parts));
+    let settings = settings(Some(&stub));
+    let (tx, rx) = mpsc::channel();
+    let request = TurnRequest { session: "c".into(), ask: new("count slowly"), options: TurnOptions::default() };
+    let running = start(&state, &settings, request, move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+    let mut events = Vec::new();
+    while let Ok(e) = rx.recv_timeout(Duration::from_secs(30)) {
+        let first_token = matches!(e, ChatEvent::Token { .. });
+        events.push(e);
+        if first_token {
+            break;
+        }
+    }
+    let id = running.run_id;
+    assert!(state.runs.cancel(id), "the cloud run was in flight: {events:?}");
+    events.extend(std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(30)).ok()));
+    assert_eq!(events.last(), Some(&ChatEvent::Finished { reason: FinishReason::Cancelled }), "{events:?}");
+    let msgs = stored(&state, "c", &running);
+    assert_eq!((msgs[1].route, msgs[1].status), (Route::Cloud, MessageStatus::Interrupted));
+    assert!(msgs[1].content.starts_with("tick") && msgs[1].content.len() < 5 * 40, "{:?}", msgs[1].content);
+    assert!(!state.runs.cancel(id), "over: nothing left to stop");
+    let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(cache.entries, 0, "a cut answer is not cached");
+}
