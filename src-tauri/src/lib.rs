@@ -376,7 +376,7 @@ mod tests {
 
     #[test]
     fn the_live_graph_is_drawn_for_the_windows_it_offers_and_visibility_is_heard() {
-        let (_app, window) = app_with_window_in("live");
+        let (app, window) = app_with_window_in("live");
         for minutes in crate::commands::live::WINDOWS_MIN {
             let view = invoke(&window, "live_chart", json!({ "minutes": minutes, "theme": "dark" }))
                 .unwrap_or_else(|e| panic!("{minutes} min: {e}"));
@@ -391,9 +391,10 @@ mod tests {
         assert_eq!(err.as_ref().map(|e| e["code"].clone()), Some(json!("INVALID_INPUT")), "{err:?}");
         let err = invoke(&window, "live_chart", json!({ "minutes": 5, "theme": "sepia" })).err();
         assert_eq!(err.map(|e| e["code"].clone()), Some(json!("INVALID_INPUT")));
-        let before = crate::live::live().activity().visible;
+        let live = &app.state::<crate::AppState>().live;
+        let before = live.activity().visible;
         assert_eq!(invoke(&window, "live_visibility", json!({ "visible": !before })).ok(), Some(Value::Null));
-        assert_eq!(crate::live::live().activity().visible, !before);
+        assert_eq!(live.activity().visible, !before);
         let _ = invoke(&window, "live_visibility", json!({ "visible": before }));
     }
 

@@ -7,7 +7,7 @@
 //! The turn path reports an answer's tokens through a [`LiveRun`]:
 //!
 //! ```ignore
-//! let mut live_run = crate::live::live().begin_run(&model_id); // before streaming
+//! let mut live_run = state.live.begin_run(&model_id);           // before streaming
 //! live_run.on_token(Instant::now());                           // each generated token
 //! let note = live_run.finish();                                // Option<SlowdownNote> for the stats
 //! ```
@@ -104,12 +104,6 @@ impl std::fmt::Debug for MemorySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MemorySource")
     }
-}
-
-/// The app's one live state (the turn path and the sampler share it).
-pub fn live() -> &'static Live {
-    static LIVE: OnceLock<Live> = OnceLock::new();
-    LIVE.get_or_init(Live::new)
 }
 
 impl Default for Live {
@@ -296,9 +290,16 @@ impl LiveRun {
         }
         if let Some(store) = self.live.store() {
             // At the end of an answer, on its own thread: a short wait is fine,
-            // and what the graph shows next is on disk.
-            if let Err(e) = tauri::async_runtime::block_on(write(store, &self.model_id, &self.points, &self.stretches))
-            {
+            // and what the graph shows next is on disk. After the last
+            // background write, so an older stretch never replaces this one.
+            let earlier = self.pending.take();
+            let written = tauri::async_runtime::block_on(async {
+                if let Some(earlier) = earlier {
+                    let _ = earlier.await;
+                }
+                write(store, &self.model_id, &self.points, &self.stretches).await
+            });
+            if let Err(e) = written {
                 tracing::warn!("could not store the answer's rates: {e}");
             }
         }

@@ -16,7 +16,7 @@ use headroom_memory::{PressureLevel, Reader, Sample, Sampler};
 use serde::Serialize;
 use tauri::{AppHandle, Emitter, Manager, Runtime};
 
-use crate::live::{live, Activity};
+use crate::live::Activity;
 use crate::state::AppState;
 use crate::tray::TRAY_ID;
 
@@ -123,9 +123,8 @@ pub fn history_points(state: &AppState) -> Vec<MemoryPoint> {
 /// (when it changed) and the tray. Call once, from `setup`.
 pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::MemoryError> {
     let mut reader = Reader::new()?;
-    let live = live();
     let state = app.state::<AppState>();
-    live.attach_store(state.store.clone());
+    let live = state.live.clone();
     let sampler = {
         // Sampler::spawn needs a tokio context: Tauri's own runtime.
         let _runtime = tauri::async_runtime::handle().inner().enter();

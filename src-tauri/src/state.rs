@@ -55,6 +55,8 @@ pub struct ModelLabels {
     /// e.g. "4-bit, group 64"; `None` for an unquantized model.
     pub quantization: Option<String>,
     pub kv_dtype: String,
+    /// How its quantized matrices multiply ("cpu-f32", "fused"); `None` when unquantized.
+    pub quant_kernel: Option<String>,
 }
 
 impl ModelLabels {
@@ -68,12 +70,13 @@ impl ModelLabels {
             4 => "32-bit float".to_owned(),
             n => format!("{}-bit", n * 8),
         };
-        Self { model_id: model_id.to_owned(), quantization, kv_dtype }
+        let quant_kernel = info.quant_kernel.map(|k| k.as_str().to_owned());
+        Self { model_id: model_id.to_owned(), quantization, kv_dtype, quant_kernel }
     }
 
     /// A cloud answer's: no local quantization or KV cache is involved.
     pub fn cloud(model: &str) -> Self {
-        Self { model_id: model.to_owned(), quantization: None, kv_dtype: "n/a (cloud)".to_owned() }
+        Self { model_id: model.to_owned(), quantization: None, kv_dtype: "n/a (cloud)".to_owned(), quant_kernel: None }
     }
 }
 
@@ -142,10 +145,15 @@ pub struct AppState {
     /// Privacy findings of texts already scanned: a conversation is scanned
     /// once, not again for every message (the route preview asks often).
     pub scans: Arc<ScanCache>,
+    /// The live view: who is looking (sets the sampler's pace) and the
+    /// per-second rates of streaming answers, written to the store.
+    pub live: crate::live::Live,
 }
 
 impl AppState {
     pub fn new(engine: EngineHandle, locations: Locations, store: headroom_store::Store) -> Self {
+        let live = crate::live::Live::new();
+        live.attach_store(store.clone());
         Self {
             backend: headroom_engine::backend_info(),
             engine,
@@ -160,6 +168,7 @@ impl AppState {
             switching: Arc::default(),
             runs: Runs::default(),
             scans: Arc::default(),
+            live,
         }
     }
 

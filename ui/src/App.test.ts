@@ -59,6 +59,7 @@ const STATS: TurnStats = {
   batch: 1,
   peakMemoryBytes: 12_000_000,
   model: 'headroom-demo-tiny',
+  slowdown: null,
 };
 
 interface Call {

@@ -202,6 +202,8 @@ mod tests {
             pressure: PressureLevel::Normal,
             swap_delta_bytes: None,
             finish_reason: FinishReason::Length,
+            quant_kernel: None,
+            slowdown: None,
         };
         let outcome =
             TurnOutcome { content: "…".into(), status: MessageStatus::Complete, error: None, stats: Some(stats) };

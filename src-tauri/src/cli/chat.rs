@@ -288,6 +288,9 @@ fn report(
         if let (Some(stats), Some(reason)) = (&end.stats, end.reason) {
             writeln!(err, "{}", super::generate::stats_line(stats, reason))?;
         }
+        if let Some(slowdown) = &end.slowdown {
+            writeln!(err, "headroom: {slowdown}")?;
+        }
         if done.route.target == RouteTarget::Cloud
             && !end.text.is_empty()
             && end.stats.as_ref().is_some_and(|s| s.generated_tokens == 0)

@@ -121,6 +121,8 @@ mod tests {
             pressure: PressureLevel::Normal,
             swap_delta_bytes: Some(0),
             finish_reason: FinishReason::Stop,
+            quant_kernel: None,
+            slowdown: None,
         }
     }
 

@@ -40,16 +40,16 @@ pub async fn live_chart(minutes: u32, theme: String, state: State<'_, AppState>)
         os_headroom_bytes: state.os_headroom_bytes(),
         style: ChartStyle::live(theme),
     };
-    Ok(live::view(&state.store, live::live(), &req).await?)
+    Ok(live::view(&state.store, &state.live, &req).await?)
 }
 
 /// The webview tells whether it is on screen (`document.visibilityState`):
 /// hidden, nothing is sent to it and the sampler backs off; shown, a
 /// reading is taken at once.
 #[tauri::command]
-pub fn live_visibility(visible: bool) {
+pub fn live_visibility(visible: bool, state: State<'_, AppState>) {
     let word = if visible { "visible" } else { "hidden" };
-    if live::live().set_visible(visible) {
+    if state.live.set_visible(visible) {
         tracing::info!("live view: the popover is {word}");
     } else {
         tracing::debug!("live view: the popover is {word} (no change)");

@@ -90,7 +90,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
         let registered = state.runs.register(RunKind::Chat, Stopper::Flag(Arc::clone(&stopped)));
         // A replay is instant; Stop between words ends it like a live answer.
         let events = super::events::replay(&hit.answer).into_iter().map(move |e| match e {
-            RunEvent::Text(_) | RunEvent::Stats(_) if stopped.load(Ordering::Relaxed) => {
+            RunEvent::Text(_) | RunEvent::Stats(..) if stopped.load(Ordering::Relaxed) => {
                 RunEvent::Finished(FinishReason::Cancelled)
             }
             e => e,
@@ -162,7 +162,7 @@ pub(crate) fn run(
                 CloudEvent::Started { .. } => RunEvent::Started { prompt_tokens: 0, reused_tokens: 0 },
                 CloudEvent::Token { text } => RunEvent::Text(text.clone()),
                 CloudEvent::Usage(_) => return true,
-                CloudEvent::Finished { stats, .. } => RunEvent::Stats(turn_stats(stats)),
+                CloudEvent::Finished { stats, .. } => RunEvent::Stats(turn_stats(stats), None),
             };
             events.send(event).is_ok()
         })

@@ -39,6 +39,9 @@ pub enum ChatEvent {
         batch: usize,
         peak_memory_bytes: usize,
         model: String,
+        /// Set when memory slowed this answer down ("slowed by swap: 3.1 →
+        /// 0.8 tok/s while swap grew 1.2 GB"); the live view decides.
+        slowdown: Option<String>,
     },
     Finished {
         reason: FinishReason,
@@ -51,7 +54,7 @@ pub enum ChatEvent {
 
 impl ChatEvent {
     /// The `Stats` event for a turn's figures (local and cloud turns alike).
-    pub(crate) fn stats(s: &TurnStats, model: &str) -> Self {
+    pub(crate) fn stats(s: &TurnStats, model: &str, slowdown: Option<String>) -> Self {
         Self::Stats {
             ttft_ms: s.rates.ttft_ms,
             prefill_tps: s.rates.prefill_tps,
@@ -63,6 +66,7 @@ impl ChatEvent {
             batch: s.batch,
             peak_memory_bytes: s.peak_memory_bytes,
             model: model.to_owned(),
+            slowdown,
         }
     }
 }
@@ -133,6 +137,8 @@ pub struct TurnEnd {
     /// Whether the run got as far as starting (a regenerate that never
     /// started took nothing back).
     pub started: bool,
+    /// The live view's verdict when memory slowed the answer (local runs).
+    pub slowdown: Option<String>,
 }
 
 /// A run's events, whatever runs it (the engine, a cloud endpoint, the cache).
@@ -145,7 +151,8 @@ pub(crate) enum RunEvent {
         reused_tokens: usize,
     },
     Text(String),
-    Stats(TurnStats),
+    /// The figures, and the live view's slowdown verdict if memory slowed the run.
+    Stats(TurnStats, Option<String>),
     Finished(FinishReason),
     Error {
         code: &'static str,
@@ -158,7 +165,7 @@ impl From<EngineEvent> for RunEvent {
         match e {
             EngineEvent::Started { prompt_tokens, reused_tokens } => Self::Started { prompt_tokens, reused_tokens },
             EngineEvent::Token { text, .. } | EngineEvent::Text(text) => Self::Text(text),
-            EngineEvent::Stats(s) => Self::Stats(s),
+            EngineEvent::Stats(s) => Self::Stats(s, None),
             EngineEvent::Finished { reason } => Self::Finished(reason),
             EngineEvent::Error(e) => {
                 let e = CommandError::from(e);
@@ -187,7 +194,8 @@ pub(crate) fn drive(
     stop: impl Fn(),
 ) -> TurnEnd {
     let model = route.model_or_provider.as_str();
-    let mut end = TurnEnd { text: String::new(), reason: None, stats: None, error: None, started: false };
+    let mut end =
+        TurnEnd { text: String::new(), reason: None, stats: None, error: None, started: false, slowdown: None };
     let mut out = Out { sink, listening: true, stopped: false, stop: &stop };
     for event in events {
         match event {
@@ -210,9 +218,10 @@ pub(crate) fn drive(
                     out.send(ChatEvent::Token { text: piece });
                 }
             }
-            RunEvent::Stats(s) => {
-                out.send(ChatEvent::stats(&s, model));
+            RunEvent::Stats(s, slowdown) => {
+                out.send(ChatEvent::stats(&s, model, slowdown.clone()));
                 end.stats = Some(s);
+                end.slowdown = slowdown;
             }
             RunEvent::Finished(reason) => {
                 out.send(ChatEvent::Finished { reason });
@@ -267,7 +276,7 @@ pub(crate) fn replay(answer: &str) -> Vec<RunEvent> {
     events.extend(pieces.iter().map(|p| RunEvent::Text((*p).to_owned())));
     let elapsed = Some(began.elapsed());
     let stats = headroom_cloud::CloudStats::new(None, elapsed, elapsed, pieces.len(), 0);
-    events.push(RunEvent::Stats(super::cloud::turn_stats(&stats)));
+    events.push(RunEvent::Stats(super::cloud::turn_stats(&stats), None));
     events.push(RunEvent::Finished(FinishReason::Stop));
     events
 }

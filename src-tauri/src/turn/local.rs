@@ -2,16 +2,19 @@
 //! the context this turn needs, unless the user forces it), then the run on
 //! the engine thread, whose events the turn's thread drives.
 
+use std::time::Instant;
+
 use headroom_core::chat::{Message, Role};
 use headroom_core::router::{Force, Reason};
 use headroom_core::settings::Settings;
-use headroom_engine::worker::{GenerateRequest, OverflowPolicy};
+use headroom_engine::worker::{EngineEvent, GenerateRequest, OverflowPolicy};
 use headroom_engine::SamplingParams;
 use headroom_store::Route;
 
 use super::events::{RouteInfo, RouteTarget, RunEvent, Sink};
 use super::record::TurnRecorder;
 use super::{Plan, Running, TurnError};
+use crate::live::LiveRun;
 use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
 
@@ -56,6 +59,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
                 stats: None,
                 error: Some(e.to_string()),
                 started: false,
+                slowdown: None,
             };
             if let Err(store) = recorder.finish(&end) {
                 tracing::warn!("could not record the refused turn: {store}");
@@ -68,5 +72,23 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let stop = move || {
         engine.cancel(run_id);
     };
-    super::spawn(registered, route, run.events.into_iter().map(RunEvent::from), sink, recorder, stop, |_| {})
+    // The live graph's per-second decode rates, and its verdict on whether
+    // memory slowed this answer, which travels with the stats. A run that
+    // ends without stats (an error, the engine gone) ends its live run when
+    // the iterator is dropped.
+    let mut live_run = Some(state.live.begin_run(&model.id));
+    let events = run.events.into_iter().map(move |event| match event {
+        EngineEvent::Token { .. } => {
+            if let Some(live) = live_run.as_mut() {
+                live.on_token(Instant::now());
+            }
+            RunEvent::from(event)
+        }
+        EngineEvent::Stats(stats) => {
+            let slowdown = live_run.take().and_then(LiveRun::finish).map(|note| note.sentence);
+            RunEvent::Stats(stats, slowdown)
+        }
+        other => RunEvent::from(other),
+    });
+    super::spawn(registered, route, events, sink, recorder, stop, |_| {})
 }

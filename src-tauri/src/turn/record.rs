@@ -125,11 +125,11 @@ impl TurnRecorder {
             None => MessageStatus::Error,
         };
         let around = RunLabels::around(self.memory_before.as_ref(), headroom_memory::read().ok().as_ref());
-        let stats = end
-            .stats
-            .as_ref()
-            .filter(|_| end.reason.is_some())
-            .map(|s| stats_record(s, &self.labels, end.reason.unwrap_or(FinishReason::Stop), &around));
+        let stats = end.stats.as_ref().filter(|_| end.reason.is_some()).map(|s| {
+            let mut record = stats_record(s, &self.labels, end.reason.unwrap_or(FinishReason::Stop), &around);
+            record.slowdown = end.slowdown.clone();
+            record
+        });
         let outcome = TurnOutcome { content: end.text.clone(), status, error: end.error.clone(), stats };
         block_on(self.store.finish_turn(ids.assistant, &outcome))?;
         Ok(Some(ids))
@@ -191,5 +191,7 @@ pub fn stats_record(s: &TurnStats, labels: &ModelLabels, reason: FinishReason, a
         pressure: around.pressure,
         swap_delta_bytes: around.swap_delta_bytes,
         finish_reason: reason,
+        quant_kernel: labels.quant_kernel.clone(),
+        slowdown: None,
     }
 }

@@ -135,7 +135,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
         RunEvent::Text("Hel".into()),
         RunEvent::Text(String::new()),
         RunEvent::Text("lo".into()),
-        RunEvent::Stats(stats),
+        RunEvent::Stats(stats, None),
         RunEvent::Finished(FinishReason::Length),
     ];
     let end = drive(7, &route, events, &mut sink, &mut recorder, || panic!("still listening"));
@@ -194,6 +194,9 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
         (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"), "16-bit float")
     );
     assert!(stats.generated_tokens <= 5 && stats.prompt_tokens > 0, "{stats:?}");
+    let kernel = state.loaded_model().and_then(|m| m.info.quant_kernel).map(|k| k.as_str().to_owned());
+    assert_eq!(stats.quant_kernel, kernel, "the kernel the model was loaded with");
+    assert!(stats.quant_kernel.is_some());
     let first_prompt = stats.prompt_tokens;
 
     // A second turn in the same session sees the whole conversation.
@@ -210,6 +213,34 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
     assert_eq!(refused(new(" \n"), TurnOptions::default()), Some("EMPTY_MESSAGE"));
     assert_eq!(refused(new("hi"), max(0)), Some("INVALID_SETTING"));
     assert_eq!(block_on(state.store.messages("s1")).map(|m| m.len()).ok(), Some(4), "refused turns store nothing");
+}
+
+/// A local answer's tokens reach the live view as per-second decode rates
+/// of its model (what the live graph draws), and the live run ends with the
+/// answer (nothing left counted as streaming).
+#[test]
+fn a_local_turn_reports_its_decode_rates_to_the_live_view() {
+    let state = crate::test_state("turn-live");
+    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    let options = TurnOptions { max_tokens: Some(400), ignore_eos: true, ..TurnOptions::default() };
+    let (running, events) = turn(&state, &settings(None), "live", new("count"), options);
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+    let msgs = stored(&state, "live", &running);
+    let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
+    let last_ms = stats.last_token_ms.unwrap_or(0.0) - stats.first_token_ms.unwrap_or(0.0);
+    let (rates, _) = state.live.recent(0);
+    // A point needs a quarter of a second of decoding; 400 tokens take
+    // longer than that here (the demo model decodes about 250 tok/s).
+    assert!(!rates.is_empty(), "no rate points after {last_ms} ms of decoding");
+    assert!(rates.iter().all(|r| r.model_id == crate::models::DEMO_MODEL_ID && r.point.tps > 0.0), "{rates:?}");
+    assert_eq!(state.live.activity().runs, 0, "the answer's live run ended with it");
+    // Nothing slowed a demo answer on an idle machine by memory; when the
+    // live view does blame memory, the stats carry its sentence.
+    let slowdown = events.iter().find_map(|e| match e {
+        ChatEvent::Stats { slowdown, .. } => Some(slowdown.clone()),
+        _ => None,
+    });
+    assert_eq!(slowdown.flatten(), stats.slowdown, "the event and the stored stats agree");
 }
 
 #[test]

@@ -176,7 +176,7 @@ fn rate(v: Option<f64>, unit: &str) -> String {
 /// One line with every stat and its labels.
 fn stats_line(s: &TurnStatsRecord) -> String {
     let swap = s.swap_delta_bytes.map_or_else(|| "n/a".to_owned(), |b| format!("{:+.1} MB", b as f64 / 1e6));
-    format!(
+    let mut line = format!(
         "{} · {} · KV {} · context {} tokens, prompt {} ({} reused), generated {}, batch {} · TTFT {} · prefill {} · decode {} · end-to-end {} · peak memory {:.1} MB · pressure {} · swap {} · {}",
         s.model_id,
         s.quantization.as_deref().unwrap_or("unquantized"),
@@ -194,7 +194,14 @@ fn stats_line(s: &TurnStatsRecord) -> String {
         s.pressure,
         swap,
         crate::sessions::finish_str(s.finish_reason),
-    )
+    );
+    if let Some(kernel) = &s.quant_kernel {
+        line.push_str(&format!(" · kernel {kernel}"));
+    }
+    if let Some(slowdown) = &s.slowdown {
+        line.push_str(&format!(" · {slowdown}"));
+    }
+    line
 }
 
 /// The conversation for people: a heading per message, the answer's stats

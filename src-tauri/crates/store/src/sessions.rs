@@ -94,6 +94,14 @@ pub struct TurnStatsRecord {
     /// Swap used after minus before, bytes; `None` if it could not be read.
     pub swap_delta_bytes: Option<i64>,
     pub finish_reason: FinishReason,
+    /// How quantized matrices multiplied ("cpu f32", "fused"); `None` for an
+    /// unquantized model or a cloud answer (and in exports made before it was kept).
+    #[serde(default)]
+    pub quant_kernel: Option<String>,
+    /// Set when memory slowed the answer down ("slowed by swap: 3.1 → 0.8
+    /// tok/s while swap grew 1.2 GB").
+    #[serde(default)]
+    pub slowdown: Option<String>,
 }
 
 /// One stored message, with its turn's stats if it is an answer that has them.
@@ -255,7 +263,7 @@ const MESSAGE_COLUMNS: &str =
     "m.id, m.session_id, m.role, m.content, m.model, m.route, m.status, m.error, m.created_at, m.updated_at,
     t.message_id AS t_message_id, t.model_id, t.quantization, t.kv_dtype, t.batch, t.context_tokens, t.prompt_tokens,
     t.reused_tokens, t.generated_tokens, t.ttft_ms, t.prefill_tps, t.decode_tps, t.e2e_tps, t.prefill_ms,
-    t.first_token_ms, t.last_token_ms, t.peak_memory_bytes, t.pressure, t.swap_delta_bytes, t.finish_reason";
+    t.first_token_ms, t.last_token_ms, t.peak_memory_bytes, t.pressure, t.swap_delta_bytes, t.finish_reason, t.quant_kernel, t.slowdown";
 
 fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
     let what = "read message";
@@ -281,6 +289,8 @@ fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
             pressure: parse_pressure(row.try_get("pressure").ctx(what)?, "turn_stats.pressure")?,
             swap_delta_bytes: row.try_get("swap_delta_bytes").ctx(what)?,
             finish_reason: parse_finish(row.try_get("finish_reason").ctx(what)?)?,
+            quant_kernel: row.try_get("quant_kernel").ctx(what)?,
+            slowdown: row.try_get("slowdown").ctx(what)?,
         }),
     };
     Ok(StoredMessage {
@@ -345,8 +355,8 @@ pub(crate) async fn insert_stats(tx: &mut Transaction<'_, Sqlite>, message_id: i
     sqlx::query(
         "INSERT INTO turn_stats (message_id, model_id, quantization, kv_dtype, batch, context_tokens, prompt_tokens,
             reused_tokens, generated_tokens, ttft_ms, prefill_tps, decode_tps, e2e_tps, prefill_ms, first_token_ms,
-            last_token_ms, peak_memory_bytes, pressure, swap_delta_bytes, finish_reason)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20)",
+            last_token_ms, peak_memory_bytes, pressure, swap_delta_bytes, finish_reason, quant_kernel, slowdown)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
     )
     .bind(message_id)
     .bind(&s.model_id)
@@ -368,6 +378,8 @@ pub(crate) async fn insert_stats(tx: &mut Transaction<'_, Sqlite>, message_id: i
     .bind(s.pressure.as_str())
     .bind(s.swap_delta_bytes)
     .bind(finish_str(s.finish_reason))
+    .bind(&s.quant_kernel)
+    .bind(&s.slowdown)
     .execute(&mut **tx)
     .await
     .ctx("insert turn stats")?;
@@ -739,6 +751,8 @@ pub(crate) mod tests {
             pressure: PressureLevel::Warning,
             swap_delta_bytes: Some(-4096),
             finish_reason: FinishReason::Length,
+            quant_kernel: None,
+            slowdown: None,
         }
     }
 

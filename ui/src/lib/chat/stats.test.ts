@@ -13,6 +13,7 @@ const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
   batch: 1,
   peakMemoryBytes: 12_500_000,
   model: 'headroom-demo-tiny',
+  slowdown: null,
   ...o,
 });
 
@@ -24,6 +25,15 @@ describe('formatStatsLine', () => {
   it('scales units and marks a stopped turn', () => {
     const line = formatStatsLine(stats({ ttftMs: 1420, decodeTps: 34.21, generatedTokens: 512, contextTokens: 1900 }), 'cancelled');
     expect(line).toBe('TTFT 1.4 s · 34.2 tok/s · 512 tok · ctx 1.9K · stopped');
+  });
+
+  it("ends with the live view's verdict when memory slowed the answer", () => {
+    const slowed = stats({ slowdown: 'slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB' });
+    expect(formatStatsLine(slowed)).toBe(
+      'TTFT 25 ms · 193 tok/s · 40 tok · ctx 20 · slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB',
+    );
+    expect(statsDetails(slowed)).toContainEqual(['Slowed', 'slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB']);
+    expect(statsDetails(stats()).map(([label]) => label)).not.toContain('Slowed');
   });
 
   it('shows an undefined rate as a dash, never 0 or Infinity', () => {

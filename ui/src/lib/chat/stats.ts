@@ -44,6 +44,7 @@ export function formatStatsLine(s: TurnStats, reason?: FinishReason): string {
     `ctx ${formatCount(s.contextTokens)}`,
   ];
   if (reason === 'cancelled') parts.push('stopped');
+  if (s.slowdown) parts.push(s.slowdown);
   return parts.join(' · ');
 }
 
@@ -62,5 +63,6 @@ export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string
     ['Model', s.model],
   ];
   if (reason) rows.push(['Ended', formatReason(reason)]);
+  if (s.slowdown) rows.push(['Slowed', s.slowdown]);
   return rows;
 }

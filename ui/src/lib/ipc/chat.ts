@@ -16,6 +16,8 @@ export interface TurnStats {
   batch: number;
   peakMemoryBytes: number;
   model: string;
+  /** Set when memory slowed the answer ("slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB"). */
+  slowdown: string | null;
 }
 
 /**

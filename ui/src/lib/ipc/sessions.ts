@@ -49,6 +49,9 @@ export interface StoredTurnStats {
   pressure: PressureLevel;
   swapDeltaBytes: number | null;
   finishReason: FinishReason;
+  /** The quantized-matmul kernel ("cpu-f32", "fused"); null if unquantized or cloud. */
+  quantKernel: string | null;
+  slowdown: string | null;
 }
 
 /** Mirrors `StoredMessage`. */
