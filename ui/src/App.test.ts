@@ -94,6 +94,8 @@ function fakeBackend(chat: Chat = answer, models: ModelEntry[] = [DEMO], session
     cloudCacheMb: 50,
     summariseForCloud: false,
     serverPort: 8080,
+    launchAtLogin: false,
+    globalShortcut: 'Alt+Space',
   };
   const message = (sessionId: string, role: 'user' | 'assistant', content: string): StoredMessage => ({
     id: nextMessage++,

@@ -66,6 +66,8 @@ describe('settings', () => {
       cloudCacheMb: 50,
       summariseForCloud: false,
       serverPort: 8080,
+      launchAtLogin: false,
+      globalShortcut: 'Alt+Space',
     };
     const calls: Array<[string, unknown]> = [];
     mockIPC((cmd, args) => {

@@ -15,6 +15,10 @@ export interface Settings {
   cloudCacheMb: number;
   summariseForCloud: boolean;
   serverPort: number;
+  /** Start Headroom at login (off unless the user turns it on). */
+  launchAtLogin: boolean;
+  /** The shortcut that shows or hides the popover ("Alt+Space"); null: none. */
+  globalShortcut: string | null;
 }
 
 /** The stored settings; fields never set have their defaults. */
@@ -24,7 +28,9 @@ export function settingsGet(): Promise<Settings> {
 
 /**
  * Validates and stores every field; rejects with `INVALID_SETTING` and a
- * message naming the field otherwise (nothing is then changed).
+ * message naming the field otherwise, `SHORTCUT_TAKEN` when another app
+ * holds the shortcut, `LAUNCH_AT_LOGIN` when the login item could not be
+ * changed (nothing is then changed).
  */
 export function settingsSet(settings: Settings): Promise<Settings> {
   return call<Settings>('settings_set', { settings });
