@@ -55,8 +55,9 @@ fn second_launch<R: Runtime>(app: &AppHandle<R>) {
 pub enum DesktopError {
     #[error("`{shortcut}` is not a shortcut Headroom can use: {reason}")]
     InvalidShortcut { shortcut: String, reason: String },
-    #[error("{shortcut} is already taken by another app or by the system, so it cannot open Headroom: pick another shortcut ({detail})")]
-    ShortcutTaken { shortcut: String, detail: String },
+    /// (The OS's own words go to the log.)
+    #[error("{shortcut} is already taken by another app or by the system, so it cannot open Headroom: pick another shortcut")]
+    ShortcutTaken { shortcut: String },
     #[error("launch at login could not be turned {}: {detail}", on_off(.enable))]
     LaunchAtLogin { enable: bool, detail: String },
 }
@@ -143,7 +144,8 @@ fn set_shortcut<R: Runtime>(
             Ok(())
         }
         Err(e) => {
-            let err = DesktopError::ShortcutTaken { shortcut: text.to_owned(), detail: e.to_string() };
+            tracing::info!("the global shortcut {text} could not be registered: {e}");
+            let err = DesktopError::ShortcutTaken { shortcut: text.to_owned() };
             // Put the old one back, so a refused change leaves everything as it was.
             let restored = old.is_some_and(|old| plugin.register(old).is_ok());
             if let Some(s) = state {

@@ -94,7 +94,7 @@ fn every_bundle_icon_exists_at_the_size_its_name_says() {
         let path = src_tauri().join(name);
         let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
         let file = path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
-        match file.rsplit_once('.').map(|(stem, ext)| (stem, ext)) {
+        match file.rsplit_once('.') {
             Some((stem, "png")) => {
                 let (w, h) = png_size(&bytes);
                 assert_eq!(w, h, "{file} is square");

@@ -722,18 +722,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     // Shift+Enter as explicit key actions on the focused composer. (In Element
     // Send Keys, WebKitWebDriver ignores NULL and keeps Shift down for the
     // rest of the text: "line one\nLINE TWO".)
-    await session.performActions([
-      {
-        type: 'key',
-        id: 'keyboard',
-        actions: [
-          { type: 'keyDown', value: Keys.SHIFT },
-          { type: 'keyDown', value: Keys.ENTER },
-          { type: 'keyUp', value: Keys.ENTER },
-          { type: 'keyUp', value: Keys.SHIFT },
-        ],
-      },
-    ]);
+    await session.chord(Keys.SHIFT, Keys.ENTER);
     await session.sendKeys(input, 'line two');
     assert.equal(await session.property(input, 'value'), 'line one\nline two', 'Shift+Enter inserted a newline');
     // Give a (wrong) send time to show up before saying it did not happen.
@@ -907,7 +896,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     await session.click(item);
     await session.click(await session.waitForElement('[data-testid="session-open"]', 5_000));
     const link = await session.waitForElement(`[data-testid="message-assistant"] a[href="${URL_A}"]`, 10_000);
-    assert.equal(await session.attribute(link, 'target'), null, 'no target: the handler decides');
+    assert.equal(await session.execute('return arguments[0].hasAttribute("target");', [link]), false, 'no target: the handler decides');
 
     const before = await session.execute('return window.location.href;');
     const openedBefore = openedUrls().length;
@@ -993,23 +982,12 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       const record = await session.waitForElement('[data-testid="shortcut-record"]', 5_000);
       await session.click(record);
       assert.match(await session.text(record), /Type a shortcut/);
-      await session.performActions([
-        {
-          type: 'key',
-          id: 'keyboard',
-          actions: [
-            { type: 'keyDown', value: Keys.CONTROL },
-            { type: 'keyDown', value: Keys.ALT },
-            { type: 'keyDown', value: 'k' },
-            { type: 'keyUp', value: 'k' },
-            { type: 'keyUp', value: Keys.ALT },
-            { type: 'keyUp', value: Keys.CONTROL },
-          ],
-        },
-      ]);
+      await session.chord(Keys.CONTROL, Keys.ALT, 'k');
       const error = await session.waitForElement('[data-testid="error-globalShortcut"]', 10_000);
       assert.match(await session.text(error), /Ctrl\+Alt\+K is already taken by another app/);
       assert.equal((await session.text(record)).trim(), 'Alt+Space', 'the old shortcut stays');
+      await session.execute('arguments[0].scrollIntoView({ block: "center" });', [record]);
+      writeFileSync(path.join(OUT, 'settings-shortcut-taken.png'), await session.screenshot(30_000));
       await session.click(await session.byTestId('settings-button'));
       // …and still works.
       const pid = await appPid();
