@@ -58,6 +58,8 @@ pub enum DesktopError {
     /// (The OS's own words go to the log.)
     #[error("{shortcut} is already taken by another app or by the system, so it cannot open Headroom: pick another shortcut")]
     ShortcutTaken { shortcut: String },
+    #[error("{shortcut} could not be set up as Headroom's shortcut ({reason}): pick another shortcut")]
+    ShortcutFailed { shortcut: String, reason: String },
     #[error("launch at login could not be turned {}: {detail}", on_off(.enable))]
     LaunchAtLogin { enable: bool, detail: String },
 }
@@ -145,7 +147,14 @@ fn set_shortcut<R: Runtime>(
         }
         Err(e) => {
             tracing::info!("the global shortcut {text} could not be registered: {e}");
-            let err = DesktopError::ShortcutTaken { shortcut: text.to_owned() };
+            // The plugin hands global-hotkey's errors over as text; "already
+            // registered" is the grab another client holds (X11's BadAccess).
+            let reason = e.to_string();
+            let err = if reason.contains("already registered") {
+                DesktopError::ShortcutTaken { shortcut: text.to_owned() }
+            } else {
+                DesktopError::ShortcutFailed { shortcut: text.to_owned(), reason }
+            };
             // Put the old one back, so a refused change leaves everything as it was.
             let restored = old.is_some_and(|old| plugin.register(old).is_ok());
             if let Some(s) = state {
@@ -172,17 +181,26 @@ fn set_launch_at_login<R: Runtime>(app: &AppHandle<R>, enable: bool) -> Result<(
     done.map_err(|e| DesktopError::LaunchAtLogin { enable, detail: e.to_string() })
 }
 
-/// Makes the desktop settings of `new` take effect, coming from `old`.
-/// On an error nothing changed (a new shortcut that could not be taken
-/// leaves the old one working), and the caller stores nothing.
+/// Makes the desktop settings that changed from `old` to `new` take effect
+/// (only those: a stored shortcut another app holds must not block saving
+/// an unrelated field). On an error nothing changed (a new shortcut that
+/// could not be taken leaves the old one working), and the caller stores
+/// nothing.
 pub fn apply<R: Runtime>(app: &AppHandle<R>, old: &Settings, new: &Settings) -> Result<(), DesktopError> {
-    set_shortcut(app, old.global_shortcut.as_deref(), new.global_shortcut.as_deref())?;
-    if let Err(e) = set_launch_at_login(app, new.launch_at_login) {
-        // Undo the shortcut change too: the settings are stored all or nothing.
-        if let Err(undo) = set_shortcut(app, new.global_shortcut.as_deref(), old.global_shortcut.as_deref()) {
-            tracing::warn!("could not restore the global shortcut: {undo}");
+    let shortcut_changed = old.global_shortcut != new.global_shortcut;
+    if shortcut_changed {
+        set_shortcut(app, old.global_shortcut.as_deref(), new.global_shortcut.as_deref())?;
+    }
+    if old.launch_at_login != new.launch_at_login {
+        if let Err(e) = set_launch_at_login(app, new.launch_at_login) {
+            // Undo the shortcut change too: the settings are stored all or nothing.
+            if shortcut_changed {
+                if let Err(undo) = set_shortcut(app, new.global_shortcut.as_deref(), old.global_shortcut.as_deref()) {
+                    tracing::warn!("could not restore the global shortcut: {undo}");
+                }
+            }
+            return Err(e);
         }
-        return Err(e);
     }
     Ok(())
 }
@@ -271,6 +289,10 @@ mod tests {
         assert!(apply(app.handle(), &old, &new).is_ok());
         let bad = Settings { global_shortcut: Some("H".into()), ..Settings::default() };
         assert!(matches!(apply(app.handle(), &old, &bad), Err(DesktopError::InvalidShortcut { .. })));
+        // Only what changed is applied: an unusable stored shortcut does not block other fields.
+        let stored = Settings { global_shortcut: Some("H".into()), ..Settings::default() };
+        let other = Settings { max_tokens: 64, ..stored.clone() };
+        assert!(apply(app.handle(), &stored, &other).is_ok());
         assert_eq!(launch_at_login(app.handle()), None);
     }
 }

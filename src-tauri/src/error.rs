@@ -81,6 +81,7 @@ impl From<crate::desktop::DesktopError> for CommandError {
         let code = match &e {
             E::InvalidShortcut { .. } => "INVALID_SETTING",
             E::ShortcutTaken { .. } => "SHORTCUT_TAKEN",
+            E::ShortcutFailed { .. } => "SHORTCUT_FAILED",
             E::LaunchAtLogin { .. } => "LAUNCH_AT_LOGIN",
         };
         let mut message = e.to_string();

@@ -29,8 +29,9 @@ export function settingsGet(): Promise<Settings> {
 /**
  * Validates and stores every field; rejects with `INVALID_SETTING` and a
  * message naming the field otherwise, `SHORTCUT_TAKEN` when another app
- * holds the shortcut, `LAUNCH_AT_LOGIN` when the login item could not be
- * changed (nothing is then changed).
+ * holds the shortcut (`SHORTCUT_FAILED` when the OS refused it otherwise),
+ * `LAUNCH_AT_LOGIN` when the login item could not be changed (nothing is
+ * then changed).
  */
 export function settingsSet(settings: Settings): Promise<Settings> {
   return call<Settings>('settings_set', { settings });
