@@ -50,6 +50,35 @@ fn second_launch<R: Runtime>(app: &AppHandle<R>) {
     }
 }
 
+/// Set on a launch that started over (see [`start_over_if_the_first_quit`]).
+const STARTED_OVER_ENV: &str = "HEADROOM_STARTED_OVER";
+
+/// A second launch found the running instance (its D-Bus name) and asked it
+/// to show itself, but it quit at that very moment (no reply): the plugin
+/// fails this launch, although it is now the only one. Started over, it
+/// takes the lock. Linux only (macOS's lock is a socket that a quitting app
+/// stops answering at once); once only, so it cannot loop. Returns only if
+/// it did not start over.
+pub fn start_over_if_the_first_quit(e: &tauri::Error) {
+    if !should_start_over(e, std::env::var_os(STARTED_OVER_ENV).is_some()) {
+        return;
+    }
+    tracing::info!("the running Headroom quit while this launch asked it to show itself ({e}); starting again");
+    #[cfg(unix)]
+    {
+        use std::os::unix::process::CommandExt;
+        let Ok(exe) = std::env::current_exe() else { return };
+        // Replaces this process: no second one lingers.
+        let err = std::process::Command::new(exe).args(std::env::args_os().skip(1)).env(STARTED_OVER_ENV, "1").exec();
+        tracing::warn!("could not start again: {err}");
+    }
+}
+
+fn should_start_over(e: &tauri::Error, started_over_already: bool) -> bool {
+    let lost = matches!(e, tauri::Error::PluginInitialization(name, _) if name == "single-instance");
+    cfg!(target_os = "linux") && lost && !started_over_already
+}
+
 /// Why a desktop setting could not take effect; nothing was changed.
 #[derive(Debug, thiserror::Error)]
 pub enum DesktopError {
@@ -277,6 +306,21 @@ mod tests {
         }
         assert_eq!(missing_desktop_session(Some(":0"), None), None);
         assert_eq!(missing_desktop_session(None, Some("wayland-0")), None);
+    }
+
+    #[test]
+    fn a_launch_whose_first_instance_quit_meanwhile_starts_over_once() {
+        let lost = || {
+            tauri::Error::PluginInitialization(
+                "single-instance".into(),
+                "failed to forward arguments to the running instance: org.freedesktop.DBus.Error.NoReply".into(),
+            )
+        };
+        assert_eq!(should_start_over(&lost(), false), cfg!(target_os = "linux"));
+        assert!(!should_start_over(&lost(), true), "once only");
+        let other = tauri::Error::PluginInitialization("global-shortcut".into(), "no X".into());
+        assert!(!should_start_over(&other, false));
+        assert!(!should_start_over(&tauri::Error::WindowNotFound, false));
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub fn run(logs: logging::Logs) -> ExitCode {
     let app = match run_app(builder, tauri::generate_context!(), None) {
         Ok(app) => app,
         Err(e) => {
+            desktop::start_over_if_the_first_quit(&e);
             tracing::error!("the app could not start: {e}");
             eprintln!("headroom: the app could not start: {e}");
             return ExitCode::FAILURE;

@@ -4,6 +4,7 @@
 //! one a day, the last week kept. Settings shows where.
 
 use std::ffi::OsString;
+use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use tracing_subscriber::layer::SubscriberExt;
@@ -86,7 +87,8 @@ impl Logs {
 /// reported on stderr and the app logs to stderr alone.
 pub fn init(file_dir: Option<&Path>) -> Logs {
     let (filter, bad_rust_log) = filter();
-    let stderr = fmt::layer().with_writer(std::io::stderr);
+    // Colours only for a person at a terminal, not in log files and test output.
+    let stderr = fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal());
     let (file, dir, file_error) = match file_dir.map(file_appender) {
         Some(Ok(appender)) => (Some(fmt::layer().with_ansi(false).with_writer(appender)), file_dir, None),
         Some(Err(e)) => (None, None, Some(e)),
@@ -116,18 +118,32 @@ fn filter() -> (EnvFilter, Option<String>) {
     }
 }
 
-fn file_appender(
-    dir: &Path,
-) -> Result<tracing_appender::rolling::RollingFileAppender, tracing_appender::rolling::InitError> {
+/// Why the app's log file cannot be written (it then logs to stderr only).
+#[derive(Debug, thiserror::Error)]
+pub enum LogFileError {
+    #[error("cannot create {}: {source}", dir.display())]
+    CreateDir {
+        dir: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Appender(#[from] tracing_appender::rolling::InitError),
+}
+
+fn file_appender(dir: &Path) -> Result<tracing_appender::rolling::RollingFileAppender, LogFileError> {
     // Blocking writes, not tracing-appender's background thread: a menu-bar
     // app logs a few lines a minute, and a line written before a crash (or
     // before `app.run`, which never returns, ends the process) stays written.
-    tracing_appender::rolling::Builder::new()
+    // The folder first: pruning old files reads it, and complains on stderr
+    // when it is not there yet.
+    std::fs::create_dir_all(dir).map_err(|source| LogFileError::CreateDir { dir: dir.to_owned(), source })?;
+    Ok(tracing_appender::rolling::Builder::new()
         .rotation(tracing_appender::rolling::Rotation::DAILY)
         .filename_prefix(LOG_FILE_PREFIX)
         .filename_suffix(LOG_FILE_SUFFIX)
         .max_log_files(LOG_FILES_KEPT)
-        .build(dir)
+        .build(dir)?)
 }
 
 #[cfg(test)]
@@ -172,11 +188,12 @@ mod tests {
     #[test]
     fn the_appender_writes_dated_files_in_the_folder() {
         use std::io::Write;
-        let dir = tempfile::tempdir().unwrap();
-        let mut appender = file_appender(dir.path()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let dir = root.path().join("logs"); // not there yet: created
+        let mut appender = file_appender(&dir).unwrap();
         appender.write_all(b"one line\n").unwrap();
         appender.flush().unwrap();
-        let file = Logs { dir: Some(dir.path().to_owned()) }.current_file().expect("a log file");
+        let file = Logs { dir: Some(dir) }.current_file().expect("a log file");
         let name = file.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
         assert!(name.len() == "headroom.2026-12-01.log".len(), "{name}");
         assert_eq!(std::fs::read_to_string(file).unwrap(), "one line\n");

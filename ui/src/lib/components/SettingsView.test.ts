@@ -6,24 +6,11 @@ import { describe, expect, it } from 'vitest';
 import type { AppInfo } from '../ipc/app';
 import type { DesktopStatus } from '../ipc/desktop';
 import type { Settings } from '../ipc/settings';
+import { DEFAULT_SETTINGS } from '../ipc/settings.fixture';
 import SettingsView from './SettingsView.svelte';
 
 const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'gpu', platform: 'macos' };
-const DEFAULTS: Settings = {
-  contextLimit: 8192,
-  maxTokens: 512,
-  temperature: 0.7,
-  topP: 0.95,
-  osHeadroomGb: 4,
-  cloudBaseUrl: null,
-  cloudModel: null,
-  localThresholdTokens: 8192,
-  cloudCacheMb: 50,
-  summariseForCloud: false,
-  serverPort: 8080,
-  launchAtLogin: false,
-  globalShortcut: 'Alt+Space',
-};
+const DEFAULTS: Settings = DEFAULT_SETTINGS;
 const LOGS = '/Users/me/Library/Logs/app.headroom.menubar';
 
 /** A backend whose shortcut registration refuses `taken`, like a shortcut another app holds. */
