@@ -296,6 +296,8 @@ until_ok 5 xdpyinfo_ok || {
 }
 
 # A private D-Bus session bus: a second launch finds the first through it.
+# (The address file of an earlier run must not be read as this one's.)
+rm -f "$OUT/dbus.address"
 dbus-daemon --session --nofork --nopidfile --print-address=1 >"$OUT/dbus.address" 2>>"$OUT/dbus.log" &
 dbus_pid=$!
 echo "$dbus_pid" >>"$PIDS"
