@@ -1,11 +1,14 @@
 # Headroom: the two commands a fresh machine needs.
 #
 #   make run    set up, build, and open the menu-bar app
-#   make test   set up, build, and run every test (what CI runs)
+#   make test   set up, then check style (rustfmt, clippy), type-check and
+#               lint the macOS code (check-macos), build, and run every test
+#               (what CI runs)
 #
-# `make setup` alone installs and patches what the build needs (idempotent).
+# `make setup` alone installs and patches what the build needs (idempotent);
+# `make check-macos` alone type-checks the workspace for aarch64-apple-darwin.
 
-.PHONY: setup ui build run test
+.PHONY: setup ui build run test check-macos
 SHELL := /bin/bash
 
 setup:
@@ -20,5 +23,9 @@ build: ui
 run: build
 	cargo run -p headroom
 
-test: build
+# Builds the app itself, after the style and macOS checks (scripts/test-all.sh).
+test: ui
 	@scripts/test-all.sh
+
+check-macos: ui
+	@scripts/check-macos/run.sh

@@ -9,6 +9,7 @@
 #   Linux (Debian 12): Debian packages, patched mlx-sys, the mlx-cpu wheel's
 #                      libmlx.so (BLAS/LAPACK pointed at Debian's OpenBLAS),
 #                      mlx-lm in .deps/venv (parity tests), tauri-driver,
+#                      the Rust target aarch64-apple-darwin (make check-macos),
 #                      the UI's npm packages.
 #   macOS:             patched mlx-sys (it builds MLX with Metal as upstream),
 #                      the UI's npm packages.
@@ -28,8 +29,9 @@ mkdir -p "$DEPS"
 
 # ---------------------------------------------------------------------------
 # 1. Debian packages (build: webkit/gtk/appindicator for Tauri, cmake + libclang
-#    for mlx-sys; run: OpenBLAS; tests: Xvfb, WebKitWebDriver, trayer, xdotool,
-#    ImageMagick for screenshots).
+#    for mlx-sys, clang for make check-macos; run: OpenBLAS; tests: Xvfb,
+#    WebKitWebDriver, trayer, xdotool, ImageMagick for screenshots, a D-Bus
+#    session bus for the single-instance checks).
 # ---------------------------------------------------------------------------
 DEBIAN_PACKAGES=(
   build-essential pkg-config curl file ca-certificates
@@ -37,7 +39,7 @@ DEBIAN_PACKAGES=(
   libsoup-3.0-dev libssl-dev libxdo-dev
   cmake clang libclang-dev libopenblas0
   xvfb xauth webkit2gtk-driver imagemagick x11-utils fonts-dejavu-core
-  jq xdotool trayer python3-venv
+  jq xdotool trayer python3-venv dbus-daemon
 )
 if [ "$OS" = Linux ] && command -v dpkg-query >/dev/null; then
   missing=()
@@ -147,6 +149,16 @@ fi
 if [ "$OS" = Linux ] && [ ! -x "$DEPS/tools/bin/tauri-driver" ]; then
   say "installing tauri-driver $TAURI_DRIVER_VERSION"
   cargo install --quiet --locked --version "$TAURI_DRIVER_VERSION" --root "$DEPS/tools" tauri-driver
+fi
+
+# ---------------------------------------------------------------------------
+# 4b. Linux: the Rust standard library for aarch64-apple-darwin, so that
+#     `make check-macos` (part of `make test`) type-checks the Mac code here.
+# ---------------------------------------------------------------------------
+if [ "$OS" = Linux ] && command -v rustup >/dev/null &&
+  ! rustup target list --installed | grep -qx aarch64-apple-darwin; then
+  say "installing the Rust target aarch64-apple-darwin (for make check-macos)"
+  rustup target add aarch64-apple-darwin >/dev/null
 fi
 
 # ---------------------------------------------------------------------------

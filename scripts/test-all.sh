@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-#! Runs every suite (Rust, UI unit, end-to-end, tray) and ends with one summary
-#! line over all of them: "total: N passed, N failed". Exits non-zero if any
-#! suite failed or counted nothing.
+#! Checks the style (rustfmt, clippy) and the macOS code (check-macos),
+#! builds the app, runs every suite (Rust, UI unit, end-to-end, tray) and
+#! ends with one summary line over all of them: "total: N passed, N failed"
+#! (each check counts as one). Exits non-zero if any check or suite failed
+#! or a suite counted nothing.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -27,6 +29,45 @@ suite() {
   failed=$((failed + f))
   if [ "$rc" -ne 0 ] || [ "$p" -eq 0 ]; then broken+=("$name"); fi
 }
+
+# step NAME COMMAND...: a check that passes or fails as a whole (its exit
+# status), counted as one; output in test-output/NAME.log.
+step() {
+  local name="$1"
+  shift
+  printf '\n\033[1m== %s ==\033[0m\n' "$name"
+  "$@" 2>&1 | tee "$OUT/$name.log"
+  local rc=${PIPESTATUS[0]}
+  if [ "$rc" -eq 0 ]; then
+    passed=$((passed + 1))
+    echo "-- $name: passed"
+  else
+    failed=$((failed + 1))
+    broken+=("$name")
+    echo "-- $name: failed (exit $rc)"
+  fi
+  return "$rc"
+}
+
+summary() {
+  echo
+  if [ ${#broken[@]} -gt 0 ]; then
+    echo "checks or suites that failed or ran no test: ${broken[*]}"
+    echo "total: $passed passed, $failed failed"
+    exit 1
+  fi
+  echo "total: $passed passed, $failed failed"
+}
+
+# Style first (cheap, and the state is honest even when it fails), then the
+# macOS type-check and lint, then the build every suite below needs.
+step fmt cargo fmt --all -- --check
+step clippy cargo clippy --workspace --all-targets -- -D warnings
+step check-macos scripts/check-macos/run.sh
+if ! step build cargo build -p headroom; then
+  echo "the app did not build: no suite can run"
+  summary
+fi
 
 # cargo test: "test result: ok. 12 passed; 0 failed; ..."
 cargo_counts() { awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }' "$1"; }
@@ -60,10 +101,4 @@ suite ui-unit vitest_counts bash -c 'cd ui && npx vitest run'
 suite e2e node_counts node --test --test-reporter=spec ui/e2e/
 suite tray plain_counts bash tests/tray/tray.sh
 
-echo
-if [ ${#broken[@]} -gt 0 ]; then
-  echo "suites that failed or ran no test: ${broken[*]}"
-  echo "total: $passed passed, $failed failed"
-  exit 1
-fi
-echo "total: $passed passed, $failed failed"
+summary

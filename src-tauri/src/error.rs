@@ -183,6 +183,24 @@ impl From<headroom_engine::demo::DemoError> for CommandError {
     }
 }
 
+impl From<crate::desktop::DesktopError> for CommandError {
+    fn from(e: crate::desktop::DesktopError) -> Self {
+        use crate::desktop::DesktopError as E;
+        let code = match &e {
+            E::InvalidShortcut { .. } => "INVALID_SETTING",
+            E::ShortcutTaken { .. } => "SHORTCUT_TAKEN",
+            E::ShortcutFailed { .. } => "SHORTCUT_FAILED",
+            E::LaunchAtLogin { .. } => "LAUNCH_AT_LOGIN",
+        };
+        let mut message = e.to_string();
+        // A sentence for the UI: capitalised like the other errors.
+        if let Some(first) = message.get(..1) {
+            message = first.to_uppercase() + &message[1..];
+        }
+        Self::new(code, message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

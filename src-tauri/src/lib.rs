@@ -7,9 +7,11 @@ mod about;
 mod bench;
 pub mod cli;
 mod commands;
+mod desktop;
 mod error;
 pub mod fit;
 mod live;
+pub mod logging;
 mod memory;
 pub mod models;
 mod platform;
@@ -17,12 +19,16 @@ mod popover;
 mod runs;
 mod runtime;
 mod serve;
+pub mod serve_marker;
 mod state;
 mod tray;
 pub mod turn;
 
+use std::process::ExitCode;
+
 use tauri::{App, Builder, Context, Emitter, Manager, RunEvent, Runtime};
 
+pub use desktop::missing_desktop_session;
 pub use error::CommandError;
 pub use state::{platform_app_data_dir, AppState, Locations};
 
@@ -41,10 +47,10 @@ pub const DATA_DIR_ENV: &str = "HEADROOM_DATA_DIR";
 /// behind the UI's back, e.g. once the bundled demo model is ready.
 pub const MODELS_CHANGED_EVENT: &str = "models-changed";
 
-/// Opens the menu-bar app and blocks until the user quits.
-pub fn run() {
-    let _ = tracing_subscriber::fmt().with_env_filter(tracing_subscriber::EnvFilter::from_default_env()).try_init();
-    let builder = Builder::default().setup(|app| {
+/// Opens the menu-bar app and blocks until the user quits. `logs`: where
+/// main.rs's tracing setup writes, for the Settings view.
+pub fn run(logs: logging::Logs) -> ExitCode {
+    let builder = desktop::with_plugins(Builder::default()).setup(|app| {
         platform::configure(app);
         tray::install(app.handle())?;
         if std::env::var(SHOW_WINDOW_ENV).as_deref() == Ok("1") {
@@ -55,10 +61,17 @@ pub fn run() {
     let app = match run_app(builder, tauri::generate_context!(), None) {
         Ok(app) => app,
         Err(e) => {
+            desktop::start_over_if_the_first_quit(&e);
+            tracing::error!("the app could not start: {e}");
             eprintln!("headroom: the app could not start: {e}");
-            std::process::exit(1);
+            return ExitCode::FAILURE;
         }
     };
+    app.manage(logs);
+    let state = AppState::clone(&app.state::<AppState>());
+    // A server marker left by a run that crashed is not a server.
+    serve_marker::clear(&state.locations.data_dir);
+    start_desktop(&app, &state);
     // After run_app (which manages the state the sampler lives in). Live
     // memory is a nicety: without it the app still runs.
     if let Err(e) = memory::start(app.handle()) {
@@ -70,9 +83,33 @@ pub fn run() {
         // (an explicit exit code) does.
         RunEvent::ExitRequested { code: None, api, .. } => api.prevent_exit(),
         // Free the model on its own thread before exit handlers tear MLX down.
-        RunEvent::Exit => app.state::<AppState>().engine.shutdown(),
+        RunEvent::Exit => {
+            let state = app.state::<AppState>();
+            serve_marker::clear(&state.locations.data_dir);
+            state.engine.shutdown();
+        }
         _ => {}
     });
+    ExitCode::SUCCESS
+}
+
+/// The global shortcut and the login item from the stored settings; the
+/// login item as the OS has it is written back (the user may have removed
+/// it in System Settings since).
+fn start_desktop<R: Runtime>(app: &App<R>, state: &AppState) {
+    let stored = match runtime::block_on(state.store.settings()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("the stored settings are unreadable, using the defaults: {e}");
+            headroom_core::settings::Settings::default()
+        }
+    };
+    let actual = desktop::start(app.handle(), &stored);
+    if actual != stored {
+        if let Err(e) = runtime::block_on(state.store.set_settings(&actual)) {
+            tracing::warn!("could not record the login item's state in the settings: {e}");
+        }
+    }
 }
 
 /// Off the UI thread: writes and loads the bundled demo model when there is
@@ -138,12 +175,14 @@ pub fn run_app<R: Runtime>(
             commands::route::route_preview,
             commands::route::cloud_cache_stats,
             commands::window::hide_window,
+            commands::desktop::desktop_status,
             commands::server::server_start,
             commands::server::server_stop,
             commands::server::server_status,
         ])
         .on_window_event(popover::on_window_event)
         .build(context)?;
+    app.manage(popover::PopoverState::default());
     let locations = match locations {
         Some(l) => l,
         None => Locations::from_env(|| app.path().app_data_dir())?,
@@ -172,8 +211,8 @@ pub(crate) fn test_state(tag: &str) -> AppState {
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}-{n}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
-    let engine = headroom_engine::worker::EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
-    let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap_or_else(|e| panic!("{e}"));
+    let engine = headroom_engine::worker::EngineHandle::spawn().unwrap();
+    let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap();
     AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() }, store)
 }
 
@@ -194,7 +233,7 @@ mod tests {
         assert_eq!(invoke(&window, "models_list", json!({})).ok(), Some(json!([])));
         let state = app.state::<crate::AppState>();
         assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
-        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let list = invoke(&window, "models_list", json!({})).unwrap();
         assert_eq!(list[0]["id"], crate::models::DEMO_MODEL_ID);
         assert_eq!(list[0]["loaded"], true);
         assert_eq!(list[0]["arch"], "qwen2");
@@ -205,7 +244,7 @@ mod tests {
     fn model_load_of_an_unknown_id_is_a_typed_error() {
         let (_app, window) = app_with_window_in("load");
         let err = invoke(&window, "model_load", json!({ "id": "nobody/nothing" })).err();
-        let err = err.unwrap_or_else(|| panic!("an unknown model loaded"));
+        let err = err.expect("an unknown model loaded");
         assert_eq!(err["code"], "MODEL_NOT_FOUND");
         assert!(err["message"].as_str().is_some_and(|m| m.contains("nobody/nothing")), "{err}");
     }
@@ -214,12 +253,12 @@ mod tests {
     fn a_new_session_is_titled_after_its_first_message_by_the_stores_rule() {
         let (_app, window) = app_with_window_in("session-title");
         let first = format!("\n  {}  \nsecond line", "x".repeat(70));
-        let s = invoke(&window, "session_create", json!({ "firstMessage": first })).unwrap_or_else(|e| panic!("{e}"));
+        let s = invoke(&window, "session_create", json!({ "firstMessage": first })).unwrap();
         assert_eq!(s["title"], json!(headroom_store::title_from(&first)));
         assert_eq!(s["title"], json!(format!("{}…", "x".repeat(60))));
         let named = invoke(&window, "session_create", json!({ "title": "Mine", "firstMessage": "hi" }));
         assert_eq!(named.map(|s| s["title"].clone()).ok(), Some(json!("Mine")));
-        let bare = invoke(&window, "session_create", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let bare = invoke(&window, "session_create", json!({})).unwrap();
         assert_eq!(bare["title"], "New chat");
     }
 
@@ -229,7 +268,7 @@ mod tests {
         // A channel id as the JS side's `new Channel()` serializes it.
         let channel = "__CHANNEL__:0";
         let err = invoke(&window, "chat_send", json!({ "sessionId": "s", "text": "hello", "onEvent": channel })).err();
-        let err = err.unwrap_or_else(|| panic!("sent without a model"));
+        let err = err.expect("sent without a model");
         assert_eq!(err["code"], "NO_MODEL_LOADED", "{err}");
         let err = invoke(&window, "chat_send", json!({ "sessionId": "s", "text": "  ", "onEvent": channel })).err();
         assert_eq!(err.map(|e| e["code"].clone()), Some(json!("EMPTY_MESSAGE")));
@@ -247,7 +286,7 @@ mod tests {
         let dir = state.locations.data_dir.join(crate::models::MODELS_DIR).join("huge-demo");
         crate::fit::write_sparse_model(&dir, 200_000_000_000);
 
-        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let list = invoke(&window, "models_list", json!({})).unwrap();
         assert_eq!(list.as_array().map(Vec::len), Some(1), "{list}");
         assert_eq!(list[0]["id"], "huge-demo");
         assert_eq!(list[0]["fit"]["verdict"]["kind"], "cannot_fit", "{list}");
@@ -256,7 +295,7 @@ mod tests {
         let before = headroom_memory::process_rss().unwrap_or(0);
         let err = invoke(&window, "model_load", json!({ "id": "huge-demo" })).err();
         let after = headroom_memory::process_rss().unwrap_or(0);
-        let err = err.unwrap_or_else(|| panic!("a 200 GB model loaded"));
+        let err = err.expect("a 200 GB model loaded");
         assert_eq!(err["code"], "MODEL_TOO_LARGE", "{err}");
         assert!(err["message"].as_str().is_some_and(|m| m.contains("huge-demo")), "{err}");
         let d = &err["details"];
@@ -277,7 +316,7 @@ mod tests {
         // Only a model too big to load: the demo model is still written and loaded beside it.
         assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
         assert_eq!(state.loaded_model().map(|m| m.id), Some(crate::models::DEMO_MODEL_ID.to_owned()));
-        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let list = invoke(&window, "models_list", json!({})).unwrap();
         assert_eq!(
             (list[0]["id"].as_str(), list[0]["loaded"].as_bool()),
             (Some(crate::models::DEMO_MODEL_ID), Some(true))
@@ -291,8 +330,7 @@ mod tests {
         let state = app.state::<crate::AppState>();
         assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
         let id = crate::models::DEMO_MODEL_ID;
-        let r =
-            invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap_or_else(|e| panic!("{e}"));
+        let r = invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap();
         assert_eq!(
             (r["id"].as_str(), r["loaded"].as_bool(), r["context_limit"].as_u64()),
             (Some(id), Some(true), Some(1024))
@@ -402,7 +440,7 @@ mod tests {
     fn the_cli_finds_the_same_app_data_folder_as_tauri() {
         let mut context = mock_context(noop_assets());
         context.config_mut().identifier = crate::state::app_identifier();
-        let app = mock_builder().build(context).unwrap_or_else(|e| panic!("app: {e}"));
+        let app = mock_builder().build(context).expect("app");
         assert_eq!(crate::platform_app_data_dir(), app.path().app_data_dir().ok());
         assert!(!crate::state::app_identifier().is_empty());
     }
@@ -410,7 +448,7 @@ mod tests {
     #[test]
     fn app_info_names_the_backend() {
         let (_app, window) = app_with_window();
-        let info = invoke(&window, "app_info", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let info = invoke(&window, "app_info", json!({})).unwrap();
         assert_eq!(info["platform"], std::env::consts::OS);
         let device = info["device"].as_str().unwrap_or_default();
         assert!(device == "cpu" || device == "gpu", "device {device}");

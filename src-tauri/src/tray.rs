@@ -44,7 +44,7 @@ pub fn install<R: Runtime>(app: &AppHandle<R>) -> tauri::Result<()> {
             } = event
             {
                 if platform::LEFT_CLICK_TOGGLES {
-                    if let Err(e) = popover::toggle(tray.app_handle(), Some(TrayAnchor::from(rect))) {
+                    if let Err(e) = popover::tray_click(tray.app_handle(), TrayAnchor::from(rect)) {
                         tracing::warn!("could not toggle the popover: {e}");
                     }
                 }

@@ -129,7 +129,8 @@ fn serve_refuses_a_non_loopback_address_without_opt_in_and_key() {
     );
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.starts_with("headroom: model `nobody/nothing` not found"), "{stderr}");
+    // After the server's own log line (it listens before it loads): the error, one line.
+    assert!(stderr.lines().any(|l| l.starts_with("headroom: model `nobody/nothing` not found")), "{stderr}");
     assert!(stderr.contains("`headroom models` lists them"), "{stderr}");
     let _ = std::fs::remove_dir_all(&empty);
 

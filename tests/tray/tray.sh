@@ -5,7 +5,8 @@
 #
 #   DISPLAY=:99 bash tests/tray/tray.sh
 #
-# Needs: trayer, xdotool, xwininfo (x11-utils), /usr/bin/import (imagemagick).
+# Needs: trayer, xdotool, xwininfo (x11-utils), /usr/bin/import (imagemagick),
+# dbus-daemon (a private session bus: the single-instance lock lives on it).
 # Env: DISPLAY (unset: a private Xvfb is started), HEADROOM_BIN (default
 # target/debug/headroom), HEADROOM_TEST_OUTPUT (default <repo>/test-output;
 # screenshots and logs go to its tray/).
@@ -22,7 +23,7 @@ TITLE='^Headroom$'
 passed=0
 failed=0
 summary_printed=0
-xvfb_pid="" trayer_pid="" app_pid="" watchdog_pid=""
+xvfb_pid="" trayer_pid="" app_pid="" watchdog_pid="" dbus_pid=""
 # The app's data folder for this run (it writes its demo model there), not the user's.
 DATA_DIR="$(mktemp -d "${TMPDIR:-/tmp}/headroom-tray-XXXXXX")"
 
@@ -78,6 +79,8 @@ cleanup() {
   trayer_pid=""
   stop "$xvfb_pid"
   xvfb_pid=""
+  stop "$dbus_pid"
+  dbus_pid=""
   [ -z "${PIDS:-}" ] || rm -f "$PIDS"
   [ -z "${DATA_DIR:-}" ] || rm -rf "$DATA_DIR"
 }
@@ -258,7 +261,7 @@ PIDS="$OUT/.pids"
 watchdog_pid=$!
 
 rm -f "$OUT"/*.png "$OUT"/*.log
-for tool in trayer xdotool xwininfo; do
+for tool in trayer xdotool xwininfo dbus-daemon; do
   command -v "$tool" >/dev/null || {
     fail "$tool is installed" "apt-get install trayer xdotool x11-utils"
     exit 1
@@ -291,6 +294,20 @@ until_ok 5 xdpyinfo_ok || {
   fail "the X display $DISPLAY answers"
   exit 1
 }
+
+# A private D-Bus session bus: a second launch finds the first through it.
+# (The address file of an earlier run must not be read as this one's.)
+rm -f "$OUT/dbus.address"
+dbus-daemon --session --nofork --nopidfile --print-address=1 >"$OUT/dbus.address" 2>>"$OUT/dbus.log" &
+dbus_pid=$!
+echo "$dbus_pid" >>"$PIDS"
+dbus_up() { [ -s "$OUT/dbus.address" ]; }
+until_ok 10 dbus_up || {
+  fail "dbus-daemon starts a session bus"
+  exit 1
+}
+DBUS_SESSION_BUS_ADDRESS="$(head -n 1 "$OUT/dbus.address")"
+export DBUS_SESSION_BUS_ADDRESS
 
 # ---- the tray host and the app ---------------------------------------------------------
 
@@ -335,6 +352,37 @@ log "app up after $((SECONDS - started)) s; icon window ${icon:-none} at $(geome
 sleep 1
 check "the popover is not visible at start" popover_not_visible
 shot 1-before
+
+# ---- a second launch ---------------------------------------------------------------
+# It finds the first (over D-Bus), asks it to show its popover and exits: one
+# tray icon, one engine, one model in memory.
+
+# Docked icons in the panel (mapped children at least 8 px square).
+icon_count() {
+  local panel id n=0
+  panel="$(panel_window)"
+  [ -n "$panel" ] || { echo 0; return 0; }
+  for id in $(xwininfo -children -id "$panel" 2>/dev/null | awk '/^ +0x[0-9a-f]+ /{print $1}'); do
+    read -r _ _ w h < <(geometry "$id") || continue
+    if [ "${w:-0}" -ge 8 ] && [ "${h:-0}" -ge 8 ] && xwininfo -id "$id" 2>/dev/null | grep -q 'Map State: IsViewable'; then
+      n=$((n + 1))
+    fi
+  done
+  echo "$n"
+}
+second_rc=""
+env -u HEADROOM_SHOW_WINDOW HEADROOM_DATA_DIR="$DATA_DIR" timeout 30 "$BIN" >"$OUT/second.log" 2>&1 || second_rc=$?
+check "a second launch exits with status 0 (got ${second_rc:-0}; $OUT/second.log)" test "${second_rc:-0}" -eq 0
+check "the second launch shows the running app's popover" until_app 10 popover_visible
+sleep 1 # a second icon, were there one, would dock by now
+icons="$(icon_count)"
+check "one tray icon after the second launch (found $icons)" test "$icons" -eq 1
+check "the first app still runs" app_alive
+shot 1b-second-launch
+
+# The global shortcut (Alt+Space) hides it again: ready for the menu's Open.
+xdotool key --clearmodifiers alt+space
+check "Alt+Space hides the popover" until_app 10 popover_not_visible
 
 # ---- open ------------------------------------------------------------------------
 

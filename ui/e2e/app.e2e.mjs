@@ -11,7 +11,10 @@
 // Env: HEADROOM_BIN (default ../../target/debug/headroom from here),
 //      HEADROOM_TEST_OUTPUT (default <repo>/test-output; files go to its e2e/),
 //      TAURI_DRIVER (default <repo>/.deps/tools/bin/tauri-driver, then PATH).
-// Without DISPLAY a private Xvfb is started for the run.
+// Without DISPLAY a private Xvfb is started for the run; a private D-Bus
+// session bus always is (the single-instance lock lives on it on Linux).
+// The app's `xdg-open` is a stand-in that writes down the URLs it is given,
+// so no browser starts and the test sees what the popover handed to it.
 // Every request, wait and hook is bounded: the file ends within ~2 minutes
 // even when the app is broken, and leaves no process behind.
 
@@ -46,6 +49,10 @@ const WHOLE_FILE_MS = 240_000; // watchdog: the file may never take longer
 const SCRATCH = mkdtempSync(path.join(os.tmpdir(), 'headroom-e2e-'));
 const DATA_DIR = path.join(SCRATCH, 'data');
 const HF_CACHE = path.join(SCRATCH, 'hf-cache');
+// The stand-in browser: `xdg-open URL` (what the opener plugin runs first on
+// Linux) appends URL to OPENED.
+const FAKE_BIN = path.join(SCRATCH, 'bin');
+const OPENED = path.join(SCRATCH, 'opened.txt');
 const run = promisify(execFile);
 
 // ---- processes ---------------------------------------------------------------
@@ -201,6 +208,51 @@ async function ensureDisplay() {
   return xvfb;
 }
 
+/**
+ * Starts a private D-Bus session bus; resolves to { child, address }. The
+ * single-instance plugin needs one on Linux (without it, it lets a second
+ * launch run, and the test would say so).
+ */
+async function startDbus() {
+  const child = spawn('dbus-daemon', ['--session', '--nofork', '--nopidfile', '--print-address=1'], {
+    stdio: ['ignore', 'pipe', 'ignore'],
+    detached: true,
+  });
+  let out = '';
+  child.stdout.on('data', (chunk) => (out += chunk));
+  const address = await waitFor(() => out.includes('\n') && out.trim(), {
+    timeoutMs: 10_000,
+    message: 'dbus-daemon to print its address (Debian package dbus-daemon)',
+  });
+  return { child, address };
+}
+
+/** The stand-in `xdg-open` in FAKE_BIN. */
+function writeFakeBrowser() {
+  mkdirSync(FAKE_BIN, { recursive: true });
+  const script = path.join(FAKE_BIN, 'xdg-open');
+  writeFileSync(script, `#!/bin/sh\nprintf '%s\\n' "$1" >> '${OPENED}'\n`, { mode: 0o755 });
+}
+
+/** The URLs the app asked the OS to open so far. */
+function openedUrls() {
+  try {
+    return readFileSync(OPENED, 'utf8').split('\n').filter(Boolean);
+  } catch {
+    return [];
+  }
+}
+
+/** Ids of the app's mapped (visible) windows titled exactly "Headroom". */
+async function visiblePopovers(pid) {
+  try {
+    const { stdout } = await run('xdotool', ['search', '--all', '--onlyvisible', '--pid', String(pid), '--name', '^Headroom$'], { timeout: 5_000 });
+    return stdout.split('\n').filter(Boolean);
+  } catch {
+    return []; // xdotool exits 1 when nothing matches
+  }
+}
+
 /** Width and height from a PNG's IHDR chunk. */
 function pngSize(buffer) {
   assert.equal(buffer.subarray(0, 8).toString('hex'), '89504e470d0a1a0a', 'the screenshot is not a PNG');
@@ -211,6 +263,7 @@ function pngSize(buffer) {
 
 describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, () => {
   let xvfb = null;
+  let dbus = null; // { child, address }
   let driver = null;
   let session = null;
   let expected = null; // { version, mlx_version, device, platform } from the binary itself
@@ -222,12 +275,14 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     process.stderr.write(`e2e: watchdog: still running after ${WHOLE_FILE_MS} ms, killing the driver and the app\n`);
     killTreeNow(driver);
     killTreeNow(xvfb);
+    killTreeNow(dbus?.child);
     process.exit(1);
   }, WHOLE_FILE_MS + 5_000);
   watchdog.unref();
   process.once('exit', () => {
     killTreeNow(driver);
     killTreeNow(xvfb);
+    killTreeNow(dbus?.child);
     rmSync(SCRATCH, { recursive: true, force: true });
   });
   // A signal would end Node without its 'exit' event; the driver runs in its
@@ -236,6 +291,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     process.once(sig, () => {
       killTreeNow(driver);
       killTreeNow(xvfb);
+      killTreeNow(dbus?.child);
       process.exit(code);
     });
   }
@@ -259,6 +315,17 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     return backend;
   }
 
+  /** The app's environment (under the driver, and for a second launch). */
+  function appEnv() {
+    return {
+      ...process.env,
+      HEADROOM_DATA_DIR: DATA_DIR,
+      HF_HUB_CACHE: HF_CACHE,
+      DBUS_SESSION_BUS_ADDRESS: dbus?.address ?? '',
+      PATH: `${FAKE_BIN}:${process.env.PATH}`,
+    };
+  }
+
   /** Starts tauri-driver on free ports; resolves to its URL once it listens. */
   async function startDriver() {
     const port = await freePort();
@@ -269,7 +336,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     // nothing to pipe, and the log stays complete even if Node dies first.
     const log = openSync(driverLog, 'a');
     driver = spawn('bash', ['-c', GUARD, 'e2e-guard', String(process.pid), DRIVER, '--port', String(port), '--native-port', String(nativePort)], {
-      env: { ...process.env, HEADROOM_SHOW_WINDOW: '1', HEADROOM_DATA_DIR: DATA_DIR, HF_HUB_CACHE: HF_CACHE },
+      env: { ...appEnv(), HEADROOM_SHOW_WINDOW: '1' },
       stdio: ['ignore', log, log],
       detached: true, // its own process group: killTree takes WebKitWebDriver and the app too
     });
@@ -363,6 +430,8 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     expected = await readExpected();
     await writeHugeModel(path.join(DATA_DIR, 'models', HUGE_MODEL_ID));
     xvfb = await ensureDisplay();
+    dbus = await startDbus();
+    writeFakeBrowser();
 
     // Xvfb refuses connections for a moment after its last client left
     // (a server reset), so an app started just then dies at once: when the
@@ -428,6 +497,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       }
       await killTree(driver);
       await killTree(xvfb, 1000);
+      await killTree(dbus?.child, 1000);
       rmSync(SCRATCH, { recursive: true, force: true });
       // The guard's group: tauri-driver, WebKitWebDriver, the app and its web processes.
       const left = driver?.pid ? groupMembers(driver.pid) : [];
@@ -715,18 +785,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     // Shift+Enter as explicit key actions on the focused composer. (In Element
     // Send Keys, WebKitWebDriver ignores NULL and keeps Shift down for the
     // rest of the text: "line one\nLINE TWO".)
-    await session.performActions([
-      {
-        type: 'key',
-        id: 'keyboard',
-        actions: [
-          { type: 'keyDown', value: Keys.SHIFT },
-          { type: 'keyDown', value: Keys.ENTER },
-          { type: 'keyUp', value: Keys.ENTER },
-          { type: 'keyUp', value: Keys.SHIFT },
-        ],
-      },
-    ]);
+    await session.chord(Keys.SHIFT, Keys.ENTER);
     await session.sendKeys(input, 'line two');
     assert.equal(await session.property(input, 'value'), 'line one\nline two', 'Shift+Enter inserted a newline');
     // Give a (wrong) send time to show up before saying it did not happen.
@@ -918,5 +977,161 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       const texts = await Promise.all((await session.allByTestId('message-user')).map((m) => session.text(m)));
       return texts[0]?.trim() === 'hello' && texts;
     }, { timeoutMs: 10_000, message: 'the first session to open in the chat, starting with "hello"' });
+  });
+
+  // ---- the menu-bar conventions (issue #20) -------------------------------------
+
+  /** The one app process under the driver (it waits a moment for it). */
+  async function appPid() {
+    const pids = await waitFor(() => appPids().length && appPids(), { timeoutMs: 5_000, message: 'the app process' });
+    assert.equal(pids.length, 1, `one app process, found ${pids.length}`);
+    return pids[0];
+  }
+
+  async function popoverVisible(pid, visible, message) {
+    await waitFor(async () => ((await visiblePopovers(pid)).length > 0) === visible, {
+      timeoutMs: 10_000,
+      intervalMs: 200,
+      message,
+    });
+  }
+
+  test('a link in an answer opens in the default browser; the popover stays where it was', { timeout: 60_000 }, async () => {
+    requireApp();
+    // An answer with links, as a model would write them: a session exported
+    // by the app, its answer replaced, imported back (the CLI, same data folder).
+    const env = { ...process.env, HEADROOM_DATA_DIR: DATA_DIR, HF_HUB_CACHE: HF_CACHE };
+    const { stdout: list } = await run(BIN, ['sessions', '--json'], { env, timeout: 20_000 });
+    const ids = JSON.parse(list).map((x) => x.id);
+    assert.ok(ids.length > 0, `sessions --json: ${list}`);
+    const { stdout } = await run(BIN, ['export', ids[0], '--format', 'json'], { env, timeout: 20_000 });
+    const exported = JSON.parse(stdout);
+    const answer = exported.messages.find((m) => m.role === 'assistant');
+    const question = exported.messages.find((m) => m.role === 'user');
+    assert.ok(answer && question, 'the exported session has a question and an answer');
+    const URL_A = 'https://example.com/headroom-e2e?from=answer';
+    exported.session = { ...exported.session, id: 'links-e2e', title: 'Links' };
+    exported.messages = [
+      { ...question, content: 'Where are the docs?' },
+      { ...answer, content: `They are [here](${URL_A}), or see [part 2](#part-2).`, stats: null },
+    ];
+    const file = path.join(SCRATCH, 'links.json');
+    writeFileSync(file, JSON.stringify(exported));
+    await run(BIN, ['import', file], { env, timeout: 20_000 });
+
+    // Found as a user would find it: the list's search reads the database.
+    await openTab('sessions');
+    const back = (await session.allByTestId('session-back'))[0];
+    if (back) await session.click(back);
+    const search = await session.waitForElement('[data-testid="session-search"]', 5_000);
+    await session.clear(search);
+    await session.sendKeys(search, 'Links');
+    const item = await session.waitForElement('[data-testid="session-item"][data-session-id="links-e2e"]', 10_000);
+    await session.click(item);
+    await session.click(await session.waitForElement('[data-testid="session-open"]', 5_000));
+    const link = await session.waitForElement(`[data-testid="message-assistant"] a[href="${URL_A}"]`, 10_000);
+    assert.equal(await session.execute('return arguments[0].hasAttribute("target");', [link]), false, 'no target: the handler decides');
+
+    const before = await session.execute('return window.location.href;');
+    const openedBefore = openedUrls().length;
+    await session.click(link);
+    const opened = await waitFor(() => openedUrls().length > openedBefore && openedUrls(), {
+      timeoutMs: 10_000,
+      message: `xdg-open to be given ${URL_A}`,
+    });
+    assert.equal(opened.at(-1), URL_A, 'the default browser got the link');
+    await new Promise((r) => setTimeout(r, 500)); // a navigation, were there one, would have started
+    assert.equal(await session.execute('return window.location.href;'), before, "the popover's URL did not change");
+    // The in-page anchor does not change it either (it has no target here: nothing happens).
+    await session.click(await session.find('[data-testid="message-assistant"] a[href="#part-2"]'));
+    assert.equal(await session.execute('return window.location.href;'), before, 'an anchor does not navigate');
+    assert.equal(openedUrls().length, opened.length, 'an anchor opens nothing');
+    await session.byTestId('chat-input');
+  });
+
+  test('the global shortcut Alt+Space hides and shows the popover', { timeout: 40_000 }, async () => {
+    requireApp();
+    const pid = await appPid();
+    await popoverVisible(pid, true, 'the popover to be visible at first');
+    await run('xdotool', ['key', '--clearmodifiers', 'alt+space'], { timeout: 5_000 });
+    await popoverVisible(pid, false, 'Alt+Space to hide the popover');
+    await run('xdotool', ['key', '--clearmodifiers', 'alt+space'], { timeout: 5_000 });
+    await popoverVisible(pid, true, 'Alt+Space to show the popover again');
+    await session.waitForElement('[data-testid="chat-input"]', 10_000);
+  });
+
+  test('a second launch shows the running popover and exits; one app runs', { timeout: 60_000 }, async () => {
+    requireApp();
+    const pid = await appPid();
+    // Hide it as a user would (Esc), so that showing it again is the second launch's doing.
+    await session.sendKeys(await session.byTestId('chat-input'), Keys.ESCAPE);
+    await popoverVisible(pid, false, 'Esc to hide the popover');
+
+    const started = Date.now();
+    const second = spawn(BIN, [], { env: { ...appEnv(), HEADROOM_SHOW_WINDOW: '0' }, stdio: ['ignore', 'ignore', 'pipe'] });
+    let stderr = '';
+    second.stderr.on('data', (chunk) => (stderr += chunk));
+    const exit = await new Promise((resolve) => {
+      const timer = setTimeout(() => {
+        second.kill('SIGKILL');
+        resolve({ code: null, timedOut: true });
+      }, 30_000);
+      second.once('exit', (code, sig) => {
+        clearTimeout(timer);
+        resolve({ code, sig });
+      });
+    });
+    assert.equal(exit.code, 0, `the second launch exits with status 0 (got ${JSON.stringify(exit)}): ${stderr}`);
+    await popoverVisible(pid, true, "the second launch to show the first one's popover");
+    assert.deepEqual(appPids(), [pid], 'the first app still runs, alone');
+    assert.ok(Date.now() - started < 30_000);
+    await session.waitForElement('[data-testid="chat-input"]', 10_000);
+  });
+
+  test('Settings: open at login is off, the shortcut is ⌥Space (Alt+Space here), the log folder is shown', { timeout: 30_000 }, async () => {
+    requireApp();
+    await session.click(await session.byTestId('settings-button'));
+    const login = await session.waitForElement('[data-testid="launch-at-login"]', 5_000);
+    assert.equal(await session.property(login, 'checked'), false, 'launch at login is off by default');
+    assert.equal((await session.text(await session.byTestId('shortcut-record'))).trim(), 'Alt+Space');
+    assert.deepEqual(await session.allByTestId('shortcut-error'), [], 'the shortcut is registered');
+    const logs = await session.waitForElement('[data-testid="log-dir"]', 5_000);
+    assert.equal((await session.text(logs)).trim(), path.join(DATA_DIR, 'logs'));
+    const file = await session.attribute(logs, 'title');
+    assert.match(file ?? '', /headroom\.\d{4}-\d{2}-\d{2}\.log$/, `the current log file: ${file}`);
+    assert.ok(readFileSync(file, 'utf8').includes('INFO'), 'the app logs at info level to its file');
+    await session.click(await session.byTestId('settings-button'));
+  });
+
+  test('a shortcut another app holds is refused with the reason; the old one keeps working', { timeout: 40_000 }, async () => {
+    requireApp();
+    // "Another app": an X client holding Ctrl+Alt+K, as a global shortcut does.
+    const grabber = spawn('python3', [path.join(here, 'grab-key.py'), 'ctrl+alt+k'], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let said = '';
+    grabber.stdout.on('data', (chunk) => (said += chunk));
+    grabber.stderr.on('data', (chunk) => (said += chunk));
+    try {
+      await waitFor(() => said.includes('grabbed'), { timeoutMs: 10_000, message: `the grabber to hold Ctrl+Alt+K (${said})` });
+      await session.click(await session.byTestId('settings-button'));
+      const record = await session.waitForElement('[data-testid="shortcut-record"]', 5_000);
+      await session.click(record);
+      assert.match(await session.text(record), /Type a shortcut/);
+      await session.chord(Keys.CONTROL, Keys.ALT, 'k');
+      const error = await session.waitForElement('[data-testid="error-globalShortcut"]', 10_000);
+      assert.match(await session.text(error), /Ctrl\+Alt\+K is already taken by another app/);
+      assert.equal((await session.text(record)).trim(), 'Alt+Space', 'the old shortcut stays');
+      await session.execute('arguments[0].scrollIntoView({ block: "center" });', [record]);
+      writeFileSync(path.join(OUT, 'settings-shortcut-taken.png'), await session.screenshot(30_000));
+      await session.click(await session.byTestId('settings-button'));
+      // …and still works.
+      const pid = await appPid();
+      await run('xdotool', ['key', '--clearmodifiers', 'alt+space'], { timeout: 5_000 });
+      await popoverVisible(pid, false, 'Alt+Space to hide the popover after the refused change');
+      await run('xdotool', ['key', '--clearmodifiers', 'alt+space'], { timeout: 5_000 });
+      await popoverVisible(pid, true, 'Alt+Space to show it again');
+      await session.waitForElement('[data-testid="chat-input"]', 10_000);
+    } finally {
+      grabber.kill('SIGTERM');
+    }
   });
 });

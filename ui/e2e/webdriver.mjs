@@ -253,6 +253,13 @@ export class Session {
     await this.cmd('DELETE', '/actions');
   }
 
+  /** Presses `keys` down in order and releases them in reverse: a chord such as Shift+Enter. */
+  chord(...keys) {
+    const down = keys.map((value) => ({ type: 'keyDown', value }));
+    const up = keys.toReversed().map((value) => ({ type: 'keyUp', value }));
+    return this.performActions([{ type: 'key', id: 'keyboard', actions: [...down, ...up] }]);
+  }
+
   /** A PNG of the window's viewport, as a Buffer. */
   async screenshot(timeoutMs = 30_000) {
     const base64 = await this.cmd('GET', '/screenshot', undefined, timeoutMs);

@@ -9,6 +9,7 @@ import type { ChatEvent, TurnStats } from './lib/ipc/chat';
 import type { FitReport, ModelEntry } from './lib/ipc/models';
 import type { StoredMessage } from './lib/ipc/sessions';
 import type { Settings } from './lib/ipc/settings';
+import { DEFAULT_SETTINGS } from './lib/ipc/settings.fixture';
 
 interface FakeSession {
   id: string;
@@ -89,20 +90,7 @@ function fakeBackend(
 ): Call[] {
   const calls: Call[] = [];
   let nextMessage = 1;
-  let settings: Settings = {
-    contextLimit: 8192,
-    maxTokens: 512,
-    temperature: 0.7,
-    topP: 0.95,
-    osHeadroomGb: 4,
-    cloudBaseUrl: null,
-    cloudModel: null,
-    localThresholdTokens: 8192,
-    cloudCacheMb: 50,
-    summariseForCloud: false,
-    serverPort: 8080,
-    kernel: 'auto',
-  };
+  let settings: Settings = { ...DEFAULT_SETTINGS };
   const message = (sessionId: string, role: 'user' | 'assistant', content: string): StoredMessage => ({
     id: nextMessage++,
     sessionId,
@@ -275,7 +263,7 @@ describe('App', () => {
 
     await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'org/Other-4bit'));
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
-    // The chip follows the loaded model once its preview comes back (asynchronous).
+    // The chip follows through a debounced route preview: wait for it, do not race it.
     await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit'));
   });
 

@@ -68,6 +68,12 @@ pub enum ServeError {
     },
     #[error("{0}")]
     Load(ProvideError),
+    /// The menu-bar app's own server (Settings → Local server) has the port.
+    #[error(
+        "the Headroom app already serves the OpenAI-compatible API on http://127.0.0.1:{port}/v1 \
+         (Settings → Local server): use that, stop it there first, or pick another --port"
+    )]
+    AppServes { port: u16 },
     /// --model is neither a folder nor an id of a model Headroom knows.
     #[error(
         "model `{model}` not found: not a folder, nor a model in {} or the Hugging Face cache ({}); `headroom models` lists them",
@@ -115,6 +121,10 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     config.check(addr)?;
 
     let locations = Locations::from_env(|| crate::platform_app_data_dir().ok_or(CliError::NoDataDir))?;
+    // Before anything loads: the app holds the port, and the model with it.
+    if crate::serve_marker::app_serves_on(&locations.data_dir, args.port) {
+        return Err(ServeError::AppServes { port: args.port });
+    }
     // The app's state needs its database, though the server stores nothing yet.
     let store = crate::runtime::block_on(headroom_store::Store::open(&locations.data_dir)).map_err(CliError::from)?;
     let engine = EngineHandle::spawn()?;

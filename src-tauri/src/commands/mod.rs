@@ -9,6 +9,7 @@ pub mod bench;
 pub mod charts;
 pub mod chat;
 pub mod cloud;
+pub mod desktop;
 pub mod export;
 pub mod live;
 pub mod memory;

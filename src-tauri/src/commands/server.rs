@@ -67,6 +67,10 @@ pub async fn server_start(port: Option<u16>, state: State<'_, AppState>) -> Resu
         let server =
             Server::bind(addr, ServeConfig::default(), state.engine.clone(), provider).map_err(|e| server_error(&e))?;
         let info = ServerInfo::of(&server);
+        // So `headroom serve` on this port says the app serves here.
+        if let Err(e) = crate::serve_marker::record(&state.locations.data_dir, info.port) {
+            tracing::warn!("could not note the server's port in the data folder: {e}");
+        }
         *slot = Some(server);
         Ok(info)
     })
@@ -79,6 +83,7 @@ pub async fn server_start(port: Option<u16>, state: State<'_, AppState>) -> Resu
 pub async fn server_stop(state: State<'_, AppState>) -> Result<bool, CommandError> {
     let server = state.server.lock().unwrap_or_else(PoisonError::into_inner).take();
     let Some(server) = server else { return Ok(false) };
+    crate::serve_marker::clear(&state.locations.data_dir);
     // Joining the server's thread blocks: not on the async runtime.
     tauri::async_runtime::spawn_blocking(move || server.stop())
         .await

@@ -87,10 +87,23 @@ pub async fn settings_get(state: State<'_, AppState>) -> Result<Settings, Comman
 }
 
 /// Validates and stores every field; the context limit and the OS headroom
-/// apply to the next fit check and load.
+/// apply to the next fit check and load, the global shortcut and the login
+/// item at once (a shortcut another app holds is refused, nothing stored).
 #[tauri::command]
-pub async fn settings_set(settings: Settings, state: State<'_, AppState>) -> Result<Settings, CommandError> {
-    state.store.set_settings(&settings).await?;
+pub async fn settings_set<R: tauri::Runtime>(
+    app: tauri::AppHandle<R>,
+    settings: Settings,
+    state: State<'_, AppState>,
+) -> Result<Settings, CommandError> {
+    settings.validate().map_err(headroom_store::StoreError::from)?;
+    let old = state.store.settings().await?;
+    crate::desktop::apply(&app, &old, &settings)?;
+    if let Err(e) = state.store.set_settings(&settings).await {
+        if let Err(undo) = crate::desktop::apply(&app, &settings, &old) {
+            tracing::warn!("could not undo the desktop settings: {undo}");
+        }
+        return Err(e.into());
+    }
     state.apply_settings(&settings);
     Ok(settings)
 }

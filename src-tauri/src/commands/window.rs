@@ -3,6 +3,6 @@
 use crate::error::CommandError;
 
 #[tauri::command]
-pub fn hide_window<R: tauri::Runtime>(window: tauri::WebviewWindow<R>) -> Result<(), CommandError> {
-    Ok(window.hide()?)
+pub fn hide_window<R: tauri::Runtime>(app: tauri::AppHandle<R>) -> Result<(), CommandError> {
+    Ok(crate::popover::hide(&app)?)
 }

@@ -1,6 +1,9 @@
-//! API keys per base URL: in the OS keychain, or, where no keychain service
-//! answers (a headless Linux box without a Secret Service), in a file only
-//! the user can read — and the caller is told which, so the UI can say so.
+//! API keys per base URL: in the OS keychain, or, only where no keychain
+//! service exists (a headless Linux box without a Secret Service), in a file
+//! only the user can read — and the caller is told which, so the UI can say
+//! so. A keychain that exists and fails (macOS's Keychain always exists; a
+//! locked Secret Service refusing) is an error to report, never a reason
+//! to write the key into a file.
 //!
 //! The calls block (the keychain is a D-Bus / Security-framework round trip):
 //! from async code, call them through `spawn_blocking`.
@@ -162,16 +165,29 @@ fn keychain_entry(account: &str) -> keyring::Result<keyring::Entry> {
     keyring::Entry::new(KEYCHAIN_SERVICE, account)
 }
 
-/// Errors meaning "there is no keychain service here", as opposed to a
-/// keychain that answered with a real failure.
+/// Only the Secret Service (Linux and the other Unix desktops) is an
+/// optional service that may simply not be running; macOS's Keychain and
+/// Windows' Credential Manager are always there, so their errors are real.
+const KEYCHAIN_MAY_BE_ABSENT: bool = cfg!(all(unix, not(any(target_os = "macos", target_os = "ios"))));
+
+/// Whether `e` means "there is no keychain service here" on this platform.
 fn unreachable_keychain(e: &keyring::Error) -> bool {
-    matches!(
-        e,
-        keyring::Error::NoStorageAccess(_)
-            | keyring::Error::PlatformFailure(_)
-            | keyring::Error::NoDefaultStore
-            | keyring::Error::NotSupportedByStore(_)
-    )
+    no_keychain_service(KEYCHAIN_MAY_BE_ABSENT, e)
+}
+
+/// `e` says no keychain service exists, where one may be absent at all: no
+/// store could be set up (no D-Bus session), or the Secret Service could not
+/// be reached (`PlatformFailure`: no provider, no bus). A service that
+/// answered "locked" or "prompt dismissed" (`NoStorageAccess`) exists, and
+/// the user refused it: that is reported, not worked around.
+fn no_keychain_service(may_be_absent: bool, e: &keyring::Error) -> bool {
+    may_be_absent
+        && matches!(
+            e,
+            keyring::Error::PlatformFailure(_)
+                | keyring::Error::NoDefaultStore
+                | keyring::Error::NotSupportedByStore(_)
+        )
 }
 
 #[cfg(test)]
@@ -193,9 +209,9 @@ mod tests {
         let store = KeyStore::file_only(&dir);
         assert_eq!(store.get("http://a/v1").ok().flatten(), None);
         assert_eq!(store.set("http://a/v1/", &ApiKey::new(" k1 ")).ok(), Some(KeyStorage::File));
-        store.set("http://b/v1", &ApiKey::new("k2")).unwrap_or_else(|e| panic!("{e}"));
-        store.set("http://a/v1", &ApiKey::new("k3")).unwrap_or_else(|e| panic!("{e}"));
-        let got = store.get("http://a/v1").unwrap_or_else(|e| panic!("{e}"));
+        store.set("http://b/v1", &ApiKey::new("k2")).unwrap();
+        store.set("http://a/v1", &ApiKey::new("k3")).unwrap();
+        let got = store.get("http://a/v1").unwrap();
         assert_eq!(got, Some((ApiKey::new("k3"), KeyStorage::File)));
         assert_eq!(store.delete("http://a/v1").ok(), Some(true));
         assert_eq!(store.delete("http://a/v1").ok(), Some(false));
@@ -210,10 +226,26 @@ mod tests {
         use std::os::unix::fs::PermissionsExt;
         let dir = temp_dir("mode");
         let store = KeyStore::file_only(&dir);
-        store.set("http://a/v1", &ApiKey::new("k")).unwrap_or_else(|e| panic!("{e}"));
+        store.set("http://a/v1", &ApiKey::new("k")).unwrap();
         let mode = std::fs::metadata(store.file_path()).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
         assert_eq!(mode, 0o600);
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn only_a_missing_secret_service_falls_back_to_the_file_never_a_keychain_error() {
+        let failure = || keyring::Error::PlatformFailure("no secret service provider or dbus session found".into());
+        let refused = || keyring::Error::NoStorageAccess("SS Error: object locked".into());
+        // Linux without a Secret Service: the file.
+        assert!(no_keychain_service(true, &failure()));
+        assert!(no_keychain_service(true, &keyring::Error::NoDefaultStore));
+        // A Secret Service that is there but locked, or whose prompt was dismissed: reported.
+        assert!(!no_keychain_service(true, &refused()));
+        // macOS: the Keychain always exists; every error of it is reported.
+        for e in [failure(), refused(), keyring::Error::NoDefaultStore] {
+            assert!(!no_keychain_service(false, &e), "{e}");
+        }
+        assert_eq!(KEYCHAIN_MAY_BE_ABSENT, cfg!(target_os = "linux"));
     }
 
     #[test]
@@ -222,8 +254,8 @@ mod tests {
         let store = KeyStore::file_only(&dir);
         assert!(matches!(store.set("http://a/v1", &ApiKey::new("  ")), Err(KeyError::EmptyKey)));
         assert!(matches!(store.set("a/v1", &ApiKey::new("k")), Err(KeyError::InvalidUrl(_))));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(store.file_path(), "{not json").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(store.file_path(), "{not json").unwrap();
         match store.get("http://a/v1") {
             Err(e @ KeyError::CorruptFile { .. }) => {
                 assert!(e.to_string().contains(KEY_FILE_NAME), "{e}")

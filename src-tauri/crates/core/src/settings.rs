@@ -75,7 +75,16 @@ pub struct Settings {
     pub server_port: u16,
     /// The quantized-matmul kernel models are loaded with (applied at the next load).
     pub kernel: KernelChoice,
+    /// Start Headroom when the user logs in (a login item / autostart entry).
+    pub launch_at_login: bool,
+    /// The system-wide shortcut that shows or hides the popover, in the
+    /// accelerator syntax the app registers ("Alt+Space" is ⌥Space on a
+    /// Mac); `None`: no shortcut.
+    pub global_shortcut: Option<String>,
 }
+
+/// The popover's shortcut out of the box: ⌥Space (Alt+Space).
+pub const DEFAULT_GLOBAL_SHORTCUT: &str = "Alt+Space";
 
 impl Default for Settings {
     fn default() -> Self {
@@ -92,6 +101,8 @@ impl Default for Settings {
             summarise_for_cloud: false,
             server_port: 8080,
             kernel: KernelChoice::Auto,
+            launch_at_login: false,
+            global_shortcut: Some(DEFAULT_GLOBAL_SHORTCUT.to_owned()),
         }
     }
 }
@@ -161,6 +172,9 @@ impl Settings {
         if self.server_port < 1024 {
             return Err(SettingsError::PrivilegedPort(self.server_port));
         }
+        if self.global_shortcut.as_deref().is_some_and(|s| s.trim().is_empty()) {
+            return Err(SettingsError::Empty { field: "global shortcut" });
+        }
         Ok(())
     }
 }
@@ -197,6 +211,9 @@ mod tests {
         assert_eq!((s.context_limit, s.max_tokens, s.local_threshold_tokens), (8192, 512, 8192));
         assert_eq!((s.os_headroom_gb, s.cloud_cache_mb, s.server_port), (4.0, 50, 8080));
         assert!(!s.summarise_for_cloud && s.cloud_base_url.is_none());
+        // Launching at login is the user's choice, never the default.
+        assert!(!s.launch_at_login);
+        assert_eq!(s.global_shortcut.as_deref(), Some("Alt+Space"));
         assert_eq!(s.kernel, KernelChoice::Auto);
     }
 
@@ -243,6 +260,7 @@ mod tests {
             (Settings { local_threshold_tokens: 0, ..Settings::default() }, "local threshold"),
             (Settings { cloud_cache_mb: 1 << 40, ..Settings::default() }, "cloud cache (MB)"),
             (Settings { server_port: 80, ..Settings::default() }, "server port must be 1024 or above"),
+            (Settings { global_shortcut: Some(" ".into()), ..Settings::default() }, "global shortcut is empty"),
         ];
         for (s, needle) in cases {
             let msg = s.validate().err().map(|e| e.to_string()).unwrap_or_default();

@@ -29,15 +29,37 @@ describe('renderMarkdown', () => {
     expect(el.innerHTML).not.toMatch(/onerror|onclick|alert|style=/);
   });
 
-  it('removes javascript:, data: and vbscript: links but keeps web links, opened elsewhere', () => {
+  it('removes javascript:, data: and vbscript: links but keeps web links, with no target of their own', () => {
     const el = dom(
       '[a](javascript:alert(1)) [b](JAVASCRIPT:alert(1)) [c](data:text/html,<script>x</script>) ' +
-        '[d](vbscript:x) <a href=" javascript:alert(1)">e</a> [f](https://example.com/page)',
+        '[d](vbscript:x) <a href=" javascript:alert(1)">e</a> [f](https://example.com/page) ' +
+        '<a href="https://example.com/t" target="_self" download ping="https://tracker.example">g</a>',
     );
     const links = [...el.querySelectorAll('a')];
-    expect(links.map((a) => a.getAttribute('href'))).toEqual([null, null, null, null, null, 'https://example.com/page']);
-    expect(links[5]?.getAttribute('target')).toBe('_blank');
+    expect(links.map((a) => a.getAttribute('href'))).toEqual([
+      null,
+      null,
+      null,
+      null,
+      null,
+      'https://example.com/page',
+      'https://example.com/t',
+    ]);
+    // The popover never follows a link itself (links/links.ts opens them in the browser).
+    for (const a of links) {
+      expect(a.getAttribute('target')).toBeNull();
+      expect(a.hasAttribute('download') || a.hasAttribute('ping')).toBe(false);
+    }
     expect(links[5]?.getAttribute('rel')).toBe('noopener noreferrer');
+  });
+
+  it('treats an image map\'s <area> like a link', () => {
+    const el = dom(
+      '<map name="m"><area href="javascript:alert(1)" coords="0,0,1,1"><area href="https://example.com/ok" target="_blank" coords="0,0,1,1"></map>',
+    );
+    const areas = [...el.querySelectorAll('area')];
+    expect(areas.map((a) => a.getAttribute('href'))).toEqual([null, 'https://example.com/ok']);
+    expect(areas.map((a) => a.getAttribute('target'))).toEqual([null, null]);
   });
 
   it('loads no remote images', () => {

@@ -1,5 +1,6 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
+import { DEFAULT_SETTINGS } from './settings.fixture';
 import {
   sessionCreate,
   sessionDelete,
@@ -54,20 +55,7 @@ describe('sessions', () => {
 
 describe('settings', () => {
   it('reads and writes the whole struct', async () => {
-    const settings: Settings = {
-      contextLimit: 8192,
-      maxTokens: 512,
-      temperature: 0.7,
-      topP: 0.95,
-      osHeadroomGb: 4,
-      cloudBaseUrl: null,
-      cloudModel: null,
-      localThresholdTokens: 8192,
-      cloudCacheMb: 50,
-      summariseForCloud: false,
-      serverPort: 8080,
-    kernel: 'auto',
-    };
+    const settings: Settings = { ...DEFAULT_SETTINGS };
     const calls: Array<[string, unknown]> = [];
     mockIPC((cmd, args) => {
       calls.push([cmd, args]);

@@ -24,6 +24,10 @@ export interface Settings {
   serverPort: number;
   /** Applied at the next model load. */
   kernel: Kernel;
+  /** Start Headroom at login (off unless the user turns it on). */
+  launchAtLogin: boolean;
+  /** The shortcut that shows or hides the popover ("Alt+Space"); null: none. */
+  globalShortcut: string | null;
 }
 
 /** The stored settings; fields never set have their defaults. */
@@ -33,7 +37,10 @@ export function settingsGet(): Promise<Settings> {
 
 /**
  * Validates and stores every field; rejects with `INVALID_SETTING` and a
- * message naming the field otherwise (nothing is then changed).
+ * message naming the field otherwise, `SHORTCUT_TAKEN` when another app
+ * holds the shortcut (`SHORTCUT_FAILED` when the OS refused it otherwise),
+ * `LAUNCH_AT_LOGIN` when the login item could not be changed (nothing is
+ * then changed).
  */
 export function settingsSet(settings: Settings): Promise<Settings> {
   return call<Settings>('settings_set', { settings });

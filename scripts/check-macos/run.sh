@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+#! `make check-macos`: type-checks and lints (clippy, -D warnings) the whole
+#! workspace, all targets, for aarch64-apple-darwin, so every
+#! `cfg(target_os = "macos")` line is compiled on every test run, here on
+#! Linux where there is no Apple SDK (../shared notes: macos-check-on-linux.md).
+#!
+#! How: the project's mlx-sys patch has a check-only mode (MLX_SYS_CHECK_ONLY=1:
+#! bindings for the target, no CMake, no linking), and the -sys crates' C
+#! goes to ./cc, which writes empty objects. Only Rust is checked: not C, C++
+#! or Objective-C, and nothing links, so link and runtime errors on a Mac are
+#! out of its reach. On a Mac itself the host build already is the Mac's:
+#! there it runs the same check natively.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+TARGET=aarch64-apple-darwin
+cd "$ROOT"
+
+if [ "$(uname -s)" = Darwin ]; then
+  cargo check --workspace --all-targets --target "$TARGET"
+  exec cargo clippy --workspace --all-targets --target "$TARGET" -- -D warnings
+fi
+
+command -v clang >/dev/null || { echo "check-macos: clang is needed (Debian package clang)" >&2; exit 1; }
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx "$TARGET"; then
+  echo "check-macos: the Rust target $TARGET is not installed: run scripts/setup.sh (or rustup target add $TARGET)" >&2
+  exit 1
+fi
+# tauri's generate_context! reads the built UI (frontendDist).
+[ -d ui/dist ] || { echo "check-macos: ui/dist is missing: run \`make ui\` first" >&2; exit 1; }
+
+export MLX_SYS_CHECK_ONLY=1
+export CC_aarch64_apple_darwin="$ROOT/scripts/check-macos/cc"
+export CXX_aarch64_apple_darwin="$ROOT/scripts/check-macos/cc"
+
+cargo check --workspace --all-targets --target "$TARGET"
+cargo clippy --workspace --all-targets --target "$TARGET" -- -D warnings
+echo "check-macos: the workspace type-checks and passes clippy for $TARGET"

@@ -1,0 +1,133 @@
+import { mockIPC } from '@tauri-apps/api/mocks';
+import type { InvokeArgs } from '@tauri-apps/api/core';
+import { fireEvent, render, screen, waitFor } from '@testing-library/svelte';
+import userEvent from '@testing-library/user-event';
+import { describe, expect, it } from 'vitest';
+import type { AppInfo } from '../ipc/app';
+import type { DesktopStatus } from '../ipc/desktop';
+import type { Settings } from '../ipc/settings';
+import { DEFAULT_SETTINGS } from '../ipc/settings.fixture';
+import SettingsView from './SettingsView.svelte';
+
+const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'gpu', platform: 'macos' };
+const DEFAULTS: Settings = DEFAULT_SETTINGS;
+const LOGS = '/Users/me/Library/Logs/app.headroom.menubar';
+
+/** A backend whose shortcut registration refuses `taken`, like a shortcut another app holds. */
+function backend(taken = 'Ctrl+Alt+K') {
+  const calls: Array<{ cmd: string; args: InvokeArgs | undefined }> = [];
+  let settings = { ...DEFAULTS };
+  let desktop: DesktopStatus = {
+    logDir: LOGS,
+    logFile: `${LOGS}/headroom.2026-12-01.log`,
+    shortcut: { shortcut: 'Alt+Space', registered: true, error: null },
+    launchAtLogin: false,
+  };
+  mockIPC((cmd, args) => {
+    calls.push({ cmd, args });
+    switch (cmd) {
+      case 'settings_get':
+        return settings;
+      case 'settings_set': {
+        const next = (args as { settings: Settings }).settings;
+        if (next.globalShortcut === taken) {
+          throw { code: 'SHORTCUT_TAKEN', message: `${taken} is already taken by another app or by the system` };
+        }
+        settings = next;
+        desktop = {
+          ...desktop,
+          launchAtLogin: next.launchAtLogin,
+          shortcut: { shortcut: next.globalShortcut, registered: next.globalShortcut !== null, error: null },
+        };
+        return settings;
+      }
+      case 'desktop_status':
+        return desktop;
+      case 'server_status':
+        return null;
+      case 'cloud_cache_stats':
+        return { hits: 0, misses: 0, entries: 0, bytes: 0 };
+      default:
+        throw { code: 'UNKNOWN_COMMAND', message: cmd };
+    }
+  });
+  return calls;
+}
+
+const lastSet = (calls: ReturnType<typeof backend>) =>
+  (calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args as { settings: Settings } | undefined)?.settings;
+
+describe('SettingsView: the menu-bar conventions', () => {
+  it('shows launch at login off by default and turns it on', async () => {
+    const calls = backend();
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const box = await screen.findByTestId<HTMLInputElement>('launch-at-login');
+    expect(box.checked).toBe(false);
+    await user.click(box);
+    await waitFor(() => expect(lastSet(calls)?.launchAtLogin).toBe(true));
+    expect(box.checked).toBe(true);
+  });
+
+  it('records a new shortcut from a key chord and shows it the Mac way', async () => {
+    const calls = backend();
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const button = await screen.findByTestId('shortcut-record');
+    expect(button).toHaveTextContent('⌥Space');
+    await user.click(button);
+    expect(button).toHaveTextContent('Type a shortcut…');
+    // Modifiers alone change nothing; the chord does.
+    await fireEvent.keyDown(button, { key: 'Control', code: 'ControlLeft', ctrlKey: true });
+    expect(lastSet(calls)).toBeUndefined();
+    await fireEvent.keyDown(button, { key: 'h', code: 'KeyH', ctrlKey: true, shiftKey: true });
+    await waitFor(() => expect(lastSet(calls)?.globalShortcut).toBe('Ctrl+Shift+H'));
+    expect(button).toHaveTextContent('⌃⇧H');
+  });
+
+  it('reports a shortcut another app holds beside the field and keeps the old one', async () => {
+    const calls = backend('Ctrl+Alt+K');
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const button = await screen.findByTestId('shortcut-record');
+    await user.click(button);
+    await fireEvent.keyDown(button, { key: 'k', code: 'KeyK', ctrlKey: true, altKey: true });
+    expect(await screen.findByTestId('error-globalShortcut')).toHaveTextContent('Ctrl+Alt+K is already taken by another app');
+    expect(button).toHaveTextContent('⌥Space');
+    expect(calls.filter((c) => c.cmd === 'settings_set')).toHaveLength(1);
+  });
+
+  it('Esc stops recording without changing anything, and × turns the shortcut off', async () => {
+    const calls = backend();
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const button = await screen.findByTestId('shortcut-record');
+    await user.click(button);
+    const esc = await fireEvent.keyDown(button, { key: 'Escape', code: 'Escape' });
+    expect(esc).toBe(false); // cancelled: Settings itself does not close
+    expect(button).toHaveTextContent('⌥Space');
+    await user.click(screen.getByTestId('shortcut-clear'));
+    await waitFor(() => expect(lastSet(calls)?.globalShortcut).toBeNull());
+    expect(button).toHaveTextContent('None');
+  });
+
+  it('says why a stored shortcut does not work, and where the logs are', async () => {
+    backend();
+    mockIPC((cmd) => {
+      if (cmd === 'settings_get') return DEFAULTS;
+      if (cmd === 'desktop_status')
+        return {
+          logDir: LOGS,
+          logFile: `${LOGS}/headroom.2026-12-01.log`,
+          shortcut: { shortcut: 'Alt+Space', registered: false, error: 'Alt+Space is already taken by another app or by the system' },
+          launchAtLogin: false,
+        } satisfies DesktopStatus;
+      return null;
+    });
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    expect(await screen.findByTestId('shortcut-error')).toHaveTextContent('Alt+Space is already taken');
+    const logs = await screen.findByTestId('log-dir');
+    expect(logs).toHaveTextContent(LOGS);
+    expect(logs).toHaveAttribute('title', `${LOGS}/headroom.2026-12-01.log`);
+  });
+});
