@@ -190,13 +190,22 @@ fn run_on_engine(
         Duration::ZERO
     };
     send(BenchEvent::Filled { depth: cache.offset(), time: fill_time })?;
+    // A sliding window that has rotated, or a recurrent state, cannot step
+    // back to the depth: such a model restarts each run from this snapshot
+    // (arrays are shared until written, so it costs nothing until then).
+    let filled = cache.clone();
 
     for index in 0..=case.runs {
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::BenchCancelled);
         }
         // Back to the depth (the buffers stay allocated), then fresh prompt ids.
-        cache.trim(cache.offset() - depth);
+        let back = cache.offset() - depth;
+        if cache.can_trim(back) {
+            cache.trim(back);
+        } else {
+            cache = filled.clone();
+        }
         let mut prompt = cache.tokens().to_vec();
         prompt.extend(ids.take(p));
         mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;

@@ -11,7 +11,7 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::{self, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
-use crate::cache::LayerKv;
+use crate::cache::{AttentionMask, LayerCache};
 use crate::error::{MlxContext, Result};
 use crate::quant::QuantizedMatrix;
 use headroom_core::format::{RopeScaling, TextConfig};
@@ -216,18 +216,30 @@ pub fn attend(
     values: &Array,
     rope: &Rope,
     scale: f32,
-    cache: &mut LayerKv,
+    cache: &mut LayerCache,
 ) -> Result<Array> {
     let offset = cache.offset();
     let queries = rope.forward(queries, offset)?;
     let keys = rope.forward(keys, offset)?;
+    // Taken before the keys are appended, as mlx-lm does: one new token
+    // sees every cached key; several need the causal mask, which MLX aligns
+    // to the end of the keys, so it also holds past an offset; a window
+    // narrower than the keys needs it spelled out.
+    let mask = cache.attention_mask(queries.dim(2))?;
     let (keys, values) = cache.update_and_fetch(&keys, values)?;
-    let l = queries.dim(2);
-    // One new token sees every cached key; several need the causal mask,
-    // which MLX aligns to the end of the keys, so it also holds past an offset.
-    let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
-    let out = fast::scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None).op("attention")?;
-    let b = out.dim(0);
+    sdpa(&queries, &keys, &values, scale, &mask)
+}
+
+/// MLX's fused attention over `[B, H, L, D]` queries, then the heads
+/// merged back to `[B, L, H*D]`.
+pub fn sdpa(queries: &Array, keys: &Array, values: &Array, scale: f32, mask: &AttentionMask) -> Result<Array> {
+    let mask = match mask {
+        AttentionMask::None => None,
+        AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+        AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+    };
+    let out = fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None).op("attention")?;
+    let (b, l) = (out.dim(0), out.dim(2));
     out.transpose_axes(&[0, 2, 1, 3]).op("transpose")?.reshape(&[b, l, -1]).op("reshape")
 }
 

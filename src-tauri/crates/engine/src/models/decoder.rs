@@ -7,7 +7,7 @@
 use mlx_rs::Array;
 
 use super::{check_cache, mlx, Logits};
-use crate::cache::{KvCache, LayerKv};
+use crate::cache::{KvCache, LayerCache};
 use crate::error::Result;
 use crate::layers::{last_position, Embedding, Linear, Mlp, Params, RmsNorm};
 use crate::quant::QuantKernel;
@@ -19,7 +19,7 @@ pub(crate) trait Attention: Sized + std::fmt::Debug {
     /// Loads the weights under `prefix` (`model.layers.{i}.self_attn`).
     fn load(c: &TextConfig, w: &mut Weights, prefix: &str) -> Result<Self>;
     /// `x` is `[B, L, hidden]`; appends this step's keys/values to `cache`.
-    fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array>;
+    fn forward(&self, x: &Array, cache: &mut LayerCache) -> Result<Array>;
     /// Every weight array, for byte counts and evaluation.
     fn collect<'a>(&'a self, out: &mut Vec<&'a Array>);
 }
@@ -51,7 +51,7 @@ impl<A: Attention> Block<A> {
         })
     }
 
-    fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array> {
+    fn forward(&self, x: &Array, cache: &mut LayerCache) -> Result<Array> {
         let h = x.add(self.self_attn.forward(&self.input_layernorm.forward(x)?, cache)?).map_err(mlx("residual"))?;
         let r = self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?;
         h.add(r).map_err(mlx("residual"))

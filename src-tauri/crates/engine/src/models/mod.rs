@@ -3,7 +3,7 @@
 
 use mlx_rs::Array;
 
-use crate::cache::KvCache;
+use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::quant::QuantKernel;
 use headroom_core::format::ModelConfig;
@@ -83,9 +83,15 @@ impl Model {
         self.config().quantization.as_ref().map(|_| kernel)
     }
 
-    /// An empty cache with one entry per layer of this model.
+    /// What each layer keeps between forward passes, in order.
+    pub fn layer_kinds(&self) -> Vec<LayerKind> {
+        let layers = usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0);
+        vec![LayerKind::Full; layers]
+    }
+
+    /// An empty cache with one entry per layer of this model, each of the kind its layer needs.
     pub fn new_cache(&self) -> KvCache {
-        KvCache::new(usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0))
+        KvCache::new(&self.layer_kinds())
     }
 
     /// The dtype activations (and so the KV cache) take on: the embedding's
