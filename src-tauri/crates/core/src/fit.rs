@@ -124,7 +124,7 @@ pub const MIN_CONTEXT: u64 = 512;
 pub const TIGHT_FRACTION: f64 = 0.10;
 
 /// What a model needs, read from its config and weight headers (no weights loaded).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ModelFootprint {
     /// Exact bytes of every tensor the engine will hold, as loaded.
     pub weight_bytes: u64,
@@ -147,10 +147,33 @@ pub struct ModelFootprint {
     /// or constant-state layer kind is one more group, not a new formula
     /// for every caller.
     pub kv_layers: Vec<KvLayers>,
+    /// Weight bytes one decoded token reads: one row of the embedding
+    /// table (the whole table again where it is also the output head),
+    /// every attention, norm and dense-MLP weight, the router and shared
+    /// expert, and only the chosen experts' share of the expert weights.
+    /// What the bandwidth roofline divides by; `weight_bytes` is what must
+    /// be resident.
+    pub active_weight_bytes: u64,
+    /// A mixture-of-experts model's experts (`None` for a dense model).
+    pub experts: Option<Experts>,
+}
+
+/// The experts of a mixture-of-experts model, for the fit report and the roofline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Experts {
+    /// Experts per MoE layer.
+    pub count: u64,
+    /// Experts the router picks for each token.
+    pub per_token: u64,
+    /// Bytes of every expert's weights together (all resident).
+    pub resident_bytes: u64,
+    /// Bytes of the experts one token reads (`per_token / count` of them).
+    pub active_bytes: u64,
 }
 
 /// Layers of one kind whose cache keeps `kv_heads × head_dim` keys and as
-/// many values per position.
+/// many values per position, or (linear attention) a state of
+/// `state_bytes` per layer whatever the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KvLayers {
     pub layers: u64,
@@ -158,23 +181,60 @@ pub struct KvLayers {
     pub head_dim: u64,
     /// At most this many positions (a sliding window); `None`: the whole context.
     pub window: Option<u64>,
+    /// A constant-size state per layer (linear attention); 0 for attention layers.
+    pub state_bytes: u64,
+}
+
+/// Which part of the KV cache a group is, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvKind {
+    Full,
+    Window,
+    State,
 }
 
 impl KvLayers {
     /// Full-attention layers: the cache grows with the whole context.
     pub fn full(layers: u64, kv_heads: u64, head_dim: u64) -> Self {
-        Self { layers, kv_heads, head_dim, window: None }
+        Self { layers, kv_heads, head_dim, window: None, state_bytes: 0 }
+    }
+
+    /// Sliding-window layers: the cache stops growing at `window` positions.
+    pub fn sliding(layers: u64, kv_heads: u64, head_dim: u64, window: u64) -> Self {
+        Self { layers, kv_heads, head_dim, window: Some(window), state_bytes: 0 }
+    }
+
+    /// Linear-attention layers: `state_bytes` each, whatever the context.
+    pub fn state(layers: u64, state_bytes: u64) -> Self {
+        Self { layers, kv_heads: 0, head_dim: 0, window: None, state_bytes }
+    }
+
+    pub fn kind(&self) -> KvKind {
+        match (self.window, self.state_bytes) {
+            (_, s) if s > 0 => KvKind::State,
+            (Some(_), _) => KvKind::Window,
+            (None, _) => KvKind::Full,
+        }
+    }
+
+    /// Positions a sliding layer holds at its peak: while a prompt chunk is
+    /// appended, the window's last `window - 1` positions and the chunk
+    /// (mlx-lm's rotating cache concatenates them), then `window`.
+    pub fn window_peak_positions(window: u64) -> u64 {
+        window.saturating_add(PREFILL_CHUNK - 1)
     }
 
     /// Bytes this group's cache holds at `positions` (already rounded to the
     /// cache's step) with `bytes_per_element` per key or value element.
     pub fn bytes(&self, positions: u64, bytes_per_element: u64) -> u64 {
-        let kept = self.window.map_or(positions, |w| positions.min(w.div_ceil(KV_STEP).saturating_mul(KV_STEP)));
+        let kept = self.window.map_or(positions, |w| positions.min(Self::window_peak_positions(w)));
         2u64.saturating_mul(self.layers)
             .saturating_mul(self.kv_heads)
             .saturating_mul(self.head_dim)
             .saturating_mul(kept)
             .saturating_mul(bytes_per_element)
+            .saturating_add(self.layers.saturating_mul(self.state_bytes))
     }
 }
 
@@ -203,7 +263,14 @@ pub struct Estimate {
     /// Positions the KV cache allocates (context rounded up to KV_STEP).
     pub kv_positions: u64,
     pub weight_bytes: u64,
+    /// The whole cache: the three parts below together.
     pub kv_cache_bytes: u64,
+    /// Full-attention layers, growing with the context.
+    pub kv_full_bytes: u64,
+    /// Sliding-window layers, capped at their window.
+    pub kv_window_bytes: u64,
+    /// Linear-attention layers' constant state.
+    pub kv_state_bytes: u64,
     pub overhead: Overhead,
     pub predicted_peak_bytes: u64,
 }
@@ -233,7 +300,16 @@ pub fn largest_attention_block(context: u64) -> (u64, u64) {
 pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
     let b = model.kv_bytes_per_element;
     let kv_positions = context.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-    let kv_cache_bytes = model.kv_layers.iter().fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)));
+    let part = |kind: KvKind| {
+        model
+            .kv_layers
+            .iter()
+            .filter(|g| g.kind() == kind)
+            .fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)))
+    };
+    let (kv_full_bytes, kv_window_bytes, kv_state_bytes) =
+        (part(KvKind::Full), part(KvKind::Window), part(KvKind::State));
+    let kv_cache_bytes = kv_full_bytes.saturating_add(kv_window_bytes).saturating_add(kv_state_bytes);
     let chunk = PREFILL_CHUNK.min(context);
     let (q, k) = largest_attention_block(context);
     let attention_bytes = q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
@@ -268,6 +344,9 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         kv_positions,
         weight_bytes: model.weight_bytes,
         kv_cache_bytes,
+        kv_full_bytes,
+        kv_window_bytes,
+        kv_state_bytes,
         overhead,
         predicted_peak_bytes: model.weight_bytes.saturating_add(kv_cache_bytes).saturating_add(total_bytes),
     }
@@ -444,6 +523,8 @@ mod tests {
             // As on a Mac (Metal's fused kernel).
             prefill_dequantizes: false,
             kv_layers: vec![KvLayers::full(28, 4, 128)],
+            active_weight_bytes: 4_283_105_280,
+            experts: None,
         }
     }
 
@@ -600,6 +681,7 @@ mod tests {
                     // Measured with MLX's fused kernel.
                     prefill_dequantizes: false,
                     kv_layers: vec![KvLayers::full(layers, 2, head_dim)],
+                    ..ModelFootprint::default()
                 }
             };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
@@ -663,6 +745,7 @@ mod tests {
             max_context: Some(4096),
             prefill_dequantizes: true,
             kv_layers: vec![KvLayers::full(12, 4, 64)],
+            ..ModelFootprint::default()
         };
         let q7b_f32 = ModelFootprint {
             weight_bytes: 4_760_885_248,
