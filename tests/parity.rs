@@ -262,7 +262,10 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
                 second.token_ids, fresh.token_ids, second.stats.reused_tokens
             ));
         }
-        eprintln!("{name}: turn 2 reused {} of {} prompt tokens", second.stats.reused_tokens, second.stats.prompt_tokens);
+        eprintln!(
+            "{name}: turn 2 reused {} of {} prompt tokens",
+            second.stats.reused_tokens, second.stats.prompt_tokens
+        );
     }
     assert!(failures.is_empty(), "parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));
 }
