@@ -62,11 +62,18 @@ impl ModelShape {
     }
 }
 
-/// The architecture's own parts at the tiny size (64 wide), for tests.
-fn tiny_parts(arch: Arch) -> (Option<MoeShape>, Option<WindowShape>, Option<LinearShape>) {
-    let moe = |shared| Some(MoeShape { experts: 8, per_token: 2, intermediate_size: 64, shared });
+/// The architecture's own parts at the small sizes: for `tiny` (tests) a
+/// window of 16 that a prompt overflows, for the bigger demos (the fit
+/// measurements) Gemma-3-1B's proportions: a window of 256, five sliding
+/// layers to one global, three linear layers to one full.
+fn small_parts(arch: Arch, preset: Preset) -> (Option<MoeShape>, Option<WindowShape>, Option<LinearShape>) {
+    let tiny = preset == Preset::Tiny;
+    let (experts, per_token, width) = if tiny { (8, 2, 64) } else { (16, 4, 128) };
+    let moe = |shared: Option<i32>| {
+        Some(MoeShape { experts, per_token, intermediate_size: width, shared: shared.map(|_| width) })
+    };
     let linear = Some(LinearShape {
-        interval: 2,
+        interval: if tiny { 2 } else { 4 },
         key_heads: 2,
         value_heads: 4,
         key_head_dim: 16,
@@ -76,7 +83,8 @@ fn tiny_parts(arch: Arch) -> (Option<MoeShape>, Option<WindowShape>, Option<Line
     match arch {
         Arch::Qwen3Moe => (moe(None), None, None),
         // A window of 16: a prompt overflows it and decoding wraps round it.
-        Arch::Gemma3Text => (None, Some(WindowShape { window: 16, pattern: 2 }), None),
+        Arch::Gemma3Text if tiny => (None, Some(WindowShape { window: 16, pattern: 2 }), None),
+        Arch::Gemma3Text => (None, Some(WindowShape { window: 256, pattern: 6 }), None),
         Arch::Qwen3_5 => (None, None, linear),
         Arch::Qwen3_5Moe => (moe(Some(64)), None, linear),
         _ => (None, None, None),
@@ -89,7 +97,7 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
         Preset::Qwen3_30bA3b | Preset::Gemma3_12b | Preset::Qwen3_5_35bA3b => dense_shape(preset, arch),
         // The small presets take the architecture's own parts at their tiny size.
         _ => {
-            let (moe, window, linear) = tiny_parts(arch);
+            let (moe, window, linear) = small_parts(arch, preset);
             ModelShape { moe, window, linear, ..dense_shape(preset, arch) }
         }
     }
