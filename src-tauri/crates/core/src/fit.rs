@@ -100,6 +100,35 @@
 //! low is the failure the guard exists to prevent, so
 //! `process_rss_measurements_stay_within_bounds` allows 5 % under and 25 %
 //! over.
+//!
+//! The architectures of issue #17, same script (`scripts/measure-fit.sh
+//! --archs-only --models-dir target/fit-models`; the `small` demo of each,
+//! 12 layers × 256, 4-bit, f32; baseline 87.9 MB). Before the two terms
+//! below, the MLX-level estimate was close to MLX's own peak (−1 … +8 % at
+//! ~4000 tokens) but the process held 33–75 MB more than MLX's peak, so the
+//! estimate erred low against RSS by up to 16 % (qwen3_moe −10.9 %, qwen3_5
+//! −13.4 %, qwen3_5_moe −16.3 % at ~4000 tokens; qwen3_5_moe −7.0 % at ~256):
+//!
+//! | case (4005 / 261 prompt tokens)  | predicted + baseline MB | peak RSS MB | error   | MLX peak MB |
+//! |----------------------------------|------------------------:|------------:|--------:|------------:|
+//! | qwen3_moe, ~256                  |                   113.9 |       113.5 |  +0.4 % |        22.0 |
+//! | qwen3_moe, ~4000                 |                   473.2 |       454.8 |  +4.1 % |       314.2 |
+//! | gemma3_text, ~256                |                   109.1 |       105.3 |  +3.5 % |        14.4 |
+//! | gemma3_text, ~4000               |                   472.9 |       420.0 | +12.6 % |       299.2 |
+//! | qwen3_5, ~256                    |                   116.0 |       111.6 |  +3.9 % |        13.9 |
+//! | qwen3_5, ~4000                   |                   538.4 |       462.5 | +16.4 % |       306.0 |
+//! | qwen3_5_moe, ~256                |                   122.9 |       121.8 |  +0.8 % |        22.0 |
+//! | qwen3_5_moe, ~4000               |                   538.4 |       469.6 | +14.6 % |       314.2 |
+//!
+//! The two terms: the prefill slack (half the attention block of the chunk
+//! before the largest; only when a prompt spans chunks) and the recurrence
+//! (RECURRENCE_BYTES_PER_TOKEN × linear layers × chunk). Both are RSS that
+//! MLX's own counter does not see, so the MLX-peak calibration above leaves
+//! them out. Where the slack comes from is not pinned down: it is not
+//! glibc's heap (`MALLOC_MMAP_THRESHOLD_=131072` or `MALLOC_ARENA_MAX=1`:
+//! unchanged), not OpenBLAS's threads (`OPENBLAS_NUM_THREADS=1`: unchanged),
+//! and mlx-lm's own chunked prefill of the same gemma3_text model keeps RSS
+//! within 5 MB of MLX's peak, so it is on the engine's side of MLX.
 //! Not yet measured: Metal (where attention needs less: the estimate errs high).
 
 use serde::Serialize;
@@ -124,7 +153,7 @@ pub const MIN_CONTEXT: u64 = 512;
 pub const TIGHT_FRACTION: f64 = 0.10;
 
 /// What a model needs, read from its config and weight headers (no weights loaded).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ModelFootprint {
     /// Exact bytes of every tensor the engine will hold, as loaded.
     pub weight_bytes: u64,
@@ -147,10 +176,33 @@ pub struct ModelFootprint {
     /// or constant-state layer kind is one more group, not a new formula
     /// for every caller.
     pub kv_layers: Vec<KvLayers>,
+    /// Weight bytes one decoded token reads: one row of the embedding
+    /// table (the whole table again where it is also the output head),
+    /// every attention, norm and dense-MLP weight, the router and shared
+    /// expert, and only the chosen experts' share of the expert weights.
+    /// What the bandwidth roofline divides by; `weight_bytes` is what must
+    /// be resident.
+    pub active_weight_bytes: u64,
+    /// A mixture-of-experts model's experts (`None` for a dense model).
+    pub experts: Option<Experts>,
+}
+
+/// The experts of a mixture-of-experts model, for the fit report and the roofline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Experts {
+    /// Experts per MoE layer.
+    pub count: u64,
+    /// Experts the router picks for each token.
+    pub per_token: u64,
+    /// Bytes of every expert's weights together (all resident).
+    pub resident_bytes: u64,
+    /// Bytes of the experts one token reads (`per_token / count` of them).
+    pub active_bytes: u64,
 }
 
 /// Layers of one kind whose cache keeps `kv_heads × head_dim` keys and as
-/// many values per position.
+/// many values per position, or (linear attention) a state of
+/// `state_bytes` per layer whatever the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KvLayers {
     pub layers: u64,
@@ -158,23 +210,60 @@ pub struct KvLayers {
     pub head_dim: u64,
     /// At most this many positions (a sliding window); `None`: the whole context.
     pub window: Option<u64>,
+    /// A constant-size state per layer (linear attention); 0 for attention layers.
+    pub state_bytes: u64,
+}
+
+/// Which part of the KV cache a group is, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvKind {
+    Full,
+    Window,
+    State,
 }
 
 impl KvLayers {
     /// Full-attention layers: the cache grows with the whole context.
     pub fn full(layers: u64, kv_heads: u64, head_dim: u64) -> Self {
-        Self { layers, kv_heads, head_dim, window: None }
+        Self { layers, kv_heads, head_dim, window: None, state_bytes: 0 }
+    }
+
+    /// Sliding-window layers: the cache stops growing at `window` positions.
+    pub fn sliding(layers: u64, kv_heads: u64, head_dim: u64, window: u64) -> Self {
+        Self { layers, kv_heads, head_dim, window: Some(window), state_bytes: 0 }
+    }
+
+    /// Linear-attention layers: `state_bytes` each, whatever the context.
+    pub fn state(layers: u64, state_bytes: u64) -> Self {
+        Self { layers, kv_heads: 0, head_dim: 0, window: None, state_bytes }
+    }
+
+    pub fn kind(&self) -> KvKind {
+        match (self.window, self.state_bytes) {
+            (_, s) if s > 0 => KvKind::State,
+            (Some(_), _) => KvKind::Window,
+            (None, _) => KvKind::Full,
+        }
+    }
+
+    /// Positions a sliding layer holds at its peak: while a prompt chunk is
+    /// appended, the window's last `window - 1` positions and the chunk
+    /// (mlx-lm's rotating cache concatenates them), then `window`.
+    pub fn window_peak_positions(window: u64) -> u64 {
+        window.saturating_add(PREFILL_CHUNK - 1)
     }
 
     /// Bytes this group's cache holds at `positions` (already rounded to the
     /// cache's step) with `bytes_per_element` per key or value element.
     pub fn bytes(&self, positions: u64, bytes_per_element: u64) -> u64 {
-        let kept = self.window.map_or(positions, |w| positions.min(w.div_ceil(KV_STEP).saturating_mul(KV_STEP)));
+        let kept = self.window.map_or(positions, |w| positions.min(Self::window_peak_positions(w)));
         2u64.saturating_mul(self.layers)
             .saturating_mul(self.kv_heads)
             .saturating_mul(self.head_dim)
             .saturating_mul(kept)
             .saturating_mul(bytes_per_element)
+            .saturating_add(self.layers.saturating_mul(self.state_bytes))
     }
 }
 
@@ -192,6 +281,14 @@ pub struct Overhead {
     /// The largest weight matrix dequantized for a prompt chunk (0 unless
     /// `ModelFootprint::prefill_dequantizes`).
     pub dequantized_weight_bytes: u64,
+    /// Resident memory beyond MLX's own peak while a prompt of more than one
+    /// chunk is read: half the attention block of the chunk before the
+    /// largest one (0 for a prompt of one chunk). Measured, cause not pinned
+    /// down (see the module docs).
+    pub prefill_slack_bytes: u64,
+    /// The linear-attention recurrence over a prompt chunk, token by token
+    /// (0 without linear layers). Resident, but not in MLX's own peak.
+    pub recurrence_bytes: u64,
     pub fixed_bytes: u64,
     pub total_bytes: u64,
 }
@@ -203,10 +300,24 @@ pub struct Estimate {
     /// Positions the KV cache allocates (context rounded up to KV_STEP).
     pub kv_positions: u64,
     pub weight_bytes: u64,
+    /// The whole cache: the three parts below together.
     pub kv_cache_bytes: u64,
+    /// Full-attention layers, growing with the context.
+    pub kv_full_bytes: u64,
+    /// Sliding-window layers, capped at their window.
+    pub kv_window_bytes: u64,
+    /// Linear-attention layers' constant state.
+    pub kv_state_bytes: u64,
     pub overhead: Overhead,
     pub predicted_peak_bytes: u64,
 }
+
+/// Resident bytes per prompt token per linear-attention layer beyond MLX's
+/// own peak: the recurrence runs token by token (as mlx-lm's does off
+/// Metal), ~20 small operations a token, all built before the chunk is
+/// evaluated (measured: 7–8 MB more than the other architectures at 261
+/// tokens × 9 linear layers).
+pub const RECURRENCE_BYTES_PER_TOKEN: u64 = 4 << 10;
 
 /// The fixed overhead term (the least-squares constant was ~0).
 pub const FIXED_OVERHEAD: u64 = 256 << 10;
@@ -233,10 +344,28 @@ pub fn largest_attention_block(context: u64) -> (u64, u64) {
 pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
     let b = model.kv_bytes_per_element;
     let kv_positions = context.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-    let kv_cache_bytes = model.kv_layers.iter().fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)));
+    let part = |kind: KvKind| {
+        model
+            .kv_layers
+            .iter()
+            .filter(|g| g.kind() == kind)
+            .fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)))
+    };
+    let (kv_full_bytes, kv_window_bytes, kv_state_bytes) =
+        (part(KvKind::Full), part(KvKind::Window), part(KvKind::State));
+    let kv_cache_bytes = kv_full_bytes.saturating_add(kv_window_bytes).saturating_add(kv_state_bytes);
     let chunk = PREFILL_CHUNK.min(context);
     let (q, k) = largest_attention_block(context);
-    let attention_bytes = q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
+    let attention_block =
+        |q: u64, k: u64| q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
+    let attention_bytes = attention_block(q, k);
+    // The chunk before the largest block saw the keys before its queries;
+    // half its attention block covers what the process holds beyond MLX's
+    // peak once a prompt spans chunks (scripts/measure-fit.sh --archs-only).
+    let earlier_keys = k.saturating_sub(q);
+    let prefill_slack_bytes = attention_block(PREFILL_CHUNK.min(earlier_keys), earlier_keys) / 2;
+    let linear_layers: u64 = model.kv_layers.iter().filter(|g| g.kind() == KvKind::State).map(|g| g.layers).sum();
+    let recurrence_bytes = linear_layers.saturating_mul(chunk).saturating_mul(RECURRENCE_BYTES_PER_TOKEN);
     let activation_bytes =
         chunk.saturating_mul(model.hidden_size + model.intermediate_size).saturating_mul(b).saturating_mul(15) / 2;
     let logits_bytes = model.vocab_size.saturating_mul(4 * LOGITS_FACTOR);
@@ -251,6 +380,8 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         .saturating_add(activation_bytes)
         .saturating_add(logits_bytes)
         .saturating_add(dequantized_weight_bytes)
+        .saturating_add(prefill_slack_bytes)
+        .saturating_add(recurrence_bytes)
         .saturating_add(FIXED_OVERHEAD);
     let overhead = Overhead {
         chunk_tokens: chunk,
@@ -260,6 +391,8 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         activation_bytes,
         logits_bytes,
         dequantized_weight_bytes,
+        prefill_slack_bytes,
+        recurrence_bytes,
         fixed_bytes: FIXED_OVERHEAD,
         total_bytes,
     };
@@ -268,6 +401,9 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         kv_positions,
         weight_bytes: model.weight_bytes,
         kv_cache_bytes,
+        kv_full_bytes,
+        kv_window_bytes,
+        kv_state_bytes,
         overhead,
         predicted_peak_bytes: model.weight_bytes.saturating_add(kv_cache_bytes).saturating_add(total_bytes),
     }
@@ -444,6 +580,8 @@ mod tests {
             // As on a Mac (Metal's fused kernel).
             prefill_dequantizes: false,
             kv_layers: vec![KvLayers::full(28, 4, 128)],
+            active_weight_bytes: 4_283_105_280,
+            experts: None,
         }
     }
 
@@ -461,10 +599,22 @@ mod tests {
         // 2048 × (3584 + 18944) × 2 × 15 / 2
         assert_eq!(e.overhead.activation_bytes, 692_060_160);
         assert_eq!(e.overhead.logits_bytes, 152_064 * 4 * LOGITS_FACTOR);
+        // The chunk before the largest block: 2048 queries × 6144 keys, halved.
+        assert_eq!(e.overhead.prefill_slack_bytes, 2048 * 6144 * 2 * 90 / 4 / 2);
+        assert_eq!(e.overhead.recurrence_bytes, 0);
         assert_eq!(
             e.overhead.total_bytes,
-            e.overhead.attention_bytes + e.overhead.activation_bytes + e.overhead.logits_bytes + e.overhead.fixed_bytes
+            e.overhead.attention_bytes
+                + e.overhead.activation_bytes
+                + e.overhead.logits_bytes
+                + e.overhead.prefill_slack_bytes
+                + e.overhead.fixed_bytes
         );
+        // One chunk: no slack; linear layers: their recurrence per chunk token.
+        assert_eq!(estimate(&m, 2048).overhead.prefill_slack_bytes, 0);
+        let hybrid =
+            ModelFootprint { kv_layers: vec![KvLayers::full(7, 4, 128), KvLayers::state(21, 1 << 20)], ..qwen7b() };
+        assert_eq!(estimate(&hybrid, 300).overhead.recurrence_bytes, 21 * 300 * RECURRENCE_BYTES_PER_TOKEN);
         assert_eq!(e.predicted_peak_bytes, m.weight_bytes + e.kv_cache_bytes + e.overhead.total_bytes);
     }
 
@@ -600,6 +750,7 @@ mod tests {
                     // Measured with MLX's fused kernel.
                     prefill_dequantizes: false,
                     kv_layers: vec![KvLayers::full(layers, 2, head_dim)],
+                    ..ModelFootprint::default()
                 }
             };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
@@ -632,7 +783,9 @@ mod tests {
     fn calibration_points_are_reproduced() {
         for (model, prompt, measured) in calibration_points() {
             // The turn held prompt + 3 positions (4 tokens generated, the last never fed).
-            let predicted = estimate(&model, prompt + 3).predicted_peak_bytes;
+            // What the OS sees beside MLX's buffers is not in MLX's peak.
+            let e = estimate(&model, prompt + 3);
+            let predicted = e.predicted_peak_bytes - e.overhead.prefill_slack_bytes - e.overhead.recurrence_bytes;
             let error = predicted as f64 / measured as f64 - 1.0;
             // Within 10 %, or within half a MB on the smallest runs (where the
             // fixed term dominates and no decision hinges on it).
@@ -663,6 +816,7 @@ mod tests {
             max_context: Some(4096),
             prefill_dequantizes: true,
             kv_layers: vec![KvLayers::full(12, 4, 64)],
+            ..ModelFootprint::default()
         };
         let q7b_f32 = ModelFootprint {
             weight_bytes: 4_760_885_248,

@@ -223,6 +223,7 @@ mod tests {
             max_context: Some(32_768),
             prefill_dequantizes: false,
             kv_layers: vec![headroom_core::fit::KvLayers::full(48, 8, 128)],
+            ..ModelFootprint::default()
         };
         let report = check(&model, 8192, BudgetInputs::new(16 * GIB));
         assert!(report.verdict.refuses(), "{:?}", report.verdict);

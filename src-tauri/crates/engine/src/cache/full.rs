@@ -1,5 +1,5 @@
-//! The KV cache: per layer, preallocated in steps of 256 positions, owned
-//! by a session and reused across its turns.
+//! A full-attention layer's cache: every position's keys and values,
+//! preallocated in steps of 256 positions.
 //!
 //! Like mlx-lm's `KVCache`, keys and values are written into a buffer that
 //! grows by whole steps (slice assignment), and attention reads the filled
@@ -15,7 +15,7 @@ use crate::error::{MlxContext, Result};
 pub const KV_STEP: i32 = 256;
 
 /// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LayerKv {
     keys: Option<Array>,
     values: Option<Array>,
@@ -26,6 +26,11 @@ impl LayerKv {
     /// Positions filled so far (the RoPE offset of the next token).
     pub fn offset(&self) -> i32 {
         self.offset
+    }
+
+    /// The keys' element type; `None` before the first write.
+    pub(super) fn dtype(&self) -> Option<mlx_rs::Dtype> {
+        self.keys.as_ref().map(Array::dtype)
     }
 
     /// Positions the buffers hold before they must grow.
@@ -79,106 +84,25 @@ impl LayerKv {
         Ok(out)
     }
 
-    fn trim(&mut self, n: i32) -> i32 {
+    pub(super) fn trim(&mut self, n: i32) -> i32 {
         let n = n.min(self.offset);
         self.offset -= n;
         n
     }
 
-    fn nbytes(&self) -> usize {
+    pub fn nbytes(&self) -> usize {
         self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
     }
 
-    fn arrays(&self) -> impl Iterator<Item = &Array> {
+    pub(super) fn arrays(&self) -> impl Iterator<Item = &Array> {
         self.keys.iter().chain(self.values.iter())
-    }
-}
-
-/// The cache of a whole model, plus the token ids whose keys/values it holds,
-/// so a later turn can reuse the common prefix and prefill only the rest.
-#[derive(Debug)]
-pub struct KvCache {
-    layers: Vec<LayerKv>,
-    tokens: Vec<u32>,
-}
-
-impl KvCache {
-    pub fn new(num_layers: usize) -> Self {
-        Self { layers: (0..num_layers).map(|_| LayerKv::default()).collect(), tokens: Vec::new() }
-    }
-
-    /// Positions filled (the same in every layer).
-    pub fn offset(&self) -> usize {
-        self.layers.first().map_or(0, |l| usize::try_from(l.offset).unwrap_or(0))
-    }
-
-    /// The keys' element type; `None` before the first write.
-    pub fn dtype(&self) -> Option<mlx_rs::Dtype> {
-        self.layers.first().and_then(|l| l.keys.as_ref()).map(Array::dtype)
-    }
-
-    /// Bytes held by the buffers (allocated capacity, not just the filled part).
-    pub fn nbytes(&self) -> usize {
-        self.layers.iter().map(LayerKv::nbytes).sum()
-    }
-
-    pub fn num_layers(&self) -> usize {
-        self.layers.len()
-    }
-
-    /// The token ids whose keys/values are cached, in order.
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
-    }
-
-    /// Forgets the last `n` positions (the buffers stay allocated). Returns how many were dropped.
-    pub fn trim(&mut self, n: usize) -> usize {
-        let n = i32::try_from(n).unwrap_or(i32::MAX);
-        let mut dropped = 0;
-        for layer in &mut self.layers {
-            dropped = layer.trim(n);
-        }
-        self.tokens.truncate(self.offset());
-        usize::try_from(dropped).unwrap_or(0)
-    }
-
-    /// Empties the cache and frees its buffers.
-    #[cfg(test)]
-    pub fn clear(&mut self) {
-        for layer in &mut self.layers {
-            *layer = LayerKv::default();
-        }
-        self.tokens.clear();
-    }
-
-    /// Trims the cache to the longest prefix it shares with `prompt`, keeping
-    /// at least one prompt token to feed (its logits give the next token).
-    /// Returns how many prompt tokens are already cached.
-    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        let keep = common.min(prompt.len().saturating_sub(1));
-        self.trim(self.offset() - keep.min(self.offset()));
-        keep
-    }
-
-    pub(crate) fn layers_mut(&mut self) -> &mut [LayerKv] {
-        &mut self.layers
-    }
-
-    /// Records ids whose keys/values the last forward pass appended.
-    pub(crate) fn push_tokens(&mut self, ids: &[u32]) {
-        self.tokens.extend_from_slice(ids);
-    }
-
-    /// Every buffer, for `eval` after a prefill chunk.
-    pub(crate) fn arrays(&self) -> Vec<&Array> {
-        self.layers.iter().flat_map(LayerKv::arrays).collect()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{KvCache, LayerKind};
 
     /// A strided view copied into a fresh, contiguous array, to read back.
     fn values(a: &Array) -> Vec<f32> {
@@ -191,8 +115,8 @@ mod tests {
 
     #[test]
     fn grows_in_steps_and_returns_the_filled_prefix() -> Result<()> {
-        let mut c = KvCache::new(1);
-        let layer = &mut c.layers_mut()[0];
+        let mut c = KvCache::new(&[LayerKind::Full]);
+        let layer = c.layers_mut()[0].full_mut().expect("a full layer");
         let (k, _) = layer.update_and_fetch(&kv(3, 1.0), &kv(3, 1.0))?;
         assert_eq!(k.shape(), &[1, 2, 3, 4]);
         assert_eq!(layer.capacity(), 256);
@@ -212,7 +136,7 @@ mod tests {
 
     #[test]
     fn trim_then_write_overwrites_the_tail() -> Result<()> {
-        let mut c = KvCache::new(2);
+        let mut c = KvCache::new(&[LayerKind::Full, LayerKind::Full]);
         for layer in c.layers_mut() {
             layer.update_and_fetch(&kv(10, 1.0), &kv(10, 1.0))?;
         }
