@@ -1,6 +1,7 @@
 //! headroom-core: the pure logic every other crate shares. No IO, no heavy
 //! dependencies, so it is tested in milliseconds and used everywhere.
 
+pub mod away;
 pub mod bench;
 pub mod cache_policy;
 pub mod chat;

@@ -15,6 +15,9 @@ pub const MAX_MAX_TOKENS: usize = 32_768;
 pub const MAX_OS_HEADROOM_GB: f64 = 1024.0;
 /// The most disk the cloud-answer cache may use (MB).
 pub const MAX_CLOUD_CACHE_MB: u64 = 100_000;
+/// The longest idle time before unloading a model that can be set (a day);
+/// longer is "never".
+pub const MAX_IDLE_UNLOAD_MINUTES: u32 = 24 * 60;
 
 /// Which quantized-matmul kernel a model is loaded with.
 ///
@@ -75,6 +78,9 @@ pub struct Settings {
     pub server_port: u16,
     /// The quantized-matmul kernel models are loaded with (applied at the next load).
     pub kernel: KernelChoice,
+    /// Unload the model after this many minutes without use (`core::away`);
+    /// `None` (JSON `null`): never.
+    pub idle_unload_minutes: Option<u32>,
 }
 
 impl Default for Settings {
@@ -92,6 +98,7 @@ impl Default for Settings {
             summarise_for_cloud: false,
             server_port: 8080,
             kernel: KernelChoice::Auto,
+            idle_unload_minutes: Some(crate::away::DEFAULT_IDLE_UNLOAD_MINUTES),
         }
     }
 }
@@ -161,6 +168,9 @@ impl Settings {
         if self.server_port < 1024 {
             return Err(SettingsError::PrivilegedPort(self.server_port));
         }
+        if let Some(minutes) = self.idle_unload_minutes {
+            range("idle unload (minutes)", minutes, 1, MAX_IDLE_UNLOAD_MINUTES)?;
+        }
         Ok(())
     }
 }
@@ -198,6 +208,17 @@ mod tests {
         assert_eq!((s.os_headroom_gb, s.cloud_cache_mb, s.server_port), (4.0, 50, 8080));
         assert!(!s.summarise_for_cloud && s.cloud_base_url.is_none());
         assert_eq!(s.kernel, KernelChoice::Auto);
+        assert_eq!(s.idle_unload_minutes, Some(15));
+    }
+
+    #[test]
+    fn idle_unload_is_minutes_or_null_for_never() {
+        let never: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": null}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((never.idle_unload_minutes, never.validate()), (None, Ok(())));
+        let five: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": 5}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(five.idle_unload_minutes, Some(5));
+        assert!(serde_json::from_str::<Settings>(r#"{"idleUnloadMinutes": -1}"#).is_err());
+        assert_eq!(serde_json::to_value(&never).unwrap_or_default()["idleUnloadMinutes"], serde_json::Value::Null);
     }
 
     #[test]
@@ -243,6 +264,11 @@ mod tests {
             (Settings { local_threshold_tokens: 0, ..Settings::default() }, "local threshold"),
             (Settings { cloud_cache_mb: 1 << 40, ..Settings::default() }, "cloud cache (MB)"),
             (Settings { server_port: 80, ..Settings::default() }, "server port must be 1024 or above"),
+            (
+                Settings { idle_unload_minutes: Some(0), ..Settings::default() },
+                "idle unload (minutes) must be between 1",
+            ),
+            (Settings { idle_unload_minutes: Some(100_000), ..Settings::default() }, "and 1440"),
         ];
         for (s, needle) in cases {
             let msg = s.validate().err().map(|e| e.to_string()).unwrap_or_default();
