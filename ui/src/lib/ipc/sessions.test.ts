@@ -67,6 +67,7 @@ describe('settings', () => {
       summariseForCloud: false,
       serverPort: 8080,
     kernel: 'auto',
+    idleUnloadMinutes: 15,
     };
     const calls: Array<[string, unknown]> = [];
     mockIPC((cmd, args) => {

@@ -24,6 +24,8 @@ export interface Settings {
   serverPort: number;
   /** Applied at the next model load. */
   kernel: Kernel;
+  /** Unload the model after this many minutes without use (1–1440); null: never. */
+  idleUnloadMinutes: number | null;
 }
 
 /** The stored settings; fields never set have their defaults. */
