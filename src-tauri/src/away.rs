@@ -168,8 +168,13 @@ pub fn doing(state: &AppState) -> (Doing, u64) {
     (Doing { busy: state.runs.any() || server_busy, model_loaded: state.loaded_model().is_some() }, requests)
 }
 
-fn gb(bytes: u64) -> f64 {
-    bytes as f64 / GIB as f64
+/// A size as the notice says it: "1.25 GB", or "3 MB" below a tenth of a GB.
+fn size(bytes: u64) -> String {
+    if bytes >= GIB / 10 {
+        format!("{:.2} GB", bytes as f64 / GIB as f64)
+    } else {
+        format!("{} MB", bytes.div_ceil(1 << 20))
+    }
 }
 
 fn capitalized(s: &str) -> String {
@@ -210,10 +215,10 @@ pub fn carry_out(state: &AppState, action: Action) -> Option<Notice> {
                 Ok(d) => notice(
                     Some(d.freed_bytes),
                     format!(
-                        "{why}: Headroom dropped the cached chat states of {} chat{} ({:.2} GB); {name} stays loaded.",
+                        "{why}: Headroom dropped the cached chat states of {} chat{} ({}); {name} stays loaded.",
                         d.sessions,
                         if d.sessions == 1 { "" } else { "s" },
-                        gb(d.cache_bytes)
+                        size(d.cache_bytes)
                     ),
                 ),
                 Err(e) => {
@@ -237,8 +242,8 @@ pub fn carry_out(state: &AppState, action: Action) -> Option<Notice> {
                     notice(
                         Some(report.freed_bytes),
                         format!(
-                            "{why}: Headroom unloaded {name} and gave back {:.2} GB. Your next message loads it again.",
-                            gb(report.freed_bytes)
+                            "{why}: Headroom unloaded {name} and gave back {}. Your next message loads it again.",
+                            size(report.freed_bytes)
                         ),
                     )
                 }
@@ -341,6 +346,13 @@ fn tell<R: tauri::Runtime>(app: &tauri::AppHandle<R>, state: &AppState, notice: 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn sizes_read_in_gb_or_in_mb_when_small() {
+        assert_eq!(size(3 * GIB / 2), "1.50 GB");
+        assert_eq!(size(2_000_000), "2 MB");
+        assert_eq!(size(0), "0 MB");
+    }
 
     #[test]
     fn server_requests_count_as_use_and_the_policy_follows_the_settings() {

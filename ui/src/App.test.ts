@@ -296,7 +296,7 @@ describe('App', () => {
       atUnixMs: 2000,
       action: 'blameRun',
       cause: { kind: 'pressure', level: 'critical' },
-      message: 'Memory pressure is critical during this answer: this answer is the cause.',
+      message: 'Memory pressure reached critical during this answer: this answer is the cause.',
     });
     const blamed = await screen.findByTestId('away-notice');
     expect(blamed).toHaveAttribute('data-action', 'blameRun');

@@ -438,7 +438,9 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
     let dropped = crate::away::carry_out(&state, Action::DropSessions { cause })
         .unwrap_or_else(|| panic!("the sessions were not dropped"));
     assert!(
-        dropped.message.starts_with("Memory pressure is critical: Headroom dropped the cached chat states of 1 chat ("),
+        dropped
+            .message
+            .starts_with("Memory pressure reached critical: Headroom dropped the cached chat states of 1 chat ("),
         "{}",
         dropped.message
     );
@@ -464,7 +466,8 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
         .find(|r| r.code == crate::away::RELOADED_CODE)
         .unwrap_or_else(|| panic!("no reload note: {route:?}"));
     assert!(
-        note.message.contains("was unloaded because memory pressure is critical; it was loaded again for this message"),
+        note.message
+            .contains("was unloaded because memory pressure reached critical; it was loaded again for this message"),
         "{}",
         note.message
     );

@@ -126,7 +126,7 @@ pub enum Cause {
 }
 
 impl Cause {
-    /// The cause in words, for the notice ("memory pressure is critical").
+    /// The cause in words, for the notice ("memory pressure reached critical").
     pub fn sentence(&self) -> String {
         match *self {
             Self::Idle { idle_ms } => {
@@ -137,7 +137,7 @@ impl Cause {
                     format!("it was not used for {} s", idle_ms / 1000)
                 }
             }
-            Self::Pressure { level } => format!("memory pressure is {level}"),
+            Self::Pressure { level } => format!("memory pressure reached {level}"),
             Self::SwapGrowing { grew_bytes, over_ms } => format!(
                 "swap grew {:.2} GB in {} s while nothing ran",
                 grew_bytes as f64 / (1u64 << 30) as f64,
@@ -387,7 +387,7 @@ mod tests {
             vec![(11_000, Action::DropSessions { cause }), (26_000, Action::Unload { cause })],
             "drop at once, unload {DEFAULT_ESCALATE_AFTER_MS} ms later"
         );
-        assert_eq!(cause.sentence(), "memory pressure is critical");
+        assert_eq!(cause.sentence(), "memory pressure reached critical");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 pub mod away;
 pub mod bench;
 pub mod cache_policy;
+pub mod calibration;
 pub mod chat;
 pub mod fit;
 pub mod format;
