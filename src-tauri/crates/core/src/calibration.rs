@@ -89,7 +89,7 @@ pub fn calibrate(formula: impl Fn(u64) -> u64, context: u64, measured: &[Measure
 
 /// A context as people say it: 4096 → "4K", 3000 → "3000".
 pub fn context_words(tokens: u64) -> String {
-    if tokens >= 1024 && tokens % 1024 == 0 {
+    if tokens >= 1024 && tokens.is_multiple_of(1024) {
         format!("{}K", tokens / 1024)
     } else {
         tokens.to_string()
