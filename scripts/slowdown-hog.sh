@@ -9,7 +9,8 @@
 #
 #   scripts/slowdown-hog.sh [CEILING_MB] [FLOOR_MB]    (defaults 14336, 4096)
 #
-# Safety, so it can never take the machine down: the hog allocates at most
+# Safety, so it can never take the machine down: the hog (scripts/memory-hog.py,
+# shared with scripts/away-hog.sh) allocates at most
 # CEILING_MB (default 14 GiB of this machine's 24), checks MemAvailable before
 # every 512 MiB step and stops before it would leave less than FLOOR_MB,
 # runs under `ulimit -v` (ceiling + 1 GiB), asks the kernel's OOM killer to
@@ -38,52 +39,6 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-cat >"$scratch/hog.py" <<'PY'
-import os, sys, time
-
-ceiling, floor, step = (int(a) << 20 for a in sys.argv[1:4])
-deadline = time.time() + 90
-
-def mem_available():
-    for line in open("/proc/meminfo"):
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) << 10
-    return 0
-
-def psi():
-    try:
-        some = open("/proc/pressure/memory").readline()
-        return float(some.split("avg10=")[1].split()[0])
-    except (OSError, IndexError, ValueError):
-        return -1.0
-
-with open("/proc/self/oom_score_adj", "w") as f:
-    f.write("1000")  # if anything must die, it is this
-blocks, total, t0 = [], 0, time.time()
-log = lambda msg: print(f"hog {time.time() - t0:5.1f} s  {msg}", flush=True)
-log(f"start: MemAvailable {mem_available() >> 20} MB, PSI some avg10 {psi():.2f}")
-while total + step <= ceiling and time.time() < deadline:
-    avail = mem_available()
-    if avail - step < floor:
-        log(f"stop: another step would leave MemAvailable under {floor >> 20} MB ({avail >> 20} MB now)")
-        break
-    block = bytearray(step)
-    block[::4096] = b"\x01" * len(range(0, step, 4096))  # touch every page: resident
-    blocks.append(block)
-    total += step
-    level = psi()
-    log(f"holding {total >> 20} MB, MemAvailable {mem_available() >> 20} MB, PSI some avg10 {level:.2f}")
-    if level >= 10:
-        log("stop: PSI reached the warning level")
-        break
-    time.sleep(0.2)
-else:
-    log(f"stop: ceiling {ceiling >> 20} MB reached" if total + step > ceiling else "stop: time limit")
-for _ in range(6):
-    time.sleep(1)
-    log(f"holding {total >> 20} MB, MemAvailable {mem_available() >> 20} MB, PSI some avg10 {psi():.2f}")
-log("exit: memory returned")
-PY
 
 echo "slowdown-hog: writing the demo model ($PRESET)…"
 "$BIN" demo-model "$scratch/model" --preset "$PRESET" --arch qwen2 --bits 4 >/dev/null
@@ -101,7 +56,7 @@ done
 if grep -q "^run 2 started" "$scratch/probe.log"; then
   (
     ulimit -v $(((CEILING_MB + 1024) * 1024))
-    exec python3 "$scratch/hog.py" "$CEILING_MB" "$FLOOR_MB" 512
+    exec python3 "$here/scripts/memory-hog.py" "$CEILING_MB" "$FLOOR_MB" 512 6
   ) >"$scratch/hog.log" 2>&1 &
   hog_pid=$!
 fi

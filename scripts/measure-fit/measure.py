@@ -95,6 +95,34 @@ def measure(bin_, model_dir, prompt_file, max_tokens, dtype):
     }
 
 
+def calibration(args, demo, case):
+    """Estimates that learn (core::calibration): the peak RSS of one run at
+    ~1K tokens is passed to `headroom fit --measured`; its prediction is
+    compared with a second run at the same prompt (goal: within 5 %) and a
+    run at twice the context (goal: within 10 %)."""
+    medium = demo("medium", "medium", "4")
+    first = case("medium ~100M 4-bit, f32, ~1K tokens (calibrates)", medium, 1000)
+    again = case("medium ~100M 4-bit, f32, ~1K tokens (again)", medium, 1000)
+    twice = case("medium ~100M 4-bit, f32, ~2K tokens", medium, 2000)
+    measured = f"{first['positions']}:{first['rss']}"
+    print()
+    print(f"calibrated by the first run: {first['positions']} positions, peak RSS {first['rss'] / MB:.1f} MB "
+          f"(`headroom fit --measured {measured}`)")
+    print()
+    print("| check | positions | formula MB | calibrated MB | measured peak RSS MB | error | goal |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    ok = True
+    for label, r, goal in (("same context", again, 0.05), ("twice the context", twice, 0.10)):
+        fit = json.loads(run_checked([args.bin, "fit", medium, "--context", str(r["positions"]), "--dtype", "f32",
+                                      "--json", "--measured", measured], "fit --measured"))
+        c = fit["calibrated"]
+        err = c["predictedPeakBytes"] / r["rss"] - 1
+        ok &= abs(err) <= goal
+        print(f"| {label} | {r['positions']} | {c['formulaPeakBytes'] / MB:.1f} | {c['predictedPeakBytes'] / MB:.1f} | "
+              f"{r['rss'] / MB:.1f} | {err * 100:+.1f} % | ±{goal * 100:.0f} % |")
+    return 0 if ok else 2
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--bin", required=True)
@@ -107,6 +135,9 @@ def main():
     ap.add_argument("--models-dir", help="write the demo models here (kept) and reuse any already there, "
                     "instead of a temp folder: reruns skip the 8-minute 7B write")
     ap.add_argument("--json", help="also write the rows to this file")
+    ap.add_argument("--calibration", action="store_true",
+                    help="only the learned-estimate check: one run at ~1K tokens calibrates `headroom fit "
+                         "--measured`; its prediction against a second run there and a run at twice the context")
     args = ap.parse_args()
     text = open(args.text, encoding="utf-8").read()
     started = time.monotonic()
@@ -135,6 +166,8 @@ def main():
                   f"predicted {r['predicted'] / MB:.1f} MB + baseline, {r['wall']:.0f} s", file=sys.stderr)
             return r
 
+        if args.calibration:
+            return calibration(args, demo, case)
         # The baseline: the whole process with a model of 0.1 MB.
         tiny = demo("tiny", "tiny", "4")
         base = case("baseline (tiny, 16-token prompt)", tiny, 16)

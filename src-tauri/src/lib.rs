@@ -4,6 +4,7 @@
 //! `tauri::test::mock_builder()` tests exercise it without a display.
 
 mod about;
+pub(crate) mod away;
 mod bench;
 pub mod cli;
 mod commands;
@@ -77,6 +78,7 @@ pub fn run(logs: logging::Logs) -> ExitCode {
     if let Err(e) = memory::start(app.handle()) {
         tracing::warn!("memory readings are unavailable: {e}");
     }
+    away::start(app.handle());
     bundle_demo_model(&app);
     app.run(|app, event| match event {
         // Hiding the last window must not end a menu-bar app; only Quit
@@ -142,6 +144,7 @@ pub fn run_app<R: Runtime>(
     locations: Option<Locations>,
 ) -> tauri::Result<App<R>> {
     let app = builder
+        .plugin(tauri_plugin_notification::init())
         .invoke_handler(tauri::generate_handler![
             commands::app::app_info,
             commands::bench::bench_run,
@@ -153,6 +156,7 @@ pub fn run_app<R: Runtime>(
             commands::cloud::cloud_key_status,
             commands::cloud::cloud_key_delete,
             commands::memory::memory_history,
+            commands::memory::away_notice,
             commands::live::live_chart,
             commands::live::live_visibility,
             commands::models::models_list,

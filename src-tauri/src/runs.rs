@@ -111,6 +111,12 @@ impl Runs {
         Ok(Registered { id, runs: self.clone() })
     }
 
+    /// Whether anything runs now (a turn, a benchmark, a download): the
+    /// model is in use and must not be taken away (`crate::away`).
+    pub fn any(&self) -> bool {
+        !self.lock().running.is_empty()
+    }
+
     /// Stops run `id`; false if it is over (or never was).
     pub fn cancel(&self, id: u64) -> bool {
         let stopper = self.lock().running.get(&id).map(|(_, s)| s.clone());
@@ -137,7 +143,7 @@ mod tests {
     #[test]
     fn runs_are_stopped_by_id_or_kind_and_leave_when_they_end() {
         let runs = Runs::default();
-        assert!(!runs.cancel(1), "nothing runs yet");
+        assert!(!runs.cancel(1) && !runs.any(), "nothing runs yet");
         let flag = Arc::new(AtomicBool::new(false));
         let bench =
             runs.register_only(RunKind::Bench, Stopper::Flag(Arc::clone(&flag))).unwrap_or_else(|e| panic!("{e}"));
@@ -148,6 +154,7 @@ mod tests {
         let token = CancellationToken::new();
         let chat = runs.register(RunKind::Chat, Stopper::Token(token.clone()));
         assert_ne!(chat.id(), bench.id());
+        assert!(runs.any());
         assert!(runs.cancel(chat.id()) && token.is_cancelled());
         assert!(!flag.load(Ordering::Relaxed), "only that run");
         assert!(runs.cancel_kind(RunKind::Bench) && flag.load(Ordering::Relaxed));
@@ -156,6 +163,7 @@ mod tests {
         drop(chat);
         assert!(!runs.cancel(id), "an ended run is gone");
         drop(bench);
+        assert!(!runs.any(), "every run ended");
         assert!(runs.register_only(RunKind::Bench, Stopper::Flag(Arc::default())).is_ok(), "free again");
     }
 }

@@ -148,6 +148,8 @@ pub struct AppState {
     /// The live view: who is looking (sets the sampler's pace) and the
     /// per-second rates of streaming answers, written to the store.
     pub live: crate::live::Live,
+    /// When to give memory back (idle unload, memory pressure) and what was given.
+    pub away: crate::away::AwayHandle,
 }
 
 impl AppState {
@@ -169,6 +171,7 @@ impl AppState {
             runs: Runs::default(),
             scans: Arc::default(),
             live,
+            away: crate::away::AwayHandle::default(),
         }
     }
 
@@ -205,6 +208,7 @@ impl AppState {
         // Validated to 0..=1024 GB, so the product fits a u64.
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
+        self.away.apply_settings(settings);
     }
 
     pub fn loaded_model(&self) -> Option<LoadedModel> {
@@ -212,6 +216,10 @@ impl AppState {
     }
 
     pub fn set_loaded(&self, model: Option<LoadedModel>) {
+        if model.is_some() {
+            // A load is use, and whatever Headroom unloaded is not to be reloaded over it.
+            self.away.note_loaded();
+        }
         *self.loaded.lock().unwrap_or_else(PoisonError::into_inner) = model;
     }
 }

@@ -10,6 +10,7 @@ import type { FitReport, ModelEntry } from './lib/ipc/models';
 import type { StoredMessage } from './lib/ipc/sessions';
 import type { Settings } from './lib/ipc/settings';
 import { DEFAULT_SETTINGS } from './lib/ipc/settings.fixture';
+import type { AwayNotice } from './lib/ipc/memory';
 
 interface FakeSession {
   id: string;
@@ -62,6 +63,9 @@ const STATS: TurnStats = {
   model: 'headroom-demo-tiny',
   slowdown: null,
 };
+
+/** What `away_notice` answers: the latest thing Headroom did to give memory back. */
+let latestNotice: AwayNotice | null = null;
 
 interface Call {
   cmd: string;
@@ -194,6 +198,8 @@ function fakeBackend(
         return null;
       case 'memory_history':
         return [];
+      case 'away_notice':
+        return latestNotice;
       default:
         throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
     }
@@ -252,6 +258,37 @@ describe('App', () => {
     const { emit } = await import('@tauri-apps/api/event');
     await emit('models-changed');
     await waitFor(() => expect(calls.filter((c) => c.cmd === 'models_list').length).toBe(lists + 1));
+  });
+
+  it('shows what Headroom did to give memory back: the latest at start, then each new one, until dismissed', async () => {
+    latestNotice = {
+      atUnixMs: 1000,
+      action: 'unload',
+      cause: { kind: 'idle', idleMs: 900_000 },
+      modelId: 'headroom-demo-tiny',
+      freedBytes: 2_000_000,
+      message: 'It was not used for 15 min: Headroom unloaded headroom-demo-tiny and gave back 0.00 GB. Your next message loads it again.',
+    };
+    fakeBackend();
+    const { user } = setup();
+    const shown = await screen.findByTestId('away-notice');
+    expect(shown).toHaveTextContent('Headroom unloaded headroom-demo-tiny');
+    expect(shown).toHaveAttribute('data-action', 'unload');
+    await user.click(within(shown).getByRole('button', { name: 'Dismiss' }));
+    expect(screen.queryByTestId('away-notice')).toBeNull();
+
+    const { emit } = await import('@tauri-apps/api/event');
+    await emit('away', {
+      ...latestNotice,
+      atUnixMs: 2000,
+      action: 'blameRun',
+      cause: { kind: 'pressure', level: 'critical' },
+      message: 'Memory pressure reached critical during this answer: this answer is the cause.',
+    });
+    const blamed = await screen.findByTestId('away-notice');
+    expect(blamed).toHaveAttribute('data-action', 'blameRun');
+    expect(blamed).toHaveTextContent('this answer is the cause');
+    latestNotice = null;
   });
 
   it('loads the model picked in the dropdown', async () => {
@@ -594,6 +631,16 @@ describe('App', () => {
     await user.selectOptions(screen.getByTestId('kernel'), 'fused');
     await waitFor(() =>
       expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { kernel: 'fused', maxTokens: 4096 } }),
+    );
+    // Idle unload: minutes, or never (null, as the Rust side stores it).
+    expect(screen.getByTestId('idle-unload')).toHaveValue('15');
+    await user.selectOptions(screen.getByTestId('idle-unload'), 'never');
+    await waitFor(() =>
+      expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { idleUnloadMinutes: null, kernel: 'fused' } }),
+    );
+    await user.selectOptions(screen.getByTestId('idle-unload'), '30');
+    await waitFor(() =>
+      expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { idleUnloadMinutes: 30 } }),
     );
     await user.click(screen.getByRole('button', { name: 'Done' }));
 

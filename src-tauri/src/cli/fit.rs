@@ -2,6 +2,7 @@
 //! the model's footprint from its headers, the budget from this machine's
 //! memory, and the verdict with every part.
 
+use headroom_core::calibration::{self, Calibrated, Measured};
 use std::io::Write;
 use std::path::Path;
 
@@ -73,6 +74,32 @@ pub struct FitArgs {
     /// Print one JSON object (every part of the estimate, the budget and the verdict).
     #[arg(long)]
     pub json: bool,
+    /// A peak measured on this machine for this model, CONTEXT:BYTES
+    /// (repeatable): the prediction is calibrated by the nearest one
+    /// (`core::calibration`) and says so.
+    #[arg(long = "measured", value_name = "CONTEXT:BYTES", value_parser = parse_measured)]
+    pub measured: Vec<Measured>,
+}
+
+fn parse_measured(s: &str) -> Result<Measured, String> {
+    let (context, bytes) =
+        s.split_once(':').ok_or_else(|| format!("`{s}` is not CONTEXT:BYTES, e.g. 4096:9800000000"))?;
+    let number =
+        |v: &str, what: &str| v.trim().parse::<u64>().map_err(|_| format!("{what} `{v}` is not a whole number"));
+    let m = Measured { context_tokens: number(context, "the context")?, peak_bytes: number(bytes, "the peak")? };
+    if m.context_tokens == 0 || m.peak_bytes == 0 {
+        return Err(format!("`{s}`: a measurement of nothing (zero context or zero bytes)"));
+    }
+    Ok(m)
+}
+
+/// `headroom fit --json`: the report, and the calibrated prediction when measurements were given.
+#[derive(serde::Serialize)]
+struct FitOutput<'a> {
+    #[serde(flatten)]
+    report: &'a FitReport,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    calibrated: Option<Calibrated>,
 }
 
 /// The verdict for the model in `dir` at `context` tokens with the device's
@@ -118,10 +145,17 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
     let report = check_model_for(&dir, args.context, args.dtype, args.kernel, &args.budget)?;
+    let calibrated = (!args.measured.is_empty()).then(|| {
+        let formula = |c: u64| headroom_core::fit::estimate(&report.footprint, c).predicted_peak_bytes;
+        calibration::calibrate(formula, report.estimate.context_tokens, &args.measured)
+    });
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        writeln!(out, "{}", serde_json::to_string(&FitOutput { report: &report, calibrated })?)?;
     } else {
         write!(out, "{}", describe(&dir.display().to_string(), &report))?;
+        if let Some(c) = calibrated {
+            writeln!(out, "calibrated peak    {:>10}  ({})", gb(c.predicted_peak_bytes), c.label())?;
+        }
     }
     Ok(())
 }
@@ -382,6 +416,23 @@ mod tests {
         );
         assert!(wide["estimate"]["weight_bytes"].as_u64() > native["estimate"]["weight_bytes"].as_u64());
         assert!(Cli::try_parse_from(["headroom", "fit", "m", "--dtype", "int8"]).is_err());
+        assert!(native.get("calibrated").is_none(), "nothing measured: no calibrated figure");
+
+        // A peak measured here calibrates the prediction, and says so.
+        let formula = native["estimate"]["predicted_peak_bytes"].as_u64().unwrap_or_default();
+        let measured = format!("8192:{}", formula + (300 << 20));
+        let same = json(&["--measured", &measured]);
+        assert_eq!(same["calibrated"]["predictedPeakBytes"].as_u64(), Some(formula + (300 << 20)));
+        assert_eq!(same["calibrated"]["formulaPeakBytes"].as_u64(), Some(formula), "the formula is the report's");
+        assert_eq!(same["calibrated"]["basis"]["atContext"].as_u64(), Some(8192));
+        let mut text = Vec::new();
+        fit(&parse(&[d.as_str(), "--available-gb", "8", "--measured", &measured]), &HubEnv::default(), &mut text)
+            .unwrap_or_else(|e| panic!("{e}"));
+        let text = String::from_utf8_lossy(&text);
+        assert!(text.contains("calibrated peak") && text.contains("(measured here at 8K: "), "{text}");
+        for bad in ["8192", "0:5", "8192:0", "x:1", "1:-5"] {
+            assert!(Cli::try_parse_from(["headroom", "fit", "m", "--measured", bad]).is_err(), "{bad}");
+        }
         let _ = std::fs::remove_dir_all(dir);
     }
 

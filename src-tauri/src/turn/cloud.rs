@@ -112,6 +112,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     // The door: nothing below is built from anything but what passes it.
     let passed = gate::door(state, outbound, allow)?;
     let mut route = RouteInfo::of(&plan.decision, RouteTarget::Cloud, &model);
+    route.reasons.extend(plan.notes.iter().cloned());
     // The gate's account of what it left out replaces the router's forecast.
     let forecast = Reason::HistoryWithheld { messages: Vec::new() }.code();
     route.reasons.retain(|r| r.code != forecast);

@@ -29,7 +29,8 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     if let (Some(context), false) = (swap, forced) {
         return Err(TurnError::WouldSwap { model: model.id.clone(), context });
     }
-    let route = RouteInfo::of(&plan.decision, RouteTarget::Local, &model.id);
+    let mut route = RouteInfo::of(&plan.decision, RouteTarget::Local, &model.id);
+    route.reasons.extend(plan.notes.iter().cloned());
     let mut messages = plan.history.clone();
     messages.push(Message::new(Role::User, plan.text.clone()));
     let request = GenerateRequest {
@@ -90,5 +91,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
         }
         other => RunEvent::from(other),
     });
-    super::spawn(registered, route, events, sink, recorder, stop, |_| {})
+    // The end of an answer restarts the idle timer, not just its start.
+    let away = state.away.clone();
+    super::spawn(registered, route, events, sink, recorder, stop, move |_| away.note_use())
 }

@@ -175,6 +175,13 @@ pub fn start(
         }
     }
     let asked = asked(state, &request)?;
+    state.away.note_use();
+    // A model Headroom unloaded on its own (idle, memory pressure) comes
+    // back for the next message, fit-checked, unless it is for the cloud.
+    let mut notes = Vec::new();
+    if options.force != Some(Force::Cloud) {
+        notes.extend(crate::away::reload(state)?);
+    }
     if state.loaded_model().is_none() && settings.cloud_base_url.is_none() && options.force != Some(Force::Cloud) {
         // Nothing to route to: the plainest words for the first run.
         return Err(TurnError::NoModelLoaded);
@@ -189,6 +196,7 @@ pub fn start(
         options: request.options,
         max_tokens,
         decision,
+        notes,
     };
     let sink: Sink = Box::new(sink);
     if plan.decision.is_cloud() {
@@ -209,6 +217,8 @@ pub(crate) struct Plan {
     pub options: TurnOptions,
     pub max_tokens: usize,
     pub decision: headroom_core::router::Decision,
+    /// Said in the route note besides the router's reasons (the model was loaded again first).
+    pub notes: Vec<RouteReason>,
 }
 
 fn asked(state: &AppState, request: &TurnRequest) -> Result<Asked, TurnError> {

@@ -418,3 +418,73 @@ fn a_cloud_turn_stops_through_the_registry_and_keeps_what_arrived() {
     let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(cache.entries, 0, "a cut answer is not cached");
 }
+
+/// Headroom's own unload (memory pressure here; idle the same way): the
+/// chat caches go first, then the model; the next message loads it again
+/// through the fit-checked load, and its route note says so with the load
+/// time. A run in the registry keeps the model.
+#[test]
+fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time() {
+    use headroom_core::away::{Action, Cause};
+    use headroom_core::pressure::PressureLevel;
+
+    let state = crate::test_state("away");
+    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    let settings = settings(None);
+    let (running, _) = turn(&state, &settings, "s1", new("hello"), max(3));
+    let _ = stored(&state, "s1", &running);
+
+    let cause = Cause::Pressure { level: PressureLevel::Critical };
+    let dropped = crate::away::carry_out(&state, Action::DropSessions { cause })
+        .unwrap_or_else(|| panic!("the sessions were not dropped"));
+    assert!(
+        dropped
+            .message
+            .starts_with("Memory pressure reached critical: Headroom dropped the cached chat states of 1 chat ("),
+        "{}",
+        dropped.message
+    );
+    assert!(state.loaded_model().is_some(), "the cheap step keeps the model");
+
+    let unloaded = crate::away::carry_out(&state, Action::Unload { cause })
+        .unwrap_or_else(|| panic!("the model was not unloaded"));
+    assert!(state.loaded_model().is_none());
+    assert!(
+        unloaded.message.contains(&format!("Headroom unloaded {}", crate::models::DEMO_MODEL_ID)),
+        "{}",
+        unloaded.message
+    );
+    assert!(unloaded.freed_bytes.is_some_and(|b| b > 0), "{unloaded:?}");
+    assert_eq!(state.away.notice(), Some(unloaded));
+    assert_eq!(state.away.unloaded().map(|u| u.id), Some(crate::models::DEMO_MODEL_ID.to_owned()));
+
+    let (running, events) = turn(&state, &settings, "s1", new("again"), max(3));
+    let route = route_of(&events);
+    let note = route
+        .reasons
+        .iter()
+        .find(|r| r.code == crate::away::RELOADED_CODE)
+        .unwrap_or_else(|| panic!("no reload note: {route:?}"));
+    assert!(
+        note.message
+            .contains("was unloaded because memory pressure reached critical; it was loaded again for this message"),
+        "{}",
+        note.message
+    );
+    assert!(note.message.ends_with(" s."), "the load time: {}", note.message);
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+    let _ = stored(&state, "s1", &running);
+    assert!(state.loaded_model().is_some() && state.away.unloaded().is_none(), "loaded, nothing left to reload");
+
+    // The next turn on a loaded model says nothing about loading.
+    let (running, events) = turn(&state, &settings, "s1", new("once more"), max(2));
+    assert!(!codes(&route_of(&events)).contains(&crate::away::RELOADED_CODE));
+    let _ = stored(&state, "s1", &running);
+
+    // A run under way (a benchmark, say) keeps the model: the unload is not done.
+    let run = state.runs.register(crate::runs::RunKind::Bench, crate::runs::Stopper::Flag(std::sync::Arc::default()));
+    assert_eq!(crate::away::carry_out(&state, Action::Unload { cause }), None);
+    assert_eq!(crate::away::carry_out(&state, Action::DropSessions { cause }), None);
+    assert!(state.loaded_model().is_some());
+    drop(run);
+}

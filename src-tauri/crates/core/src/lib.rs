@@ -1,8 +1,10 @@
 //! headroom-core: the pure logic every other crate shares. No IO, no heavy
 //! dependencies, so it is tested in milliseconds and used everywhere.
 
+pub mod away;
 pub mod bench;
 pub mod cache_policy;
+pub mod calibration;
 pub mod chat;
 pub mod fit;
 pub mod format;

@@ -15,6 +15,9 @@ pub const MAX_MAX_TOKENS: usize = 32_768;
 pub const MAX_OS_HEADROOM_GB: f64 = 1024.0;
 /// The most disk the cloud-answer cache may use (MB).
 pub const MAX_CLOUD_CACHE_MB: u64 = 100_000;
+/// The longest idle time before unloading a model that can be set (a day);
+/// longer is "never".
+pub const MAX_IDLE_UNLOAD_MINUTES: u32 = 24 * 60;
 
 /// Which quantized-matmul kernel a model is loaded with.
 ///
@@ -81,6 +84,9 @@ pub struct Settings {
     /// accelerator syntax the app registers ("Alt+Space" is ⌥Space on a
     /// Mac); `None`: no shortcut.
     pub global_shortcut: Option<String>,
+    /// Unload the model after this many minutes without use (`core::away`);
+    /// `None` (JSON `null`): never.
+    pub idle_unload_minutes: Option<u32>,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -103,6 +109,7 @@ impl Default for Settings {
             kernel: KernelChoice::Auto,
             launch_at_login: false,
             global_shortcut: Some(DEFAULT_GLOBAL_SHORTCUT.to_owned()),
+            idle_unload_minutes: Some(crate::away::DEFAULT_IDLE_UNLOAD_MINUTES),
         }
     }
 }
@@ -175,6 +182,9 @@ impl Settings {
         if self.global_shortcut.as_deref().is_some_and(|s| s.trim().is_empty()) {
             return Err(SettingsError::Empty { field: "global shortcut" });
         }
+        if let Some(minutes) = self.idle_unload_minutes {
+            range("idle unload (minutes)", minutes, 1, MAX_IDLE_UNLOAD_MINUTES)?;
+        }
         Ok(())
     }
 }
@@ -215,6 +225,17 @@ mod tests {
         assert!(!s.launch_at_login);
         assert_eq!(s.global_shortcut.as_deref(), Some("Alt+Space"));
         assert_eq!(s.kernel, KernelChoice::Auto);
+        assert_eq!(s.idle_unload_minutes, Some(15));
+    }
+
+    #[test]
+    fn idle_unload_is_minutes_or_null_for_never() {
+        let never: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": null}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!((never.idle_unload_minutes, never.validate()), (None, Ok(())));
+        let five: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": 5}"#).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(five.idle_unload_minutes, Some(5));
+        assert!(serde_json::from_str::<Settings>(r#"{"idleUnloadMinutes": -1}"#).is_err());
+        assert_eq!(serde_json::to_value(&never).unwrap_or_default()["idleUnloadMinutes"], serde_json::Value::Null);
     }
 
     #[test]
@@ -261,6 +282,11 @@ mod tests {
             (Settings { cloud_cache_mb: 1 << 40, ..Settings::default() }, "cloud cache (MB)"),
             (Settings { server_port: 80, ..Settings::default() }, "server port must be 1024 or above"),
             (Settings { global_shortcut: Some(" ".into()), ..Settings::default() }, "global shortcut is empty"),
+            (
+                Settings { idle_unload_minutes: Some(0), ..Settings::default() },
+                "idle unload (minutes) must be between 1",
+            ),
+            (Settings { idle_unload_minutes: Some(100_000), ..Settings::default() }, "and 1440"),
         ];
         for (s, needle) in cases {
             let msg = s.validate().err().map(|e| e.to_string()).unwrap_or_default();

@@ -93,6 +93,17 @@ pub fn memory_returned(before_active: u64, after_active: u64, expected: u64) -> 
     before_active.saturating_sub(after_active).saturating_add(RETURN_TOLERANCE_BYTES) >= expected
 }
 
+/// What dropping every session's KV cache gave back (the model stays).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SessionsDropped {
+    /// How many sessions had a cache.
+    pub sessions: usize,
+    /// What their caches held (`nbytes`).
+    pub cache_bytes: u64,
+    /// MLX's active + cache bytes before minus after clearing the buffer cache.
+    pub freed_bytes: u64,
+}
+
 impl UnloadReport {
     /// Ok if the old model's memory is back (or there was none), else
     /// [`EngineError::MemoryNotReturned`]: loading now would stack two models.
@@ -313,6 +324,9 @@ enum Job {
     DropSession {
         session: String,
     },
+    DropSessions {
+        reply: Sender<Result<SessionsDropped>>,
+    },
     /// Work that needs the loaded model but is not a chat turn (the benchmark).
     WithModel(ModelJob),
     /// Drop everything and end the thread.
@@ -449,6 +463,15 @@ impl EngineHandle {
         self.send(Job::DropSession { session: session.to_owned() })
     }
 
+    /// Frees every session's KV cache and MLX's buffer cache, keeping the
+    /// model: the cheap step when memory is tight (`core::away`). The next
+    /// turn of each chat prefills its prompt again. Blocks until done.
+    pub fn drop_sessions(&self) -> Result<SessionsDropped> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Job::DropSessions { reply })?;
+        rx.recv().map_err(|_| EngineError::EngineStopped)?
+    }
+
     /// Runs `job` on the engine thread with the loaded model (`None` if none)
     /// and its context limit, between other jobs; returns at once. For the
     /// benchmark (bench.rs), which drives `generate` itself on a cache of its own.
@@ -500,6 +523,9 @@ impl Worker {
                 Job::DropSession { session } => {
                     self.sessions.remove(&session);
                 }
+                Job::DropSessions { reply } => {
+                    let _ = reply.send(self.drop_sessions());
+                }
                 Job::Stop => break,
                 Job::WithModel(job) => {
                     let limit = self.loaded.as_ref().map_or(0, |l| l.settings.context_limit);
@@ -533,6 +559,22 @@ impl Worker {
                 }
             }
         }
+    }
+
+    fn drop_sessions(&mut self) -> Result<SessionsDropped> {
+        let before = mlx_memory()?;
+        let sessions = self.sessions.len();
+        let held = self.sessions.values().map(KvCache::nbytes).sum::<usize>();
+        self.sessions.clear();
+        // Freed arrays go to MLX's buffer cache first; give them to the OS now.
+        mlx_rs::memory::clear_cache().op("clear_cache")?;
+        let after = mlx_memory()?;
+        let total = |m: &MlxMemory| m.active.saturating_add(m.cache);
+        Ok(SessionsDropped {
+            sessions,
+            cache_bytes: u64::try_from(held).unwrap_or(u64::MAX),
+            freed_bytes: total(&before).saturating_sub(total(&after)),
+        })
     }
 
     fn unload(&mut self) -> Result<UnloadReport> {

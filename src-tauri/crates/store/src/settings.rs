@@ -59,6 +59,8 @@ mod tests {
             cloud_base_url: Some("https://api.example.com/v1".into()),
             cloud_model: Some("gpt-x".into()),
             summarise_for_cloud: true,
+            // "Never" is stored as null and read back as never, not as the default.
+            idle_unload_minutes: None,
             ..Settings::default()
         };
         store.set_settings(&mine).await.unwrap_or_else(|e| panic!("{e}"));

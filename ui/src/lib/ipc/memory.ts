@@ -30,6 +30,35 @@ export function onMemory(handler: (sample: MemorySample) => void): Promise<() =>
   return subscribeTo<MemorySample>(MEMORY_EVENT, handler);
 }
 
+/** Why Headroom gave memory back (mirrors `core::away::Cause`). */
+export type AwayCause =
+  | { kind: 'idle'; idleMs: number }
+  | { kind: 'pressure'; level: PressureLevel }
+  | { kind: 'swapGrowing'; grewBytes: number; overMs: number };
+
+/** What Headroom did to give memory back (mirrors `away::Notice`). */
+export interface AwayNotice {
+  atUnixMs: number;
+  /** `blameRun`: memory turned tight during an answer, which is the cause; nothing was freed mid-answer. */
+  action: 'blameRun' | 'dropSessions' | 'unload';
+  cause: AwayCause;
+  modelId: string | null;
+  freedBytes: number | null;
+  message: string;
+}
+
+/** Emitted with an `AwayNotice` each time Headroom frees memory (or blames an answer). */
+export const AWAY_EVENT = 'away';
+
+/** The latest notice, for a popover opened after it (null: none yet). */
+export function awayNotice(): Promise<AwayNotice | null> {
+  return call<AwayNotice | null>('away_notice');
+}
+
+export function onAway(handler: (notice: AwayNotice) => void): Promise<() => void> {
+  return subscribeTo<AwayNotice>(AWAY_EVENT, handler);
+}
+
 /**
  * Tells the backend whether the popover is on screen: hidden, it sends no
  * memory events and samples slowly; shown, it takes a reading at once.

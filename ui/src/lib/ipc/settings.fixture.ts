@@ -18,4 +18,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   kernel: 'auto',
   launchAtLogin: false,
   globalShortcut: 'Alt+Space',
+  idleUnloadMinutes: 15,
 });

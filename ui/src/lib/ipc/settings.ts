@@ -28,6 +28,8 @@ export interface Settings {
   launchAtLogin: boolean;
   /** The shortcut that shows or hides the popover ("Alt+Space"); null: none. */
   globalShortcut: string | null;
+  /** Unload the model after this many minutes without use (1–1440); null: never. */
+  idleUnloadMinutes: number | null;
 }
 
 /** The stored settings; fields never set have their defaults. */

@@ -95,6 +95,17 @@ fn a_session_reuses_its_cache_and_matches_a_fresh_run() {
     // Dropping the session starts the next turn from scratch.
     e.drop_session("s1").expect("drop");
     assert_eq!(turn(&history).stats.reused_tokens, 0);
+
+    // Dropping every session (memory is tight) keeps the model and frees the caches.
+    let other = GenerateRequest { session: Some("s2".into()), ..request(user("Another chat"), 4) };
+    e.generate(other).expect("generate").collect().expect("run");
+    let dropped = e.drop_sessions().expect("drop all");
+    assert_eq!(dropped.sessions, 2, "{dropped:?}");
+    assert!(dropped.cache_bytes > 0, "{dropped:?}");
+    assert_eq!(turn(&history).stats.reused_tokens, 0, "s1 starts from scratch");
+    let again = e.drop_sessions().expect("drop all again");
+    assert!(again.sessions == 1 && again.cache_bytes > 0, "s1's new turn filled one cache: {again:?}");
+    assert_eq!(e.drop_sessions().expect("nothing left").sessions, 0);
 }
 
 #[test]
