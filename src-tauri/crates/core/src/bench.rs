@@ -110,7 +110,21 @@ pub struct DecodeTraffic {
 
 impl DecodeTraffic {
     pub fn new(weight_bytes: u64, layers: u64, kv_heads: u64, head_dim: u64, kv_elem_bytes: u64) -> Self {
-        Self { weight_bytes, kv_bytes_per_position: 2 * layers * kv_heads * head_dim * kv_elem_bytes }
+        Self::with_kv(weight_bytes, layers, kv_heads, head_dim, kv_elem_bytes, crate::kv::KvFormat::Float)
+    }
+
+    /// [`Self::new`] for a cache stored as `kv` (a quantized cache reads its
+    /// packed values and its scales and biases, `float_bytes` wide).
+    pub fn with_kv(
+        weight_bytes: u64,
+        layers: u64,
+        kv_heads: u64,
+        head_dim: u64,
+        float_bytes: u64,
+        kv: crate::kv::KvFormat,
+    ) -> Self {
+        let per_head = kv.bytes_per_head_position(head_dim, float_bytes);
+        Self { weight_bytes, kv_bytes_per_position: 2 * layers * kv_heads * per_head }
     }
 
     /// Weight bytes + KV bytes at `context` positions.

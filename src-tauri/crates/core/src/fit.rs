@@ -6,16 +6,29 @@
 //! Predicted peak = weights + KV cache + runtime overhead:
 //!
 //! - weights: the exact tensor bytes from the safetensors headers, as loaded;
-//! - KV cache: 2 × layers × kv_heads × head_dim × positions × bytes/element,
-//!   where positions is the context rounded up to the cache's 256-position
-//!   step (the engine allocates whole steps);
+//! - KV cache: 2 × layers × kv_heads × positions × bytes per head and
+//!   position, where positions is the context rounded up to the cache's
+//!   256-position step (the engine allocates whole steps) and a head's
+//!   position takes head_dim × bytes/element in the float type, or, in a
+//!   quantized cache (`crate::kv`), head_dim × bits / 8 plus a scale and a
+//!   bias per group. A quantized cache starts in the float type and is
+//!   converted once it holds `start` positions: until then (and at the
+//!   conversion, up to a prefill chunk past `start`) it is the float cache
+//!   that counts, so the term is the larger of the two;
 //! - overhead: what the largest prefill step needs besides weights and cache,
 //!   fitted to measurements (below):
-//!   * attention: (3 × heads + 6) / 4 × q × k × activation bytes, where q × k
-//!     is the largest (queries × keys) block of a chunked prefill of the whole
-//!     context. MLX's CPU attention materializes the scores (per head) and
-//!     the causal mask; Metal's fused kernel does not, so there this term is
-//!     a safe margin rather than an exact figure.
+//!   * attention: what the attention call of the largest (queries × keys)
+//!     block of a chunked prefill of the whole context allocates, by the path
+//!     MLX takes for it (`crate::attention`, MLX's own dispatch rules, chosen
+//!     from the model's backend as the engine chooses it). Where the scores
+//!     are materialized (MLX's CPU backend; Metal's fallback for the head
+//!     dims it has no fused kernel for; every backend over a quantized KV
+//!     cache) it is (3 × heads + 6) / 4 × q × k × activation bytes, the
+//!     scores per head and the causal mask, measured on the CPU backend
+//!     (below) for the float fallback and for the quantized path alike (the
+//!     same graph on every backend). Where Metal's fused kernel runs there
+//!     is no score matrix: the term is the bound on the vector kernel's
+//!     partial results (a few MB);
 //!   * activations: 15 / 2 × chunk × (hidden + intermediate) × activation
 //!     bytes (projections, the MLP's gate/up/product, the residual stream);
 //!   * logits: LOGITS_FACTOR × vocabulary × 4 bytes (the last position's
@@ -104,6 +117,11 @@
 
 use serde::Serialize;
 
+use crate::attention::{
+    attention_path, quantized_query_block, vector_partials_bytes, AttentionPath, AttentionShape, Backend,
+};
+use crate::kv::KvFormat;
+
 /// Bytes in one GiB.
 pub const GIB: u64 = 1 << 30;
 
@@ -147,6 +165,9 @@ pub struct ModelFootprint {
     /// or constant-state layer kind is one more group, not a new formula
     /// for every caller.
     pub kv_layers: Vec<KvLayers>,
+    /// The MLX backend the model computes on: which attention kernels exist
+    /// (`crate::attention`), so what attention allocates.
+    pub backend: Backend,
 }
 
 /// Layers of one kind whose cache keeps `kv_heads × head_dim` keys and as
@@ -169,12 +190,17 @@ impl KvLayers {
     /// Bytes this group's cache holds at `positions` (already rounded to the
     /// cache's step) with `bytes_per_element` per key or value element.
     pub fn bytes(&self, positions: u64, bytes_per_element: u64) -> u64 {
+        self.bytes_as(positions, KvFormat::Float, bytes_per_element)
+    }
+
+    /// [`Self::bytes`] for a cache stored as `format` (the float type being
+    /// `float_bytes` wide).
+    pub fn bytes_as(&self, positions: u64, format: KvFormat, float_bytes: u64) -> u64 {
         let kept = self.window.map_or(positions, |w| positions.min(w.div_ceil(KV_STEP).saturating_mul(KV_STEP)));
         2u64.saturating_mul(self.layers)
             .saturating_mul(self.kv_heads)
-            .saturating_mul(self.head_dim)
             .saturating_mul(kept)
-            .saturating_mul(bytes_per_element)
+            .saturating_mul(format.bytes_per_head_position(self.head_dim, float_bytes))
     }
 }
 
@@ -183,9 +209,11 @@ impl KvLayers {
 pub struct Overhead {
     /// Tokens in the largest prefill chunk: min(PREFILL_CHUNK, context).
     pub chunk_tokens: u64,
-    /// The largest attention block: queries × keys.
+    /// The attention block that costs most: queries × keys, and the path
+    /// MLX takes for it.
     pub attention_queries: u64,
     pub attention_keys: u64,
+    pub attention_path: AttentionPath,
     pub attention_bytes: u64,
     pub activation_bytes: u64,
     pub logits_bytes: u64,
@@ -200,12 +228,29 @@ pub struct Overhead {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Estimate {
     pub context_tokens: u64,
+    /// How the KV cache stores keys and values.
+    pub kv_format: KvFormat,
+    /// Whether a quantized cache has been converted by this context (a
+    /// float cache never is).
+    pub kv_quantized: bool,
     /// Positions the KV cache allocates (context rounded up to KV_STEP).
     pub kv_positions: u64,
     pub weight_bytes: u64,
+    /// The cache at this context, as stored then.
     pub kv_cache_bytes: u64,
+    /// The float cache a quantized one is converted from (0 if it never is,
+    /// or stays float): it is held until the conversion, so the peak counts
+    /// the larger of the two.
+    pub kv_before_conversion_bytes: u64,
     pub overhead: Overhead,
     pub predicted_peak_bytes: u64,
+}
+
+impl Estimate {
+    /// The KV term the peak counts.
+    pub fn kv_peak_bytes(&self) -> u64 {
+        self.kv_cache_bytes.max(self.kv_before_conversion_bytes)
+    }
 }
 
 /// The fixed overhead term (the least-squares constant was ~0).
@@ -229,14 +274,76 @@ pub fn largest_attention_block(context: u64) -> (u64, u64) {
     }
 }
 
-/// The predicted peak of `model` holding `context` tokens.
-pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
+/// Bytes the scores of a materialized attention call over `queries` ×
+/// `keys` take with the mask and the softmax beside them: the CPU
+/// measurements' fit (module docs).
+pub fn materialized_attention_bytes(heads: u64, queries: u64, keys: u64, dtype_bytes: u64) -> u64 {
+    queries.saturating_mul(keys).saturating_mul(dtype_bytes).saturating_mul(heads.saturating_mul(3).saturating_add(6))
+        / 4
+}
+
+/// The attention term: the costliest call a chat of `context` tokens
+/// makes, by the path MLX takes for it on the model's backend. Over a float
+/// cache that is the largest prompt chunk; over a quantized cache (converted
+/// from `start` positions on) a later chunk of a chat may attend over the
+/// quantized cache with as many as `PREFILL_CHUNK` queries, which
+/// materializes its scores on every backend.
+fn attention_term(model: &ModelFootprint, context: u64, kv: KvFormat) -> (u64, u64, AttentionPath, u64) {
+    let b = model.kv_bytes_per_element;
+    let shape = |queries: u64, keys: u64| AttentionShape {
+        queries,
+        keys,
+        heads: model.attention_heads,
+        kv_heads: model.kv_heads,
+        head_dim: model.head_dim,
+        value_head_dim: model.head_dim,
+        causal: queries > 1,
+    };
+    let cost = |queries: u64, keys: u64, path: AttentionPath| {
+        if path.materializes_scores() {
+            materialized_attention_bytes(model.attention_heads, queries, keys, b)
+        } else {
+            // Decode is where the fused kernel keeps anything beside its output.
+            vector_partials_bytes(model.attention_heads, 1, model.head_dim, b)
+        }
+    };
+    let (q, k) = largest_attention_block(context);
+    let path = attention_path(model.backend, &shape(q, k), false);
+    let mut worst = (q, k, path, cost(q, k, path));
+    if let Some(quant) = kv.quant() {
+        if context > quant.start {
+            // The engine takes the chunk's queries in blocks (`attention::quantized_query_block`).
+            let rows = quantized_query_block(model.attention_heads, context, b);
+            let q = PREFILL_CHUNK.min(context - quant.start).min(rows);
+            let bytes = cost(q, context, AttentionPath::Quantized);
+            if bytes > worst.3 {
+                worst = (q, context, AttentionPath::Quantized, bytes);
+            }
+        }
+    }
+    worst
+}
+
+/// The predicted peak of `model` holding `context` tokens in a KV cache stored as `kv`.
+pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate {
     let b = model.kv_bytes_per_element;
     let kv_positions = context.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-    let kv_cache_bytes = model.kv_layers.iter().fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)));
+    let kv_bytes = |positions: u64, format: KvFormat| {
+        model.kv_layers.iter().fold(0u64, |sum, g| sum.saturating_add(g.bytes_as(positions, format, b)))
+    };
+    let kv_quantized = kv.converts_at(context);
+    let (kv_cache_bytes, kv_before_conversion_bytes) = match kv.quant() {
+        Some(q) if kv_quantized => {
+            // Converted after the forward pass that reached `start`: at most
+            // a prompt chunk past it.
+            let at = context.min(q.start.saturating_add(PREFILL_CHUNK)).max(1);
+            let at = at.div_ceil(KV_STEP).saturating_mul(KV_STEP);
+            (kv_bytes(kv_positions, kv), kv_bytes(at, KvFormat::Float))
+        }
+        _ => (kv_bytes(kv_positions, KvFormat::Float), 0),
+    };
     let chunk = PREFILL_CHUNK.min(context);
-    let (q, k) = largest_attention_block(context);
-    let attention_bytes = q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
+    let (q, k, attention_path, attention_bytes) = attention_term(model, context, kv);
     let activation_bytes =
         chunk.saturating_mul(model.hidden_size + model.intermediate_size).saturating_mul(b).saturating_mul(15) / 2;
     let logits_bytes = model.vocab_size.saturating_mul(4 * LOGITS_FACTOR);
@@ -256,6 +363,7 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         chunk_tokens: chunk,
         attention_queries: q,
         attention_keys: k,
+        attention_path,
         attention_bytes,
         activation_bytes,
         logits_bytes,
@@ -263,13 +371,17 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         fixed_bytes: FIXED_OVERHEAD,
         total_bytes,
     };
+    let kv_peak = kv_cache_bytes.max(kv_before_conversion_bytes);
     Estimate {
         context_tokens: context,
+        kv_format: kv,
+        kv_quantized,
         kv_positions,
         weight_bytes: model.weight_bytes,
         kv_cache_bytes,
+        kv_before_conversion_bytes,
         overhead,
-        predicted_peak_bytes: model.weight_bytes.saturating_add(kv_cache_bytes).saturating_add(total_bytes),
+        predicted_peak_bytes: model.weight_bytes.saturating_add(kv_peak).saturating_add(total_bytes),
     }
 }
 
@@ -367,16 +479,20 @@ pub struct FitReport {
     /// The largest context whose predicted peak is within the budget, capped
     /// at the model's own ceiling; `None` if not even [`MIN_CONTEXT`] fits.
     pub largest_context_that_fits: Option<u64>,
+    /// The KV format in words ("16-bit float", "8-bit (group 64)").
+    pub kv_label: String,
 }
 
-/// The verdict for `model` at `context` tokens within `inputs`.
-pub fn check(model: &ModelFootprint, context: u64, inputs: BudgetInputs) -> FitReport {
+/// The verdict for `model` at `context` tokens, its KV cache stored as
+/// `kv`, within `inputs`. Pure: a caller weighing remedies (another context,
+/// another KV format) calls it once per option against the same inputs.
+pub fn check(model: &ModelFootprint, context: u64, kv: KvFormat, inputs: BudgetInputs) -> FitReport {
     let budget = Budget::new(inputs);
-    let est = estimate(model, context);
+    let est = estimate(model, context, kv);
     let limit = budget.budget_bytes;
     let peak = est.predicted_peak_bytes;
     let verdict = if peak > limit {
-        let at_min = estimate(model, MIN_CONTEXT.min(context)).predicted_peak_bytes;
+        let at_min = estimate(model, MIN_CONTEXT.min(context), kv).predicted_peak_bytes;
         if at_min > limit {
             Verdict::CannotFit { by_bytes: at_min - limit }
         } else {
@@ -394,15 +510,54 @@ pub fn check(model: &ModelFootprint, context: u64, inputs: BudgetInputs) -> FitR
         budget,
         verdict,
         spare_bytes,
-        largest_context_that_fits: largest_context_that_fits(model, limit),
+        largest_context_that_fits: largest_context_that_fits(model, kv, limit),
+        kv_label: kv.label(crate::kv::float_name(model.kv_bytes_per_element)),
     }
 }
 
-/// The largest context (at least [`MIN_CONTEXT`]) whose predicted peak is
-/// within `budget_bytes`, capped at the model's ceiling. The peak grows with
-/// the context, so a binary search finds it.
-pub fn largest_context_that_fits(model: &ModelFootprint, budget_bytes: u64) -> Option<u64> {
-    let fits = |c: u64| estimate(model, c).predicted_peak_bytes <= budget_bytes;
+/// The least buffer cache a model gets, even on a tight budget: without
+/// one MLX reallocates every step's temporaries and decoding crawls.
+pub const MIN_BUFFER_CACHE_BYTES: u64 = 256 << 20;
+
+/// MLX's buffer-cache limit for a model loaded with this verdict. MLX keeps
+/// freed buffers for reuse up to its cache limit, which by default is its
+/// memory limit (on Metal 1.5 × the GPU's recommended working set, capped at
+/// 95 % of RAM: mlx #3129 is that cache pushing 16 GB Macs into swap). The
+/// rule here: the cache may hold what the budget leaves after the model's
+/// predicted peak, and at least [`MIN_BUFFER_CACHE_BYTES`]; so everything a
+/// long chat can grow (the cache included) stays inside what the verdict
+/// approved. Every load (app, CLI, server) sets it from its fit report.
+pub fn buffer_cache_limit(report: &FitReport) -> u64 {
+    report.budget.budget_bytes.saturating_sub(report.estimate.predicted_peak_bytes).max(MIN_BUFFER_CACHE_BYTES)
+}
+
+/// MLX's wired limit for a model loaded with this verdict, on Metal (`None`:
+/// leave MLX's default, 0, which wires nothing).
+///
+/// Wired memory is kept resident: macOS can neither page nor compress it,
+/// so it is taken from everything else on the Mac. MLX refuses (and through
+/// mlx-c's default handler exits the process) when asked for more than the
+/// GPU's recommended working set (`metal::set_wired_limit` in MLX 0.32.2's
+/// `mlx/backend/metal/allocator.cpp`), and mlx-lm raises it to that working
+/// set around each generation (`wired_limit` in `mlx_lm/generate.py`). The
+/// rule here is stricter than mlx-lm's: wire the model's predicted peak
+/// (weights + KV cache + overhead), never more than the working set, and
+/// only when the verdict leaves the OS headroom free after it (spare ≥ 0:
+/// the budget is available memory, plus what the unload frees, minus the
+/// headroom the user keeps for the OS, 4 GB by default). A model that would
+/// swap gets nothing wired, so what the OS needs can still be paged in.
+pub fn wired_limit(report: &FitReport) -> Option<u64> {
+    let working_set = report.budget.inputs.gpu_working_set_bytes?;
+    (report.spare_bytes >= 0).then(|| report.estimate.predicted_peak_bytes.min(working_set))
+}
+
+/// The largest context (at least [`MIN_CONTEXT`]) whose predicted peak, the
+/// KV cache stored as `kv`, is within `budget_bytes`, capped at the model's
+/// ceiling. The peak grows with the context (a quantized cache's conversion
+/// included: the float cache it replaces is never larger than the float
+/// cache at a longer context), so a binary search finds it.
+pub fn largest_context_that_fits(model: &ModelFootprint, kv: KvFormat, budget_bytes: u64) -> Option<u64> {
+    let fits = |c: u64| estimate(model, c, kv).predicted_peak_bytes <= budget_bytes;
     if !fits(MIN_CONTEXT) {
         return None;
     }
@@ -425,6 +580,7 @@ pub fn largest_context_that_fits(model: &ModelFootprint, budget_bytes: u64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::KvFormat::Float;
 
     const MB: u64 = 1 << 20;
 
@@ -444,13 +600,14 @@ mod tests {
             // As on a Mac (Metal's fused kernel).
             prefill_dequantizes: false,
             kv_layers: vec![KvLayers::full(28, 4, 128)],
+            backend: Backend::Cpu,
         }
     }
 
     #[test]
     fn estimate_adds_its_named_parts_exactly() {
         let m = qwen7b();
-        let e = estimate(&m, 8192);
+        let e = estimate(&m, 8192, Float);
         assert_eq!(e.kv_positions, 8192);
         // 2 × 28 × 4 × 128 × 8192 × 2
         assert_eq!(e.kv_cache_bytes, 469_762_048);
@@ -470,7 +627,7 @@ mod tests {
 
     #[test]
     fn kv_rounds_up_to_the_cache_step_and_small_contexts_use_a_small_chunk() {
-        let e = estimate(&qwen7b(), 300);
+        let e = estimate(&qwen7b(), 300, Float);
         assert_eq!(e.kv_positions, 512);
         assert_eq!(e.kv_cache_bytes, 2 * 28 * 4 * 128 * 512 * 2);
         assert_eq!(e.overhead.chunk_tokens, 300);
@@ -488,7 +645,7 @@ mod tests {
         assert_eq!(largest_attention_block(7829), (1685, 7829));
         // Absurd contexts saturate instead of overflowing.
         assert!(largest_attention_block(u64::MAX).1 > 1 << 63);
-        assert!(estimate(&qwen7b(), u64::MAX).predicted_peak_bytes > 1 << 63);
+        assert!(estimate(&qwen7b(), u64::MAX, Float).predicted_peak_bytes > 1 << 63);
     }
 
     #[test]
@@ -510,36 +667,36 @@ mod tests {
     #[test]
     fn verdicts_fits_tight_would_swap_cannot_fit() {
         let m = qwen7b();
-        let peak = estimate(&m, 8192).predicted_peak_bytes;
+        let peak = estimate(&m, 8192, Float).predicted_peak_bytes;
         let headroom = DEFAULT_OS_HEADROOM;
 
         // Exactly 20 % spare: fits.
         let budget = peak + peak / 4; // spare = peak/4 = 20 % of budget
-        let r = check(&m, 8192, BudgetInputs::new(budget + headroom));
+        let r = check(&m, 8192, Float, BudgetInputs::new(budget + headroom));
         assert_eq!(r.verdict, Verdict::Fits);
         assert_eq!(r.spare_bytes, i64::try_from(budget - peak).unwrap_or_default());
 
         // 5 % spare: tight.
         let budget = peak * 20 / 19;
-        let r = check(&m, 8192, BudgetInputs::new(budget + headroom));
+        let r = check(&m, 8192, Float, BudgetInputs::new(budget + headroom));
         assert_eq!(r.verdict, Verdict::Tight);
 
         // Exactly the peak: tight, not swapping.
-        assert_eq!(check(&m, 8192, BudgetInputs::new(peak + headroom)).verdict, Verdict::Tight);
+        assert_eq!(check(&m, 8192, Float, BudgetInputs::new(peak + headroom)).verdict, Verdict::Tight);
 
         // One MB short: would swap by exactly 1 MB, and a smaller context fits.
-        let r = check(&m, 8192, BudgetInputs::new(peak - MB + headroom));
+        let r = check(&m, 8192, Float, BudgetInputs::new(peak - MB + headroom));
         assert_eq!(r.verdict, Verdict::WouldSwap { by_bytes: MB });
         assert!(r.verdict.refuses());
         assert_eq!(r.spare_bytes, -i64::try_from(MB).unwrap_or_default());
         let largest = r.largest_context_that_fits.unwrap_or_default();
         assert!((MIN_CONTEXT..8192).contains(&largest), "{largest}");
-        assert!(estimate(&m, largest).predicted_peak_bytes <= peak - MB);
-        assert!(estimate(&m, largest + 1).predicted_peak_bytes > peak - MB);
+        assert!(estimate(&m, largest, Float).predicted_peak_bytes <= peak - MB);
+        assert!(estimate(&m, largest + 1, Float).predicted_peak_bytes > peak - MB);
 
         // Less than the weights: cannot fit at any context, by the minimal-context shortfall.
-        let min_peak = estimate(&m, MIN_CONTEXT).predicted_peak_bytes;
-        let r = check(&m, 8192, BudgetInputs::new(m.weight_bytes + headroom));
+        let min_peak = estimate(&m, MIN_CONTEXT, Float).predicted_peak_bytes;
+        let r = check(&m, 8192, Float, BudgetInputs::new(m.weight_bytes + headroom));
         assert_eq!(r.verdict, Verdict::CannotFit { by_bytes: min_peak - m.weight_bytes });
         assert_eq!(r.largest_context_that_fits, None);
     }
@@ -547,19 +704,19 @@ mod tests {
     #[test]
     fn unloading_the_current_model_can_turn_a_refusal_into_a_fit() {
         let m = qwen7b();
-        let peak = estimate(&m, 4096).predicted_peak_bytes;
+        let peak = estimate(&m, 4096, Float).predicted_peak_bytes;
         let inputs = BudgetInputs::new(peak / 2 + DEFAULT_OS_HEADROOM);
-        assert!(check(&m, 4096, inputs).verdict.refuses());
+        assert!(check(&m, 4096, Float, inputs).verdict.refuses());
         let inputs = BudgetInputs { freed_by_unload_bytes: peak, ..inputs };
-        assert_eq!(check(&m, 4096, inputs).verdict, Verdict::Fits);
+        assert_eq!(check(&m, 4096, Float, inputs).verdict, Verdict::Fits);
     }
 
     #[test]
     fn largest_context_is_capped_at_the_model_ceiling() {
         let m = qwen7b();
-        assert_eq!(largest_context_that_fits(&m, 1 << 50), Some(32768));
+        assert_eq!(largest_context_that_fits(&m, Float, 1 << 50), Some(32768));
         let m = ModelFootprint { max_context: None, ..m };
-        assert_eq!(largest_context_that_fits(&m, 1 << 60), Some(1 << 24));
+        assert_eq!(largest_context_that_fits(&m, Float, 1 << 60), Some(1 << 24));
     }
 
     #[test]
@@ -568,7 +725,7 @@ mod tests {
         // headroom: a 7B 4-bit model at 8k fits; a 14B (8.3 GB of weights)
         // at 32k (6.4 GB of KV alone) does not.
         let avail = 16 * GIB;
-        assert_eq!(check(&qwen7b(), 8192, BudgetInputs::new(avail)).verdict, Verdict::Fits);
+        assert_eq!(check(&qwen7b(), 8192, Float, BudgetInputs::new(avail)).verdict, Verdict::Fits);
         let m14 = ModelFootprint {
             weight_bytes: 8_310_000_000,
             layers: 48,
@@ -579,7 +736,7 @@ mod tests {
             kv_layers: vec![KvLayers::full(48, 8, 128)],
             ..qwen7b()
         };
-        assert!(check(&m14, 32768, BudgetInputs::new(avail)).verdict.refuses());
+        assert!(check(&m14, 32768, Float, BudgetInputs::new(avail)).verdict.refuses());
     }
 
     /// The measurements in the module docs: (footprint, prompt tokens, MLX peak bytes).
@@ -600,6 +757,7 @@ mod tests {
                     // Measured with MLX's fused kernel.
                     prefill_dequantizes: false,
                     kv_layers: vec![KvLayers::full(layers, 2, head_dim)],
+                    backend: Backend::Cpu,
                 }
             };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
@@ -632,7 +790,7 @@ mod tests {
     fn calibration_points_are_reproduced() {
         for (model, prompt, measured) in calibration_points() {
             // The turn held prompt + 3 positions (4 tokens generated, the last never fed).
-            let predicted = estimate(&model, prompt + 3).predicted_peak_bytes;
+            let predicted = estimate(&model, prompt + 3, Float).predicted_peak_bytes;
             let error = predicted as f64 / measured as f64 - 1.0;
             // Within 10 %, or within half a MB on the smallest runs (where the
             // fixed term dominates and no decision hinges on it).
@@ -663,6 +821,7 @@ mod tests {
             max_context: Some(4096),
             prefill_dequantizes: true,
             kv_layers: vec![KvLayers::full(12, 4, 64)],
+            backend: Backend::Cpu,
         };
         let q7b_f32 = ModelFootprint {
             weight_bytes: 4_760_885_248,
@@ -673,7 +832,7 @@ mod tests {
         for (model, positions, rss) in
             [(&medium, 262, 210_200_000u64), (&medium, 2054, 532_100_000), (&q7b_f32, 32, 5_515_100_000)]
         {
-            let predicted = estimate(model, positions).predicted_peak_bytes + BASELINE;
+            let predicted = estimate(model, positions, Float).predicted_peak_bytes + BASELINE;
             let error = predicted as f64 / rss as f64 - 1.0;
             assert!(
                 (-0.05..=0.25).contains(&error),
@@ -686,7 +845,7 @@ mod tests {
 
     #[test]
     fn every_part_is_serialized() {
-        let r = check(&qwen7b(), 2048, BudgetInputs::new(16 * GIB));
+        let r = check(&qwen7b(), 2048, Float, BudgetInputs::new(16 * GIB));
         let v = serde_json::to_value(&r).unwrap_or_default();
         for path in [
             "/estimate/weight_bytes",

@@ -75,6 +75,12 @@ pub struct Settings {
     pub server_port: u16,
     /// The quantized-matmul kernel models are loaded with (applied at the next load).
     pub kernel: KernelChoice,
+    /// The KV cache's bits (8 or 4; any of `kv::KV_BITS`), group size 64;
+    /// `None`: the activations' float type. Applied at the next load.
+    pub kv_bits: Option<u32>,
+    /// Tokens a quantized KV cache stays in float before it is converted
+    /// (mlx-lm's `quantized_kv_start`).
+    pub quantized_kv_start: u64,
 }
 
 impl Default for Settings {
@@ -92,6 +98,8 @@ impl Default for Settings {
             summarise_for_cloud: false,
             server_port: 8080,
             kernel: KernelChoice::Auto,
+            kv_bits: None,
+            quantized_kv_start: crate::kv::DEFAULT_QUANTIZED_KV_START,
         }
     }
 }
@@ -111,6 +119,8 @@ pub enum SettingsError {
     CloudModelWithoutUrl,
     #[error("server port must be 1024 or above (ports below need root), got {0}")]
     PrivilegedPort(u16),
+    #[error("{0}")]
+    KvCache(#[from] crate::kv::KvFormatError),
 }
 
 fn range<T: PartialOrd + ToString + Copy>(field: &'static str, value: T, min: T, max: T) -> Result<(), SettingsError> {
@@ -161,7 +171,20 @@ impl Settings {
         if self.server_port < 1024 {
             return Err(SettingsError::PrivilegedPort(self.server_port));
         }
+        self.kv_format()?;
         Ok(())
+    }
+
+    /// The KV format the settings describe (group size 64, mlx-lm's).
+    pub fn kv_format(&self) -> Result<crate::kv::KvFormat, crate::kv::KvFormatError> {
+        match self.kv_bits {
+            None => Ok(crate::kv::KvFormat::Float),
+            Some(bits) => crate::kv::KvFormat::quantized(
+                u64::from(bits),
+                u64::from(crate::kv::DEFAULT_KV_GROUP_SIZE),
+                self.quantized_kv_start,
+            ),
+        }
     }
 }
 
@@ -198,6 +221,11 @@ mod tests {
         assert_eq!((s.os_headroom_gb, s.cloud_cache_mb, s.server_port), (4.0, 50, 8080));
         assert!(!s.summarise_for_cloud && s.cloud_base_url.is_none());
         assert_eq!(s.kernel, KernelChoice::Auto);
+        assert_eq!((s.kv_bits, s.quantized_kv_start, s.kv_format()), (None, 5000, Ok(crate::kv::KvFormat::Float)));
+        let eight = Settings { kv_bits: Some(8), quantized_kv_start: 0, ..s };
+        assert_eq!(eight.kv_format(), Ok(crate::kv::KvFormat::bits_from_start(8)));
+        let json = serde_json::to_value(&eight).unwrap_or_default();
+        assert_eq!((json["kvBits"].as_u64(), json["quantizedKvStart"].as_u64()), (Some(8), Some(0)));
     }
 
     #[test]
@@ -243,6 +271,11 @@ mod tests {
             (Settings { local_threshold_tokens: 0, ..Settings::default() }, "local threshold"),
             (Settings { cloud_cache_mb: 1 << 40, ..Settings::default() }, "cloud cache (MB)"),
             (Settings { server_port: 80, ..Settings::default() }, "server port must be 1024 or above"),
+            (Settings { kv_bits: Some(7), ..Settings::default() }, "KV bits must be one of 2, 3, 4, 5, 6 or 8"),
+            (
+                Settings { kv_bits: Some(8), quantized_kv_start: u64::MAX, ..Settings::default() },
+                "quantized KV start must be at most",
+            ),
         ];
         for (s, needle) in cases {
             let msg = s.validate().err().map(|e| e.to_string()).unwrap_or_default();

@@ -6,20 +6,26 @@
 //! prefix `[.., :offset, :]`. Growing by steps instead of concatenating per
 //! token keeps decode from copying the whole cache every step.
 
+use headroom_core::kv::KvFormat;
 use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
 use mlx_rs::{ops, Array};
 
-use crate::error::{MlxContext, Result};
+use crate::error::{EngineError, MlxContext, Result};
+use crate::kv_quant::{Quantized, QuantizedKv};
 
 /// Positions added to a layer's buffers each time they run out.
 pub const KV_STEP: i32 = 256;
 
-/// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`.
+/// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`,
+/// in the float type or, once converted, quantized (kv_quant.rs).
 #[derive(Debug, Default)]
 pub struct LayerKv {
     keys: Option<Array>,
     values: Option<Array>,
     offset: i32,
+    quantized: Option<QuantizedKv>,
+    /// `(group_size, bits)` once the layer is quantized.
+    quant: Option<(i32, i32)>,
 }
 
 impl LayerKv {
@@ -34,8 +40,42 @@ impl LayerKv {
         self.keys.as_ref().map_or(0, |k| k.dim(2))
     }
 
+    /// `(group_size, bits)` when the layer's keys and values are quantized.
+    pub fn quantization(&self) -> Option<(i32, i32)> {
+        self.quant
+    }
+
+    /// [`Self::update_and_fetch`] for a quantized layer: the filled keys and values, quantized.
+    pub fn update_and_fetch_quantized(&mut self, keys: &Array, values: &Array) -> Result<(Quantized, Quantized)> {
+        let (group_size, bits) = self.quant.ok_or(EngineError::Shape {
+            what: "KV cache",
+            expected: "a quantized layer".into(),
+            found: vec![self.offset],
+        })?;
+        let out = QuantizedKv::update_and_fetch(&mut self.quantized, self.offset, keys, values, group_size, bits)?;
+        self.offset += keys.dim(2);
+        Ok(out)
+    }
+
+    /// mlx-lm's `to_quantized`: from now on the keys and values are kept
+    /// quantized (whatever was written is converted).
+    fn quantize(&mut self, group_size: i32, bits: i32) -> Result<()> {
+        if let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) {
+            self.quantized = Some(QuantizedKv::from_float(&k, &v, group_size, bits)?);
+        }
+        self.quant = Some((group_size, bits));
+        Ok(())
+    }
+
     /// Appends `[B, kv_heads, L, D]` keys/values and returns all filled ones.
     pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+        if self.quant.is_some() {
+            return Err(EngineError::Shape {
+                what: "KV cache",
+                expected: "a float layer (this one is quantized)".into(),
+                found: vec![self.offset],
+            });
+        }
         let prev = self.offset;
         let new = keys.dim(2);
         let (k_buf, v_buf) = match (self.keys.take(), self.values.take()) {
@@ -86,11 +126,18 @@ impl LayerKv {
     }
 
     fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
+        self.keys.as_ref().map_or(0, Array::nbytes)
+            + self.values.as_ref().map_or(0, Array::nbytes)
+            + self.quantized.as_ref().map_or(0, QuantizedKv::nbytes)
     }
 
     fn arrays(&self) -> impl Iterator<Item = &Array> {
-        self.keys.iter().chain(self.values.iter())
+        self.keys.iter().chain(self.values.iter()).chain(self.quantized.iter().flat_map(QuantizedKv::arrays))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn quantized_kv(&self) -> Option<&QuantizedKv> {
+        self.quantized.as_ref()
     }
 }
 
@@ -100,11 +147,51 @@ impl LayerKv {
 pub struct KvCache {
     layers: Vec<LayerKv>,
     tokens: Vec<u32>,
+    /// How keys and values are stored; a quantized format converts the
+    /// float cache once (see [`Self::maybe_quantize`]).
+    format: KvFormat,
 }
 
 impl KvCache {
+    #[cfg(any(test, feature = "test-support"))]
     pub fn new(num_layers: usize) -> Self {
-        Self { layers: (0..num_layers).map(|_| LayerKv::default()).collect(), tokens: Vec::new() }
+        Self::with_format(num_layers, KvFormat::Float)
+    }
+
+    pub fn with_format(num_layers: usize, format: KvFormat) -> Self {
+        Self { layers: (0..num_layers).map(|_| LayerKv::default()).collect(), tokens: Vec::new(), format }
+    }
+
+    pub fn format(&self) -> KvFormat {
+        self.format
+    }
+
+    /// Whether the keys and values are quantized now (a quantized format
+    /// starts in the float type until the cache reaches its start).
+    pub fn is_quantized(&self) -> bool {
+        self.layers.first().is_some_and(|l| l.quant.is_some())
+    }
+
+    /// What the cache holds now, for a turn's stats: `float` (the
+    /// activations' type, e.g. "bf16") or "8-bit (group 64)".
+    pub fn label(&self, float: &str) -> String {
+        self.format.state_label(float, self.is_quantized())
+    }
+
+    /// mlx-lm's `maybe_quantize_kv_cache`, run after every forward pass:
+    /// a quantized format converts the whole cache once it holds at least
+    /// its `start` positions, and it stays quantized (trims included).
+    pub fn maybe_quantize(&mut self) -> Result<()> {
+        let Some(q) = self.format.quant() else { return Ok(()) };
+        if self.is_quantized() || !self.format.converts_at(u64::try_from(self.offset()).unwrap_or(0)) {
+            return Ok(());
+        }
+        // Checked when the format was accepted (KV_BITS, KV_GROUP_SIZES).
+        let (group_size, bits) = (i32::try_from(q.group_size).unwrap_or(64), i32::try_from(q.bits).unwrap_or(8));
+        for layer in &mut self.layers {
+            layer.quantize(group_size, bits)?;
+        }
+        Ok(())
     }
 
     /// Positions filled (the same in every layer).
@@ -112,9 +199,10 @@ impl KvCache {
         self.layers.first().map_or(0, |l| usize::try_from(l.offset).unwrap_or(0))
     }
 
-    /// The keys' element type; `None` before the first write.
+    /// The float type of the keys (of their scales once quantized); `None` before the first write.
     pub fn dtype(&self) -> Option<mlx_rs::Dtype> {
-        self.layers.first().and_then(|l| l.keys.as_ref()).map(Array::dtype)
+        let layer = self.layers.first()?;
+        layer.keys.as_ref().map(Array::dtype).or_else(|| layer.quantized.as_ref().map(QuantizedKv::float_dtype))
     }
 
     /// Bytes held by the buffers (allocated capacity, not just the filled part).
@@ -142,13 +230,18 @@ impl KvCache {
         usize::try_from(dropped).unwrap_or(0)
     }
 
-    /// Empties the cache and frees its buffers.
+    /// Empties the cache and frees its buffers (a quantized format starts over in float).
     #[cfg(test)]
     pub fn clear(&mut self) {
         for layer in &mut self.layers {
             *layer = LayerKv::default();
         }
         self.tokens.clear();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn layers(&self) -> &[LayerKv] {
+        &self.layers
     }
 
     /// Trims the cache to the longest prefix it shares with `prompt`, keeping

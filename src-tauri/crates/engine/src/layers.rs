@@ -210,6 +210,16 @@ pub fn to_heads(x: &Array, heads: i32) -> Result<Array> {
 /// RoPE at the cache's offset, append K/V to the cache, attend, and merge
 /// the heads back to `[B, L, H*D]`. K/V keep their `n_kv_heads`: the fused
 /// attention handles grouped queries without tiling them.
+///
+/// The path is the one the fit estimate assumed (`headroom_core::attention`,
+/// MLX's own dispatch rules, for this backend): over a quantized cache,
+/// mlx-lm's quantized attention (kv_quant.rs); over a float cache, MLX's
+/// `scaled_dot_product_attention` given exactly what its rule was evaluated
+/// on: the causal mask as MLX's "causal" mode (never an array, which would
+/// change what MLX may fuse), or no mask for a single query, and keys and
+/// values sliced from the cache with their head dimension contiguous (no
+/// copy). Where the rule says fused (Metal, its head dims and lengths),
+/// MLX runs the fused kernel and no score matrix exists.
 pub fn attend(
     queries: &Array,
     keys: &Array,
@@ -221,12 +231,23 @@ pub fn attend(
     let offset = cache.offset();
     let queries = rope.forward(queries, offset)?;
     let keys = rope.forward(keys, offset)?;
-    let (keys, values) = cache.update_and_fetch(&keys, values)?;
     let l = queries.dim(2);
     // One new token sees every cached key; several need the causal mask,
     // which MLX aligns to the end of the keys, so it also holds past an offset.
-    let mask = (l > 1).then_some(ScaledDotProductAttentionMask::Causal);
-    let out = fast::scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None).op("attention")?;
+    let causal = l > 1;
+    let out = match cache.quantization() {
+        Some((group_size, bits)) => {
+            let (keys, values) = cache.update_and_fetch_quantized(&keys, values)?;
+            let heads = queries.dim(1);
+            let rows = crate::kv_quant::query_block_rows(heads, keys.packed.dim(2), queries.item_size());
+            crate::kv_quant::quantized_sdpa(&queries, &keys, &values, scale, causal, group_size, bits, rows)?
+        }
+        None => {
+            let (keys, values) = cache.update_and_fetch(&keys, values)?;
+            let mask = causal.then_some(ScaledDotProductAttentionMask::Causal);
+            fast::scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None).op("attention")?
+        }
+    };
     let b = out.dim(0);
     out.transpose_axes(&[0, 2, 1, 3]).op("transpose")?.reshape(&[b, l, -1]).op("reshape")
 }

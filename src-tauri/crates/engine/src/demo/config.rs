@@ -37,6 +37,17 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             max_position_embeddings: 4096,
             tie_word_embeddings: arch != Arch::Mistral,
         },
+        Preset::TinyKv => ModelShape {
+            hidden_size: 256,
+            num_hidden_layers: 2,
+            num_attention_heads: 4,
+            num_key_value_heads: 2,
+            head_dim: 64,
+            intermediate_size: 256,
+            vocab_size: 0,
+            max_position_embeddings: 4096,
+            tie_word_embeddings: arch != Arch::Mistral,
+        },
         Preset::Small => ModelShape {
             hidden_size: 256,
             num_hidden_layers: 12,

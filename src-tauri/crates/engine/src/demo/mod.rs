@@ -75,6 +75,10 @@ impl Arch {
 pub enum Preset {
     /// 2 layers × 64 wide, vocabulary = the demo tokenizer's: for unit tests.
     Tiny,
+    /// Tiny, but with heads 64 wide (2 layers × 256, 4/2 heads): the
+    /// smallest model whose keys and values MLX can quantize with mlx-lm's
+    /// KV group size of 64 (the quantized-KV tests and their parity).
+    TinyKv,
     /// 12 layers × 256 wide: still quick on a CPU, big enough to time.
     Small,
     /// 12 layers × 768 wide, 12/4 heads: about 100 M parameters (fit calibration).
@@ -88,13 +92,21 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 6] =
-        [Preset::Tiny, Preset::Small, Preset::Medium, Preset::Qwen25_0_5B, Preset::Qwen25_7B, Preset::Qwen25_14B];
+    pub const ALL: [Preset; 7] = [
+        Preset::Tiny,
+        Preset::TinyKv,
+        Preset::Small,
+        Preset::Medium,
+        Preset::Qwen25_0_5B,
+        Preset::Qwen25_7B,
+        Preset::Qwen25_14B,
+    ];
 
     /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
         match self {
             Preset::Tiny => "tiny",
+            Preset::TinyKv => "tiny-kv",
             Preset::Small => "small",
             Preset::Medium => "medium",
             Preset::Qwen25_0_5B => "qwen2.5-0.5b",
@@ -160,7 +172,7 @@ macro_rules! cli_enum {
     };
 }
 cli_enum!(Arch, "architecture", "qwen2, qwen3, llama, mistral", []);
-cli_enum!(Preset, "preset", "tiny, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b", []);
+cli_enum!(Preset, "preset", "tiny, tiny-kv, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b", []);
 cli_enum!(Bits, "bit width", "4, 8, 16", ["bf16" => Bits::Sixteen]);
 
 /// Everything that determines a demo model; equal specs give identical files.

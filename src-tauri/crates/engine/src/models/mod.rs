@@ -7,6 +7,7 @@ use crate::cache::KvCache;
 use crate::error::{EngineError, Result};
 use crate::quant::QuantKernel;
 use headroom_core::format::ModelConfig;
+use headroom_core::kv::KvFormat;
 
 pub mod decoder;
 pub mod llama;
@@ -58,11 +59,15 @@ impl Model {
     }
 
     pub fn forward_with(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
-        match self {
+        let out = match self {
             Model::Qwen2(m) => m.forward(tokens, cache, logits),
             Model::Qwen3(m) => m.forward(tokens, cache, logits),
             Model::Llama(m) => m.forward(tokens, cache, logits),
-        }
+        }?;
+        // After the model call, as mlx-lm's generate_step does: the pass
+        // that reached the start ran over the float cache.
+        cache.maybe_quantize()?;
+        Ok(out)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -83,9 +88,23 @@ impl Model {
         self.config().quantization.as_ref().map(|_| kernel)
     }
 
-    /// An empty cache with one entry per layer of this model.
+    /// An empty float cache with one entry per layer of this model.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn new_cache(&self) -> KvCache {
         KvCache::new(usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0))
+    }
+
+    /// An empty cache that stores keys and values as `format`; refused when
+    /// MLX cannot quantize this model's heads that way.
+    pub fn new_cache_as(&self, format: KvFormat) -> Result<KvCache> {
+        self.check_kv_format(format)?;
+        Ok(KvCache::with_format(usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0), format))
+    }
+
+    /// Whether this model's keys and values can be stored as `format`.
+    pub fn check_kv_format(&self, format: KvFormat) -> Result<()> {
+        let head_dim = u64::try_from(self.config().text.head_dim).unwrap_or(0);
+        format.check_head_dim(head_dim).map_err(|source| EngineError::KvFormat { source })
     }
 
     /// The dtype activations (and so the KV cache) take on: the embedding's
