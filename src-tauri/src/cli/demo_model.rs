@@ -13,7 +13,7 @@ use super::CliError;
 pub struct DemoModelArgs {
     /// Folder to write (created if needed; earlier weight files are replaced).
     pub dir: PathBuf,
-    /// Shape: tiny | small | medium | qwen2.5-0.5b | qwen2.5-7b | qwen2.5-14b.
+    /// Shape: tiny | tiny-kv | small | medium | qwen2.5-0.5b | qwen2.5-7b | qwen2.5-14b.
     #[arg(long, default_value = "tiny")]
     pub preset: Preset,
     /// Architecture (config.json model_type): qwen2 | qwen3 | llama | mistral.

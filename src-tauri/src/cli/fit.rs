@@ -7,11 +7,13 @@ use std::path::Path;
 
 use clap::Args;
 use headroom_core::fit::{BudgetLimit, FitReport, Verdict, GIB, MIN_CONTEXT};
+use headroom_core::kv::KvFormat;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
 
 use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
+use super::kv::KvArgs;
 use super::CliError;
 use crate::fit::BudgetSource;
 
@@ -68,6 +70,8 @@ pub struct FitArgs {
     pub budget: BudgetArgs,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Print one JSON object (every part of the estimate, the budget and the verdict).
     #[arg(long)]
     pub json: bool,
@@ -86,15 +90,16 @@ pub fn check_model(
 }
 
 /// [`check_model`] for a load with `kernel` (the CPU kernel's dequantized
-/// weights are part of the estimate).
+/// weights are part of the estimate) and its KV cache stored as `kv`.
 pub fn check_model_for(
     dir: &Path,
     context: usize,
     dtype: ComputeDtype,
     kernel: KernelArgs,
+    kv: KvFormat,
     budget: &BudgetArgs,
 ) -> Result<FitReport, CliError> {
-    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), budget_source(budget))?)
+    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), kv, budget_source(budget))?)
 }
 
 /// The budget the CLI's flags describe.
@@ -115,7 +120,7 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, &args.budget)?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, args.kv.format()?, &args.budget)?;
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&report)?)?;
     } else {

@@ -39,6 +39,8 @@ pub enum ChatEvent {
         batch: usize,
         peak_memory_bytes: usize,
         model: String,
+        /// What the KV cache was: "bf16", "8-bit (group 64)", … ("n/a (cloud)").
+        kv_cache: String,
     },
     Finished {
         reason: FinishReason,
@@ -63,6 +65,7 @@ impl ChatEvent {
             batch: s.batch,
             peak_memory_bytes: s.peak_memory_bytes,
             model: model.to_owned(),
+            kv_cache: s.kv_label.clone(),
         }
     }
 }

@@ -188,10 +188,10 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
     assert_eq!((msgs[0].content.as_str(), msgs[1].content.as_str()), ("hello", streamed.as_str()));
     assert_eq!(msgs[1].status, MessageStatus::Complete);
     let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
-    // The labels are the load's: quantization from the engine, KV width from the headers read before it.
+    // The labels are the load's (quantization) and the turn's own (its KV cache).
     assert_eq!(
         (stats.model_id.as_str(), stats.batch, stats.quantization.as_deref(), stats.kv_dtype.as_str()),
-        (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"), "16-bit float")
+        (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"), "bf16")
     );
     assert!(stats.generated_tokens <= 5 && stats.prompt_tokens > 0, "{stats:?}");
     let first_prompt = stats.prompt_tokens;

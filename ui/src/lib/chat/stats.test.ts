@@ -13,6 +13,7 @@ const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
   batch: 1,
   peakMemoryBytes: 12_500_000,
   model: 'headroom-demo-tiny',
+  kvCache: '8-bit (group 64)',
   ...o,
 });
 
@@ -56,6 +57,7 @@ describe('statsDetails', () => {
       Batch: '1',
       'Peak memory': '13 MB',
       Model: 'headroom-demo-tiny',
+      'KV cache': '8-bit (group 64)',
       Ended: 'hit the token limit',
     });
   });

@@ -16,6 +16,7 @@ const STATS: ChatEvent = {
     batch: 1,
     peakMemoryBytes: 1e7,
     model: 'demo',
+    kvCache: 'bf16',
   },
 };
 

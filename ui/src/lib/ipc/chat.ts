@@ -16,6 +16,8 @@ export interface TurnStats {
   batch: number;
   peakMemoryBytes: number;
   model: string;
+  /** What the KV cache was: "bf16", "8-bit (group 64)", … */
+  kvCache: string;
 }
 
 /**

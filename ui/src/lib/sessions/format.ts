@@ -30,6 +30,7 @@ export function toTurnStats(s: StoredTurnStats): TurnStats {
     batch: s.batch,
     peakMemoryBytes: s.peakMemoryBytes,
     model: s.modelId,
+    kvCache: s.kvDtype,
   };
 }
 
