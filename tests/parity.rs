@@ -95,21 +95,10 @@ fn ids(v: &Value) -> Vec<u32> {
         .unwrap_or_default()
 }
 
-#[test]
-fn greedy_tokens_and_logits_match_mlx_lm() {
-    let python = reference_python();
-    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-{}", std::process::id())));
-    let mut cases = Vec::new();
-    for arch in Arch::ALL {
-        for bits in Bits::ALL {
-            let dir = scratch.0.join(format!("{arch}-{bits}"));
-            write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap_or_else(|e| panic!("{e}"));
-            cases.push((format!("{arch} {bits}-bit"), dir));
-        }
-    }
-
+/// mlx-lm's answer for every case folder, or a failure with its stderr.
+fn run_reference(python: &Path, cases: &[(String, PathBuf)]) -> Value {
     let script = root().join("scripts/parity/mlx_lm_reference.py");
-    let output = Command::new(&python)
+    let output = Command::new(python)
         .arg(&script)
         .args(["--prompt", PROMPT, "--system", SYSTEM, "--max-tokens", &TOKENS.to_string()])
         .args(cases.iter().map(|(_, d)| d))
@@ -124,12 +113,16 @@ fn greedy_tokens_and_logits_match_mlx_lm() {
     );
     let reference: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("reference JSON: {e}"));
     assert_eq!(reference["mlx_lm_version"], "0.32.2", "the reference must be mlx-lm 0.32.2");
+    reference
+}
 
-    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+/// Ours against the reference for every case: prompt ids, 64 greedy tokens,
+/// last-position logits, and the default kernel's rounding. Returns what failed.
+fn compare(engine: &EngineHandle, cases: &[(String, PathBuf)], reference: &Value) -> Vec<String> {
     let mut failures = Vec::new();
-    for (name, dir) in &cases {
+    for (name, dir) in cases {
         let theirs = &reference["models"][dir.to_string_lossy().as_ref()];
-        let ours = ours(&engine, dir);
+        let ours = ours(engine, dir);
         if ours.prompt_ids != ids(&theirs["prompt_ids"]) {
             failures.push(format!("{name}: prompt ids differ (template or tokenizer)"));
             continue;
@@ -161,11 +154,118 @@ fn greedy_tokens_and_logits_match_mlx_lm() {
         // errs 0.05–0.09 where the fused bf16 kernel errs 0.13–0.21.
         let (default_err, fused_err) =
             (worst(&ours.default_kernel_logits, &ours.f32_logits), worst(&ours.last_logits, &ours.f32_logits));
-        if default_err > fused_err + LOGIT_TOLERANCE {
+        // With experts, rounding can flip which expert a token is routed to
+        // (a near tie in the router), in either kernel, and a flipped expert
+        // moves the logits by more than rounding does: there the default
+        // kernel may err up to a quarter more than the fused one.
+        let routed = name.contains("moe");
+        let allowed = if routed { fused_err * 1.25 } else { fused_err } + LOGIT_TOLERANCE;
+        if default_err > allowed {
             failures.push(format!(
                 "{name}: the default kernel's logits are {default_err:e} from the f32 computation, the fused kernel's {fused_err:e}"
             ));
         }
+    }
+    failures
+}
+
+#[test]
+fn greedy_tokens_and_logits_match_mlx_lm() {
+    let python = reference_python();
+    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-{}", std::process::id())));
+    let mut cases = Vec::new();
+    for arch in Arch::ALL {
+        for bits in Bits::ALL {
+            let dir = scratch.0.join(format!("{arch}-{bits}"));
+            write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap_or_else(|e| panic!("{e}"));
+            cases.push((format!("{arch} {bits}-bit"), dir));
+        }
+    }
+
+    let reference = run_reference(&python, &cases);
+
+    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let failures = compare(&engine, &cases, &reference);
+    assert!(failures.is_empty(), "parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));
+}
+
+/// The architectures whose reference model is built by mlx-lm's own classes
+/// (`scripts/parity/mlx_lm_build.py`: random weights, bf16, quantized by
+/// mlx-lm), not by the project's writer: a mixture of experts with one dense
+/// layer, Gemma 3 with a 16-position window the prompt overflows and the
+/// decode wraps, Qwen3.5 dense (flat config) and with experts (nested
+/// `text_config`). Experts are quantized in every case: MLX's CPU backend
+/// has no bf16 `gather_mm` ("Currently only supports float32"), so neither
+/// mlx-lm nor the engine can run unquantized bf16 experts there.
+const BUILT_BY_MLX_LM: &[(&str, u8)] = &[
+    ("qwen3_moe", 4),
+    ("qwen3_moe", 8),
+    ("gemma3_text", 4),
+    ("gemma3_text", 16),
+    ("qwen3_5", 4),
+    ("qwen3_5", 16),
+    ("qwen3_5_moe", 4),
+    ("qwen3_5_moe", 8),
+];
+
+#[test]
+fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() {
+    let python = reference_python();
+    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-archs-{}", std::process::id())));
+    // The project's demo tokenizer (a real byte-level BPE with a chat template).
+    let tokenizer = scratch.0.join("tokenizer");
+    write_demo_model(&tokenizer, &DemoSpec::new(Arch::Qwen3, Preset::Tiny, Bits::Sixteen))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let vocab = Tokenizer::from_dir(&tokenizer).unwrap_or_else(|e| panic!("{e}")).vocab_size();
+    let build = root().join("scripts/parity/mlx_lm_build.py");
+    let mut cases = Vec::new();
+    for (arch, bits) in BUILT_BY_MLX_LM {
+        let dir = scratch.0.join(format!("{arch}-{bits}"));
+        let out = Command::new(&python)
+            .arg(&build)
+            .args(["--arch", arch, "--bits", &bits.to_string(), "--vocab", &vocab.to_string(), "--tokenizer-from"])
+            .arg(&tokenizer)
+            .arg(&dir)
+            .output()
+            .unwrap_or_else(|e| panic!("cannot run {}: {e}", build.display()));
+        assert!(out.status.success(), "{arch} {bits}: {}", String::from_utf8_lossy(&out.stderr));
+        cases.push((format!("{arch} {bits}-bit"), dir));
+    }
+    let reference = run_reference(&python, &cases);
+    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let mut failures = compare(&engine, &cases, &reference);
+
+    // A session's second turn reuses what the cache can give back exactly
+    // (for a wrapped window or a recurrent state that is nothing, and the
+    // prompt is recomputed) and answers exactly as a fresh run.
+    for (name, dir) in cases.iter().filter(|(n, _)| n.ends_with(" 4-bit")) {
+        let settings = LoadSettings { kernel: QuantKernel::Fused, ..LoadSettings::default() };
+        engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
+        let turn = |messages: Vec<Message>, session: Option<&str>| {
+            let request = GenerateRequest {
+                session: session.map(str::to_owned),
+                max_tokens: 24,
+                ignore_eos: true,
+                ..GenerateRequest::new(messages)
+            };
+            engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{name}: {e}"))
+        };
+        let first = turn(messages(), Some(name));
+        let mut history = messages();
+        history.push(Message::new(Role::Assistant, first.text.clone()));
+        history.push(Message::new(Role::User, "And one about the mountains."));
+        let second = turn(history.clone(), Some(name));
+        let fresh = turn(history, None);
+        if second.token_ids != fresh.token_ids {
+            failures.push(format!(
+                "{name}: a reused turn gave {:?}, a fresh run {:?} (reused {} prompt tokens)",
+                second.token_ids, fresh.token_ids, second.stats.reused_tokens
+            ));
+        }
+        eprintln!(
+            "{name}: turn 2 reused {} of {} prompt tokens",
+            second.stats.reused_tokens, second.stats.prompt_tokens
+        );
     }
     assert!(failures.is_empty(), "parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));
 }

@@ -101,6 +101,9 @@ def main():
     ap.add_argument("--text", required=True, help="text the prompts are cut from")
     ap.add_argument("--skip-7b", action="store_true", help="leave out the 7B-shape case (4.3 GB written)")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder")
+    ap.add_argument("--archs", action="store_true",
+                    help="also measure the experts / sliding-window / linear-attention demos")
+    ap.add_argument("--archs-only", action="store_true", help="only those (and the baseline)")
     ap.add_argument("--models-dir", help="write the demo models here (kept) and reuse any already there, "
                     "instead of a temp folder: reruns skip the 8-minute 7B write")
     ap.add_argument("--json", help="also write the rows to this file")
@@ -111,13 +114,14 @@ def main():
     work = tempfile.mkdtemp(prefix="headroom-measure-fit-")
     rows = []
     try:
-        def demo(name, preset, bits):
+        def demo(name, preset, bits, arch="qwen2"):
             d = os.path.join(args.models_dir or work, name)
             if args.models_dir and os.path.exists(os.path.join(d, "model.safetensors.index.json")):
                 print(f"  reusing {d}", file=sys.stderr)
                 return d
             t = time.monotonic()
-            run_checked([args.bin, "demo-model", d, "--preset", preset, "--bits", bits], f"demo-model {preset}")
+            run_checked([args.bin, "demo-model", d, "--preset", preset, "--bits", bits, "--arch", arch],
+                        f"demo-model {preset}")
             print(f"  wrote {preset} {bits}-bit in {time.monotonic() - t:.0f} s", file=sys.stderr)
             return d
 
@@ -136,10 +140,19 @@ def main():
         base = case("baseline (tiny, 16-token prompt)", tiny, 16)
         baseline = base["rss"] - base["predicted"]
 
-        medium = demo("medium", "medium", "4")
-        case("medium ~100M 4-bit, f32, ~256 tokens", medium, 232)
-        case("medium ~100M 4-bit, f32, ~2048 tokens", medium, 2024)
-        if not args.skip_7b:
+        if not args.archs_only:
+            medium = demo("medium", "medium", "4")
+            case("medium ~100M 4-bit, f32, ~256 tokens", medium, 232)
+            case("medium ~100M 4-bit, f32, ~2048 tokens", medium, 2024)
+        if args.archs or args.archs_only:
+            # The `small` demo (12 layers x 256) of each architecture whose
+            # cache is not one full KV per layer, at a short prompt and at
+            # two prefill chunks (where a window has stopped growing).
+            for arch in ["qwen3_moe", "gemma3_text", "qwen3_5", "qwen3_5_moe"]:
+                d = demo(f"small-{arch}", "small", "4", arch)
+                case(f"{arch} small 4-bit, f32, ~256 tokens", d, 232)
+                case(f"{arch} small 4-bit, f32, ~4000 tokens", d, 3976)
+        if not args.skip_7b and not args.archs_only:
             big = demo("qwen7b", "qwen2.5-7b", "4")
             # A short prompt (the chat template's ~28 tokens and two of the
             # user's): at this size the weights are the figure to check.

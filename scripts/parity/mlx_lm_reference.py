@@ -21,6 +21,22 @@ from mlx_lm.sample_utils import make_sampler
 # `mlx_lm.generate` is also a function name; the module holds generate_step.
 generate_module = sys.modules["mlx_lm.generate"]
 
+# mlx-lm 0.32.2's experts (switch_layers.py) pass `global_scale=` to
+# `mx.gather_qmm`, a keyword mlx 0.32.2 does not have yet (0.32.4 does). It is
+# only ever set for nvfp4 quantization, which nothing here uses, so drop it
+# when it is None and the call is exactly mlx-lm's on the same libmlx the
+# engine runs (README: "the reference for experts").
+_gather_qmm = mx.gather_qmm
+
+
+def _gather_qmm_without_global_scale(*args, global_scale=None, **kwargs):
+    if global_scale is not None:
+        raise NotImplementedError("a global scale (nvfp4) needs mlx >= 0.32.4")
+    return _gather_qmm(*args, **kwargs)
+
+
+mx.gather_qmm = _gather_qmm_without_global_scale
+
 
 def reference(model_dir, prompt, system, max_tokens):
     model, tokenizer = mlx_lm.load(model_dir)

@@ -208,10 +208,17 @@ pub(crate) fn table(r: &BenchReport) -> String {
         let depth = d.case.case.shape.depth;
         if let Some(l) = &d.roofline {
             let traffic = &d.case.labels.traffic;
+            let experts = if traffic.experts > 0 {
+                format!(", {} of {} experts", traffic.experts_per_token, traffic.experts)
+            } else {
+                String::new()
+            };
             s.push_str(&format!(
-                "roofline depth {depth}: {:.2} MB per token (weights {:.2} MB + KV {:.2} MB at {:.0} positions); bound {:.1} tok/s at {:.1} GB/s ({bw_source}); achieved {:.1} tok/s = {:.1} %\n",
+                "roofline depth {depth}: {:.2} MB read per token (weights {:.2} MB active of {:.2} MB resident{experts} + KV{} {:.2} MB at {:.0} positions); bound {:.1} tok/s at {:.1} GB/s ({bw_source}); achieved {:.1} tok/s = {:.1} %\n",
                 l.bytes_per_token / 1e6,
                 traffic.weight_bytes as f64 / 1e6,
+                traffic.resident_bytes() as f64 / 1e6,
+                if traffic.state_bytes > 0 { " and state" } else { "" },
                 (l.bytes_per_token - traffic.weight_bytes as f64) / 1e6,
                 d.case.case.shape.mean_decode_context(),
                 l.bound_tps,

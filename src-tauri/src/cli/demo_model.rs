@@ -13,10 +13,13 @@ use super::CliError;
 pub struct DemoModelArgs {
     /// Folder to write (created if needed; earlier weight files are replaced).
     pub dir: PathBuf,
-    /// Shape: tiny | tiny-kv | small | medium | qwen2.5-0.5b | qwen2.5-7b | qwen2.5-14b.
+    /// Shape: tiny | tiny-kv | small | medium | qwen2.5-0.5b | qwen2.5-7b | qwen2.5-14b |
+    /// qwen3-30b-a3b | gemma-3-12b | qwen3.5-35b-a3b (the last three with their
+    /// own --arch).
     #[arg(long, default_value = "tiny")]
     pub preset: Preset,
-    /// Architecture (config.json model_type): qwen2 | qwen3 | llama | mistral.
+    /// Architecture (config.json model_type): qwen2 | qwen3 | llama | mistral |
+    /// qwen3_moe | gemma3_text | qwen3_5 | qwen3_5_moe.
     #[arg(long, default_value = "qwen2")]
     pub arch: Arch,
     /// 4 or 8 (affine-quantized, group size 64) or 16 (bf16).
@@ -25,10 +28,15 @@ pub struct DemoModelArgs {
     /// Seed of the random weights (same seed, same files).
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Write every header but leave the tensor data as holes (a sparse
+    /// file): `headroom fit` sees the real model, the disk holds kilobytes.
+    /// Such a model cannot be run.
+    #[arg(long)]
+    pub sparse: bool,
     /// Write the hostile corpus instead: one folder per broken or hostile
     /// model (sizes out of range, lying headers, bad tokenizers, looping
     /// templates, …) inside DIR, and list what each must fail with.
-    #[arg(long, conflicts_with_all = ["preset", "arch", "bits", "seed"])]
+    #[arg(long, conflicts_with_all = ["preset", "arch", "bits", "seed", "sparse"])]
     pub hostile: bool,
 }
 
@@ -43,10 +51,10 @@ pub fn run(args: &DemoModelArgs) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let spec = DemoSpec { seed: args.seed, ..DemoSpec::new(args.arch, args.preset, args.bits) };
+    let spec = DemoSpec { seed: args.seed, sparse: args.sparse, ..DemoSpec::new(args.arch, args.preset, args.bits) };
     let bytes = spec.weight_bytes()?;
     // The real-shape presets take minutes and gigabytes: say so before starting.
-    if bytes > 256 << 20 {
+    if bytes > 256 << 20 && !args.sparse {
         eprintln!("headroom: writing {:.1} GB of weights to {}", bytes as f64 / 1e9, args.dir.display());
     }
     let summary = write_demo_model(&args.dir, &spec)?;

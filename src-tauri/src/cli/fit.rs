@@ -6,7 +6,9 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::Args;
-use headroom_core::fit::{BudgetLimit, FitReport, Verdict, GIB, MIN_CONTEXT};
+use headroom_core::fit::{
+    BudgetLimit, Estimate, FitReport, KvKind, KvLayers, ModelFootprint, Verdict, GIB, MIN_CONTEXT,
+};
 use headroom_core::kv::KvFormat;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
@@ -168,8 +170,8 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
     format!(
         "model: {model}\n\
          context: {ctx} tokens{beyond}\n\
-         \x20 weights          {w:>10}  (exact, from the safetensors headers)\n\
-         \x20 KV cache         {kv:>10}  (2 × {layers} layers × {kvh} KV heads × {hd} × {pos} positions × {bpe} bytes)\n\
+         \x20 weights          {w:>10}  (exact, from the safetensors headers){experts}\n\
+         \x20 KV cache         {kv:>10}  {kv_parts}\n\
          \x20 overhead         {oh:>10}  (attention {att} + activations {act} + logits {lg} + fixed {fx}; prefill chunk {chunk})\n\
          \x20 predicted peak   {peak:>10}\n\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
@@ -182,12 +184,9 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
             _ => String::new(),
         },
         w = gb(e.weight_bytes),
+        experts = experts_lines(f),
         kv = gb(e.kv_cache_bytes),
-        layers = f.layers,
-        kvh = f.kv_heads,
-        hd = f.head_dim,
-        pos = e.kv_positions,
-        bpe = f.kv_bytes_per_element,
+        kv_parts = kv_lines(f, e),
         oh = gb(o.total_bytes),
         att = gb(o.attention_bytes),
         act = gb(o.activation_bytes),
@@ -202,6 +201,69 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         verdict = verdict_line(r),
         largest = largest_line(r),
     )
+}
+
+/// A mixture-of-experts model's weights in words: all resident, a few read per token.
+fn experts_lines(f: &ModelFootprint) -> String {
+    match f.experts {
+        None => String::new(),
+        Some(x) => format!(
+            "\n    experts        {all:>10}  ({count} per layer, all in memory; a token uses {k} of them: {active} of experts read per token)\n    \
+             read per token {read:>10}  (the bandwidth bound's weights: one embedding row, attention, router, {k} experts)",
+            all = gb(x.resident_bytes),
+            count = x.count,
+            k = x.per_token,
+            active = gb(x.active_bytes),
+            read = gb(f.active_weight_bytes),
+        ),
+    }
+}
+
+/// The KV cache's formula, or, where layers keep different amounts, each part in words.
+fn kv_lines(f: &ModelFootprint, e: &Estimate) -> String {
+    let full = f.kv_layers.iter().find(|g| g.kind() == KvKind::Full);
+    let simple = f.kv_layers.iter().all(|g| g.kind() == KvKind::Full);
+    let full_formula = |layers: u64, kvh: u64, hd: u64| {
+        format!(
+            "2 × {layers} layers × {kvh} KV heads × {hd} × {} positions × {} bytes",
+            e.kv_positions, f.kv_bytes_per_element
+        )
+    };
+    if simple {
+        let (layers, kvh, hd) = full.map_or((f.layers, f.kv_heads, f.head_dim), |g| (g.layers, g.kv_heads, g.head_dim));
+        return format!("({})", full_formula(layers, kvh, hd));
+    }
+    let mut out = String::from("(only part of it grows with the context)");
+    for g in &f.kv_layers {
+        let line = match g.kind() {
+            KvKind::Full => format!(
+                "\n    full attention {:>10}  ({} layers see the whole context: {})",
+                gb(e.kv_full_bytes),
+                g.layers,
+                full_formula(g.layers, g.kv_heads, g.head_dim)
+            ),
+            KvKind::Window => format!(
+                "\n    sliding window {:>10}  ({} layers see only the last {} positions: they stop growing there \
+                 (up to {} while a prompt chunk is read))",
+                gb(e.kv_window_bytes),
+                g.layers,
+                g.window.unwrap_or(0),
+                g.window.map_or(0, KvLayers::window_peak_positions),
+            ),
+            KvKind::State => format!(
+                "\n    linear state   {:>10}  ({} linear-attention layers keep a fixed {} each, however long the context)",
+                gb(e.kv_state_bytes),
+                g.layers,
+                mb(g.state_bytes),
+            ),
+        };
+        out.push_str(&line);
+    }
+    out
+}
+
+fn mb(bytes: u64) -> String {
+    format!("{:.1} MB", bytes as f64 / 1e6)
 }
 
 /// The one-line refusal `generate` fails with.

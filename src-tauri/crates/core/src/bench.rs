@@ -5,6 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::format::{LayerAttention, TextConfig};
+use crate::kv::KvFormat;
+
 use crate::stats::Rates;
 
 /// Mean and sample standard deviation (n − 1 in the denominator, as
@@ -99,37 +102,118 @@ impl BenchShape {
     }
 }
 
-/// Bytes one decode step must read from memory (batch 1): every weight
-/// once, plus the keys and values of every cached position.
+/// The weights of a loaded (or inspected) model, by the part a decoded
+/// token reads of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WeightBytes {
+    /// Every weight, all resident.
+    pub resident: u64,
+    /// The token embedding table.
+    pub embedding: u64,
+    /// Every expert of every mixture-of-experts layer.
+    pub experts: u64,
+}
+
+impl WeightBytes {
+    /// What one decoded token reads: one embedding row (the whole table
+    /// when it is also the output head), the chosen experts' share of the
+    /// experts, everything else whole.
+    pub fn active(&self, text: &TextConfig) -> u64 {
+        let n = |v: i32| u64::try_from(v).unwrap_or(0);
+        let embedding =
+            if text.tie_word_embeddings { self.embedding } else { self.embedding / n(text.vocab_size).max(1) };
+        let experts = text.moe.as_ref().map_or(self.experts, |m| {
+            // Per expert first: every expert has the same shape.
+            self.experts / n(m.num_experts).max(1) * n(m.experts_per_token)
+        });
+        self.resident.saturating_sub(self.embedding).saturating_sub(self.experts) + embedding + experts
+    }
+}
+
+/// Bytes one decode step must read from memory (batch 1): the weights it
+/// uses, the keys and values of every position each attention layer sees,
+/// and the linear-attention layers' state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct DecodeTraffic {
+    /// Weight bytes one token reads ([`WeightBytes::active`]); equal to the
+    /// resident bytes for a dense model but for one embedding row. (Results
+    /// stored before experts were counted hold the resident bytes here.)
     pub weight_bytes: u64,
-    /// 2 (keys and values) × layers × kv_heads × head_dim × bytes per element.
+    /// Every weight, resident in memory; 0 in results stored before it was kept.
+    #[serde(default)]
+    pub resident_weight_bytes: u64,
+    /// 2 (keys and values) × full-attention layers × kv_heads × head_dim × bytes per element.
     pub kv_bytes_per_position: u64,
+    /// The same for the sliding-window layers, which read at most `window` positions.
+    #[serde(default)]
+    pub window_kv_bytes_per_position: u64,
+    #[serde(default)]
+    pub window: u64,
+    /// The linear-attention layers' state, read and written back each token.
+    #[serde(default)]
+    pub state_bytes: u64,
+    /// Experts per MoE layer and those one token uses (0 for a dense model).
+    #[serde(default)]
+    pub experts: u64,
+    #[serde(default)]
+    pub experts_per_token: u64,
 }
 
 impl DecodeTraffic {
+    /// A dense model with full attention in every layer.
     pub fn new(weight_bytes: u64, layers: u64, kv_heads: u64, head_dim: u64, kv_elem_bytes: u64) -> Self {
-        Self::with_kv(weight_bytes, layers, kv_heads, head_dim, kv_elem_bytes, crate::kv::KvFormat::Float)
+        Self {
+            weight_bytes,
+            resident_weight_bytes: weight_bytes,
+            kv_bytes_per_position: 2 * layers * kv_heads * head_dim * kv_elem_bytes,
+            window_kv_bytes_per_position: 0,
+            window: 0,
+            state_bytes: 0,
+            experts: 0,
+            experts_per_token: 0,
+        }
     }
 
-    /// [`Self::new`] for a cache stored as `kv` (a quantized cache reads its
-    /// packed values and its scales and biases, `float_bytes` wide).
-    pub fn with_kv(
-        weight_bytes: u64,
-        layers: u64,
-        kv_heads: u64,
-        head_dim: u64,
-        float_bytes: u64,
-        kv: crate::kv::KvFormat,
-    ) -> Self {
-        let per_head = kv.bytes_per_head_position(head_dim, float_bytes);
-        Self { weight_bytes, kv_bytes_per_position: 2 * layers * kv_heads * per_head }
+    /// Any supported model: its layers by kind, its experts, from the config
+    /// and its weights' bytes; `state_bytes` is the linear layers' state
+    /// together (the cache knows it; the config gives its shape). The
+    /// full-attention layers' keys and values are read as stored, `kv`
+    /// (a quantized cache reads its packed values and its scales and biases,
+    /// `kv_elem_bytes` wide); sliding-window layers stay in the float type
+    /// (never quantized: `crate::kv`).
+    pub fn of(text: &TextConfig, weights: WeightBytes, kv_elem_bytes: u64, state_bytes: u64, kv: KvFormat) -> Self {
+        let n = |v: i32| u64::try_from(v).unwrap_or(0);
+        let per_layer = 2 * n(text.num_key_value_heads) * n(text.head_dim) * kv_elem_bytes;
+        let per_full_layer =
+            2 * n(text.num_key_value_heads) * kv.bytes_per_head_position(n(text.head_dim), kv_elem_bytes);
+        let layers = |kind| u64::try_from(text.layers_of(kind)).unwrap_or(0);
+        Self {
+            weight_bytes: weights.active(text),
+            resident_weight_bytes: weights.resident,
+            kv_bytes_per_position: per_full_layer * layers(LayerAttention::Full),
+            window_kv_bytes_per_position: per_layer * layers(LayerAttention::Sliding),
+            window: text.sliding_window.map_or(0, n),
+            state_bytes,
+            experts: text.moe.as_ref().map_or(0, |m| n(m.num_experts)),
+            experts_per_token: text.moe.as_ref().map_or(0, |m| n(m.experts_per_token)),
+        }
+    }
+
+    /// Everything resident (the active weights for results stored before it was kept).
+    pub fn resident_bytes(&self) -> u64 {
+        self.resident_weight_bytes.max(self.weight_bytes)
+    }
+
+    /// KV and state bytes read at `context` positions.
+    pub fn cache_bytes(&self, context: f64) -> f64 {
+        self.kv_bytes_per_position as f64 * context
+            + self.window_kv_bytes_per_position as f64 * context.min(self.window as f64)
+            + 2.0 * self.state_bytes as f64
     }
 
     /// Weight bytes + KV bytes at `context` positions.
     pub fn bytes_per_token(&self, context: f64) -> f64 {
-        self.weight_bytes as f64 + self.kv_bytes_per_position as f64 * context
+        self.weight_bytes as f64 + self.cache_bytes(context)
     }
 }
 

@@ -142,7 +142,7 @@ pub const MIN_CONTEXT: u64 = 512;
 pub const TIGHT_FRACTION: f64 = 0.10;
 
 /// What a model needs, read from its config and weight headers (no weights loaded).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
 pub struct ModelFootprint {
     /// Exact bytes of every tensor the engine will hold, as loaded.
     pub weight_bytes: u64,
@@ -168,10 +168,47 @@ pub struct ModelFootprint {
     /// The MLX backend the model computes on: which attention kernels exist
     /// (`crate::attention`), so what attention allocates.
     pub backend: Backend,
+    /// Weight bytes one decoded token reads: one row of the embedding
+    /// table (the whole table again where it is also the output head),
+    /// every attention, norm and dense-MLP weight, the router and shared
+    /// expert, and only the chosen experts' share of the expert weights.
+    /// What the bandwidth roofline divides by; `weight_bytes` is what must
+    /// be resident.
+    pub active_weight_bytes: u64,
+    /// A mixture-of-experts model's experts (`None` for a dense model).
+    pub experts: Option<Experts>,
+}
+
+impl ModelFootprint {
+    /// Whether this model's KV cache can be stored as `kv`: MLX quantizes
+    /// the heads in whole groups, and mlx-lm quantizes no sliding window
+    /// (the engine refuses the same; `crate::kv`). A remedies list offers
+    /// only the formats this accepts.
+    pub fn check_kv(&self, kv: KvFormat) -> Result<(), crate::kv::KvFormatError> {
+        kv.check_head_dim(self.head_dim)?;
+        if kv.quant().is_some() && self.kv_layers.iter().any(|g| g.kind() == KvKind::Window) {
+            return Err(crate::kv::KvFormatError::SlidingWindow);
+        }
+        Ok(())
+    }
+}
+
+/// The experts of a mixture-of-experts model, for the fit report and the roofline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Experts {
+    /// Experts per MoE layer.
+    pub count: u64,
+    /// Experts the router picks for each token.
+    pub per_token: u64,
+    /// Bytes of every expert's weights together (all resident).
+    pub resident_bytes: u64,
+    /// Bytes of the experts one token reads (`per_token / count` of them).
+    pub active_bytes: u64,
 }
 
 /// Layers of one kind whose cache keeps `kv_heads × head_dim` keys and as
-/// many values per position.
+/// many values per position, or (linear attention) a state of
+/// `state_bytes` per layer whatever the context.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct KvLayers {
     pub layers: u64,
@@ -179,12 +216,48 @@ pub struct KvLayers {
     pub head_dim: u64,
     /// At most this many positions (a sliding window); `None`: the whole context.
     pub window: Option<u64>,
+    /// A constant-size state per layer (linear attention); 0 for attention layers.
+    pub state_bytes: u64,
+}
+
+/// Which part of the KV cache a group is, for the report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KvKind {
+    Full,
+    Window,
+    State,
 }
 
 impl KvLayers {
     /// Full-attention layers: the cache grows with the whole context.
     pub fn full(layers: u64, kv_heads: u64, head_dim: u64) -> Self {
-        Self { layers, kv_heads, head_dim, window: None }
+        Self { layers, kv_heads, head_dim, window: None, state_bytes: 0 }
+    }
+
+    /// Sliding-window layers: the cache stops growing at `window` positions.
+    pub fn sliding(layers: u64, kv_heads: u64, head_dim: u64, window: u64) -> Self {
+        Self { layers, kv_heads, head_dim, window: Some(window), state_bytes: 0 }
+    }
+
+    /// Linear-attention layers: `state_bytes` each, whatever the context.
+    pub fn state(layers: u64, state_bytes: u64) -> Self {
+        Self { layers, kv_heads: 0, head_dim: 0, window: None, state_bytes }
+    }
+
+    pub fn kind(&self) -> KvKind {
+        match (self.window, self.state_bytes) {
+            (_, s) if s > 0 => KvKind::State,
+            (Some(_), _) => KvKind::Window,
+            (None, _) => KvKind::Full,
+        }
+    }
+
+    /// Positions a sliding layer holds at its peak: while a prompt chunk is
+    /// appended, the window's last `window - 1` positions and the chunk
+    /// (mlx-lm's rotating cache concatenates them), then `window`.
+    pub fn window_peak_positions(window: u64) -> u64 {
+        window.saturating_add(PREFILL_CHUNK - 1)
     }
 
     /// Bytes this group's cache holds at `positions` (already rounded to the
@@ -193,14 +266,18 @@ impl KvLayers {
         self.bytes_as(positions, KvFormat::Float, bytes_per_element)
     }
 
-    /// [`Self::bytes`] for a cache stored as `format` (the float type being
-    /// `float_bytes` wide).
+    /// [`Self::bytes`] with keys and values stored as `format` (the float
+    /// type being `float_bytes` wide). Only full-attention layers are ever
+    /// quantized; sliding windows and linear states stay in the float type,
+    /// as in mlx-lm 0.32.2 (`crate::kv`).
     pub fn bytes_as(&self, positions: u64, format: KvFormat, float_bytes: u64) -> u64 {
-        let kept = self.window.map_or(positions, |w| positions.min(w.div_ceil(KV_STEP).saturating_mul(KV_STEP)));
+        let format = if self.kind() == KvKind::Full { format } else { KvFormat::Float };
+        let kept = self.window.map_or(positions, |w| positions.min(Self::window_peak_positions(w)));
         2u64.saturating_mul(self.layers)
             .saturating_mul(self.kv_heads)
             .saturating_mul(kept)
             .saturating_mul(format.bytes_per_head_position(self.head_dim, float_bytes))
+            .saturating_add(self.layers.saturating_mul(self.state_bytes))
     }
 }
 
@@ -236,8 +313,14 @@ pub struct Estimate {
     /// Positions the KV cache allocates (context rounded up to KV_STEP).
     pub kv_positions: u64,
     pub weight_bytes: u64,
-    /// The cache at this context, as stored then.
+    /// The whole cache at this context, as stored then: the three parts below together.
     pub kv_cache_bytes: u64,
+    /// Full-attention layers, growing with the context (quantized once converted).
+    pub kv_full_bytes: u64,
+    /// Sliding-window layers, capped at their window.
+    pub kv_window_bytes: u64,
+    /// Linear-attention layers' constant state.
+    pub kv_state_bytes: u64,
     /// The float cache a quantized one is converted from (0 if it never is,
     /// or stays float): it is held until the conversion, so the peak counts
     /// the larger of the two.
@@ -328,19 +411,34 @@ fn attention_term(model: &ModelFootprint, context: u64, kv: KvFormat) -> (u64, u
 pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate {
     let b = model.kv_bytes_per_element;
     let kv_positions = context.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-    let kv_bytes = |positions: u64, format: KvFormat| {
-        model.kv_layers.iter().fold(0u64, |sum, g| sum.saturating_add(g.bytes_as(positions, format, b)))
+    let part = |kind: KvKind, positions: u64, format: KvFormat| {
+        model
+            .kv_layers
+            .iter()
+            .filter(|g| g.kind() == kind)
+            .fold(0u64, |sum, g| sum.saturating_add(g.bytes_as(positions, format, b)))
+    };
+    let whole = |positions: u64, format: KvFormat| {
+        [KvKind::Full, KvKind::Window, KvKind::State]
+            .into_iter()
+            .fold(0u64, |sum, kind| sum.saturating_add(part(kind, positions, format)))
     };
     let kv_quantized = kv.converts_at(context);
-    let (kv_cache_bytes, kv_before_conversion_bytes) = match kv.quant() {
+    let stored = if kv_quantized { kv } else { KvFormat::Float };
+    let (kv_full_bytes, kv_window_bytes, kv_state_bytes) = (
+        part(KvKind::Full, kv_positions, stored),
+        part(KvKind::Window, kv_positions, stored),
+        part(KvKind::State, kv_positions, stored),
+    );
+    let kv_cache_bytes = kv_full_bytes.saturating_add(kv_window_bytes).saturating_add(kv_state_bytes);
+    let kv_before_conversion_bytes = match kv.quant() {
         Some(q) if kv_quantized => {
             // Converted after the forward pass that reached `start`: at most
             // a prompt chunk past it.
             let at = context.min(q.start.saturating_add(PREFILL_CHUNK)).max(1);
-            let at = at.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-            (kv_bytes(kv_positions, kv), kv_bytes(at, KvFormat::Float))
+            whole(at.div_ceil(KV_STEP).saturating_mul(KV_STEP), KvFormat::Float)
         }
-        _ => (kv_bytes(kv_positions, KvFormat::Float), 0),
+        _ => 0,
     };
     let chunk = PREFILL_CHUNK.min(context);
     let (q, k, attention_path, attention_bytes) = attention_term(model, context, kv);
@@ -379,6 +477,9 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
         kv_positions,
         weight_bytes: model.weight_bytes,
         kv_cache_bytes,
+        kv_full_bytes,
+        kv_window_bytes,
+        kv_state_bytes,
         kv_before_conversion_bytes,
         overhead,
         predicted_peak_bytes: model.weight_bytes.saturating_add(kv_peak).saturating_add(total_bytes),
@@ -601,6 +702,8 @@ mod tests {
             prefill_dequantizes: false,
             kv_layers: vec![KvLayers::full(28, 4, 128)],
             backend: Backend::Cpu,
+            active_weight_bytes: 4_283_105_280,
+            experts: None,
         }
     }
 
@@ -739,6 +842,131 @@ mod tests {
         assert!(check(&m14, 32768, Float, BudgetInputs::new(avail)).verdict.refuses());
     }
 
+    /// Qwen2.5-14B's shape at 4 bits (the example).
+    fn qwen14b(backend: Backend) -> ModelFootprint {
+        ModelFootprint {
+            weight_bytes: 8_310_000_000,
+            layers: 48,
+            attention_heads: 40,
+            kv_heads: 8,
+            hidden_size: 5120,
+            intermediate_size: 13824,
+            vocab_size: 152_064,
+            kv_layers: vec![KvLayers::full(48, 8, 128)],
+            backend,
+            ..qwen7b()
+        }
+    }
+
+    /// On Metal the fused kernel takes every attention call of a 14B-shaped
+    /// model (head dim 128, causal mode, queries <= keys; GQA 5 at decode),
+    /// so the 3.9 GB of scores the CPU fallback needs at 32K is not counted
+    /// and the 18 GB verdict turns from "would swap" into a fit.
+    #[test]
+    fn metal_counts_no_score_matrix_where_mlx_fuses_attention() {
+        let (cpu, metal) = (qwen14b(Backend::Cpu), qwen14b(Backend::Metal));
+        let e_cpu = estimate(&cpu, 32768, Float);
+        let e_metal = estimate(&metal, 32768, Float);
+        assert_eq!(e_cpu.overhead.attention_path, AttentionPath::Unfused);
+        // (3 × 40 + 6) / 4 × 2048 × 32768 × 2 bytes.
+        assert_eq!(e_cpu.overhead.attention_bytes, 4_227_858_432);
+        assert_eq!(e_metal.overhead.attention_path, AttentionPath::Fused);
+        // MLX's vector kernel's partials at most: 40 heads × 1024 blocks × (128 × 2 + 8) bytes.
+        assert_eq!(e_metal.overhead.attention_bytes, 40 * 1024 * (128 * 2 + 8));
+        assert_eq!(e_cpu.kv_cache_bytes, e_metal.kv_cache_bytes);
+        // An 18 GB budget: 22 GB available less the 4 GB kept for the OS.
+        let avail = BudgetInputs::new(22 * GIB);
+        let Verdict::WouldSwap { by_bytes } = check(&cpu, 32768, Float, avail).verdict else {
+            panic!("the CPU figures must swap here")
+        };
+        // The scores alone make it swap (the figures: by 0.75 GB
+        // because of 3.94 GB of scores; here 8.31 GB of weights).
+        assert!(by_bytes > 0 && by_bytes < e_cpu.overhead.attention_bytes, "{by_bytes}");
+        assert!(!check(&metal, 32768, Float, avail).verdict.refuses());
+        // Head dim 256 (Gemma's): MLX leaves prompt chunks unfused on Metal, so the scores count.
+        let wide =
+            ModelFootprint { head_dim: 256, kv_layers: vec![KvLayers::full(48, 8, 256)], ..qwen14b(Backend::Metal) };
+        assert_eq!(estimate(&wide, 32768, Float).overhead.attention_path, AttentionPath::Unfused);
+    }
+
+    /// The KV term in 8 and 4 bits, and the remedies example: at 32K
+    /// on a 16 GB budget the 14B swaps with a bf16 cache and fits at 8 bits.
+    #[test]
+    fn a_quantized_cache_costs_its_bits_and_turns_a_swap_into_a_fit() {
+        let m = qwen14b(Backend::Metal);
+        let bf16 = estimate(&m, 32768, Float);
+        let q8 = estimate(&m, 32768, KvFormat::bits_from_start(8));
+        let q4 = estimate(&m, 32768, KvFormat::bits_from_start(4));
+        assert_eq!(bf16.kv_cache_bytes, 2 * 48 * 8 * 128 * 32768 * 2);
+        assert_eq!(q8.kv_cache_bytes * 32, bf16.kv_cache_bytes * 17); // 0.53125
+        assert_eq!(q4.kv_cache_bytes * 32, bf16.kv_cache_bytes * 9); // 0.28125
+        assert!(q8.kv_quantized && !bf16.kv_quantized);
+        // Converted after the first chunk: the float cache it replaced was one chunk long.
+        assert_eq!(q8.kv_before_conversion_bytes, 2 * 48 * 8 * 128 * 2048 * 2);
+        assert_eq!(q8.kv_peak_bytes(), q8.kv_cache_bytes);
+        // Quantized attention materializes scores, in blocks the engine keeps to 64 MiB.
+        assert_eq!(q8.overhead.attention_path, AttentionPath::Quantized);
+        assert!(q8.overhead.attention_bytes <= 3 * crate::attention::QUANTIZED_SCORES_BLOCK_BYTES);
+        let avail = BudgetInputs::new(16 * GIB);
+        let r = check(&m, 32768, Float, avail);
+        assert!(r.verdict.refuses(), "{:?}", r.verdict);
+        let r8 = check(&m, 32768, KvFormat::bits_from_start(8), avail);
+        assert!(!r8.verdict.refuses(), "{:?}", r8.verdict);
+        assert_eq!(r8.kv_label, "8-bit (group 64)");
+        assert_eq!(r.kv_label, "16-bit float");
+        // The largest context grows with fewer bits.
+        let limit = r.budget.budget_bytes;
+        let l16 = largest_context_that_fits(&m, Float, limit).unwrap_or(0);
+        let l8 = largest_context_that_fits(&m, KvFormat::bits_from_start(8), limit).unwrap_or(0);
+        assert!(l16 < 32768 && l8 >= 32768, "{l16} {l8}");
+        // A cache that converts late holds its float form until then: below
+        // the start it costs bf16; past it, never less than the float cache at the start.
+        let late = KvFormat::quantized(8, 64, 5000).unwrap_or_default();
+        assert_eq!(estimate(&m, 4096, late).kv_cache_bytes, estimate(&m, 4096, Float).kv_cache_bytes);
+        let e = estimate(&m, 32768, late);
+        assert_eq!(e.kv_before_conversion_bytes, 2 * 48 * 8 * 128 * 7168 * 2);
+        assert!(e.predicted_peak_bytes >= q8.predicted_peak_bytes);
+    }
+
+    /// Sliding windows and linear states stay in the float type (mlx-lm
+    /// quantizes neither), and a model with windows is refused a quantized cache.
+    #[test]
+    fn only_full_attention_layers_are_quantized() {
+        let g = KvLayers::sliding(40, 8, 256, 1024);
+        let s = KvLayers::state(30, 1 << 20);
+        let q8 = KvFormat::bits_from_start(8);
+        assert_eq!(g.bytes_as(8192, q8, 2), g.bytes(8192, 2));
+        assert_eq!(s.bytes_as(8192, q8, 2), s.bytes(8192, 2));
+        assert!(KvLayers::full(8, 8, 256).bytes_as(8192, q8, 2) < KvLayers::full(8, 8, 256).bytes(8192, 2));
+        let gemma = ModelFootprint { head_dim: 256, kv_layers: vec![g, KvLayers::full(8, 8, 256)], ..qwen7b() };
+        assert_eq!(gemma.check_kv(q8), Err(crate::kv::KvFormatError::SlidingWindow));
+        assert_eq!(gemma.check_kv(Float), Ok(()));
+        let qwen35 = ModelFootprint { kv_layers: vec![s, KvLayers::full(10, 2, 256)], head_dim: 256, ..qwen7b() };
+        assert_eq!(qwen35.check_kv(q8), Ok(()));
+        let tiny = ModelFootprint { head_dim: 16, ..qwen7b() };
+        assert!(matches!(tiny.check_kv(q8), Err(crate::kv::KvFormatError::HeadDim { .. })));
+    }
+
+    /// The buffer cache gets what the budget leaves after the peak (at least
+    /// 256 MB); the wired limit is the peak, under the working set, and only
+    /// for a verdict that keeps the OS headroom free.
+    #[test]
+    fn buffer_cache_and_wired_limits_follow_the_verdict() {
+        let m = qwen14b(Backend::Metal);
+        let peak = estimate(&m, 8192, Float).predicted_peak_bytes;
+        let inputs = BudgetInputs { gpu_working_set_bytes: Some(22 * GIB), ..BudgetInputs::new(24 * GIB) };
+        let r = check(&m, 8192, Float, inputs);
+        assert_eq!(buffer_cache_limit(&r), r.budget.budget_bytes - peak);
+        assert_eq!(wired_limit(&r), Some(peak));
+        // Would swap: nothing wired, and the buffer cache at its floor.
+        let tight = BudgetInputs { gpu_working_set_bytes: Some(22 * GIB), ..BudgetInputs::new(8 * GIB) };
+        let r = check(&m, 8192, Float, tight);
+        assert!(r.verdict.refuses());
+        assert_eq!((wired_limit(&r), buffer_cache_limit(&r)), (None, MIN_BUFFER_CACHE_BYTES));
+        // No GPU (Linux): nothing wired.
+        assert_eq!(wired_limit(&check(&m, 8192, Float, BudgetInputs::new(64 * GIB))), None);
+    }
+
     /// The measurements in the module docs: (footprint, prompt tokens, MLX peak bytes).
     fn calibration_points() -> Vec<(ModelFootprint, u64, u64)> {
         let demo =
@@ -757,7 +985,7 @@ mod tests {
                     // Measured with MLX's fused kernel.
                     prefill_dequantizes: false,
                     kv_layers: vec![KvLayers::full(layers, 2, head_dim)],
-                    backend: Backend::Cpu,
+                    ..ModelFootprint::default()
                 }
             };
         let tiny = demo(79_488, 2, 4, 16, 64, 128, 1024, 4096);
@@ -821,7 +1049,7 @@ mod tests {
             max_context: Some(4096),
             prefill_dequantizes: true,
             kv_layers: vec![KvLayers::full(12, 4, 64)],
-            backend: Backend::Cpu,
+            ..ModelFootprint::default()
         };
         let q7b_f32 = ModelFootprint {
             weight_bytes: 4_760_885_248,

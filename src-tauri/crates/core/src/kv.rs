@@ -61,6 +61,8 @@ pub enum KvFormatError {
     Start(u64),
     #[error("a KV group size or quantized KV start was given without KV bits; set the bits (8 or 4) too")]
     WithoutBits,
+    #[error("this model has sliding-window layers, whose KV cache mlx-lm 0.32.2 cannot quantize (its RotatingKVCache refuses): use the float KV cache")]
+    SlidingWindow,
     #[error("the model's head dimension {head_dim} is not a multiple of the KV group size {group_size}: MLX cannot quantize its keys and values that way (try group size 32)")]
     HeadDim { head_dim: u64, group_size: u32 },
 }

@@ -193,13 +193,22 @@ fn run_on_engine(
         Duration::ZERO
     };
     send(BenchEvent::Filled { depth: cache.offset(), time: fill_time })?;
+    // A sliding window that has rotated, or a recurrent state, cannot step
+    // back to the depth: such a model restarts each run from this snapshot
+    // (arrays are shared until written, so it costs nothing until then).
+    let filled = cache.clone();
 
     for index in 0..=case.runs {
         if cancel.load(Ordering::Relaxed) {
             return Err(EngineError::BenchCancelled);
         }
         // Back to the depth (the buffers stay allocated), then fresh prompt ids.
-        cache.trim(cache.offset() - depth);
+        let back = cache.offset() - depth;
+        if cache.can_trim(back) {
+            cache.trim(back);
+        } else {
+            cache = filled.clone();
+        }
         let mut prompt = cache.tokens().to_vec();
         prompt.extend(ids.take(p));
         mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;
@@ -243,22 +252,16 @@ fn labels(model: &Model, cache: &KvCache) -> ModelLabels {
     let config = model.config();
     let c = &config.text;
     let kv_dtype = cache.dtype().unwrap_or(Dtype::Float32);
-    let as_u64 = |v: i32| u64::try_from(v).unwrap_or(0);
     // The roofline reads the cache as it is stored during the runs.
     let stored = if cache.is_quantized() { cache.format() } else { KvFormat::Float };
+    let linear = u64::try_from(c.layers_of(headroom_core::format::LayerAttention::Linear)).unwrap_or(0);
+    let state_bytes = c.linear_attention.map_or(0, |l| linear * l.state_bytes(dtype_bytes(kv_dtype)));
     ModelLabels {
         model_type: config.model_type_name().to_owned(),
         quantization: config.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
         kv_dtype: cache.label(dtype_name(kv_dtype)),
         quant_kernel: model.quant_kernel(),
-        traffic: DecodeTraffic::with_kv(
-            u64::try_from(model.nbytes()).unwrap_or(u64::MAX),
-            as_u64(c.num_hidden_layers),
-            as_u64(c.num_key_value_heads),
-            as_u64(c.head_dim),
-            dtype_bytes(kv_dtype),
-            stored,
-        ),
+        traffic: DecodeTraffic::of(c, model.weight_bytes(), dtype_bytes(kv_dtype), state_bytes, stored),
     }
 }
 

@@ -105,7 +105,7 @@ mod tests {
     #[test]
     fn the_estimator_uses_the_engine_chunk_and_cache_step() {
         assert_eq!(headroom_core::fit::PREFILL_CHUNK, crate::generate::PREFILL_CHUNK as u64);
-        assert_eq!(headroom_core::fit::KV_STEP, crate::cache::KV_STEP as u64);
+        assert_eq!(headroom_core::fit::KV_STEP, crate::cache::full::KV_STEP as u64);
     }
 
     #[test]

@@ -22,7 +22,7 @@
 use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::cache::KV_STEP;
+use crate::cache::full::KV_STEP;
 use crate::error::{MlxContext, Result};
 
 /// One of keys or values, quantized: `(packed, scales, biases)`, each `[B, kv_heads, positions, …]`.
@@ -57,7 +57,7 @@ impl Quantized {
 }
 
 /// A layer's keys and values once quantized.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct QuantizedKv {
     keys: Quantized,
     values: Quantized,
@@ -283,8 +283,13 @@ mod tests {
     use mlx_rs::transforms::eval;
 
     use super::*;
-    use crate::cache::KvCache;
+    use crate::cache::{KvCache, LayerKind};
     use crate::mlx_memory::mlx_memory;
+
+    /// A cache of `n` full-attention layers stored as `format`.
+    fn full_cache(n: usize, format: KvFormat) -> KvCache {
+        KvCache::with_format(&vec![LayerKind::Full; n], format).expect("full layers take any format")
+    }
 
     fn normal(shape: &[i32], seed: u64, dtype: Dtype) -> Array {
         let key = random::key(seed).expect("key");
@@ -299,7 +304,7 @@ mod tests {
 
     #[test]
     fn writes_grow_in_steps_and_a_trim_rewrites_the_tail() -> Result<()> {
-        let mut c = KvCache::with_format(1, KvFormat::bits_from_start(8));
+        let mut c = full_cache(1, KvFormat::bits_from_start(8));
         let layer = &mut c.layers_mut()[0];
         // Float until the first pass ends; then converted whole.
         let k0 = normal(&[1, 2, 10, 64], 1, Dtype::Float32);
@@ -350,7 +355,7 @@ mod tests {
     fn the_cache_converts_once_it_holds_its_start_and_stays_quantized() -> Result<()> {
         let format =
             KvFormat::quantized(4, 32, 300).map_err(|source| crate::error::EngineError::KvFormat { source })?;
-        let mut c = KvCache::with_format(2, format);
+        let mut c = full_cache(2, format);
         let k = normal(&[1, 2, 299, 32], 5, Dtype::Bfloat16);
         for layer in c.layers_mut() {
             layer.update_and_fetch(&k, &k)?;
@@ -411,7 +416,6 @@ mod tests {
         const LAYERS: i32 = 12;
         const N: i32 = 8192;
         let footprint = ModelFootprint {
-            weight_bytes: 0,
             layers: 12,
             attention_heads: 12,
             kv_heads: 4,
@@ -423,12 +427,12 @@ mod tests {
             max_context: None,
             prefill_dequantizes: false,
             kv_layers: vec![KvLayers::full(12, 4, 64)],
-            backend: headroom_core::attention::Backend::Cpu,
+            ..ModelFootprint::default()
         };
         let mut measured = Vec::new();
         for format in [KvFormat::Float, KvFormat::bits_from_start(8), KvFormat::bits_from_start(4)] {
             let before = mlx_memory()?.active;
-            let mut cache = KvCache::with_format(usize::try_from(LAYERS).unwrap_or(0), format);
+            let mut cache = full_cache(usize::try_from(LAYERS).unwrap_or(0), format);
             for (i, layer) in cache.layers_mut().iter_mut().enumerate() {
                 let k = normal(&[1, 4, N, 64], 2 * i as u64, Dtype::Bfloat16);
                 let v = normal(&[1, 4, N, 64], 2 * i as u64 + 1, Dtype::Bfloat16);

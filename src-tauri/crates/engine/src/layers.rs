@@ -11,7 +11,7 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::{self, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
-use crate::cache::LayerKv;
+use crate::cache::{AttentionMask, LayerCache};
 use crate::error::{MlxContext, Result};
 use crate::quant::QuantizedMatrix;
 use headroom_core::format::{RopeScaling, TextConfig};
@@ -77,6 +77,13 @@ impl Embedding {
         }
     }
 
+    /// Bytes of the table.
+    pub fn nbytes(&self) -> u64 {
+        let mut out = Vec::new();
+        self.collect(&mut out);
+        out.iter().map(|a| a.nbytes() as u64).sum()
+    }
+
     /// The dtype activations take on after the lookup: mlx-lm's compute dtype.
     pub fn dtype(&self) -> Dtype {
         match self {
@@ -109,13 +116,19 @@ pub struct Rope {
 }
 
 impl Rope {
+    /// RoPE as the config gives it: its base, scaling and rotated dimensions.
     pub fn new(config: &TextConfig) -> Result<Self> {
-        let dims = config.head_dim;
+        Self::with(config, config.rope_theta, config.rope_scaling.as_ref())
+    }
+
+    /// The config's rotated dimensions with another base and scaling (Gemma 3's sliding layers).
+    pub fn with(config: &TextConfig, base: f32, scaling: Option<&RopeScaling>) -> Result<Self> {
+        let dims = config.rope_dims;
         let traditional = config.rope_traditional;
-        match &config.rope_scaling {
-            None => Ok(Self { dims, traditional, base: Some(config.rope_theta), scale: 1.0, freqs: None }),
+        match scaling {
+            None => Ok(Self { dims, traditional, base: Some(base), scale: 1.0, freqs: None }),
             Some(RopeScaling::Linear { factor }) => {
-                Ok(Self { dims, traditional, base: Some(config.rope_theta), scale: 1.0 / factor, freqs: None })
+                Ok(Self { dims, traditional, base: Some(base), scale: 1.0 / factor, freqs: None })
             }
             Some(RopeScaling::Llama3 {
                 factor,
@@ -125,7 +138,7 @@ impl Rope {
             }) => {
                 let freqs = llama3_freqs(
                     dims,
-                    config.rope_theta,
+                    base,
                     *factor,
                     *low_freq_factor,
                     *high_freq_factor,
@@ -196,6 +209,17 @@ impl Mlp {
     }
 }
 
+/// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))` in `x`'s
+/// dtype, as mlx's `nn.gelu_approx` (whose Python scalars take `x`'s dtype;
+/// mlx-rs's version would widen bf16 to f32).
+pub fn gelu_approx(x: &Array) -> Result<Array> {
+    let c = |v: f64| Array::from_f32(v as f32).as_dtype(x.dtype()).op("gelu constant");
+    let cube = x.power(&c(3.0)?).op("gelu")?;
+    let inner = x.add(c(0.044715)?.multiply(&cube).op("gelu")?).op("gelu")?;
+    let t = ops::tanh(c((2.0 / std::f64::consts::PI).sqrt())?.multiply(&inner).op("gelu")?).op("gelu")?;
+    c(0.5)?.multiply(x).op("gelu")?.multiply(c(1.0)?.add(&t).op("gelu")?).op("gelu")
+}
+
 /// `[B, L, H*D]` -> `[B, L, H, D]`.
 pub fn split_heads(x: &Array, heads: i32) -> Result<Array> {
     let shape = x.shape();
@@ -226,29 +250,67 @@ pub fn attend(
     values: &Array,
     rope: &Rope,
     scale: f32,
-    cache: &mut LayerKv,
+    cache: &mut LayerCache,
 ) -> Result<Array> {
     let offset = cache.offset();
     let queries = rope.forward(queries, offset)?;
     let keys = rope.forward(keys, offset)?;
-    let l = queries.dim(2);
-    // One new token sees every cached key; several need the causal mask,
-    // which MLX aligns to the end of the keys, so it also holds past an offset.
-    let causal = l > 1;
-    let out = match cache.quantization() {
-        Some((group_size, bits)) => {
-            let (keys, values) = cache.update_and_fetch_quantized(&keys, values)?;
-            let heads = queries.dim(1);
-            let rows = crate::kv_quant::query_block_rows(heads, keys.packed.dim(2), queries.item_size());
-            crate::kv_quant::quantized_sdpa(&queries, &keys, &values, scale, causal, group_size, bits, rows)?
-        }
-        None => {
-            let (keys, values) = cache.update_and_fetch(&keys, values)?;
-            let mask = causal.then_some(ScaledDotProductAttentionMask::Causal);
-            fast::scaled_dot_product_attention(&queries, &keys, &values, scale, mask, None).op("attention")?
+    attend_cached(&queries, &keys, values, scale, cache)
+}
+
+/// Appends RoPE'd `[B, kv_heads, L, D]` keys/values to the layer's cache and
+/// attends over what it holds, by the cache's storage: over quantized keys
+/// and values, mlx-lm's quantized attention (kv_quant.rs); over float ones,
+/// MLX's `scaled_dot_product_attention` ([`sdpa`]). Returns `[B, L, H*D]`.
+pub fn attend_cached(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    cache: &mut LayerCache,
+) -> Result<Array> {
+    // Taken before the keys are appended, as mlx-lm does: one new token
+    // sees every cached key; several need the causal mask, which MLX aligns
+    // to the end of the keys, so it also holds past an offset; a window
+    // narrower than the keys needs it spelled out.
+    let mask = cache.attention_mask(queries.dim(2))?;
+    let Some((group_size, bits)) = cache.quantization() else {
+        let (keys, values) = cache.update_and_fetch(keys, values)?;
+        return sdpa(queries, &keys, &values, scale, &mask);
+    };
+    let causal = match mask {
+        AttentionMask::None => false,
+        AttentionMask::Causal => true,
+        // Only sliding-window layers need an array, and they are never quantized (cache/mod.rs).
+        AttentionMask::Array(_) => {
+            return Err(crate::error::EngineError::Shape {
+                what: "quantized attention mask",
+                expected: "none or causal (a full-attention layer)".into(),
+                found: vec![],
+            })
         }
     };
-    let b = out.dim(0);
+    let (keys, values) = cache.update_and_fetch_quantized(keys, values)?;
+    let rows = crate::kv_quant::query_block_rows(queries.dim(1), keys.packed.dim(2), queries.item_size());
+    let out = crate::kv_quant::quantized_sdpa(queries, &keys, &values, scale, causal, group_size, bits, rows)?;
+    merge_heads(&out)
+}
+
+/// MLX's fused attention over `[B, H, L, D]` queries, then the heads
+/// merged back to `[B, L, H*D]`.
+pub fn sdpa(queries: &Array, keys: &Array, values: &Array, scale: f32, mask: &AttentionMask) -> Result<Array> {
+    let mask = match mask {
+        AttentionMask::None => None,
+        AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
+        AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
+    };
+    let out = fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None).op("attention")?;
+    merge_heads(&out)
+}
+
+/// `[B, H, L, D]` back to `[B, L, H*D]`.
+fn merge_heads(out: &Array) -> Result<Array> {
+    let (b, l) = (out.dim(0), out.dim(2));
     out.transpose_axes(&[0, 2, 1, 3]).op("transpose")?.reshape(&[b, l, -1]).op("reshape")
 }
 

@@ -15,6 +15,7 @@ use mlx_rs::{Array, Dtype as MlxDtype};
 
 use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::{Embedding, Linear, LinearWeight, RmsNorm};
+use crate::models::moe::SwitchLinear;
 use crate::quant::{QuantKernel, QuantizedMatrix};
 
 /// Which float dtype the model computes in.
@@ -129,7 +130,7 @@ impl Weights {
         self.kernel
     }
 
-    fn has(&self, name: &str) -> bool {
+    pub(crate) fn has(&self, name: &str) -> bool {
         self.entries.contains_key(name)
     }
 
@@ -189,6 +190,12 @@ impl Weights {
     }
 
     fn matrix(&mut self, prefix: &str, out: i32, inp: i32) -> Result<Option<QuantizedMatrix>> {
+        self.matrix_nd(prefix, &[], out, inp)
+    }
+
+    /// A quantized `[..lead, out, in]` stack of matrices (the experts of a
+    /// mixture-of-experts layer have `lead = [experts]`), or `None` if dense.
+    fn matrix_nd(&mut self, prefix: &str, lead: &[i32], out: i32, inp: i32) -> Result<Option<QuantizedMatrix>> {
         let Some((group_size, bits)) = self.layer_quant(prefix) else {
             return Ok(None);
         };
@@ -203,9 +210,10 @@ impl Weights {
                 found: vec![out, inp],
             });
         }
-        let weight = self.take_raw(&format!("{prefix}.weight"), &[out, inp * bits / 32], false)?;
-        let scales = self.float(&format!("{prefix}.scales"), &[out, inp / group_size])?;
-        let biases = self.float(&format!("{prefix}.biases"), &[out, inp / group_size])?;
+        let shape = |last: i32| [lead, &[out, last]].concat();
+        let weight = self.take_raw(&format!("{prefix}.weight"), &shape(inp * bits / 32), false)?;
+        let scales = self.float(&format!("{prefix}.scales"), &shape(inp / group_size))?;
+        let biases = self.float(&format!("{prefix}.biases"), &shape(inp / group_size))?;
         Ok(Some(QuantizedMatrix { weight, scales, biases, group_size, bits, kernel: self.kernel }))
     }
 
@@ -216,6 +224,15 @@ impl Weights {
         };
         let bias = if bias { Some(self.float(&format!("{prefix}.bias"), &[out])?) } else { None };
         Ok(Linear { weight, bias })
+    }
+
+    /// The `[experts, out, in]` weights of a mixture-of-experts layer's
+    /// projection (mlx-lm's `SwitchLinear`, all experts stacked).
+    pub(crate) fn switch_linear(&mut self, prefix: &str, experts: i32, inp: i32, out: i32) -> Result<SwitchLinear> {
+        Ok(match self.matrix_nd(prefix, &[experts], out, inp)? {
+            Some(q) => SwitchLinear::Quantized(q),
+            None => SwitchLinear::Dense(self.float(&format!("{prefix}.weight"), &[experts, out, inp])?),
+        })
     }
 
     pub(crate) fn embedding(&mut self, prefix: &str, vocab: i32, hidden: i32) -> Result<Embedding> {

@@ -232,7 +232,7 @@ mod tests {
             max_context: Some(32_768),
             prefill_dequantizes: false,
             kv_layers: vec![headroom_core::fit::KvLayers::full(48, 8, 128)],
-            backend: headroom_core::attention::Backend::Cpu,
+            ..ModelFootprint::default()
         };
         let report = check(&model, 8192, headroom_core::kv::KvFormat::Float, BudgetInputs::new(16 * GIB));
         assert!(report.verdict.refuses(), "{:?}", report.verdict);

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { BenchReport } from '../ipc/bench';
-import { benchLabels, benchRows, formatMeanSd, parseDepths, rooflineSentence } from './format';
+import { benchLabels, benchRows, formatMeanSd, parseDepths, rooflineSentence, weightsSentence } from './format';
 
 const run = { index: 0, context_tokens: 0, prompt_tokens: 512, generated_tokens: 128, cache_tokens_after: 640, ttft_ms: 100, prefill_tps: 5000, decode_tps: 60, e2e_tps: 50, prefill_ms: 100, first_token_ms: 100, last_token_ms: 2000, peak_memory_bytes: 1 };
 const report: BenchReport = {
@@ -60,6 +60,20 @@ describe('benchmark words', () => {
       'Decode reached 78 % of the bandwidth limit at depth 4K (48.1 of 61.7 tok/s at 100 GB/s, measured)',
     );
     expect(rooflineSentence({ ...report, depths: [] })).toBeNull();
+    // Older runs kept no active/resident split: no sentence rather than a wrong one.
+    expect(weightsSentence(report)).toBeNull();
+    const moe = {
+      ...report,
+      labels: {
+        ...report.labels,
+        active_weight_bytes: 1.6e9,
+        resident_weight_bytes: 17.2e9,
+        traffic: { experts: 128, experts_per_token: 8, window: 0, state_bytes: 0 },
+      },
+    };
+    expect(weightsSentence(moe)).toBe('Each token reads 1.6 GB of the 17.2 GB of weights in memory (8 of 128 experts)');
+    const dense = { ...report, labels: { ...report.labels, active_weight_bytes: 4.2e6, resident_weight_bytes: 4.3e6, traffic: {} } };
+    expect(weightsSentence(dense)).toBe('Each token reads 4.2 MB of the 4.3 MB of weights in memory');
     const tiny = structuredClone(report);
     const roof = tiny.depths[1]?.roofline;
     if (!roof) throw new Error('the fixture has a roofline at depth 4K');

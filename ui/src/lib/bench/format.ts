@@ -70,6 +70,23 @@ export function rooflineSentence(report: BenchReport): string | null {
   return null;
 }
 
+/** What a decoded token reads against what sits in memory, e.g. `Each token reads 1.6 GB of the
+ * 17.2 GB of weights in memory (8 of 128 experts)`; null for runs saved before it was kept. */
+export function weightsSentence(report: BenchReport): string | null {
+  const l = report.labels;
+  const active = l.active_weight_bytes;
+  const resident = l.resident_weight_bytes;
+  if (active == null || resident == null || resident <= 0) return null;
+  const gb = (b: number) => (b >= 1e9 ? `${(b / 1e9).toFixed(1)} GB` : `${(b / 1e6).toFixed(1)} MB`);
+  const t = l.traffic;
+  const parts: string[] = [];
+  if (t?.experts) parts.push(`${t.experts_per_token ?? 0} of ${t.experts} experts`);
+  if (t?.window) parts.push(`KV of sliding layers capped at ${formatContext(t.window)} tokens`);
+  if (t?.state_bytes) parts.push(`plus ${gb(t.state_bytes)} of linear-attention state`);
+  const detail = parts.length > 0 ? ` (${parts.join('; ')})` : '';
+  return `Each token reads ${gb(active)} of the ${gb(resident)} of weights in memory${detail}`;
+}
+
 /** Depths as typed (`0, 4096, 12k`) → numbers, or an error sentence. */
 export function parseDepths(typed: string): number[] | string {
   const parts = typed.split(/[\s,]+/).filter(Boolean);

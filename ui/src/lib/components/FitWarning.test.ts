@@ -31,6 +31,32 @@ describe('FitWarning', () => {
     expect(screen.getByTestId('fit-warning-cancel')).toHaveFocus();
   });
 
+  it('shows the experts, the window and the fixed state as their own lines, and none for a dense model', () => {
+    show({
+      ...REPORT,
+      estimate: { ...REPORT.estimate, kv_full_bytes: 2 * GB, kv_window_bytes: 0.5 * GB, kv_state_bytes: 0.5 * GB },
+      footprint: {
+        kv_layers: [
+          { layers: 8, kv_heads: 8, head_dim: 256, window: null, state_bytes: 0 },
+          { layers: 40, kv_heads: 8, head_dim: 256, window: 1024, state_bytes: 0 },
+          { layers: 30, kv_heads: 0, head_dim: 0, window: null, state_bytes: 2e6 },
+        ],
+        experts: { count: 128, per_token: 8, resident_bytes: 7 * GB, active_bytes: 0.5 * GB },
+        active_weight_bytes: GB,
+      },
+    });
+    expect(screen.getByTestId('fit-parts')).toHaveTextContent('Experts: all 128 in memory, 8 used per token7.0 GB');
+    expect(screen.getByTestId('fit-kv-full')).toHaveTextContent('2.0 GB');
+    expect(screen.getByTestId('fit-kv-window')).toHaveTextContent('0.5 GB');
+    expect(screen.getByTestId('fit-parts')).toHaveTextContent('40 sliding layers: last 1K tokens only');
+    expect(screen.getByTestId('fit-parts')).toHaveTextContent('30 linear layers: fixed state, any length');
+  });
+
+  it('has no parts list for a dense full-attention model', () => {
+    show();
+    expect(screen.queryByTestId('fit-parts')).toBeNull();
+  });
+
   it('calls back for each button and Esc', async () => {
     const user = userEvent.setup();
     const props = show();

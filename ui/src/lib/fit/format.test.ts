@@ -1,6 +1,19 @@
 import { describe, expect, it } from 'vitest';
 import type { FitReport, ModelEntry } from '../ipc/models';
-import { formatContext, formatGB, formatUsed, groupBySize, refuses, sparkline, swapSentence, verdictLabel, verdictLevel } from './format';
+import {
+  architectureNote,
+  expertsPart,
+  formatContext,
+  formatGB,
+  formatUsed,
+  groupBySize,
+  kvParts,
+  refuses,
+  sparkline,
+  swapSentence,
+  verdictLabel,
+  verdictLevel,
+} from './format';
 
 const GB = 1024 ** 3;
 const report = (verdict: FitReport['verdict'], largest: number | null = 4096): FitReport => ({
@@ -56,5 +69,35 @@ describe('fit format', () => {
     ]);
     expect(sparkline([0, 5, 10], 10, 60, 14)).toBe('0.0,14.0 30.0,7.0 60.0,0.0');
     expect(sparkline([], 10, 60, 14)).toBe('');
+  });
+
+  it('names experts, windows and fixed state in words, and nothing for a plain dense model', () => {
+    const dense: FitReport = {
+      ...report({ kind: 'fits' }),
+      footprint: { kv_layers: [{ layers: 28, kv_heads: 4, head_dim: 128, window: null, state_bytes: 0 }], experts: null, active_weight_bytes: 4 * GB },
+    };
+    expect([expertsPart(dense), kvParts(dense), architectureNote(dense)]).toEqual([null, [], '']);
+    expect(architectureNote(report({ kind: 'fits' }))).toBe('');
+
+    const hybrid: FitReport = {
+      ...report({ kind: 'fits' }),
+      estimate: { ...report({ kind: 'fits' }).estimate, kv_full_bytes: 2 * GB, kv_window_bytes: 0.5 * GB, kv_state_bytes: 0.5 * GB },
+      footprint: {
+        kv_layers: [
+          { layers: 8, kv_heads: 8, head_dim: 256, window: null, state_bytes: 0 },
+          { layers: 40, kv_heads: 8, head_dim: 256, window: 1024, state_bytes: 0 },
+          { layers: 30, kv_heads: 0, head_dim: 0, window: null, state_bytes: 2e6 },
+        ],
+        experts: { count: 128, per_token: 8, resident_bytes: 15 * GB, active_bytes: 1 * GB },
+        active_weight_bytes: 1.6 * GB,
+      },
+    };
+    expect(expertsPart(hybrid)).toEqual({ key: 'experts', label: 'Experts: all 128 in memory, 8 used per token', bytes: 15 * GB });
+    expect(kvParts(hybrid).map((p) => [p.key, p.label, p.bytes])).toEqual([
+      ['kv-full', '8 full-attention layers: grows with context', 2 * GB],
+      ['kv-window', '40 sliding layers: last 1K tokens only', 0.5 * GB],
+      ['kv-state', '30 linear layers: fixed state, any length', 0.5 * GB],
+    ]);
+    expect(architectureNote(hybrid)).toBe('8 of 128 experts per token · KV window 1K · fixed-size state');
   });
 });

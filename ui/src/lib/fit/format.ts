@@ -63,6 +63,60 @@ export function swapSentence(name: string, report: FitReport): string {
   return `${name} would push this Mac into swap by ${formatGB(by)} at ${ctx} context`;
 }
 
+/** One line of the memory breakdown below "Weights" or "KV cache". */
+export interface MemoryPart {
+  /** `experts`, `kv-full`, `kv-window`, `kv-state`: also the test id suffix. */
+  key: string;
+  label: string;
+  bytes: number;
+}
+
+/** The experts of a mixture-of-experts model: all in memory, a few read per token. */
+export function expertsPart(report: FitReport): MemoryPart | null {
+  const x = report.footprint?.experts;
+  if (!x) return null;
+  return {
+    key: 'experts',
+    label: `Experts: all ${x.count} in memory, ${x.per_token} used per token`,
+    bytes: x.resident_bytes,
+  };
+}
+
+/** The KV cache by kind of layer, when it is not all full attention (else empty). */
+export function kvParts(report: FitReport): MemoryPart[] {
+  const groups = report.footprint?.kv_layers ?? [];
+  if (groups.every((g) => g.window === null && g.state_bytes === 0)) return [];
+  const e = report.estimate;
+  const parts: MemoryPart[] = [];
+  for (const g of groups) {
+    if (g.state_bytes > 0) {
+      parts.push({ key: 'kv-state', label: `${g.layers} linear layers: fixed state, any length`, bytes: e.kv_state_bytes ?? 0 });
+    } else if (g.window !== null) {
+      parts.push({
+        key: 'kv-window',
+        label: `${g.layers} sliding layers: last ${formatContext(g.window)} tokens only`,
+        bytes: e.kv_window_bytes ?? 0,
+      });
+    } else {
+      parts.push({ key: 'kv-full', label: `${g.layers} full-attention layers: grows with context`, bytes: e.kv_full_bytes ?? 0 });
+    }
+  }
+  return parts;
+}
+
+/** What sets a model's memory apart from "weights + KV", for a picker row: `8 of 128 experts · window 1K`. */
+export function architectureNote(report: FitReport | null | undefined): string {
+  if (!report) return '';
+  const notes: string[] = [];
+  const x = report.footprint?.experts;
+  if (x) notes.push(`${x.per_token} of ${x.count} experts per token`);
+  for (const g of report.footprint?.kv_layers ?? []) {
+    if (g.window !== null) notes.push(`KV window ${formatContext(g.window)}`);
+    if (g.state_bytes > 0) notes.push('fixed-size state');
+  }
+  return notes.join(' · ');
+}
+
 /** The picker's size groups. */
 export function sizeGroup(m: ModelEntry): string {
   const gb = m.size_bytes / 1e9;

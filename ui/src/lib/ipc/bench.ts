@@ -80,6 +80,12 @@ export interface BenchReport {
     /** How quantized matrices multiply; absent in runs saved before it was recorded. */
     quant_kernel?: { kind: 'fused' | 'cpu-f32'; dequantize_from_rows: number | null } | null;
     weight_bytes: number | null;
+    /** Weight bytes one decoded token reads (one embedding row, the chosen experts); absent in older runs. */
+    active_weight_bytes?: number | null;
+    /** Every weight, all in memory; absent in older runs. */
+    resident_weight_bytes?: number | null;
+    /** What one decode step reads, by part (`headroom_core::bench::DecodeTraffic`); absent in older runs. */
+    traffic?: { experts?: number; experts_per_token?: number; window?: number; state_bytes?: number } | null;
     kv_bytes_per_position: number | null;
     batch: number;
     prompt_tokens: number;

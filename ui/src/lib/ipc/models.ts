@@ -26,14 +26,43 @@ export type Verdict =
   | { kind: 'would_swap'; by_bytes: number }
   | { kind: 'cannot_fit'; by_bytes: number };
 
+/** Mirrors `headroom_core::fit::KvLayers`: layers of one kind and what their cache keeps. */
+export interface KvLayers {
+  layers: number;
+  kv_heads: number;
+  head_dim: number;
+  /** A sliding window: at most this many positions. */
+  window: number | null;
+  /** Linear attention: a fixed state of this many bytes per layer (0 for attention layers). */
+  state_bytes: number;
+}
+
+/** Mirrors `headroom_core::fit::Experts`. */
+export interface Experts {
+  count: number;
+  per_token: number;
+  resident_bytes: number;
+  active_bytes: number;
+}
+
 /** The parts of `headroom_core::fit::FitReport` the UI shows. */
 export interface FitReport {
   estimate: {
     context_tokens: number;
     weight_bytes: number;
     kv_cache_bytes: number;
+    /** The KV cache by kind of layer (their sum is `kv_cache_bytes`). */
+    kv_full_bytes?: number;
+    kv_window_bytes?: number;
+    kv_state_bytes?: number;
     overhead: { total_bytes: number };
     predicted_peak_bytes: number;
+  };
+  /** What the model is made of (the parts of `ModelFootprint` the UI shows). */
+  footprint?: {
+    kv_layers: KvLayers[];
+    experts: Experts | null;
+    active_weight_bytes: number;
   };
   budget: {
     available_bytes: number;

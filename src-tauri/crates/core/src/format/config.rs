@@ -10,7 +10,7 @@ use serde_json::Value;
 use super::error::{FormatError, Result};
 use super::fields::{self, Fields, CONFIG};
 use super::quant::Quantization;
-use super::{llama, qwen2, qwen3};
+use super::{gemma3_text, llama, qwen2, qwen3, qwen3_5, qwen3_moe};
 
 /// `rope_scaling`, the kinds the engine implements.
 #[derive(Debug, Clone, PartialEq)]
@@ -19,6 +19,66 @@ pub enum RopeScaling {
     Linear { factor: f32 },
     /// Llama 3.1's frequency-dependent rescaling.
     Llama3 { factor: f32, low_freq_factor: f32, high_freq_factor: f32, original_max_position_embeddings: f32 },
+}
+
+/// What a layer's token mixer is, and so what its cache keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerAttention {
+    /// Attention over every earlier position: its KV cache grows with the context.
+    Full,
+    /// Attention over the last `TextConfig::sliding_window` positions: its cache stops growing there.
+    Sliding,
+    /// Linear attention (a gated delta net): a fixed-size state, whatever the context.
+    Linear,
+}
+
+/// The sizes of a linear-attention (gated delta net) layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinearAttention {
+    pub num_key_heads: i32,
+    pub num_value_heads: i32,
+    pub key_head_dim: i32,
+    pub value_head_dim: i32,
+    /// Width of the causal convolution over q, k and v.
+    pub conv_kernel: i32,
+}
+
+impl LinearAttention {
+    /// Channels the convolution runs over: q, k and v side by side.
+    pub fn conv_dim(&self) -> i64 {
+        2 * i64::from(self.num_key_heads) * i64::from(self.key_head_dim)
+            + i64::from(self.num_value_heads) * i64::from(self.value_head_dim)
+    }
+
+    /// Bytes one layer's cache holds whatever the context: the
+    /// convolution's last `kernel - 1` inputs in the activations' dtype
+    /// (`activation_bytes` each) and the state matrix per value head in f32
+    /// (mlx-lm keeps it in f32 whatever the model's dtype).
+    pub fn state_bytes(&self, activation_bytes: u64) -> u64 {
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let conv = n(i64::from(self.conv_kernel) - 1) * n(self.conv_dim()) * activation_bytes;
+        let state = n(i64::from(self.num_value_heads))
+            * n(i64::from(self.value_head_dim))
+            * n(i64::from(self.key_head_dim))
+            * 4;
+        conv.saturating_add(state)
+    }
+}
+
+/// A mixture-of-experts MLP: a router picks `experts_per_token` of
+/// `num_experts` SwiGLU experts for each token, plus a shared expert where
+/// the model has one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moe {
+    pub num_experts: i32,
+    pub experts_per_token: i32,
+    pub expert_intermediate_size: i32,
+    /// Renormalize the chosen experts' router weights to sum to one.
+    pub norm_topk_prob: bool,
+    /// The always-on expert's width (Qwen3.5 MoE), gated by a sigmoid.
+    pub shared_expert_intermediate_size: Option<i32>,
+    /// Per layer: experts (true) or the dense MLP of `intermediate_size`.
+    pub sparse_layers: Vec<bool>,
 }
 
 /// The sizes and switches of the decoder every supported architecture is
@@ -44,9 +104,25 @@ pub struct TextConfig {
     /// Bias on the output projection.
     pub o_bias: bool,
     pub mlp_bias: bool,
+    /// How many leading dimensions of each head RoPE rotates (all, unless
+    /// the model rotates a part: Qwen3.5's `partial_rotary_factor`).
+    pub rope_dims: i32,
+    /// One per layer.
+    pub layer_types: Vec<LayerAttention>,
+    /// Positions a sliding layer attends over (set when any layer slides).
+    pub sliding_window: Option<i32>,
+    /// The linear-attention layers' sizes (set when any layer is linear).
+    pub linear_attention: Option<LinearAttention>,
+    /// Set for a mixture-of-experts model.
+    pub moe: Option<Moe>,
 }
 
 impl TextConfig {
+    /// Layers of one kind.
+    pub fn layers_of(&self, kind: LayerAttention) -> usize {
+        self.layer_types.iter().filter(|t| **t == kind).count()
+    }
+
     /// Checks what holds between fields (each field was checked alone on reading).
     pub(crate) fn check(self) -> Result<Self> {
         let bad = |field: &str, value: String, expected: String| Err(FormatError::bad(CONFIG, field, value, expected));
@@ -58,6 +134,38 @@ impl TextConfig {
                 self.num_key_value_heads.to_string(),
                 format!("a divisor of num_attention_heads ({})", self.num_attention_heads),
             );
+        }
+        if self.layer_types.len() != usize::try_from(self.num_hidden_layers).unwrap_or(0) {
+            return bad(
+                "layer_types",
+                format!("{} entries", self.layer_types.len()),
+                format!("one per layer ({})", self.num_hidden_layers),
+            );
+        }
+        if self.rope_dims < 1 || self.rope_dims > self.head_dim || self.rope_dims % 2 != 0 {
+            return bad(
+                "partial_rotary_factor",
+                format!("{} of {} head dimensions", self.rope_dims, self.head_dim),
+                "an even number of dimensions, from 2 to head_dim".into(),
+            );
+        }
+        if let Some(moe) = &self.moe {
+            if moe.experts_per_token > moe.num_experts {
+                return bad(
+                    "num_experts_per_tok",
+                    moe.experts_per_token.to_string(),
+                    format!("at most num_experts ({})", moe.num_experts),
+                );
+            }
+        }
+        if let Some(lin) = &self.linear_attention {
+            if lin.num_value_heads % lin.num_key_heads != 0 {
+                return bad(
+                    "linear_num_value_heads",
+                    lin.num_value_heads.to_string(),
+                    format!("a multiple of linear_num_key_heads ({})", lin.num_key_heads),
+                );
+            }
         }
         if self.head_dim < 1 {
             return bad(
@@ -129,13 +237,18 @@ impl Common {
             qkv_bias: false,
             o_bias: false,
             mlp_bias: false,
+            rope_dims: head_dim,
+            layer_types: vec![LayerAttention::Full; usize::try_from(self.num_hidden_layers).unwrap_or(0)],
+            sliding_window: None,
+            linear_attention: None,
+            moe: None,
         }
     }
 }
 
 /// `rope_theta` and `rope_scaling`, top-level or (transformers ≥ 5) nested
 /// under `rope_parameters`.
-fn read_rope(f: &Fields) -> Result<(Option<f32>, Option<RopeScaling>)> {
+pub(crate) fn read_rope(f: &Fields) -> Result<(Option<f32>, Option<RopeScaling>)> {
     let params = f.object("rope_parameters")?;
     let nested = params.map(|p| Fields::nested(p, CONFIG, "rope_parameters.", ""));
     let theta = match f.positive("rope_theta", fields::limits::ROPE_THETA)? {
@@ -218,6 +331,11 @@ model_types! {
     Llama => "llama" => llama::Config,
     // mlx-lm maps mistral onto its llama model, and so does the engine.
     Mistral => "mistral" => llama::Config,
+    Qwen3Moe => "qwen3_moe" => qwen3_moe::Config,
+    Gemma3Text => "gemma3_text" => gemma3_text::Config,
+    Qwen3_5 => "qwen3_5" => qwen3_5::Config,
+    // The same model file in mlx-lm; experts come from the config's `num_experts`.
+    Qwen3_5Moe => "qwen3_5_moe" => qwen3_5::Config,
 }
 
 /// A whole config.json, read and checked.
@@ -261,8 +379,18 @@ impl ModelConfig {
     /// A tensor the loader drops, as mlx-lm's `sanitize` does: precomputed
     /// RoPE tables are not parameters, and a tied model ignores a stored `lm_head`.
     pub fn is_dropped(&self, tensor: &str) -> bool {
-        tensor.contains("self_attn.rotary_emb.inv_freq")
-            || (self.text.tie_word_embeddings && tensor == "lm_head.weight")
+        match &self.model_type {
+            // Gemma 3 ties its head exactly when the file has none (mlx-lm's sanitize).
+            ModelType::Gemma3Text(_) => false,
+            // Qwen3.5's multi-token-prediction head is not used for generation.
+            ModelType::Qwen3_5(_) | ModelType::Qwen3_5Moe(_) => {
+                tensor.contains("mtp.") || (self.text.tie_word_embeddings && tensor == "language_model.lm_head.weight")
+            }
+            _ => {
+                tensor.contains("self_attn.rotary_emb.inv_freq")
+                    || (self.text.tie_word_embeddings && tensor == "lm_head.weight")
+            }
+        }
     }
 }
 
@@ -338,7 +466,7 @@ mod tests {
     fn unsupported_things_are_named() {
         let err = parse(r#"{"model_type":"gemma3","hidden_size":64}"#).expect_err("gemma3 is not supported");
         assert!(matches!(&err, FormatError::UnknownModelType { model_type } if model_type == "gemma3"));
-        assert!(err.to_string().contains("qwen2, qwen3, llama, mistral"), "{err}");
+        assert!(err.to_string().contains("qwen2, qwen3, llama, mistral, qwen3_moe, gemma3_text, qwen3_5"), "{err}");
         let yarn = format!(r#"{{"model_type":"llama",{BASE},"rope_scaling":{{"type":"yarn","factor":4.0}}}}"#);
         assert!(matches!(parse(&yarn), Err(FormatError::UnsupportedRopeScaling { rope_type }) if rope_type == "yarn"));
         let sliding =

@@ -26,6 +26,10 @@ pub mod limits {
     pub const MAX_POSITION_EMBEDDINGS: u64 = 1 << 27;
     /// RoPE bases seen in the wild go up to about 1e8.
     pub const ROPE_THETA: f64 = 1e12;
+    /// Experts in a mixture-of-experts layer (the largest public models have 512).
+    pub const EXPERTS: u64 = 1 << 12;
+    /// A causal convolution's width (linear attention uses 4).
+    pub const CONV_KERNEL: u64 = 64;
 }
 
 /// The fields of one JSON object, read with checks.
@@ -51,6 +55,23 @@ impl<'a> Fields<'a> {
         model_type: &'a str,
     ) -> Self {
         Self { obj, file, prefix, model_type }
+    }
+
+    /// The object under `key` (e.g. `text_config`), its fields named
+    /// `key.field` in errors; `None` if absent.
+    pub(crate) fn child(&self, key: &str, prefix: &'static str) -> Result<Option<Fields<'a>>> {
+        Ok(self.object(key)?.map(|obj| Fields::nested(obj, self.file, prefix, self.model_type)))
+    }
+
+    /// A list of sizes (e.g. `mlp_only_layers`), each in `0..max`.
+    pub(crate) fn indices(&self, key: &str, max: u64) -> Result<Option<Vec<i32>>> {
+        let Some(v) = self.get(key) else { return Ok(None) };
+        let bad = || self.bad(key, v, format!("a list of whole numbers below {max}"));
+        let list = v.as_array().ok_or_else(bad)?;
+        list.iter()
+            .map(|x| x.as_u64().filter(|n| *n < max).and_then(|n| i32::try_from(n).ok()).ok_or_else(bad))
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
     }
 
     /// `rope_scaling.` inside a nested object, empty at the top.

@@ -4,9 +4,10 @@
 //! has not downloaded, so the two can never disagree.
 
 use crate::attention::Backend;
-use crate::fit::{KvLayers, ModelFootprint};
+use crate::bench::WeightBytes;
+use crate::fit::{Experts, KvLayers, ModelFootprint};
 
-use super::config::ModelConfig;
+use super::config::{LayerAttention, ModelConfig};
 use super::safetensors::Header;
 
 /// How the model will be loaded, as far as memory is concerned.
@@ -29,6 +30,7 @@ pub struct LoadShape {
 /// engine's native dtype does.
 pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> ModelFootprint {
     let mut weight_bytes = 0u64;
+    let (mut embed_bytes, mut expert_bytes) = (0u64, 0u64);
     let mut embed_float = None;
     let mut any_float = None;
     for header in headers {
@@ -44,10 +46,16 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
                 t.nbytes()
             };
             weight_bytes = weight_bytes.saturating_add(bytes);
+            let embedding = is_embedding(name);
+            if embedding {
+                embed_bytes = embed_bytes.saturating_add(bytes);
+            } else if name.contains(".switch_mlp.") {
+                expert_bytes = expert_bytes.saturating_add(bytes);
+            }
             if float {
                 let width = if shape.widen_floats_to_f32 { 4 } else { t.dtype.size() };
                 any_float.get_or_insert(width);
-                if name.starts_with("model.embed_tokens.") {
+                if embedding {
                     embed_float = Some(width);
                 }
             }
@@ -56,6 +64,31 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
     let t = &config.text;
     // Every size is checked positive on reading.
     let n = |v: i32| u64::try_from(v).unwrap_or(0);
+    let count = |kind| u64::try_from(t.layers_of(kind)).unwrap_or(0);
+    let kv_bytes_per_element = if shape.widen_floats_to_f32 { 4 } else { embed_float.or(any_float).unwrap_or(4) };
+    let mut kv_layers = vec![KvLayers::full(count(LayerAttention::Full), n(t.num_key_value_heads), n(t.head_dim))];
+    if let (Some(window), sliding @ 1..) = (t.sliding_window, count(LayerAttention::Sliding)) {
+        kv_layers.push(KvLayers::sliding(sliding, n(t.num_key_value_heads), n(t.head_dim), n(window)));
+    }
+    if let (Some(lin), linear @ 1..) = (&t.linear_attention, count(LayerAttention::Linear)) {
+        kv_layers.push(KvLayers::state(linear, lin.state_bytes(kv_bytes_per_element)));
+    }
+    kv_layers.retain(|g| g.layers > 0);
+    let experts = t.moe.as_ref().map(|m| Experts {
+        count: n(m.num_experts),
+        per_token: n(m.experts_per_token),
+        resident_bytes: expert_bytes,
+        active_bytes: expert_bytes / n(m.num_experts).max(1) * n(m.experts_per_token),
+    });
+    let active_weight_bytes =
+        WeightBytes { resident: weight_bytes, embedding: embed_bytes, experts: expert_bytes }.active(t);
+    // A prompt chunk's widest MLP activation: the dense MLP where a layer has
+    // one, else the chosen experts' (and the shared expert's) side by side.
+    let dense_mlp = t.moe.as_ref().is_none_or(|m| m.sparse_layers.iter().any(|s| !s));
+    let moe_width = t.moe.as_ref().map_or(0, |m| {
+        n(m.experts_per_token) * n(m.expert_intermediate_size) + m.shared_expert_intermediate_size.map_or(0, n)
+    });
+    let intermediate_size = if dense_mlp { n(t.intermediate_size).max(moe_width) } else { moe_width };
     ModelFootprint {
         weight_bytes,
         layers: n(t.num_hidden_layers),
@@ -63,15 +96,22 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
         kv_heads: n(t.num_key_value_heads),
         head_dim: n(t.head_dim),
         hidden_size: n(t.hidden_size),
-        intermediate_size: n(t.intermediate_size),
+        intermediate_size,
         vocab_size: n(t.vocab_size),
-        kv_bytes_per_element: if shape.widen_floats_to_f32 { 4 } else { embed_float.or(any_float).unwrap_or(4) },
+        kv_bytes_per_element,
         max_context: t.max_position_embeddings.map(n),
         prefill_dequantizes: config.quantization.is_some() && shape.dequantizing_kernel,
-        // Every supported architecture: all layers full attention.
-        kv_layers: vec![KvLayers::full(n(t.num_hidden_layers), n(t.num_key_value_heads), n(t.head_dim))],
+        kv_layers,
+        active_weight_bytes,
+        experts,
         backend: shape.backend,
     }
+}
+
+/// The token embedding table's tensors, in either layout (mlx-lm's
+/// language-model wrapper prefixes `language_model.`).
+pub fn is_embedding(name: &str) -> bool {
+    name.starts_with("model.embed_tokens.") || name.starts_with("language_model.model.embed_tokens.")
 }
 
 #[cfg(test)]

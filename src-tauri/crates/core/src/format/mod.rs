@@ -4,7 +4,8 @@
 //! - [`safetensors`]: the header (length, JSON, dtypes, offsets, checked
 //!   arithmetic) and the shard index;
 //! - [`config`]: config.json, one [`ModelType`] with a config per
-//!   architecture ([`qwen2`], [`qwen3`], [`llama`]: HF field names, mlx-lm
+//!   architecture ([`qwen2`], [`qwen3`], [`llama`], [`qwen3_moe`],
+//!   [`gemma3_text`], [`qwen3_5`]: HF field names, mlx-lm
 //!   0.32.2's defaults) and the sizes their decoder shares;
 //! - [`quant`]: the quantization block as mlx-lm reads it;
 //! - [`footprint`]: what the fit check consumes;
@@ -17,14 +18,17 @@ pub mod config;
 mod error;
 mod fields;
 pub mod footprint;
+pub mod gemma3_text;
 pub mod hf_cache;
 pub mod llama;
 pub mod quant;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_5;
+pub mod qwen3_moe;
 pub mod safetensors;
 
-pub use config::{ModelConfig, ModelType, RopeScaling, TextConfig};
+pub use config::{LayerAttention, LinearAttention, ModelConfig, ModelType, Moe, RopeScaling, TextConfig};
 pub use error::{FormatError, Result};
 pub use fields::limits;
 pub use footprint::{footprint, LoadShape};

@@ -19,10 +19,92 @@ pub struct ModelShape {
     pub vocab_size: i32,
     pub max_position_embeddings: i32,
     pub tie_word_embeddings: bool,
+    /// Experts (qwen3_moe, qwen3_5_moe).
+    pub moe: Option<MoeShape>,
+    /// Sliding-window attention (gemma3_text).
+    pub window: Option<WindowShape>,
+    /// Linear attention (qwen3_5).
+    pub linear: Option<LinearShape>,
+}
+
+/// The experts of every MLP (all layers sparse).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct MoeShape {
+    pub experts: i32,
+    pub per_token: i32,
+    pub intermediate_size: i32,
+    /// The shared expert's width (Qwen3.5), if any.
+    pub shared: Option<i32>,
+}
+
+/// Sliding layers: `window` positions; every `pattern`-th layer is global.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct WindowShape {
+    pub window: i32,
+    pub pattern: i32,
+}
+
+/// Gated delta nets: every `interval`-th layer is full attention, the rest linear.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct LinearShape {
+    pub interval: i32,
+    pub key_heads: i32,
+    pub value_heads: i32,
+    pub key_head_dim: i32,
+    pub value_head_dim: i32,
+    pub conv_kernel: i32,
+}
+
+impl ModelShape {
+    /// Whether layer `i` is linear attention.
+    pub fn is_linear(&self, i: i32) -> bool {
+        self.linear.is_some_and(|l| (i + 1) % l.interval != 0)
+    }
+}
+
+/// The architecture's own parts at the small sizes: for `tiny` (tests) a
+/// window of 16 that a prompt overflows, for the bigger demos (the fit
+/// measurements) Gemma-3-1B's proportions: a window of 256, five sliding
+/// layers to one global, three linear layers to one full.
+fn small_parts(arch: Arch, preset: Preset) -> (Option<MoeShape>, Option<WindowShape>, Option<LinearShape>) {
+    let tiny = preset == Preset::Tiny;
+    let (experts, per_token, width) = if tiny { (8, 2, 64) } else { (16, 4, 128) };
+    let moe = |shared: Option<i32>| {
+        Some(MoeShape { experts, per_token, intermediate_size: width, shared: shared.map(|_| width) })
+    };
+    let linear = Some(LinearShape {
+        interval: if tiny { 2 } else { 4 },
+        key_heads: 2,
+        value_heads: 4,
+        key_head_dim: 16,
+        value_head_dim: 16,
+        conv_kernel: 4,
+    });
+    match arch {
+        Arch::Qwen3Moe => (moe(None), None, None),
+        // A window of 16: a prompt overflows it and decoding wraps round it.
+        Arch::Gemma3Text if tiny => (None, Some(WindowShape { window: 16, pattern: 2 }), None),
+        Arch::Gemma3Text => (None, Some(WindowShape { window: 256, pattern: 6 }), None),
+        Arch::Qwen3_5 => (None, None, linear),
+        Arch::Qwen3_5Moe => (moe(Some(64)), None, linear),
+        _ => (None, None, None),
+    }
 }
 
 /// The preset's dimensions; `vocab_size` 0 means "the demo tokenizer's size".
 pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
+    match preset {
+        Preset::Qwen3_30bA3b | Preset::Gemma3_12b | Preset::Qwen3_5_35bA3b => dense_shape(preset, arch),
+        // The small presets take the architecture's own parts at their tiny size.
+        _ => {
+            let (moe, window, linear) = small_parts(arch, preset);
+            ModelShape { moe, window, linear, ..dense_shape(preset, arch) }
+        }
+    }
+}
+
+fn dense_shape(preset: Preset, arch: Arch) -> ModelShape {
+    let (moe, window, linear) = (None, None, None);
     match preset {
         // Tied like Qwen2.5-0.5B and Llama-3.2-1B; Mistral is never tied,
         // so the tiny models cover both layouts.
@@ -36,6 +118,9 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 0,
             max_position_embeddings: 4096,
             tie_word_embeddings: arch != Arch::Mistral,
+            moe,
+            window,
+            linear,
         },
         Preset::TinyKv => ModelShape {
             hidden_size: 256,
@@ -47,6 +132,9 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 0,
             max_position_embeddings: 4096,
             tie_word_embeddings: arch != Arch::Mistral,
+            moe,
+            window,
+            linear,
         },
         Preset::Small => ModelShape {
             hidden_size: 256,
@@ -58,6 +146,9 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 0,
             max_position_embeddings: 4096,
             tie_word_embeddings: false,
+            moe,
+            window,
+            linear,
         },
         // About 100 M parameters with the demo vocabulary: big enough that
         // the KV cache and activations of a 2048-token prefill are hundreds
@@ -72,6 +163,9 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 0,
             max_position_embeddings: 4096,
             tie_word_embeddings: false,
+            moe,
+            window,
+            linear,
         },
         // The three below are the published Qwen2.5 configs.
         Preset::Qwen25_0_5B => ModelShape {
@@ -84,6 +178,9 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 151_936,
             max_position_embeddings: 32_768,
             tie_word_embeddings: true,
+            moe,
+            window,
+            linear,
         },
         Preset::Qwen25_7B => ModelShape {
             hidden_size: 3584,
@@ -95,6 +192,9 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 152_064,
             max_position_embeddings: 32_768,
             tie_word_embeddings: false,
+            moe,
+            window,
+            linear,
         },
         Preset::Qwen25_14B => ModelShape {
             hidden_size: 5120,
@@ -106,6 +206,62 @@ pub(super) fn preset_shape(preset: Preset, arch: Arch) -> ModelShape {
             vocab_size: 152_064,
             max_position_embeddings: 32_768,
             tie_word_embeddings: false,
+            moe,
+            window,
+            linear,
+        },
+        // Qwen3-30B-A3B's published config.
+        Preset::Qwen3_30bA3b => ModelShape {
+            hidden_size: 2048,
+            num_hidden_layers: 48,
+            num_attention_heads: 32,
+            num_key_value_heads: 4,
+            head_dim: 128,
+            intermediate_size: 6144,
+            vocab_size: 151_936,
+            max_position_embeddings: 40_960,
+            tie_word_embeddings: false,
+            moe: Some(MoeShape { experts: 128, per_token: 8, intermediate_size: 768, shared: None }),
+            window,
+            linear,
+        },
+        // Gemma-3-12B's published text config.
+        Preset::Gemma3_12b => ModelShape {
+            hidden_size: 3840,
+            num_hidden_layers: 48,
+            num_attention_heads: 16,
+            num_key_value_heads: 8,
+            head_dim: 256,
+            intermediate_size: 15_360,
+            vocab_size: 262_208,
+            max_position_embeddings: 131_072,
+            tie_word_embeddings: true,
+            moe,
+            window: Some(WindowShape { window: 1024, pattern: 6 }),
+            linear,
+        },
+        // A Qwen3.5 MoE shape: the dimensions of Qwen3.5-35B-A3B as its
+        // model card gives them (not checked against the file here).
+        Preset::Qwen3_5_35bA3b => ModelShape {
+            hidden_size: 2048,
+            num_hidden_layers: 40,
+            num_attention_heads: 16,
+            num_key_value_heads: 2,
+            head_dim: 256,
+            intermediate_size: 512,
+            vocab_size: 248_320,
+            max_position_embeddings: 262_144,
+            tie_word_embeddings: false,
+            moe: Some(MoeShape { experts: 256, per_token: 8, intermediate_size: 512, shared: Some(512) }),
+            window,
+            linear: Some(LinearShape {
+                interval: 4,
+                key_heads: 16,
+                value_heads: 32,
+                key_head_dim: 128,
+                value_head_dim: 128,
+                conv_kernel: 4,
+            }),
         },
     }
 }
@@ -179,6 +335,73 @@ pub(super) fn config_json(spec: &DemoSpec, shape: &ModelShape, tok: &TrainedToke
             "bos_token_id": tok.special_id("<|begin_of_text|>"),
             "eos_token_id": [tok.special_id("<|end_of_text|>"), tok.special_id("<|eot_id|>")],
         }),
+        Arch::Qwen3Moe => json!({
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "head_dim": s.head_dim,
+            "attention_bias": false,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0,
+            "rope_scaling": null,
+            "num_experts": s.moe.map_or(0, |m| m.experts),
+            "num_experts_per_tok": s.moe.map_or(0, |m| m.per_token),
+            "moe_intermediate_size": s.moe.map_or(0, |m| m.intermediate_size),
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "norm_topk_prob": true,
+            "bos_token_id": tok.special_id("<|endoftext|>"),
+            "eos_token_id": tok.special_id("<|im_end|>"),
+        }),
+        Arch::Gemma3Text => json!({
+            "architectures": ["Gemma3ForCausalLM"],
+            "head_dim": s.head_dim,
+            "rms_norm_eps": 1e-6,
+            "rope_theta": 1_000_000.0,
+            "rope_local_base_freq": 10_000.0,
+            "query_pre_attn_scalar": s.head_dim,
+            "sliding_window": s.window.map_or(0, |w| w.window),
+            "sliding_window_pattern": s.window.map_or(1, |w| w.pattern),
+            "hidden_activation": "gelu_pytorch_tanh",
+            "bos_token_id": tok.special_id("<|endoftext|>"),
+            "eos_token_id": tok.special_id("<|im_end|>"),
+        }),
+        Arch::Qwen3_5 | Arch::Qwen3_5Moe => {
+            let l = s.linear.unwrap_or(LinearShape {
+                interval: 1,
+                key_heads: 1,
+                value_heads: 1,
+                key_head_dim: 1,
+                value_head_dim: 1,
+                conv_kernel: 1,
+            });
+            let mut c = json!({
+                "architectures": ["Qwen3_5ForConditionalGeneration"],
+                "head_dim": s.head_dim,
+                "attention_bias": false,
+                "rms_norm_eps": 1e-6,
+                "full_attention_interval": l.interval,
+                "linear_num_key_heads": l.key_heads,
+                "linear_num_value_heads": l.value_heads,
+                "linear_key_head_dim": l.key_head_dim,
+                "linear_value_head_dim": l.value_head_dim,
+                "linear_conv_kernel_dim": l.conv_kernel,
+                "rope_parameters": { "rope_type": "default", "rope_theta": 10_000_000.0, "partial_rotary_factor": 0.25 },
+                "bos_token_id": tok.special_id("<|endoftext|>"),
+                "eos_token_id": tok.special_id("<|im_end|>"),
+            });
+            if let Some(m) = s.moe {
+                merge(
+                    &mut c,
+                    json!({
+                        "num_experts": m.experts,
+                        "num_experts_per_tok": m.per_token,
+                        "moe_intermediate_size": m.intermediate_size,
+                        "shared_expert_intermediate_size": m.shared.unwrap_or(m.intermediate_size),
+                        "norm_topk_prob": true,
+                    }),
+                );
+            }
+            c
+        }
         Arch::Mistral => json!({
             "architectures": ["MistralForCausalLM"],
             "head_dim": s.head_dim,

@@ -45,10 +45,32 @@ pub enum Arch {
     Llama,
     /// Mistral: the Llama layout under its own `model_type`; Llama-3 tokenizer.
     Mistral,
+    /// Qwen3 MoE: Qwen3's attention, a mixture of SwiGLU experts per layer; ChatML.
+    Qwen3Moe,
+    /// Gemma 3's language model: sliding-window layers and global ones,
+    /// Gemma norms, GELU MLP; ChatML tokenizer (the demo has no Gemma one).
+    Gemma3Text,
+    /// Qwen3.5: gated delta nets (linear attention) and gated full attention; ChatML.
+    Qwen3_5,
+    /// Qwen3.5 with experts and a shared expert; ChatML.
+    Qwen3_5Moe,
 }
 
 impl Arch {
+    /// The dense, full-attention architectures (the writer's parity with mlx-lm covers them).
     pub const ALL: [Arch; 4] = [Arch::Qwen2, Arch::Qwen3, Arch::Llama, Arch::Mistral];
+    /// Every architecture the writer knows.
+    pub const EVERY: [Arch; 8] = [
+        Arch::Qwen2,
+        Arch::Qwen3,
+        Arch::Llama,
+        Arch::Mistral,
+        Arch::Qwen3Moe,
+        Arch::Gemma3Text,
+        Arch::Qwen3_5,
+        Arch::Qwen3_5Moe,
+    ];
+    const CLI: [Arch; 8] = Self::EVERY;
 
     /// The HF `model_type`, also the CLI spelling.
     pub fn as_str(self) -> &'static str {
@@ -57,6 +79,10 @@ impl Arch {
             Arch::Qwen3 => "qwen3",
             Arch::Llama => "llama",
             Arch::Mistral => "mistral",
+            Arch::Qwen3Moe => "qwen3_moe",
+            Arch::Gemma3Text => "gemma3_text",
+            Arch::Qwen3_5 => "qwen3_5",
+            Arch::Qwen3_5Moe => "qwen3_5_moe",
         }
     }
 
@@ -65,7 +91,15 @@ impl Arch {
     }
 
     fn has_qk_norm(self) -> bool {
-        self == Arch::Qwen3
+        !matches!(self, Arch::Qwen2 | Arch::Llama | Arch::Mistral)
+    }
+
+    /// Where the language model's tensors sit (mlx-lm saves Qwen3.5 under `language_model.`).
+    fn prefix(self) -> &'static str {
+        match self {
+            Arch::Qwen3_5 | Arch::Qwen3_5Moe => "language_model.",
+            _ => "",
+        }
     }
 }
 
@@ -89,6 +123,13 @@ pub enum Preset {
     Qwen25_7B,
     /// Qwen2.5-14B: 48 layers × 5120, 40/8 heads, untied.
     Qwen25_14B,
+    /// Qwen3-30B-A3B (qwen3_moe): 48 layers × 2048, 128 experts of 768, 8 per token.
+    Qwen3_30bA3b,
+    /// Gemma-3-12B (gemma3_text): 48 layers × 3840, 16/8 heads of 256, window 1024, 5 sliding : 1 global.
+    Gemma3_12b,
+    /// A Qwen3.5 MoE shape (qwen3_5_moe): 40 layers × 2048, 3 linear : 1 full,
+    /// 256 experts of 512, 8 per token, a shared expert.
+    Qwen3_5_35bA3b,
 }
 
 impl Preset {
@@ -101,6 +142,28 @@ impl Preset {
         Preset::Qwen25_7B,
         Preset::Qwen25_14B,
     ];
+    const CLI: [Preset; 10] = [
+        Preset::Tiny,
+        Preset::TinyKv,
+        Preset::Small,
+        Preset::Medium,
+        Preset::Qwen25_0_5B,
+        Preset::Qwen25_7B,
+        Preset::Qwen25_14B,
+        Preset::Qwen3_30bA3b,
+        Preset::Gemma3_12b,
+        Preset::Qwen3_5_35bA3b,
+    ];
+
+    /// The architecture a real-shape preset of a non-Llama layout belongs to.
+    pub fn arch(self) -> Option<Arch> {
+        match self {
+            Preset::Qwen3_30bA3b => Some(Arch::Qwen3Moe),
+            Preset::Gemma3_12b => Some(Arch::Gemma3Text),
+            Preset::Qwen3_5_35bA3b => Some(Arch::Qwen3_5Moe),
+            _ => None,
+        }
+    }
 
     /// The CLI spelling.
     pub fn as_str(self) -> &'static str {
@@ -112,6 +175,9 @@ impl Preset {
             Preset::Qwen25_0_5B => "qwen2.5-0.5b",
             Preset::Qwen25_7B => "qwen2.5-7b",
             Preset::Qwen25_14B => "qwen2.5-14b",
+            Preset::Qwen3_30bA3b => "qwen3-30b-a3b",
+            Preset::Gemma3_12b => "gemma-3-12b",
+            Preset::Qwen3_5_35bA3b => "qwen3.5-35b-a3b",
         }
     }
 }
@@ -129,6 +195,7 @@ pub enum Bits {
 
 impl Bits {
     pub const ALL: [Bits; 3] = [Bits::Four, Bits::Eight, Bits::Sixteen];
+    const CLI: [Bits; 3] = Self::ALL;
 
     /// The quantization bit width, `None` for unquantized bf16.
     pub fn quantized(self) -> Option<i32> {
@@ -155,7 +222,7 @@ macro_rules! cli_enum {
             type Err = DemoError;
             fn from_str(s: &str) -> Result<Self, DemoError> {
                 let lower = s.to_ascii_lowercase();
-                if let Some(v) = Self::ALL.into_iter().find(|v| v.as_str() == lower) {
+                if let Some(v) = Self::CLI.into_iter().find(|v| v.as_str() == lower) {
                     return Ok(v);
                 }
                 match lower.as_str() {
@@ -171,8 +238,13 @@ macro_rules! cli_enum {
         }
     };
 }
-cli_enum!(Arch, "architecture", "qwen2, qwen3, llama, mistral", []);
-cli_enum!(Preset, "preset", "tiny, tiny-kv, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b", []);
+cli_enum!(Arch, "architecture", "qwen2, qwen3, llama, mistral, qwen3_moe, gemma3_text, qwen3_5, qwen3_5_moe", []);
+cli_enum!(
+    Preset,
+    "preset",
+    "tiny, tiny-kv, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b, qwen3-30b-a3b, gemma-3-12b, qwen3.5-35b-a3b",
+    []
+);
 cli_enum!(Bits, "bit width", "4, 8, 16", ["bf16" => Bits::Sixteen]);
 
 /// Everything that determines a demo model; equal specs give identical files.
@@ -195,6 +267,10 @@ pub struct DemoSpec {
     /// shard of its own), named `model-0000i-of-0000N.safetensors` (or
     /// `model.safetensors` if only one), plus `model.safetensors.index.json`.
     pub max_shard_bytes: Option<u64>,
+    /// Write the headers and leave the data as holes (a sparse file): the
+    /// real shapes' fit can then be checked without writing gigabytes.
+    /// Such a model cannot be run.
+    pub sparse: bool,
 }
 
 impl DemoSpec {
@@ -208,6 +284,7 @@ impl DemoSpec {
             seed: 0,
             mixed_precision: false,
             max_shard_bytes: Some(MLX_LM_MAX_SHARD_BYTES),
+            sparse: false,
         }
     }
 
@@ -275,7 +352,7 @@ pub fn write_demo_model(dir: &Path, spec: &DemoSpec) -> Result<DemoSummary, Demo
     write("config.json", &config::config_json(spec, &shape, tok)?)?;
     write("generation_config.json", &config::generation_config_json(flavor, tok)?)?;
 
-    let written = plan.write(dir)?;
+    let written = if spec.sparse { plan.write_sparse(dir)? } else { plan.write(dir)? };
     let shards = written.iter().filter(|p| p.extension().is_some_and(|e| e == "safetensors")).count();
     files.extend(written);
     files.sort();

@@ -66,8 +66,8 @@ pub(super) enum Flavor {
 impl Flavor {
     pub(super) fn of(arch: Arch) -> Self {
         match arch {
-            Arch::Qwen2 | Arch::Qwen3 => Flavor::ChatMl,
             Arch::Llama | Arch::Mistral => Flavor::Llama3,
+            _ => Flavor::ChatMl,
         }
     }
 

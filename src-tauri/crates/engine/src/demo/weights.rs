@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use mlx_rs::{ops, random, transforms, Array, Dtype};
 use serde_json::{json, Map};
 
-use super::{config, DemoError, DemoSpec, ModelShape};
+use super::{config, Arch, DemoError, DemoSpec, ModelShape};
 
 pub(super) const INDEX_FILE: &str = "model.safetensors.index.json";
 
@@ -77,7 +77,12 @@ enum Unit {
         /// rows; random ones would win nearly every argmax). Sampling at a
         /// high temperature still can; real checkpoints have such ids too.
         live_rows: i32,
+        /// More than 1: `experts` matrices of `rows / experts` rows stacked
+        /// (`[experts, rows / experts, cols]`, a MoE layer's SwitchLinear).
+        experts: i32,
     },
+    /// A small dense tensor of any shape (a convolution's filters), N(0, 1/last²).
+    Tensor { key: String, shape: Vec<i32> },
     /// A vector stored at `key`.
     Vector { key: String, len: i32, init: Init },
 }
@@ -104,14 +109,28 @@ impl Entry {
 impl Unit {
     fn entries(&self) -> Vec<Entry> {
         match self {
-            Unit::Matrix { prefix, rows, cols, quant: None, .. } => {
-                vec![Entry { key: format!("{prefix}.weight"), shape: vec![*rows, *cols], dtype: Dtype::Bfloat16 }]
+            Unit::Matrix { prefix, rows, cols, quant, experts, .. } => {
+                let shape = |last: i32| {
+                    if *experts > 1 {
+                        vec![*experts, rows / experts, last]
+                    } else {
+                        vec![*rows, last]
+                    }
+                };
+                match quant {
+                    None => {
+                        vec![Entry { key: format!("{prefix}.weight"), shape: shape(*cols), dtype: Dtype::Bfloat16 }]
+                    }
+                    Some((gs, bits)) => vec![
+                        Entry { key: format!("{prefix}.weight"), shape: shape(cols * bits / 32), dtype: Dtype::Uint32 },
+                        Entry { key: format!("{prefix}.scales"), shape: shape(cols / gs), dtype: Dtype::Bfloat16 },
+                        Entry { key: format!("{prefix}.biases"), shape: shape(cols / gs), dtype: Dtype::Bfloat16 },
+                    ],
+                }
             }
-            Unit::Matrix { prefix, rows, cols, quant: Some((gs, bits)), .. } => vec![
-                Entry { key: format!("{prefix}.weight"), shape: vec![*rows, cols * bits / 32], dtype: Dtype::Uint32 },
-                Entry { key: format!("{prefix}.scales"), shape: vec![*rows, cols / gs], dtype: Dtype::Bfloat16 },
-                Entry { key: format!("{prefix}.biases"), shape: vec![*rows, cols / gs], dtype: Dtype::Bfloat16 },
-            ],
+            Unit::Tensor { key, shape } => {
+                vec![Entry { key: key.clone(), shape: shape.clone(), dtype: Dtype::Bfloat16 }]
+            }
             Unit::Vector { key, len, .. } => {
                 vec![Entry { key: key.clone(), shape: vec![*len], dtype: Dtype::Bfloat16 }]
             }
@@ -123,13 +142,14 @@ impl Unit {
         match self {
             Unit::Matrix { rows, cols, .. } => *rows as u64 * *cols as u64,
             Unit::Vector { len, .. } => *len as u64,
+            Unit::Tensor { shape, .. } => shape.iter().map(|d| *d as u64).product(),
         }
     }
 
     fn name(&self) -> &str {
         match self {
             Unit::Matrix { prefix, .. } => prefix,
-            Unit::Vector { key, .. } => key,
+            Unit::Vector { key, .. } | Unit::Tensor { key, .. } => key,
         }
     }
 }
@@ -157,11 +177,16 @@ impl Plan {
         };
         let matrix = |prefix: String, rows: i32, cols: i32| {
             let quant = quant_for(&prefix);
-            Unit::Matrix { prefix, rows, cols, quant, live_rows: rows }
+            Unit::Matrix { prefix, rows, cols, quant, live_rows: rows, experts: 1 }
         };
+        let experts = |prefix: String, experts: i32, rows: i32, cols: i32| {
+            let quant = quant_for(&prefix);
+            Unit::Matrix { prefix, rows: experts * rows, cols, quant, live_rows: experts * rows, experts }
+        };
+        let root = spec.arch.prefix();
         let vocab_matrix = |prefix: &str| match matrix(prefix.to_owned(), s.vocab_size, s.hidden_size) {
             Unit::Matrix { prefix, rows, cols, quant, .. } => {
-                Unit::Matrix { prefix, rows, cols, quant, live_rows: tokens.min(rows) }
+                Unit::Matrix { prefix, rows, cols, quant, live_rows: tokens.min(rows), experts: 1 }
             }
             other => other,
         };
@@ -169,29 +194,69 @@ impl Plan {
 
         let (h, q_out, kv_out) =
             (s.hidden_size, s.num_attention_heads * s.head_dim, s.num_key_value_heads * s.head_dim);
-        let mut units = vec![vocab_matrix("model.embed_tokens")];
+        let mut units = vec![vocab_matrix(&format!("{root}model.embed_tokens"))];
+        let gemma = spec.arch == Arch::Gemma3Text;
         for i in 0..s.num_hidden_layers {
-            let p = format!("model.layers.{i}");
+            let p = format!("{root}model.layers.{i}");
             units.push(vector(format!("{p}.input_layernorm.weight"), h, Init::NearOne));
-            for (name, out) in [("q_proj", q_out), ("k_proj", kv_out), ("v_proj", kv_out)] {
-                units.push(matrix(format!("{p}.self_attn.{name}"), out, h));
-                if spec.arch.has_qkv_bias() {
-                    units.push(vector(format!("{p}.self_attn.{name}.bias"), out, Init::Small));
+            if let (Some(l), true) = (s.linear, s.is_linear(i)) {
+                // A gated delta net (Qwen3.5).
+                let (key_dim, value_dim) = (l.key_heads * l.key_head_dim, l.value_heads * l.value_head_dim);
+                let conv_dim = 2 * key_dim + value_dim;
+                let a = format!("{p}.linear_attn");
+                units.push(matrix(format!("{a}.in_proj_qkv"), conv_dim, h));
+                units.push(matrix(format!("{a}.in_proj_z"), value_dim, h));
+                units.push(matrix(format!("{a}.in_proj_b"), l.value_heads, h));
+                units.push(matrix(format!("{a}.in_proj_a"), l.value_heads, h));
+                units.push(Unit::Tensor { key: format!("{a}.conv1d.weight"), shape: vec![conv_dim, l.conv_kernel, 1] });
+                units.push(vector(format!("{a}.dt_bias"), l.value_heads, Init::NearOne));
+                units.push(vector(format!("{a}.A_log"), l.value_heads, Init::Small));
+                units.push(vector(format!("{a}.norm.weight"), l.value_head_dim, Init::NearOne));
+                units.push(matrix(format!("{a}.out_proj"), h, value_dim));
+            } else {
+                // Qwen3.5's full attention computes a gate beside each query.
+                let q_rows = if s.linear.is_some() { 2 * q_out } else { q_out };
+                for (name, out) in [("q_proj", q_rows), ("k_proj", kv_out), ("v_proj", kv_out)] {
+                    units.push(matrix(format!("{p}.self_attn.{name}"), out, h));
+                    if spec.arch.has_qkv_bias() {
+                        units.push(vector(format!("{p}.self_attn.{name}.bias"), out, Init::Small));
+                    }
+                }
+                units.push(matrix(format!("{p}.self_attn.o_proj"), h, q_out));
+                if spec.arch.has_qk_norm() {
+                    units.push(vector(format!("{p}.self_attn.q_norm.weight"), s.head_dim, Init::NearOne));
+                    units.push(vector(format!("{p}.self_attn.k_norm.weight"), s.head_dim, Init::NearOne));
                 }
             }
-            units.push(matrix(format!("{p}.self_attn.o_proj"), h, q_out));
-            if spec.arch.has_qk_norm() {
-                units.push(vector(format!("{p}.self_attn.q_norm.weight"), s.head_dim, Init::NearOne));
-                units.push(vector(format!("{p}.self_attn.k_norm.weight"), s.head_dim, Init::NearOne));
-            }
             units.push(vector(format!("{p}.post_attention_layernorm.weight"), h, Init::NearOne));
-            units.push(matrix(format!("{p}.mlp.gate_proj"), s.intermediate_size, h));
-            units.push(matrix(format!("{p}.mlp.up_proj"), s.intermediate_size, h));
-            units.push(matrix(format!("{p}.mlp.down_proj"), h, s.intermediate_size));
+            if gemma {
+                units.push(vector(format!("{p}.pre_feedforward_layernorm.weight"), h, Init::NearOne));
+                units.push(vector(format!("{p}.post_feedforward_layernorm.weight"), h, Init::NearOne));
+            }
+            match s.moe {
+                Some(m) => {
+                    let e = format!("{p}.mlp.switch_mlp");
+                    units.push(matrix(format!("{p}.mlp.gate"), m.experts, h));
+                    units.push(experts(format!("{e}.gate_proj"), m.experts, m.intermediate_size, h));
+                    units.push(experts(format!("{e}.up_proj"), m.experts, m.intermediate_size, h));
+                    units.push(experts(format!("{e}.down_proj"), m.experts, h, m.intermediate_size));
+                    if let Some(shared) = m.shared {
+                        units.push(matrix(format!("{p}.mlp.shared_expert.gate_proj"), shared, h));
+                        units.push(matrix(format!("{p}.mlp.shared_expert.up_proj"), shared, h));
+                        units.push(matrix(format!("{p}.mlp.shared_expert.down_proj"), h, shared));
+                        units.push(matrix(format!("{p}.mlp.shared_expert_gate"), 1, h));
+                    }
+                }
+                None => {
+                    units.push(matrix(format!("{p}.mlp.gate_proj"), s.intermediate_size, h));
+                    units.push(matrix(format!("{p}.mlp.up_proj"), s.intermediate_size, h));
+                    units.push(matrix(format!("{p}.mlp.down_proj"), h, s.intermediate_size));
+                }
+            }
         }
-        units.push(vector("model.norm.weight".into(), h, Init::NearOne));
+        units.push(vector(format!("{root}model.norm.weight"), h, Init::NearOne));
         if !s.tie_word_embeddings {
-            units.push(vocab_matrix("lm_head"));
+            units.push(vocab_matrix(&format!("{root}lm_head")));
         }
 
         // mlx-lm's make_shards: start a new shard when the next tensor would
@@ -284,6 +349,52 @@ impl Plan {
         Ok(files)
     }
 
+    /// Writes the same files with every header but no tensor data: each
+    /// file is extended to its full length as a hole, so the fit check (which
+    /// reads only headers) sees the real model while the disk holds kilobytes.
+    pub(super) fn write_sparse(&self, dir: &Path) -> Result<Vec<PathBuf>, DemoError> {
+        use std::io::Write;
+        let entries = self.entries();
+        let mut files = Vec::new();
+        let mut weight_map = Map::new();
+        for shard in 0..self.shard_count {
+            let name = self.shard_name(shard);
+            let mut header = Map::new();
+            header.insert("__metadata__".into(), json!({ "format": "mlx" }));
+            let mut at = 0u64;
+            for (e, _) in entries.iter().zip(&self.shard_of).filter(|(_, s)| **s == shard) {
+                let bytes = e.bytes();
+                let dtype = if e.dtype == Dtype::Uint32 { "U32" } else { "BF16" };
+                header.insert(
+                    e.key.clone(),
+                    json!({ "dtype": dtype, "shape": e.shape, "data_offsets": [at, at + bytes] }),
+                );
+                weight_map.insert(e.key.clone(), json!(name));
+                at += bytes;
+            }
+            let text = serde_json::to_string(&header)
+                .map_err(|source| DemoError::Json { file: "safetensors header", source })?;
+            let path = dir.join(&name);
+            let io = |source| DemoError::Io { path: path.clone(), source };
+            let mut f = std::fs::File::create(&path).map_err(io)?;
+            f.write_all(&(text.len() as u64).to_le_bytes()).map_err(io)?;
+            f.write_all(text.as_bytes()).map_err(io)?;
+            f.set_len(8 + text.len() as u64 + at).map_err(io)?;
+            files.push(path);
+        }
+        if self.sharded {
+            let index = json!({
+                "metadata": { "total_size": self.total_bytes(), "total_parameters": self.parameters() },
+                "weight_map": weight_map,
+            });
+            let path = dir.join(INDEX_FILE);
+            std::fs::write(&path, config::to_pretty(&index, INDEX_FILE)?)
+                .map_err(|source| DemoError::Io { path: path.clone(), source })?;
+            files.push(path);
+        }
+        Ok(files)
+    }
+
     /// The unit's arrays, evaluated, in the order of `Unit::entries`.
     fn generate(&self, unit: &Unit) -> Result<Vec<Array>, DemoError> {
         let name = unit.name();
@@ -301,7 +412,15 @@ impl Plan {
                 transforms::eval([&v]).map_err(mlx("evaluating"))?;
                 Ok(vec![v])
             }
-            Unit::Matrix { rows, cols, quant, live_rows, .. } => {
+            Unit::Tensor { shape, .. } => {
+                let key = random::key(base).map_err(mlx("seeding"))?;
+                let last = shape.last().copied().unwrap_or(1).max(*shape.get(1).unwrap_or(&1));
+                let t = random::normal::<f32>(&shape[..], 0.0, matrix_std(last), &key).map_err(mlx("generating"))?;
+                let t = t.as_dtype(Dtype::Bfloat16).map_err(mlx("casting"))?;
+                transforms::eval([&t]).map_err(mlx("evaluating"))?;
+                Ok(vec![t])
+            }
+            Unit::Matrix { rows, cols, quant, live_rows, experts, .. } => {
                 let block = (CHUNK_ELEMENTS / i64::from(*cols)).clamp(1, i64::from(*rows)) as i32;
                 let n_parts = quant.map_or(1, |_| 3);
                 let mut parts: Vec<Vec<Array>> = vec![Vec::new(); n_parts];
@@ -350,6 +469,14 @@ impl Plan {
                         transforms::eval([&a]).map_err(mlx("evaluating"))?;
                         a
                     };
+                    let a = if *experts > 1 {
+                        let last = a.dim(-1);
+                        let a = a.reshape(&[*experts, rows / experts, last]).map_err(mlx("reshaping"))?;
+                        transforms::eval([&a]).map_err(mlx("evaluating"))?;
+                        a
+                    } else {
+                        a
+                    };
                     arrays.push(a);
                 }
                 Ok(arrays)
@@ -364,6 +491,9 @@ fn validate(spec: &DemoSpec, s: &ModelShape) -> Result<(), DemoError> {
     if spec.mixed_precision && spec.bits.quantized().is_none() {
         return invalid("mixed precision needs a quantized model (4 or 8 bits)".into());
     }
+    if let Some(arch) = spec.preset.arch().filter(|a| *a != spec.arch) {
+        return invalid(format!("the {} preset is a {arch} model: pass --arch {arch}", spec.preset));
+    }
     if spec.max_shard_bytes == Some(0) {
         return invalid("max_shard_bytes must be positive".into());
     }
@@ -376,7 +506,10 @@ fn validate(spec: &DemoSpec, s: &ModelShape) -> Result<(), DemoError> {
         if ![32, 64, 128].contains(&gs) {
             return invalid(format!("group size {gs} (MLX supports 32, 64, 128)"));
         }
-        let widths = [s.hidden_size, s.num_attention_heads * s.head_dim, s.intermediate_size];
+        let mut widths = vec![s.hidden_size, s.num_attention_heads * s.head_dim, s.intermediate_size];
+        widths.extend(s.moe.map(|m| m.intermediate_size));
+        widths.extend(s.moe.and_then(|m| m.shared));
+        widths.extend(s.linear.map(|l| l.value_heads * l.value_head_dim));
         if let Some(w) = widths.iter().find(|&&w| w % gs != 0) {
             return invalid(format!(
                 "group size {gs} does not divide the input width {w} of some layer of the {} preset",

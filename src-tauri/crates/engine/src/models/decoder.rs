@@ -1,15 +1,17 @@
-//! The decoder every supported architecture shares (Llama's layout):
-//! embedding -> blocks of (RMSNorm, attention, residual, RMSNorm, SwiGLU MLP,
-//! residual) -> RMSNorm -> head (tied to the embedding or not). The
-//! architectures differ only in their attention, which each `model_type`
-//! file defines; biases and `head_dim` are per-arch config defaults.
+//! The decoder the Llama-layout architectures share: embedding -> blocks of
+//! (RMSNorm, attention, residual, RMSNorm, SwiGLU MLP or experts, residual)
+//! -> RMSNorm -> head (tied to the embedding or not). The architectures
+//! differ only in their attention, which each `model_type` file defines,
+//! and in whether a layer's MLP is experts (the config's `moe`); biases and
+//! `head_dim` are per-arch config defaults.
 
 use mlx_rs::Array;
 
+use super::moe::FeedForward;
 use super::{check_cache, mlx, Logits};
-use crate::cache::{KvCache, LayerKv};
+use crate::cache::{KvCache, LayerCache};
 use crate::error::Result;
-use crate::layers::{last_position, Embedding, Linear, Mlp, Params, RmsNorm};
+use crate::layers::{last_position, Embedding, Linear, Params, RmsNorm};
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::format::{ModelConfig, TextConfig};
@@ -19,7 +21,7 @@ pub(crate) trait Attention: Sized + std::fmt::Debug {
     /// Loads the weights under `prefix` (`model.layers.{i}.self_attn`).
     fn load(c: &TextConfig, w: &mut Weights, prefix: &str) -> Result<Self>;
     /// `x` is `[B, L, hidden]`; appends this step's keys/values to `cache`.
-    fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array>;
+    fn forward(&self, x: &Array, cache: &mut LayerCache) -> Result<Array>;
     /// Every weight array, for byte counts and evaluation.
     fn collect<'a>(&'a self, out: &mut Vec<&'a Array>);
 }
@@ -27,7 +29,7 @@ pub(crate) trait Attention: Sized + std::fmt::Debug {
 #[derive(Debug)]
 pub struct Block<A> {
     pub self_attn: A,
-    pub mlp: Mlp,
+    pub mlp: FeedForward,
     pub input_layernorm: RmsNorm,
     pub post_attention_layernorm: RmsNorm,
 }
@@ -38,20 +40,16 @@ pub struct Block<A> {
 impl<A: Attention> Block<A> {
     fn load(c: &TextConfig, w: &mut Weights, i: i32) -> Result<Self> {
         let p = format!("model.layers.{i}");
-        let (h, m) = (c.hidden_size, c.intermediate_size);
+        let h = c.hidden_size;
         Ok(Self {
             self_attn: A::load(c, w, &format!("{p}.self_attn"))?,
-            mlp: Mlp {
-                gate_proj: w.linear(&format!("{p}.mlp.gate_proj"), h, m, c.mlp_bias)?,
-                up_proj: w.linear(&format!("{p}.mlp.up_proj"), h, m, c.mlp_bias)?,
-                down_proj: w.linear(&format!("{p}.mlp.down_proj"), m, h, c.mlp_bias)?,
-            },
+            mlp: FeedForward::load(c, w, &format!("{p}.mlp"), i)?,
             input_layernorm: w.rms_norm(&format!("{p}.input_layernorm"), h, c.rms_norm_eps)?,
             post_attention_layernorm: w.rms_norm(&format!("{p}.post_attention_layernorm"), h, c.rms_norm_eps)?,
         })
     }
 
-    fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array> {
+    fn forward(&self, x: &Array, cache: &mut LayerCache) -> Result<Array> {
         let h = x.add(self.self_attn.forward(&self.input_layernorm.forward(x)?, cache)?).map_err(mlx("residual"))?;
         let r = self.mlp.forward(&self.post_attention_layernorm.forward(&h)?)?;
         h.add(r).map_err(mlx("residual"))
@@ -101,6 +99,11 @@ impl<A: Attention> Decoder<A> {
             #[cfg(test)]
             Logits::All => Ok(out),
         }
+    }
+
+    /// The experts' arrays (a subset of `collect`'s).
+    pub(crate) fn expert_arrays(&self) -> Vec<&Array> {
+        self.layers.iter().flat_map(|l| l.mlp.expert_arrays()).collect()
     }
 
     pub(crate) fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {

@@ -10,7 +10,7 @@
 use mlx_rs::Array;
 
 use super::decoder::{self, Decoder};
-use crate::cache::LayerKv;
+use crate::cache::LayerCache;
 use crate::error::Result;
 use crate::layers::{attend, to_heads, Linear, Params, Rope};
 use crate::weights::Weights;
@@ -46,7 +46,7 @@ impl decoder::Attention for Attention {
         })
     }
 
-    fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array> {
+    fn forward(&self, x: &Array, cache: &mut LayerCache) -> Result<Array> {
         let q = to_heads(&self.q_proj.forward(x)?, self.n_heads)?;
         let k = to_heads(&self.k_proj.forward(x)?, self.n_kv_heads)?;
         let v = to_heads(&self.v_proj.forward(x)?, self.n_kv_heads)?;

@@ -3,16 +3,21 @@
 
 use mlx_rs::Array;
 
-use crate::cache::KvCache;
+use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::quant::QuantKernel;
+use headroom_core::bench::WeightBytes;
 use headroom_core::format::ModelConfig;
 use headroom_core::kv::KvFormat;
 
 pub mod decoder;
+pub mod gemma3_text;
 pub mod llama;
+pub mod moe;
 pub mod qwen2;
 pub mod qwen3;
+pub mod qwen3_5;
+pub mod qwen3_moe;
 
 /// Wraps an MLX error with the op it came from (for `map_err`).
 pub(crate) fn mlx(op: &'static str) -> impl Fn(mlx_rs::error::Exception) -> EngineError {
@@ -49,6 +54,9 @@ pub enum Model {
     Qwen2(qwen2::Model),
     Qwen3(qwen3::Model),
     Llama(llama::Model),
+    Qwen3Moe(qwen3_moe::Model),
+    Gemma3(gemma3_text::Model),
+    Qwen3_5(qwen3_5::Model),
 }
 
 impl Model {
@@ -63,6 +71,9 @@ impl Model {
             Model::Qwen2(m) => m.forward(tokens, cache, logits),
             Model::Qwen3(m) => m.forward(tokens, cache, logits),
             Model::Llama(m) => m.forward(tokens, cache, logits),
+            Model::Qwen3Moe(m) => m.forward(tokens, cache, logits),
+            Model::Gemma3(m) => m.forward(tokens, cache, logits),
+            Model::Qwen3_5(m) => m.forward(tokens, cache, logits),
         }?;
         // After the model call, as mlx-lm's generate_step does: the pass
         // that reached the start ran over the float cache.
@@ -75,6 +86,9 @@ impl Model {
             Model::Qwen2(m) => &m.config,
             Model::Qwen3(m) => &m.config,
             Model::Llama(m) => &m.config,
+            Model::Qwen3Moe(m) => &m.config,
+            Model::Gemma3(m) => &m.config,
+            Model::Qwen3_5(m) => &m.config,
         }
     }
 
@@ -84,27 +98,40 @@ impl Model {
             Model::Qwen2(m) => m.kernel,
             Model::Qwen3(m) => m.kernel,
             Model::Llama(m) => m.kernel,
+            Model::Qwen3Moe(m) => m.kernel,
+            Model::Gemma3(m) => m.kernel,
+            Model::Qwen3_5(m) => m.kernel,
         };
         self.config().quantization.as_ref().map(|_| kernel)
     }
 
-    /// An empty float cache with one entry per layer of this model.
+    /// What each layer keeps between forward passes, in order.
+    pub fn layer_kinds(&self) -> Vec<LayerKind> {
+        match self {
+            Model::Gemma3(m) => m.layer_kinds(),
+            Model::Qwen3_5(m) => m.layer_kinds(),
+            _ => vec![LayerKind::Full; usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0)],
+        }
+    }
+
+    /// An empty float cache with one entry per layer of this model, each of the kind its layer needs.
     #[cfg(any(test, feature = "test-support"))]
     pub fn new_cache(&self) -> KvCache {
-        KvCache::new(usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0))
+        KvCache::new(&self.layer_kinds())
     }
 
     /// An empty cache that stores keys and values as `format`; refused when
     /// MLX cannot quantize this model's heads that way.
     pub fn new_cache_as(&self, format: KvFormat) -> Result<KvCache> {
         self.check_kv_format(format)?;
-        Ok(KvCache::with_format(usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0), format))
+        KvCache::with_format(&self.layer_kinds(), format).map_err(|source| EngineError::KvFormat { source })
     }
 
     /// Whether this model's keys and values can be stored as `format`.
     pub fn check_kv_format(&self, format: KvFormat) -> Result<()> {
         let head_dim = u64::try_from(self.config().text.head_dim).unwrap_or(0);
-        format.check_head_dim(head_dim).map_err(|source| EngineError::KvFormat { source })
+        format.check_head_dim(head_dim).map_err(|source| EngineError::KvFormat { source })?;
+        KvCache::with_format(&self.layer_kinds(), format).map(drop).map_err(|source| EngineError::KvFormat { source })
     }
 
     /// The dtype activations (and so the KV cache) take on: the embedding's
@@ -114,6 +141,9 @@ impl Model {
             Model::Qwen2(m) => m.embed_tokens.dtype(),
             Model::Qwen3(m) => m.embed_tokens.dtype(),
             Model::Llama(m) => m.embed_tokens.dtype(),
+            Model::Qwen3Moe(m) => m.embed_tokens.dtype(),
+            Model::Gemma3(m) => m.embed_tokens.dtype(),
+            Model::Qwen3_5(m) => m.embed_tokens.dtype(),
         }
     }
 
@@ -124,8 +154,25 @@ impl Model {
             Model::Qwen2(m) => m.collect(&mut out),
             Model::Qwen3(m) => m.collect(&mut out),
             Model::Llama(m) => m.collect(&mut out),
+            Model::Qwen3Moe(m) => m.collect(&mut out),
+            Model::Gemma3(m) => m.collect(&mut out),
+            Model::Qwen3_5(m) => m.collect(&mut out),
         }
         out
+    }
+
+    /// The model's weights by what one decoded token reads of them.
+    pub fn weight_bytes(&self) -> WeightBytes {
+        let sum = |arrays: Vec<&Array>| arrays.iter().map(|a| a.nbytes() as u64).sum::<u64>();
+        let (embedding, experts) = match self {
+            Model::Qwen2(m) => (m.embed_tokens.nbytes(), 0),
+            Model::Qwen3(m) => (m.embed_tokens.nbytes(), 0),
+            Model::Llama(m) => (m.embed_tokens.nbytes(), 0),
+            Model::Qwen3Moe(m) => (m.embed_tokens.nbytes(), sum(m.expert_arrays())),
+            Model::Gemma3(m) => (m.embed_tokens.nbytes(), 0),
+            Model::Qwen3_5(m) => (m.embed_tokens.nbytes(), sum(m.expert_arrays())),
+        };
+        WeightBytes { resident: self.nbytes() as u64, embedding, experts }
     }
 
     /// The next-token logits after `prompt` (fresh cache), as f32: what

@@ -9,7 +9,7 @@ use mlx_rs::Array;
 
 use super::decoder::{self, Decoder};
 use super::{llama, mlx};
-use crate::cache::LayerKv;
+use crate::cache::LayerCache;
 use crate::error::Result;
 use crate::layers::{attend, split_heads, to_heads, Params, RmsNorm};
 use crate::weights::Weights;
@@ -35,7 +35,7 @@ impl decoder::Attention for Attention {
         })
     }
 
-    fn forward(&self, x: &Array, cache: &mut LayerKv) -> Result<Array> {
+    fn forward(&self, x: &Array, cache: &mut LayerCache) -> Result<Array> {
         let b = &self.base;
         // The norms act on each head's vector, before the heads move to axis 1.
         let q = self.q_norm.forward(&split_heads(&b.q_proj.forward(x)?, b.n_heads)?)?;

@@ -1,12 +1,11 @@
-//! The KV cache: per layer, preallocated in steps of 256 positions, owned
-//! by a session and reused across its turns.
+//! A full-attention layer's cache: every position's keys and values,
+//! preallocated in steps of 256 positions.
 //!
 //! Like mlx-lm's `KVCache`, keys and values are written into a buffer that
 //! grows by whole steps (slice assignment), and attention reads the filled
 //! prefix `[.., :offset, :]`. Growing by steps instead of concatenating per
 //! token keeps decode from copying the whole cache every step.
 
-use headroom_core::kv::KvFormat;
 use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
 use mlx_rs::{ops, Array};
 
@@ -18,7 +17,7 @@ pub const KV_STEP: i32 = 256;
 
 /// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`,
 /// in the float type or, once converted, quantized (kv_quant.rs).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct LayerKv {
     keys: Option<Array>,
     values: Option<Array>,
@@ -32,6 +31,11 @@ impl LayerKv {
     /// Positions filled so far (the RoPE offset of the next token).
     pub fn offset(&self) -> i32 {
         self.offset
+    }
+
+    /// The keys' float type (their scales' once quantized); `None` before the first write.
+    pub(super) fn dtype(&self) -> Option<mlx_rs::Dtype> {
+        self.keys.as_ref().map(Array::dtype).or_else(|| self.quantized.as_ref().map(QuantizedKv::float_dtype))
     }
 
     /// Positions the buffers hold before they must grow.
@@ -59,7 +63,7 @@ impl LayerKv {
 
     /// mlx-lm's `to_quantized`: from now on the keys and values are kept
     /// quantized (whatever was written is converted).
-    fn quantize(&mut self, group_size: i32, bits: i32) -> Result<()> {
+    pub(super) fn quantize(&mut self, group_size: i32, bits: i32) -> Result<()> {
         if let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) {
             self.quantized = Some(QuantizedKv::from_float(&k, &v, group_size, bits)?);
         }
@@ -119,19 +123,19 @@ impl LayerKv {
         Ok(out)
     }
 
-    fn trim(&mut self, n: i32) -> i32 {
+    pub(super) fn trim(&mut self, n: i32) -> i32 {
         let n = n.min(self.offset);
         self.offset -= n;
         n
     }
 
-    fn nbytes(&self) -> usize {
+    pub fn nbytes(&self) -> usize {
         self.keys.as_ref().map_or(0, Array::nbytes)
             + self.values.as_ref().map_or(0, Array::nbytes)
             + self.quantized.as_ref().map_or(0, QuantizedKv::nbytes)
     }
 
-    fn arrays(&self) -> impl Iterator<Item = &Array> {
+    pub(super) fn arrays(&self) -> impl Iterator<Item = &Array> {
         self.keys.iter().chain(self.values.iter()).chain(self.quantized.iter().flat_map(QuantizedKv::arrays))
     }
 
@@ -141,137 +145,10 @@ impl LayerKv {
     }
 }
 
-/// The cache of a whole model, plus the token ids whose keys/values it holds,
-/// so a later turn can reuse the common prefix and prefill only the rest.
-#[derive(Debug)]
-pub struct KvCache {
-    layers: Vec<LayerKv>,
-    tokens: Vec<u32>,
-    /// How keys and values are stored; a quantized format converts the
-    /// float cache once (see [`Self::maybe_quantize`]).
-    format: KvFormat,
-}
-
-impl KvCache {
-    #[cfg(any(test, feature = "test-support"))]
-    pub fn new(num_layers: usize) -> Self {
-        Self::with_format(num_layers, KvFormat::Float)
-    }
-
-    pub fn with_format(num_layers: usize, format: KvFormat) -> Self {
-        Self { layers: (0..num_layers).map(|_| LayerKv::default()).collect(), tokens: Vec::new(), format }
-    }
-
-    pub fn format(&self) -> KvFormat {
-        self.format
-    }
-
-    /// Whether the keys and values are quantized now (a quantized format
-    /// starts in the float type until the cache reaches its start).
-    pub fn is_quantized(&self) -> bool {
-        self.layers.first().is_some_and(|l| l.quant.is_some())
-    }
-
-    /// What the cache holds now, for a turn's stats: `float` (the
-    /// activations' type, e.g. "bf16") or "8-bit (group 64)".
-    pub fn label(&self, float: &str) -> String {
-        self.format.state_label(float, self.is_quantized())
-    }
-
-    /// mlx-lm's `maybe_quantize_kv_cache`, run after every forward pass:
-    /// a quantized format converts the whole cache once it holds at least
-    /// its `start` positions, and it stays quantized (trims included).
-    pub fn maybe_quantize(&mut self) -> Result<()> {
-        let Some(q) = self.format.quant() else { return Ok(()) };
-        if self.is_quantized() || !self.format.converts_at(u64::try_from(self.offset()).unwrap_or(0)) {
-            return Ok(());
-        }
-        // Checked when the format was accepted (KV_BITS, KV_GROUP_SIZES).
-        let (group_size, bits) = (i32::try_from(q.group_size).unwrap_or(64), i32::try_from(q.bits).unwrap_or(8));
-        for layer in &mut self.layers {
-            layer.quantize(group_size, bits)?;
-        }
-        Ok(())
-    }
-
-    /// Positions filled (the same in every layer).
-    pub fn offset(&self) -> usize {
-        self.layers.first().map_or(0, |l| usize::try_from(l.offset).unwrap_or(0))
-    }
-
-    /// The float type of the keys (of their scales once quantized); `None` before the first write.
-    pub fn dtype(&self) -> Option<mlx_rs::Dtype> {
-        let layer = self.layers.first()?;
-        layer.keys.as_ref().map(Array::dtype).or_else(|| layer.quantized.as_ref().map(QuantizedKv::float_dtype))
-    }
-
-    /// Bytes held by the buffers (allocated capacity, not just the filled part).
-    pub fn nbytes(&self) -> usize {
-        self.layers.iter().map(LayerKv::nbytes).sum()
-    }
-
-    pub fn num_layers(&self) -> usize {
-        self.layers.len()
-    }
-
-    /// The token ids whose keys/values are cached, in order.
-    pub fn tokens(&self) -> &[u32] {
-        &self.tokens
-    }
-
-    /// Forgets the last `n` positions (the buffers stay allocated). Returns how many were dropped.
-    pub fn trim(&mut self, n: usize) -> usize {
-        let n = i32::try_from(n).unwrap_or(i32::MAX);
-        let mut dropped = 0;
-        for layer in &mut self.layers {
-            dropped = layer.trim(n);
-        }
-        self.tokens.truncate(self.offset());
-        usize::try_from(dropped).unwrap_or(0)
-    }
-
-    /// Empties the cache and frees its buffers (a quantized format starts over in float).
-    #[cfg(test)]
-    pub fn clear(&mut self) {
-        for layer in &mut self.layers {
-            *layer = LayerKv::default();
-        }
-        self.tokens.clear();
-    }
-
-    #[cfg(test)]
-    pub(crate) fn layers(&self) -> &[LayerKv] {
-        &self.layers
-    }
-
-    /// Trims the cache to the longest prefix it shares with `prompt`, keeping
-    /// at least one prompt token to feed (its logits give the next token).
-    /// Returns how many prompt tokens are already cached.
-    pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        let keep = common.min(prompt.len().saturating_sub(1));
-        self.trim(self.offset() - keep.min(self.offset()));
-        keep
-    }
-
-    pub(crate) fn layers_mut(&mut self) -> &mut [LayerKv] {
-        &mut self.layers
-    }
-
-    /// Records ids whose keys/values the last forward pass appended.
-    pub(crate) fn push_tokens(&mut self, ids: &[u32]) {
-        self.tokens.extend_from_slice(ids);
-    }
-
-    /// Every buffer, for `eval` after a prefill chunk.
-    pub(crate) fn arrays(&self) -> Vec<&Array> {
-        self.layers.iter().flat_map(LayerKv::arrays).collect()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cache::{KvCache, LayerKind};
 
     /// A strided view copied into a fresh, contiguous array, to read back.
     fn values(a: &Array) -> Vec<f32> {
@@ -284,8 +161,8 @@ mod tests {
 
     #[test]
     fn grows_in_steps_and_returns_the_filled_prefix() -> Result<()> {
-        let mut c = KvCache::new(1);
-        let layer = &mut c.layers_mut()[0];
+        let mut c = KvCache::new(&[LayerKind::Full]);
+        let layer = c.layers_mut()[0].full_mut().expect("a full layer");
         let (k, _) = layer.update_and_fetch(&kv(3, 1.0), &kv(3, 1.0))?;
         assert_eq!(k.shape(), &[1, 2, 3, 4]);
         assert_eq!(layer.capacity(), 256);
@@ -305,7 +182,7 @@ mod tests {
 
     #[test]
     fn trim_then_write_overwrites_the_tail() -> Result<()> {
-        let mut c = KvCache::new(2);
+        let mut c = KvCache::new(&[LayerKind::Full, LayerKind::Full]);
         for layer in c.layers_mut() {
             layer.update_and_fetch(&kv(10, 1.0), &kv(10, 1.0))?;
         }
