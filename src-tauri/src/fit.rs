@@ -91,8 +91,8 @@ pub fn check_model_with(
     source: BudgetSource,
 ) -> Result<FitReport, FitError> {
     let inspection = inspect(dir, dtype, kernel)?;
-    let head_dim = inspection.footprint.head_dim;
-    kv.check_head_dim(head_dim).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
+    // Head dims MLX cannot group, sliding windows mlx-lm cannot quantize.
+    inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
     let inputs = budget_inputs(source)?;
     Ok(check(&inspection.footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs))
 }

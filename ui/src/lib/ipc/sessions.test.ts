@@ -66,7 +66,9 @@ describe('settings', () => {
       cloudCacheMb: 50,
       summariseForCloud: false,
       serverPort: 8080,
-    kernel: 'auto',
+      kernel: 'auto',
+      kvBits: 8,
+      quantizedKvStart: 0,
     };
     const calls: Array<[string, unknown]> = [];
     mockIPC((cmd, args) => {

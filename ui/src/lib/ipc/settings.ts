@@ -24,6 +24,10 @@ export interface Settings {
   serverPort: number;
   /** Applied at the next model load. */
   kernel: Kernel;
+  /** The KV cache's bits (8 or 4, group size 64); null: the activations' float type. Next load. */
+  kvBits: number | null;
+  /** Tokens a quantized KV cache stays in float before it is converted (mlx-lm's quantized_kv_start). */
+  quantizedKvStart: number;
 }
 
 /** The stored settings; fields never set have their defaults. */
