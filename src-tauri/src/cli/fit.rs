@@ -231,7 +231,8 @@ fn kv_lines(f: &ModelFootprint, e: &Estimate) -> String {
     let full = f.kv_layers.iter().find(|g| g.kind() == KvKind::Full);
     let simple = f.kv_layers.iter().all(|g| g.kind() == KvKind::Full);
     let stored = if e.kv_quantized { e.kv_format } else { KvFormat::Float };
-    let full_formula = |layers: u64, kvh: u64, hd: u64| match stored.quant() {
+    let full_formula = |layers: u64, kvh: u64, hd: u64| {
+        match stored.quant() {
         None => format!(
             "2 × {layers} layers × {kvh} KV heads × {hd} × {} positions × {} bytes",
             e.kv_positions, f.kv_bytes_per_element
@@ -244,6 +245,7 @@ fn kv_lines(f: &ModelFootprint, e: &Estimate) -> String {
             f.kv_bytes_per_element,
             q.group_size
         ),
+    }
     };
     let conversion = if e.kv_before_conversion_bytes > e.kv_cache_bytes {
         format!("; {} in float until it is converted", gb(e.kv_before_conversion_bytes))
