@@ -186,7 +186,7 @@ mod tests {
         assert_eq!((model.as_str(), report.estimate.weight_bytes), ("huge-demo", 200_000_000_000));
         assert!(state.loaded_model().is_none(), "nothing was loaded");
 
-        let ready = provider.ensure_loaded("tiny", Some(512)).unwrap_or_else(|e| panic!("{e}"));
+        let ready = provider.ensure_loaded("tiny", Some(512), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ready.id, "tiny");
         assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
         // Loaded already: nothing to do, the same answer.

@@ -350,7 +350,7 @@ mod tests {
             "available 8.00 GB",
             "OS headroom 4.00 GB",
             "verdict: fits",
-            "largest context that fits:",
+            "largest context that fits (KV cache 16-bit float):",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }

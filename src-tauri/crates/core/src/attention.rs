@@ -124,7 +124,7 @@ pub fn attention_path(backend: Backend, shape: &AttentionShape, quantized: bool)
 /// MLX's `has_fused_kernel` and then its `use_fallback` preference, for inference.
 fn metal_fused(s: &AttentionShape) -> bool {
     let (d, dv) = (s.head_dim, s.value_head_dim);
-    if s.queries == 0 || s.kv_heads == 0 || s.heads % s.kv_heads != 0 {
+    if s.queries == 0 || s.kv_heads == 0 || !s.heads.is_multiple_of(s.kv_heads) {
         return false;
     }
     if s.queries > 8 {
@@ -222,7 +222,7 @@ mod tests {
     fn quantized_attention_blocks_keep_the_scores_small() {
         // Qwen2.5-14B at 32K keys: 25 rows per block, 62.5 MiB of bf16 scores.
         assert_eq!(quantized_query_block(40, 32768, 2), 25);
-        assert!(40 * 25 * 32768 * 2 <= QUANTIZED_SCORES_BLOCK_BYTES);
+        const { assert!(40 * 25 * 32768 * 2 <= QUANTIZED_SCORES_BLOCK_BYTES) };
         // A tiny model takes a whole prompt chunk at once.
         assert!(quantized_query_block(4, 2048, 2) >= 2048);
         // Absurd sizes give one row, never zero or an overflow.

@@ -111,7 +111,7 @@ impl KvFormat {
     /// Whether a model whose heads are `head_dim` wide can use this format.
     pub fn check_head_dim(self, head_dim: u64) -> Result<(), KvFormatError> {
         match self.quant() {
-            Some(q) if head_dim % u64::from(q.group_size) != 0 => {
+            Some(q) if !head_dim.is_multiple_of(u64::from(q.group_size)) => {
                 Err(KvFormatError::HeadDim { head_dim, group_size: q.group_size })
             }
             _ => Ok(()),

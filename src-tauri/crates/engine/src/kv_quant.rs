@@ -208,15 +208,15 @@ pub fn query_block_rows(heads: i32, keys: i32, dtype_bytes: usize) -> i32 {
 /// mlx-lm's `quantized_scaled_dot_product_attention` over `[B, heads, L, D]`
 /// queries and quantized `[B, kv_heads, T, …]` keys and values; `causal`
 /// masks future keys (the mask aligned to the end of the keys, as MLX's
-/// "causal" mode). Queries are taken `rows` at a time (see the module docs).
+/// "causal" mode), quantized as `(group_size, bits)`. Queries are taken
+/// `rows` at a time (see the module docs).
 pub fn quantized_sdpa(
     queries: &Array,
     keys: &Quantized,
     values: &Quantized,
     scale: f32,
     causal: bool,
-    group_size: i32,
-    bits: i32,
+    (group_size, bits): (i32, i32),
     rows: i32,
 ) -> Result<Array> {
     let [b, heads, l, d] = queries.shape() else {
@@ -391,7 +391,7 @@ mod tests {
             let (qk, qv) = (Quantized::quantize(&k, g, bits)?, Quantized::quantize(&v, g, bits)?);
             let scale = 0.125;
             let causal = l > 1;
-            let whole = quantized_sdpa(&q, &qk, &qv, scale, causal, g, bits, l)?;
+            let whole = quantized_sdpa(&q, &qk, &qv, scale, causal, (g, bits), l)?;
             assert_eq!(whole.shape(), &[1, heads, l, d]);
             let deq = |x: &Quantized| ops::dequantize(&x.packed, &x.scales, &x.biases, g, bits).expect("dequantize");
             let mask = causal.then_some(ScaledDotProductAttentionMask::Causal);
@@ -401,7 +401,7 @@ mod tests {
             assert!(worst < 1e-4, "bits {bits}, L {l}: {worst}");
             // Blocks of 1, 3 and 16 query rows give the very same numbers.
             for rows in [1, 3, 16] {
-                let blocked = quantized_sdpa(&q, &qk, &qv, scale, causal, g, bits, rows)?;
+                let blocked = quantized_sdpa(&q, &qk, &qv, scale, causal, (g, bits), rows)?;
                 assert_eq!(f32s(&blocked), f32s(&whole), "bits {bits}, L {l}, {rows} rows");
             }
         }

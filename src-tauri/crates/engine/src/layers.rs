@@ -274,7 +274,7 @@ pub fn attend_cached(
     // to the end of the keys, so it also holds past an offset; a window
     // narrower than the keys needs it spelled out.
     let mask = cache.attention_mask(queries.dim(2))?;
-    let Some((group_size, bits)) = cache.quantization() else {
+    let Some(quant) = cache.quantization() else {
         let (keys, values) = cache.update_and_fetch(keys, values)?;
         return sdpa(queries, &keys, &values, scale, &mask);
     };
@@ -292,7 +292,7 @@ pub fn attend_cached(
     };
     let (keys, values) = cache.update_and_fetch_quantized(keys, values)?;
     let rows = crate::kv_quant::query_block_rows(queries.dim(1), keys.packed.dim(2), queries.item_size());
-    let out = crate::kv_quant::quantized_sdpa(queries, &keys, &values, scale, causal, group_size, bits, rows)?;
+    let out = crate::kv_quant::quantized_sdpa(queries, &keys, &values, scale, causal, quant, rows)?;
     merge_heads(&out)
 }
 
