@@ -171,6 +171,7 @@ pub(crate) fn write_sparse_model(dir: &Path, claimed: u64) {
 #[cfg(test)]
 mod tests {
     use headroom_core::fit::GIB;
+    use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 
     use super::*;
 
@@ -178,6 +179,40 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("headroom-appfit-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         dir
+    }
+
+    /// `scripts/measure-fit.sh --archs-only`'s run (core::fit's module docs):
+    /// the `small` demo of each architecture with experts, windows or linear
+    /// attention, 4-bit, f32, on the CPU kernel: (arch, positions held, peak
+    /// RSS bytes). The footprint comes from the same headers (written sparse).
+    #[test]
+    fn the_new_architectures_measured_rss_stays_within_bounds() {
+        const BASELINE: u64 = 87_900_000;
+        let runs = [
+            (Arch::Qwen3Moe, [(262, 113_475_584u64), (4006, 454_758_400)]),
+            (Arch::Gemma3Text, [(262, 105_340_928), (4006, 420_012_032)]),
+            (Arch::Qwen3_5, [(262, 111_603_712), (4006, 462_479_360)]),
+            (Arch::Qwen3_5Moe, [(262, 121_847_808), (4006, 469_598_208)]),
+        ];
+        for (arch, points) in runs {
+            let dir = scratch(&format!("rss-{arch}"));
+            let spec = DemoSpec { sparse: true, ..DemoSpec::new(arch, Preset::Small, Bits::Four) };
+            write_demo_model(&dir, &spec).unwrap_or_else(|e| panic!("{e}"));
+            let footprint =
+                inspect(&dir, ComputeDtype::F32, QuantKernel::CPU).unwrap_or_else(|e| panic!("{arch}: {e}")).footprint;
+            for (positions, rss) in points {
+                let predicted = headroom_core::fit::estimate(&footprint, positions, KvFormat::Float)
+                    .predicted_peak_bytes
+                    + BASELINE;
+                let error = predicted as f64 / rss as f64 - 1.0;
+                assert!(
+                    (-0.05..=0.25).contains(&error),
+                    "{arch} at {positions}: {predicted} vs {rss} ({:+.1} %)",
+                    error * 100.0
+                );
+            }
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
 
     #[test]

@@ -157,6 +157,19 @@ fn largest_line(report: &FitReport) -> String {
     }
 }
 
+/// The overhead terms only some models or backends have, named where they count.
+fn overhead_extras(o: &headroom_core::fit::Overhead) -> String {
+    [
+        (o.dequantized_weight_bytes, "dequantized weight"),
+        (o.prefill_slack_bytes, "multi-chunk prefill slack"),
+        (o.recurrence_bytes, "linear-attention recurrence"),
+    ]
+    .iter()
+    .filter(|(bytes, _)| *bytes > 0)
+    .map(|(bytes, name)| format!(" + {name} {}", gb(*bytes)))
+    .collect()
+}
+
 /// The multi-line report `headroom fit` prints.
 pub(crate) fn describe(model: &str, r: &FitReport) -> String {
     let e = &r.estimate;
@@ -173,7 +186,7 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
          context: {ctx} tokens{beyond}\n\
          \x20 weights          {w:>10}  (exact, from the safetensors headers){experts}\n\
          \x20 KV cache         {kv:>10}  {kv_label}: {kv_parts}\n\
-         \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg} + fixed {fx}; prefill chunk {chunk})\n\
+         \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
          \x20 predicted peak   {peak:>10}\n\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
          verdict: {verdict}\n\
@@ -199,6 +212,7 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         act = gb(o.activation_bytes),
         lg = gb(o.logits_bytes),
         fx = gb(o.fixed_bytes),
+        more = overhead_extras(o),
         chunk = o.chunk_tokens,
         peak = gb(e.predicted_peak_bytes),
         budget = gb(b.budget_bytes),

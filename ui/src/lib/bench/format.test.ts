@@ -74,6 +74,9 @@ describe('benchmark words', () => {
     expect(weightsSentence(moe)).toBe('Each token reads 1.6 GB of the 17.2 GB of weights in memory (8 of 128 experts)');
     const dense = { ...report, labels: { ...report.labels, active_weight_bytes: 4.2e6, resident_weight_bytes: 4.3e6, traffic: {} } };
     expect(weightsSentence(dense)).toBe('Each token reads 4.2 MB of the 4.3 MB of weights in memory');
+    // The tiny MoE demo: below 1 MB two significant digits, not "0.1 of the 0.2 MB".
+    const tinyMoe = { ...moe, labels: { ...moe.labels, active_weight_bytes: 89_216, resident_weight_bytes: 181_376 } };
+    expect(weightsSentence(tinyMoe)).toBe('Each token reads 0.089 MB of the 0.18 MB of weights in memory (8 of 128 experts)');
     const tiny = structuredClone(report);
     const roof = tiny.depths[1]?.roofline;
     if (!roof) throw new Error('the fixture has a roofline at depth 4K');

@@ -77,7 +77,9 @@ export function weightsSentence(report: BenchReport): string | null {
   const active = l.active_weight_bytes;
   const resident = l.resident_weight_bytes;
   if (active == null || resident == null || resident <= 0) return null;
-  const gb = (b: number) => (b >= 1e9 ? `${(b / 1e9).toFixed(1)} GB` : `${(b / 1e6).toFixed(1)} MB`);
+  // Below 1 of a unit keep two significant digits: a tiny model's 0.09 of 0.18 MB, not 0.1 of 0.2.
+  const digits = (v: number) => (v < 1 ? v.toPrecision(2) : v.toFixed(1));
+  const gb = (b: number) => (b >= 1e9 ? `${digits(b / 1e9)} GB` : `${digits(b / 1e6)} MB`);
   const t = l.traffic;
   const parts: string[] = [];
   if (t?.experts) parts.push(`${t.experts_per_token ?? 0} of ${t.experts} experts`);

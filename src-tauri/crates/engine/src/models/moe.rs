@@ -201,7 +201,7 @@ impl Params for SparseMoe {
 #[derive(Debug)]
 pub enum FeedForward {
     Dense(Mlp),
-    Moe(SparseMoe),
+    Moe(Box<SparseMoe>),
 }
 
 impl FeedForward {
@@ -210,7 +210,7 @@ impl FeedForward {
     pub(crate) fn load(c: &TextConfig, w: &mut Weights, p: &str, i: i32) -> Result<Self> {
         let sparse = c.moe.as_ref().filter(|m| m.sparse_layers.get(usize::try_from(i).unwrap_or(0)) == Some(&true));
         match sparse {
-            Some(m) => Ok(Self::Moe(SparseMoe::load(c, m, w, p)?)),
+            Some(m) => Ok(Self::Moe(Box::new(SparseMoe::load(c, m, w, p)?))),
             None => {
                 let (h, m) = (c.hidden_size, c.intermediate_size);
                 Ok(Self::Dense(Mlp {
