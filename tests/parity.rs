@@ -97,10 +97,16 @@ fn ids(v: &Value) -> Vec<u32> {
 
 /// mlx-lm's answer for every case folder, or a failure with its stderr.
 fn run_reference(python: &Path, cases: &[(String, PathBuf)]) -> Value {
+    run_reference_with(python, cases, &[])
+}
+
+/// [`run_reference`] with more arguments for the script (`--kv-bits`, …).
+fn run_reference_with(python: &Path, cases: &[(String, PathBuf)], extra: &[String]) -> Value {
     let script = root().join("scripts/parity/mlx_lm_reference.py");
     let output = Command::new(python)
         .arg(&script)
         .args(["--prompt", PROMPT, "--system", SYSTEM, "--max-tokens", &TOKENS.to_string()])
+        .args(extra)
         .args(cases.iter().map(|(_, d)| d))
         .output()
         .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
@@ -268,4 +274,72 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
         );
     }
     assert!(failures.is_empty(), "parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));
+}
+
+/// A quantized KV cache gives mlx-lm's greedy tokens with the same
+/// `kv_bits`, `kv_group_size` and `quantized_kv_start` (its kernel, as
+/// above): 8 and 4 bits converted after the first pass (start 0), and 8 bits
+/// converted in the middle of the decode (start past the prompt). The demo
+/// models' heads are 64 wide here (`tiny-kv`), a whole group.
+#[test]
+fn greedy_tokens_match_mlx_lm_with_a_quantized_kv_cache() {
+    use headroom_core::kv::{KvFormat, KvQuant};
+
+    let python = reference_python();
+    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-kv-{}", std::process::id())));
+    let mut cases = Vec::new();
+    for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
+        for bits in [Bits::Four, Bits::Sixteen] {
+            let dir = scratch.0.join(format!("{arch}-{bits}"));
+            write_demo_model(&dir, &DemoSpec::new(arch, Preset::TinyKv, bits)).unwrap_or_else(|e| panic!("{e}"));
+            cases.push((format!("{arch} {bits}-bit"), dir));
+        }
+    }
+    let tok = Tokenizer::from_dir(&cases[0].1).unwrap_or_else(|e| panic!("{e}"));
+    let prompt_len = tok.encode_chat(&messages(), true).unwrap_or_else(|e| panic!("{e}")).len() as u64;
+    let formats = [
+        KvQuant { bits: 8, group_size: 64, start: 0 },
+        KvQuant { bits: 4, group_size: 64, start: 0 },
+        // Converted after the decode step that reaches it.
+        KvQuant { bits: 8, group_size: 64, start: prompt_len + 20 },
+    ];
+    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let mut failures = Vec::new();
+    for q in formats {
+        let extra: Vec<String> = [
+            "--kv-bits".to_owned(),
+            q.bits.to_string(),
+            "--kv-group-size".to_owned(),
+            q.group_size.to_string(),
+            "--quantized-kv-start".to_owned(),
+            q.start.to_string(),
+        ]
+        .into();
+        let reference = run_reference_with(&python, &cases, &extra);
+        for (name, dir) in &cases {
+            let want = ids(&reference["models"][dir.to_string_lossy().as_ref()]["token_ids"]);
+            assert_eq!(want.len(), TOKENS, "{name}: the reference produced {} tokens", want.len());
+            let settings = LoadSettings { kernel: QuantKernel::Fused, ..LoadSettings::default() };
+            engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
+            let request = GenerateRequest {
+                max_tokens: TOKENS,
+                ignore_eos: true,
+                kv: Some(KvFormat::Quantized(q)),
+                ..GenerateRequest::new(messages())
+            };
+            let out = engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let label = out.stats.kv_label.clone();
+            if !label.starts_with(&format!("{}-bit (group 64)", q.bits)) {
+                failures.push(format!("{name} {q:?}: the turn's cache says {label:?}"));
+            }
+            if out.token_ids != want {
+                let at = out.token_ids.iter().zip(&want).position(|(a, b)| a != b);
+                failures.push(format!(
+                    "{name} {q:?}: token ids differ at {at:?}:\n  ours   {:?}\n  mlx-lm {want:?}",
+                    out.token_ids
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "KV parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));
 }

@@ -7,7 +7,12 @@ Generation goes through mlx-lm's own `generate_step` (the loop behind
 `mlx_lm.generate`), which does not stop at EOS, so exactly N tokens are
 compared even when a random-weight model would stop early.
 
-    mlx_lm_reference.py --prompt TEXT [--system TEXT] --max-tokens N DIR...
+    mlx_lm_reference.py --prompt TEXT [--system TEXT] --max-tokens N
+        [--kv-bits B [--kv-group-size G] [--quantized-kv-start S]] DIR...
+
+With --kv-bits the generation keeps its KV cache quantized the way
+`generate_step` does (converted after the pass that reaches S positions);
+the logits stay those of a plain forward pass over a float cache.
 """
 
 import argparse
@@ -38,7 +43,7 @@ def _gather_qmm_without_global_scale(*args, global_scale=None, **kwargs):
 mx.gather_qmm = _gather_qmm_without_global_scale
 
 
-def reference(model_dir, prompt, system, max_tokens):
+def reference(model_dir, prompt, system, max_tokens, kv):
     model, tokenizer = mlx_lm.load(model_dir)
     messages = ([{"role": "system", "content": system}] if system else []) + [
         {"role": "user", "content": prompt}
@@ -53,7 +58,7 @@ def reference(model_dir, prompt, system, max_tokens):
 
     tokens = []
     for token, _ in generate_module.generate_step(
-        mx.array(prompt_ids), model, max_tokens=max_tokens, sampler=make_sampler(temp=0.0)
+        mx.array(prompt_ids), model, max_tokens=max_tokens, sampler=make_sampler(temp=0.0), **kv
     ):
         tokens.append(int(token))
     return {
@@ -69,12 +74,22 @@ def main():
     p.add_argument("--prompt", required=True)
     p.add_argument("--system")
     p.add_argument("--max-tokens", type=int, default=64)
+    p.add_argument("--kv-bits", type=int)
+    p.add_argument("--kv-group-size", type=int, default=64)
+    p.add_argument("--quantized-kv-start", type=int, default=0)
     p.add_argument("models", nargs="+")
     a = p.parse_args()
+    kv = {}
+    if a.kv_bits is not None:
+        kv = {
+            "kv_bits": a.kv_bits,
+            "kv_group_size": a.kv_group_size,
+            "quantized_kv_start": a.quantized_kv_start,
+        }
     out = {
         "mlx_lm_version": mlx_lm.__version__,
         "mlx_version": mx.__version__,
-        "models": {d: reference(d, a.prompt, a.system, a.max_tokens) for d in a.models},
+        "models": {d: reference(d, a.prompt, a.system, a.max_tokens, kv) for d in a.models},
     }
     json.dump(out, sys.stdout)
 

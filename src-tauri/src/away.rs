@@ -57,6 +57,8 @@ pub struct Notice {
 pub struct Unloaded {
     pub id: String,
     pub context_limit: usize,
+    /// How its KV cache was stored: the reload keeps it so.
+    pub kv: headroom_core::kv::KvFormat,
     pub cause: Cause,
 }
 
@@ -238,7 +240,12 @@ pub fn carry_out(state: &AppState, action: Action) -> Option<Notice> {
                 Ok(report) => {
                     state.set_loaded(None);
                     state.away.lock().unloaded =
-                        Some(Unloaded { id: model.id.clone(), context_limit: model.info.context_limit, cause });
+                        Some(Unloaded {
+                            id: model.id.clone(),
+                            context_limit: model.info.context_limit,
+                            kv: model.info.kv_format,
+                            cause,
+                        });
                     notice(
                         Some(report.freed_bytes),
                         format!(
@@ -268,7 +275,7 @@ pub fn reload(state: &AppState) -> Result<Option<RouteReason>, CommandError> {
         return Ok(None);
     }
     let Some(unloaded) = state.away.unloaded() else { return Ok(None) };
-    let loaded = crate::models::load(state, &unloaded.id, Some(unloaded.context_limit), false)?;
+    let loaded = crate::models::load(state, &unloaded.id, Some(unloaded.context_limit), Some(unloaded.kv), false)?;
     let message = format!(
         "{} was unloaded because {}; it was loaded again for this message (fit checked first) in {:.1} s.",
         unloaded.id,

@@ -15,6 +15,7 @@ mod generate;
 mod hostile_tests;
 mod hub;
 pub(crate) mod kernel;
+pub(crate) mod kv;
 mod live_probe;
 mod models;
 mod pull;

@@ -38,7 +38,7 @@ impl From<headroom_engine::EngineError> for CommandError {
             | E::DuplicateTensor { .. }
             | E::WrongShape { .. }
             | E::WrongDtype { .. } => "MODEL_WEIGHTS",
-            E::InvalidSetting { .. } => "INVALID_SETTING",
+            E::InvalidSetting { .. } | E::KvFormat { .. } => "INVALID_SETTING",
             E::EmptyPrompt => "EMPTY_PROMPT",
             E::Tokenizer { .. } => "TOKENIZER",
             E::NoChatTemplate { .. } => "NO_CHAT_TEMPLATE",

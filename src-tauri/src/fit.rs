@@ -6,7 +6,9 @@
 use std::path::Path;
 
 use headroom_core::fit::{check, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
-use headroom_engine::{inspect_model_with, ComputeDtype, EngineError, QuantKernel};
+use headroom_core::kv::KvFormat;
+use headroom_engine::worker::LoadSettings;
+use headroom_engine::{inspect, ComputeDtype, EngineError, QuantKernel};
 use headroom_memory::MemoryError;
 use serde_json::json;
 
@@ -66,29 +68,57 @@ pub fn check_model(dir: &Path, context: usize, source: BudgetSource) -> Result<F
     check_model_as(dir, context, ComputeDtype::Native, source)
 }
 
-/// [`check_model_with`] with the device's default kernel.
+/// [`check_model_with`] with the device's default kernel and a float KV cache.
 pub fn check_model_as(
     dir: &Path,
     context: usize,
     dtype: ComputeDtype,
     source: BudgetSource,
 ) -> Result<FitReport, FitError> {
-    check_model_with(dir, context, dtype, QuantKernel::choose(Default::default()), source)
+    check_model_with(dir, context, dtype, QuantKernel::choose(Default::default()), KvFormat::Float, source)
 }
 
 /// The verdict for the model loaded as `dtype` (f32 widens the float
 /// weights, the KV cache and the activations) with `kernel` (the CPU kernel
-/// dequantizes weights for prompt chunks, which the estimate counts).
+/// dequantizes weights for prompt chunks, which the estimate counts) and
+/// its KV cache stored as `kv`.
 pub fn check_model_with(
     dir: &Path,
     context: usize,
     dtype: ComputeDtype,
     kernel: QuantKernel,
+    kv: KvFormat,
     source: BudgetSource,
 ) -> Result<FitReport, FitError> {
-    let footprint = inspect_model_with(dir, dtype, kernel)?;
+    let inspection = inspect(dir, dtype, kernel)?;
+    // Head dims MLX cannot group, sliding windows mlx-lm cannot quantize.
+    inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
     let inputs = budget_inputs(source)?;
-    Ok(check(&footprint, u64::try_from(context).unwrap_or(u64::MAX), inputs))
+    Ok(check(&inspection.footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs))
+}
+
+/// How to load a model whose check gave `report`: at `context_limit`, as
+/// `dtype` with `kernel`, its KV caches as `kv` (the format the report was
+/// computed for), and MLX's buffer-cache and wired limits by the rules in
+/// `headroom_core::fit` (`buffer_cache_limit`, `wired_limit`). One place for
+/// the app's switch, the server's loads and the CLI's, so every load obeys
+/// the budget its verdict approved.
+pub fn load_settings(
+    report: &FitReport,
+    context_limit: usize,
+    dtype: ComputeDtype,
+    kernel: QuantKernel,
+    kv: KvFormat,
+) -> LoadSettings {
+    let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+    LoadSettings {
+        dtype,
+        kernel,
+        context_limit,
+        cache_limit_bytes: Some(bytes(headroom_core::fit::buffer_cache_limit(report))),
+        kv,
+        wired_limit_bytes: headroom_core::fit::wired_limit(report).map(bytes),
+    }
 }
 
 /// By how much the model is over the budget (0 when it fits).
@@ -107,7 +137,8 @@ pub fn refusal_details(report: &FitReport) -> serde_json::Value {
         "verdict": report.verdict,
         "contextTokens": e.context_tokens,
         "weightBytes": e.weight_bytes,
-        "kvCacheBytes": e.kv_cache_bytes,
+        "kvCacheBytes": e.kv_peak_bytes(),
+        "kvCache": report.kv_label,
         "overheadBytes": e.overhead.total_bytes,
         "predictedPeakBytes": e.predicted_peak_bytes,
         "budgetBytes": report.budget.budget_bytes,
@@ -168,9 +199,11 @@ mod tests {
             let spec = DemoSpec { sparse: true, ..DemoSpec::new(arch, Preset::Small, Bits::Four) };
             write_demo_model(&dir, &spec).unwrap_or_else(|e| panic!("{e}"));
             let footprint =
-                inspect_model_with(&dir, ComputeDtype::F32, QuantKernel::CPU).unwrap_or_else(|e| panic!("{arch}: {e}"));
+                inspect(&dir, ComputeDtype::F32, QuantKernel::CPU).unwrap_or_else(|e| panic!("{arch}: {e}")).footprint;
             for (positions, rss) in points {
-                let predicted = headroom_core::fit::estimate(&footprint, positions).predicted_peak_bytes + BASELINE;
+                let predicted = headroom_core::fit::estimate(&footprint, positions, KvFormat::Float)
+                    .predicted_peak_bytes
+                    + BASELINE;
                 let error = predicted as f64 / rss as f64 - 1.0;
                 assert!(
                     (-0.05..=0.25).contains(&error),

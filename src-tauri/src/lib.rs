@@ -342,7 +342,10 @@ mod tests {
         assert!(r["unload_ms"].as_u64().is_some() && r["load_ms"].as_u64().is_some(), "{r}");
         // It replaced the demo model loaded above, and caps MLX's cache from the budget.
         assert!(r["freed_bytes"].as_u64().is_some(), "{r}");
-        assert!(r["cache_limit_bytes"].as_u64().is_some_and(|b| b >= crate::models::MIN_CACHE_LIMIT_BYTES), "{r}");
+        assert!(
+            r["cache_limit_bytes"].as_u64().is_some_and(|b| b >= headroom_core::fit::MIN_BUFFER_CACHE_BYTES),
+            "{r}"
+        );
         assert_eq!(r["fit"]["estimate"]["context_tokens"], 1024);
         assert!(matches!(r["fit"]["verdict"]["kind"].as_str(), Some("fits" | "tight")), "{r}");
         // No sampler in tests: the history is empty, not an error.

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use headroom_core::fit::{check, FitReport, ModelFootprint, GIB};
 use headroom_core::format::hf_cache::{RepoFolder, MAIN};
 use headroom_core::format::CONFIG_FILE;
+use headroom_core::kv::KvFormat;
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
-use headroom_engine::worker::LoadSettings;
 use headroom_engine::{mlx_memory, ComputeDtype, EngineError, QuantKernel};
 use serde::Serialize;
 
@@ -95,20 +95,19 @@ pub struct LoadResult {
     pub rss_before_unload_bytes: u64,
     pub rss_after_unload_bytes: u64,
     pub load_ms: u64,
-    /// The cap on MLX's buffer cache while this model is loaded.
+    /// The cap on MLX's buffer cache while this model is loaded
+    /// (`headroom_core::fit::buffer_cache_limit`).
     pub cache_limit_bytes: usize,
+    /// MLX's wired limit while this model is loaded; `None`: nothing wired
+    /// (off Metal, or the verdict leaves no safe reserve: `fit::wired_limit`).
+    pub wired_limit_bytes: Option<usize>,
+    /// How its KV caches store keys and values ("8-bit (group 64) from 5000 tokens").
+    pub kv_cache: String,
 }
 
-/// The least buffer cache a model gets, even on a tight budget: without
-/// one MLX reallocates every step's temporaries and decoding crawls.
-pub const MIN_CACHE_LIMIT_BYTES: u64 = 256 << 20;
-
-/// MLX's buffer-cache cap for a model with this verdict: the budget left
-/// over after its predicted peak (floored at [`MIN_CACHE_LIMIT_BYTES`]), so
-/// the cache a long chat grows stays inside what the verdict approved.
+/// MLX's buffer-cache cap for a model with this verdict, as the engine takes it.
 pub fn cache_limit_bytes(report: &FitReport) -> usize {
-    let spare = report.budget.budget_bytes.saturating_sub(report.estimate.predicted_peak_bytes);
-    usize::try_from(spare.max(MIN_CACHE_LIMIT_BYTES)).unwrap_or(usize::MAX)
+    usize::try_from(headroom_core::fit::buffer_cache_limit(report)).unwrap_or(usize::MAX)
 }
 
 /// The HF cache snapshot of `org/name`, offline.
@@ -243,6 +242,7 @@ pub fn list_models_with_fit(
     data_dir: &Path,
     env: &HubEnv,
     kernel: QuantKernel,
+    kv: KvFormat,
     context: usize,
     source: Option<BudgetSource>,
 ) -> Vec<ModelEntry> {
@@ -250,7 +250,7 @@ pub fn list_models_with_fit(
     let inputs = source.and_then(|s| fit::budget_inputs(s).ok());
     let context = u64::try_from(context).unwrap_or(u64::MAX);
     for m in &mut list {
-        m.fit = inputs.zip(m.footprint.as_ref()).map(|(inputs, fp)| check(fp, context, inputs));
+        m.fit = inputs.zip(m.footprint.as_ref()).map(|(inputs, fp)| check(fp, context, kv, inputs));
     }
     list
 }
@@ -264,6 +264,7 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
         &state.locations.data_dir,
         &state.locations.hub,
         state.quant_kernel(),
+        state.kv_format(),
         state.context_limit(),
         source,
     );
@@ -274,13 +275,15 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
 }
 
 /// Loads the model the picker calls `id` (blocking: call it off the UI
-/// thread) with `context_limit` (default: the app's). Unless `override_fit`,
-/// a model that would swap or cannot fit is refused before anything is
-/// unloaded or allocated, with `MODEL_TOO_LARGE` and the numbers.
+/// thread) with `context_limit` and its KV caches stored as `kv` (defaults:
+/// the app's settings). Unless `override_fit`, a model that would swap or
+/// cannot fit is refused before anything is unloaded or allocated, with
+/// `MODEL_TOO_LARGE` and the numbers.
 pub fn load(
     state: &AppState,
     id: &str,
     context_limit: Option<usize>,
+    kv: Option<KvFormat>,
     override_fit: bool,
 ) -> Result<LoadResult, CommandError> {
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
@@ -297,8 +300,9 @@ pub fn load(
     if context_limit == 0 {
         return Err(CommandError::new("INVALID_SETTING", "The context limit must be at least one token."));
     }
+    let kv = kv.unwrap_or_else(|| state.kv_format());
     let source = budget_source(state)?;
-    let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, source).map_err(
+    let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, kv, source).map_err(
         |e| match e {
             fit::FitError::Model(e) => CommandError::from(e),
             fit::FitError::Memory(e) => {
@@ -320,7 +324,7 @@ pub fn load(
         };
         return Err(CommandError { code: "MODEL_TOO_LARGE", message, details: Some(fit::refusal_details(&report)) });
     }
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, &report).map_err(CommandError::from)?;
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report).map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
     Ok(LoadResult {
@@ -333,6 +337,8 @@ pub fn load(
         rss_after_unload_bytes: s.rss_after_unload_bytes,
         load_ms: s.load_ms,
         cache_limit_bytes: s.cache_limit_bytes,
+        wired_limit_bytes: s.wired_limit_bytes,
+        kv_cache: s.kv_cache,
     })
 }
 
@@ -345,10 +351,14 @@ pub(crate) struct Switched {
     rss_after_unload_bytes: u64,
     load_ms: u64,
     cache_limit_bytes: usize,
+    wired_limit_bytes: Option<usize>,
+    kv_cache: String,
 }
 
 /// Puts the model at `path` in the engine in place of the current one, the
-/// one way the popover and the local server switch, with the app's kernel.
+/// one way the popover and the local server switch, with the app's kernel
+/// and the KV format `kv` the `report` was computed for; MLX's buffer-cache
+/// and wired limits come from the report (`headroom_core::fit`'s rules).
 /// The engine checks the new folder first (config, headers, every tensor,
 /// the tokenizer against the embedding) while the old model still answers:
 /// a broken folder fails here and the old model stays loaded. Then it
@@ -363,6 +373,7 @@ pub(crate) fn switch_to(
     id: &str,
     path: &Path,
     context_limit: usize,
+    kv: KvFormat,
     report: &FitReport,
 ) -> Result<Switched, EngineError> {
     let rss = || headroom_memory::process_rss().unwrap_or(0);
@@ -373,13 +384,8 @@ pub(crate) fn switch_to(
     let observe: headroom_engine::worker::AfterUnload = Box::new(move |_| {
         *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(rss());
     });
-    let cache_limit = cache_limit_bytes(report);
-    let settings = LoadSettings {
-        context_limit,
-        cache_limit_bytes: Some(cache_limit),
-        kernel: state.quant_kernel(),
-        ..LoadSettings::default()
-    };
+    let settings = fit::load_settings(report, context_limit, ComputeDtype::Native, state.quant_kernel(), kv);
+    let cache_limit = settings.cache_limit_bytes.unwrap_or(usize::MAX);
     let kernel = settings.kernel;
     let info = match state.engine.load_observed(path, settings, Some(observe)) {
         Ok(info) => info,
@@ -392,6 +398,7 @@ pub(crate) fn switch_to(
     };
     let replaced = info.replaced;
     let load_time = info.load_time;
+    let (wired_limit_bytes, kv_cache) = (info.wired_limit_bytes, info.kv_label.clone());
     state.set_loaded(Some(LoadedModel::new(id, path.to_owned(), info, report.footprint.clone(), kernel)));
     let rss_after_unload_bytes = after_unload.lock().unwrap_or_else(PoisonError::into_inner).unwrap_or_else(rss);
     Ok(Switched {
@@ -402,6 +409,8 @@ pub(crate) fn switch_to(
         rss_after_unload_bytes,
         load_ms: millis(load_time),
         cache_limit_bytes: cache_limit,
+        wired_limit_bytes,
+        kv_cache,
     })
 }
 
@@ -424,7 +433,7 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
     // A model whose fit cannot be told counts as fitting: it is the user's.
     // A folder that cannot be loaded at all does not.
     let fitting = || -> Vec<ModelEntry> {
-        list_models_with_fit(data_dir, &HubEnv::default(), state.quant_kernel(), context, source)
+        list_models_with_fit(data_dir, &HubEnv::default(), state.quant_kernel(), state.kv_format(), context, source)
             .into_iter()
             .filter(|m| m.problem.is_none() && m.fit.as_ref().is_none_or(|r| !r.verdict.refuses()))
             .collect()
@@ -435,7 +444,12 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
     }
     match fitting().as_slice() {
         [demo] if demo.id == DEMO_MODEL_ID => {
-            load(state, &demo.id, None, false)?;
+            // Its heads are 16 wide, too narrow for MLX to quantize with
+            // group 64: with a quantized KV setting it keeps a float cache.
+            let kv = state.kv_format();
+            let head_dim = demo.footprint.as_ref().map_or(0, |f| f.head_dim);
+            let kv = if kv.check_head_dim(head_dim).is_ok() { kv } else { KvFormat::Float };
+            load(state, &demo.id, None, Some(kv), false)?;
             Ok(true)
         }
         _ => Ok(false),
@@ -445,6 +459,7 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use headroom_core::fit::MIN_BUFFER_CACHE_BYTES;
 
     #[test]
     fn the_settings_context_and_os_headroom_shape_the_budget() {
@@ -531,7 +546,7 @@ mod tests {
         );
         assert!(list[0].size_bytes > 0);
         assert_eq!(ensure_demo_model(&state).ok(), Some(false), "already loaded");
-        let err = load(&state, "nobody/nothing", None, false).err();
+        let err = load(&state, "nobody/nothing", None, None, false).err();
         assert_eq!(err.map(|e| e.code), Some("MODEL_NOT_FOUND"));
     }
 
@@ -562,10 +577,10 @@ mod tests {
         };
         let roomy = at(16 * GIB);
         let spare = roomy.budget.budget_bytes - roomy.estimate.predicted_peak_bytes;
-        assert!(spare > MIN_CACHE_LIMIT_BYTES);
+        assert!(spare > MIN_BUFFER_CACHE_BYTES);
         assert_eq!(cache_limit_bytes(&roomy) as u64, spare);
         // Nothing to spare (even a budget of 0): the floor.
-        assert_eq!(cache_limit_bytes(&at(GIB)) as u64, MIN_CACHE_LIMIT_BYTES);
+        assert_eq!(cache_limit_bytes(&at(GIB)) as u64, MIN_BUFFER_CACHE_BYTES);
         let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
     }
 
@@ -580,7 +595,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let other = AppState::clone(&state);
         let popover = std::thread::spawn(move || {
-            let _ = tx.send(load(&other, DEMO_MODEL_ID, Some(512), false).map(|r| r.entry.id));
+            let _ = tx.send(load(&other, DEMO_MODEL_ID, Some(512), None, false).map(|r| r.entry.id));
         });
         // …so the popover's load neither finishes nor touches the engine
         // (unlocked, the tiny demo model loads in tens of milliseconds).
@@ -601,14 +616,14 @@ mod tests {
         write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen))
             .unwrap_or_else(|e| panic!("{e}"));
 
-        let to_small = load(&state, "small-bf16", Some(1024), false).unwrap_or_else(|e| panic!("{e:?}"));
+        let to_small = load(&state, "small-bf16", Some(1024), None, false).unwrap_or_else(|e| panic!("{e:?}"));
         // The demo model it replaced: its weights had to come back.
         assert!(to_small.expected_freed_bytes > 0, "{to_small:?}");
         assert!(to_small.rss_before_unload_bytes > 0 && to_small.rss_after_unload_bytes > 0, "{to_small:?}");
         let small_weights = headroom_engine::inspect_model(&small).unwrap_or_else(|e| panic!("{e}")).weight_bytes;
         assert!(small_weights > 16 << 20, "{small_weights}");
 
-        let back = load(&state, DEMO_MODEL_ID, Some(1024), false).unwrap_or_else(|e| panic!("{e:?}"));
+        let back = load(&state, DEMO_MODEL_ID, Some(1024), None, false).unwrap_or_else(|e| panic!("{e:?}"));
         // Expected = what the engine held: exactly the small model's weights
         // (no session was opened), and MLX gave (at least about) that back.
         assert_eq!(back.expected_freed_bytes, small_weights, "{back:?}");
@@ -620,7 +635,7 @@ mod tests {
         crate::fit::write_sparse_model(&state.locations.data_dir.join(MODELS_DIR).join("huge"), 200_000_000_000);
         let active = || mlx_memory().map(|m| m.active).unwrap_or(0);
         let before = active();
-        let err = load(&state, "huge", Some(1024), false).err();
+        let err = load(&state, "huge", Some(1024), None, false).err();
         assert_eq!(err.map(|e| e.code), Some("MODEL_TOO_LARGE"));
         assert!(active() <= before + headroom_engine::worker::RETURN_TOLERANCE_BYTES, "{before} -> {}", active());
         assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));

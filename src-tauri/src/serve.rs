@@ -7,11 +7,14 @@ use std::path::{Path, PathBuf};
 use std::sync::PoisonError;
 use std::time::UNIX_EPOCH;
 
+use headroom_core::fit::estimate;
+use headroom_core::kv::KvFormat;
+use headroom_engine::EngineError;
 use headroom_server::{ModelCard, ModelProvider, ProvideError, ReadyModel};
 
 use crate::fit;
 use crate::models::{self, ModelEntry};
-use crate::state::AppState;
+use crate::state::{AppState, LoadedModel};
 
 /// A model the server can name: its id and folder.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -82,7 +85,12 @@ impl ModelProvider for AppModels {
         self.entries().iter().map(card).collect()
     }
 
-    fn ensure_loaded(&self, id: &str, context_limit: Option<usize>) -> Result<ReadyModel, ProvideError> {
+    fn ensure_loaded(
+        &self,
+        id: &str,
+        context_limit: Option<usize>,
+        kv: Option<KvFormat>,
+    ) -> Result<ReadyModel, ProvideError> {
         let state = &self.state;
         // One switch at a time, with the popover's (models::load).
         let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
@@ -91,26 +99,55 @@ impl ModelProvider for AppModels {
             .into_iter()
             .find(|m| m.id == id)
             .ok_or_else(|| ProvideError::NotFound { model: id.to_owned() })?;
-        // Already loaded (by the server or the popover): use it as it is.
-        if state.loaded_model().is_some_and(|m| m.path == entry.path) {
-            return Ok(ReadyModel { id: entry.id });
+        let loaded = state.loaded_model().filter(|m| m.path == entry.path);
+        if let Some(m) = &loaded {
+            if let Some(kv) = kv {
+                kv.check_head_dim(m.footprint.head_dim)
+                    .map_err(|source| ProvideError::KvFormat { model: entry.id.clone(), source })?;
+            }
+            // Already loaded (by the server or the popover): used as it is
+            // unless the request's KV format needs more than its load was approved for.
+            if kv.is_none_or(|kv| within_approved(m, kv)) {
+                return Ok(ReadyModel { id: entry.id });
+            }
         }
         let failed = |reason: String| ProvideError::LoadFailed { model: id.to_owned(), reason };
         let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
+        let kv = kv.unwrap_or_else(|| state.kv_format());
         // The picker's guard: headers and a fresh memory reading (counting
         // what unloading the current model gives back), before anything moves.
         let source = models::budget_source(state).map_err(|e| failed(e.message))?;
         let kernel = state.quant_kernel();
-        let report =
-            fit::check_model_with(&entry.path, context_limit, headroom_engine::ComputeDtype::Native, kernel, source)
-                .map_err(|e| failed(e.to_string()))?;
+        let report = fit::check_model_with(
+            &entry.path,
+            context_limit,
+            headroom_engine::ComputeDtype::Native,
+            kernel,
+            kv,
+            source,
+        )
+        .map_err(|e| match e {
+            fit::FitError::Model(EngineError::KvFormat { source }) => {
+                ProvideError::KvFormat { model: entry.id.clone(), source }
+            }
+            other => failed(other.to_string()),
+        })?;
         if report.verdict.refuses() {
             return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });
         }
-        models::switch_to(state, &entry.id, &entry.path, context_limit, &report).map_err(|e| failed(e.to_string()))?;
-        tracing::info!(model = %entry.id, context_limit, "the server loaded a model");
+        models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report)
+            .map_err(|e| failed(e.to_string()))?;
+        tracing::info!(model = %entry.id, context_limit, kv = %report.kv_label, "the server loaded a model");
         Ok(ReadyModel { id: entry.id })
     }
+}
+
+/// Whether a turn of the loaded model `m` with its cache stored as `kv`
+/// peaks no higher than its load's format was approved for, at its context limit.
+fn within_approved(m: &LoadedModel, kv: KvFormat) -> bool {
+    let context = u64::try_from(m.info.context_limit).unwrap_or(u64::MAX);
+    let peak = |kv| estimate(&m.footprint, context, kv).predicted_peak_bytes;
+    peak(kv) <= peak(m.info.kv_format)
 }
 
 #[cfg(test)]
@@ -142,17 +179,17 @@ mod tests {
         assert_eq!(ids, ["tiny", "huge-demo"]);
         assert!(cards[0].created > 0 && cards[0].owned_by == "headroom", "{cards:?}");
 
-        let err = provider.ensure_loaded("nobody/nothing", None).err();
+        let err = provider.ensure_loaded("nobody/nothing", None, None).err();
         assert!(matches!(err, Some(ProvideError::NotFound { .. })), "{err:?}");
-        let err = provider.ensure_loaded("huge-demo", None).err();
+        let err = provider.ensure_loaded("huge-demo", None, None).err();
         let Some(ProvideError::WouldNotFit { model, report }) = err else { panic!("{err:?}") };
         assert_eq!((model.as_str(), report.estimate.weight_bytes), ("huge-demo", 200_000_000_000));
         assert!(state.loaded_model().is_none(), "nothing was loaded");
 
-        let ready = provider.ensure_loaded("tiny", Some(512)).unwrap_or_else(|e| panic!("{e}"));
+        let ready = provider.ensure_loaded("tiny", Some(512), None).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(ready.id, "tiny");
         assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
         // Loaded already: nothing to do, the same answer.
-        assert_eq!(provider.ensure_loaded("tiny", None).ok(), Some(ready));
+        assert_eq!(provider.ensure_loaded("tiny", None, None).ok(), Some(ready));
     }
 }

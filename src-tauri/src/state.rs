@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use headroom_core::fit::ModelFootprint;
+use headroom_core::kv::KvFormat;
 use headroom_core::router::sensitive::ScanCache;
 use headroom_core::settings::KernelChoice;
 use headroom_engine::tokenizer::Tokenizer;
@@ -61,17 +62,12 @@ pub struct ModelLabels {
 
 impl ModelLabels {
     /// A local model's, from what its load reported: the engine's
-    /// quantization, and the K/V width the fit check read from the headers
-    /// before loading (the engine keeps K/V in the activations' float type).
-    pub fn of_load(model_id: &str, info: &ModelInfo, footprint: &ModelFootprint) -> Self {
+    /// quantization, and its KV cache ("bf16", or "8-bit (group 64) from
+    /// 5000 tokens"; each turn's stats then say what the cache really was).
+    pub fn of_load(model_id: &str, info: &ModelInfo) -> Self {
         let quantization = info.quantization_label.clone();
-        let kv_dtype = match footprint.kv_bytes_per_element {
-            2 => "16-bit float".to_owned(),
-            4 => "32-bit float".to_owned(),
-            n => format!("{}-bit", n * 8),
-        };
         let quant_kernel = info.quant_kernel.map(|k| k.as_str().to_owned());
-        Self { model_id: model_id.to_owned(), quantization, kv_dtype, quant_kernel }
+        Self { model_id: model_id.to_owned(), quantization, kv_dtype: info.kv_label.clone(), quant_kernel }
     }
 
     /// A cloud answer's: no local quantization or KV cache is involved.
@@ -100,7 +96,7 @@ pub struct LoadedModel {
 
 impl LoadedModel {
     pub fn new(id: &str, path: PathBuf, info: ModelInfo, footprint: ModelFootprint, kernel: QuantKernel) -> Self {
-        let labels = ModelLabels::of_load(id, &info, &footprint);
+        let labels = ModelLabels::of_load(id, &info);
         Self { id: id.to_owned(), path, info, footprint, kernel, labels, tokenizer: Arc::default() }
     }
 
@@ -132,6 +128,8 @@ pub struct AppState {
     pub os_headroom_bytes: Arc<AtomicU64>,
     /// The settings' quantized-matmul kernel (an index into `KernelChoice::ALL`), used at the next load.
     pub kernel: Arc<AtomicU8>,
+    /// The settings' KV-cache format, used at the next load (and by the server's requests that name none).
+    pub kv: Arc<Mutex<KvFormat>>,
     /// The memory sampler, once `run()` has started it (tests run without one).
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
@@ -165,6 +163,7 @@ impl AppState {
             context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
             kernel: Arc::default(),
+            kv: Arc::default(),
             memory: Arc::default(),
             server: Arc::default(),
             switching: Arc::default(),
@@ -199,12 +198,24 @@ impl AppState {
         QuantKernel::choose(self.kernel_choice())
     }
 
+    /// The KV format models are loaded (and fit-checked) with.
+    pub fn kv_format(&self) -> KvFormat {
+        *self.kv.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Loads from now on keep their KV caches as `kv` (the settings, or `serve --kv-bits`).
+    pub fn apply_kv(&self, kv: KvFormat) {
+        *self.kv.lock().unwrap_or_else(PoisonError::into_inner) = kv;
+    }
+
     /// Makes the settings that shape fit checks and loads take effect (at
-    /// start and after each save): the context limit, the OS headroom and
-    /// the kernel (from the next load on).
+    /// start and after each save): the context limit, the OS headroom, the
+    /// kernel and the KV format (from the next load on).
     pub fn apply_settings(&self, settings: &headroom_core::settings::Settings) {
         self.context_limit.store(settings.context_limit, Ordering::Relaxed);
         self.apply_kernel(settings.kernel);
+        // Validated with the settings; an unreadable one keeps the float cache.
+        self.apply_kv(settings.kv_format().unwrap_or_default());
         // Validated to 0..=1024 GB, so the product fits a u64.
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);

@@ -60,6 +60,7 @@ const STATS: TurnStats = {
   contextTokens: 20,
   batch: 1,
   peakMemoryBytes: 12_000_000,
+  kvCache: 'bf16',
   model: 'headroom-demo-tiny',
   slowdown: null,
 };
@@ -175,7 +176,15 @@ function fakeBackend(
       case 'model_load': {
         const id = (args as { id: string }).id;
         models = models.map((m) => ({ ...m, loaded: m.id === id }));
-        return { ...models.find((m) => m.id === id), context_limit: 8192, unload_ms: 120, load_ms: 900 };
+        return {
+          ...models.find((m) => m.id === id),
+          context_limit: 8192,
+          unload_ms: 120,
+          load_ms: 900,
+          cache_limit_bytes: 2 * 2 ** 30,
+          wired_limit_bytes: null,
+          kv_cache: '8-bit (group 64) from 5000 tokens',
+        };
       }
       case 'chat_send': {
         const a = args as { sessionId: string; text: string; onEvent: Channel<ChatEvent> };
@@ -302,6 +311,37 @@ describe('App', () => {
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([{ cmd: 'model_load', args: { id: 'org/Other-4bit' } }]);
     // The chip follows through a debounced route preview: wait for it, do not race it.
     await waitFor(() => expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · Other-4bit'));
+  });
+
+  it('picks the KV cache in Settings and shows the loaded model memory limits', async () => {
+    const calls = fakeBackend(answer, [DEMO, OTHER]);
+    const { user } = setup();
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', DEMO.id));
+    await user.click(screen.getByTestId('settings-button'));
+    // Before a load: where the limits come from.
+    expect(await screen.findByTestId('memory-limits')).toHaveTextContent('set from the budget when a model loads');
+    expect(screen.getByTestId('kv-bits')).toHaveValue('float');
+    expect(screen.queryByTestId('kv-start')).toBeNull();
+    await user.selectOptions(screen.getByTestId('kv-bits'), '8');
+    await waitFor(() =>
+      expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { kvBits: 8, quantizedKvStart: 5000 } }),
+    );
+    const start = await screen.findByTestId('kv-start');
+    await user.clear(start);
+    await user.type(start, '0');
+    start.blur();
+    await waitFor(() =>
+      expect(calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args).toMatchObject({ settings: { kvBits: 8, quantizedKvStart: 0 } }),
+    );
+    await user.click(screen.getByRole('button', { name: 'Done' }));
+
+    await pick(user, 'org/Other-4bit');
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'org/Other-4bit'));
+    await user.click(screen.getByTestId('settings-button'));
+    const limits = await screen.findByTestId('memory-limits');
+    expect(limits).toHaveTextContent('KV cache 8-bit (group 64) from 5000 tokens');
+    expect(limits).toHaveTextContent('MLX buffer cache limit 2.00 GB');
+    expect(limits).toHaveTextContent('Wired limit none (off Metal, or no safe reserve left)');
   });
 
   it('warns before loading a model that would swap, with three choices', async () => {

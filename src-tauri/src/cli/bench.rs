@@ -12,13 +12,14 @@ use std::sync::Arc;
 
 use clap::Args;
 use headroom_core::bench::MeanSd;
-use headroom_engine::worker::{EngineHandle, LoadSettings};
+use headroom_engine::worker::EngineHandle;
 use headroom_engine::ComputeDtype;
 use headroom_memory::bandwidth::{self, BandwidthOptions};
 
-use super::fit::{check_model, BudgetArgs};
+use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
+use super::kv::KvArgs;
 use super::CliError;
 use crate::bench::{report_json, run_plan, Bandwidth, BenchPlan, BenchReport, StoreRecord};
 use crate::runtime::block_on;
@@ -47,6 +48,8 @@ pub struct BenchArgs {
     pub dtype: ComputeDtype,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Memory bandwidth for the roofline, GB/s; without it `headroom bandwidth`'s
     /// measurement runs first (2 passes: seconds optimized, ~15 s in a debug build).
     #[arg(long, value_name = "GB_PER_S")]
@@ -99,7 +102,8 @@ pub(crate) fn bench(
         }
     }
     let dir = resolve_model(&args.model, env)?;
-    let report = check_model(&dir, plan.context(), args.dtype, &args.budget)?;
+    let kv = args.kv.format()?;
+    let report = check_model_for(&dir, plan.context(), args.dtype, args.kernel, kv, &args.budget)?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
@@ -115,12 +119,7 @@ pub(crate) fn bench(
         }
     };
     let engine = EngineHandle::spawn()?;
-    let settings = LoadSettings {
-        context_limit: plan.context(),
-        dtype: args.dtype,
-        kernel: args.kernel.quant_kernel(),
-        ..LoadSettings::default()
-    };
+    let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv);
     engine.load(&dir, settings)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let report = run_plan(&engine, &args.model, &dir, &plan, bandwidth, &cancel, |p| {
@@ -155,12 +154,13 @@ pub(crate) fn table(r: &BenchReport) -> String {
     let quant = labels
         .and_then(|l| l.quantization)
         .map_or_else(|| "none".to_owned(), |(bits, group)| format!("{bits}-bit g{group}"));
-    let kv = labels.map_or("?", |l| l.kv_dtype.as_str());
     let model_type = labels.map_or("?", |l| l.model_type.as_str());
     s.push_str("| model | quant | KV | batch | depth | test | TTFT ms | prefill tok/s | decode tok/s | e2e tok/s | peak MB |\n");
     s.push_str("|---|---|---|--:|--:|---|--:|--:|--:|--:|--:|\n");
     for d in &r.depths {
         let shape = d.case.case.shape;
+        // Per depth: a cache quantized from a start converts only past it.
+        let kv = &d.case.labels.kv_dtype;
         s.push_str(&format!(
             "| {model_type} | {quant} | {kv} | 1 | {} | pp{} tg{} | {} | {} | {} | {} | {:.1} |\n",
             shape.depth,
@@ -262,7 +262,7 @@ mod tests {
         let d = parse(&["m"]);
         assert_eq!((d.prompt_tokens, d.gen_tokens, d.repetitions, d.depths.as_slice()), (512, 128, 5, &[0][..]));
         assert_eq!(d.kernel.kernel, KernelChoice::Auto, "the engine's choice for the device unless asked");
-        assert_eq!(d.kernel.quant_kernel(), LoadSettings::default().kernel);
+        assert_eq!(d.kernel.quant_kernel(), headroom_engine::worker::LoadSettings::default().kernel);
         assert_eq!(parse(&["m", "--kernel", "fused"]).kernel.quant_kernel(), QuantKernel::Fused);
         assert_eq!(parse(&["m", "--kernel", "cpu"]).kernel.quant_kernel(), QuantKernel::CPU);
         assert!(Cli::try_parse_from(["headroom", "bench", "m", "--kernel", "fast"]).is_err());

@@ -11,14 +11,15 @@ use clap::{Args, ValueEnum};
 use headroom_core::chat::FinishReason;
 use headroom_core::router::Force;
 use headroom_core::settings::Settings;
-use headroom_engine::worker::{EngineHandle, LoadSettings};
+use headroom_engine::worker::EngineHandle;
 use headroom_engine::ComputeDtype;
 use headroom_store::Store;
 use serde_json::json;
 
-use super::fit::{check_model, BudgetArgs};
+use super::fit::{check_model_for, BudgetArgs};
 use super::hub::resolve_model;
 use super::kernel::KernelArgs;
+use super::kv::KvArgs;
 use super::CliError;
 use crate::runtime::block_on;
 use crate::state::{AppState, LoadedModel, Locations};
@@ -61,6 +62,8 @@ pub struct ChatArgs {
     pub override_fit: bool,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Where the answer comes from: the local MODEL, the cloud endpoint, or
     /// `auto` (the router decides). Sensitive content never goes to the
     /// cloud by forcing it: only --allow-sensitive lets it.
@@ -207,15 +210,15 @@ fn load_and_chat(
 /// kept with it for the turn's labels.
 fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, &state.locations.hub)?;
-    let report = check_model(&dir, context, ComputeDtype::Native, &args.budget)?;
+    let kv = args.kv.format()?;
+    let report = check_model_for(&dir, context, ComputeDtype::Native, args.kernel, kv, &args.budget)?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
         }
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
-    let settings =
-        LoadSettings { context_limit: context, kernel: args.kernel.quant_kernel(), ..LoadSettings::default() };
+    let settings = crate::fit::load_settings(&report, context, ComputeDtype::Native, args.kernel.quant_kernel(), kv);
     let kernel = settings.kernel;
     let info = state.engine.load(&dir, settings)?;
     state.set_loaded(Some(LoadedModel::new(&args.model, dir, info, report.footprint, kernel)));

@@ -13,7 +13,7 @@ use super::CliError;
 pub struct DemoModelArgs {
     /// Folder to write (created if needed; earlier weight files are replaced).
     pub dir: PathBuf,
-    /// Shape: tiny | small | medium | qwen2.5-0.5b | qwen2.5-7b | qwen2.5-14b |
+    /// Shape: tiny | tiny-kv | small | medium | qwen2.5-0.5b | qwen2.5-7b | qwen2.5-14b |
     /// qwen3-30b-a3b | gemma-3-12b | qwen3.5-35b-a3b (the last three with their
     /// own --arch).
     #[arg(long, default_value = "tiny")]

@@ -7,14 +7,17 @@ use std::io::Write;
 use std::path::Path;
 
 use clap::Args;
+use headroom_core::attention::AttentionPath;
 use headroom_core::fit::{
     BudgetLimit, Estimate, FitReport, KvKind, KvLayers, ModelFootprint, Verdict, GIB, MIN_CONTEXT,
 };
+use headroom_core::kv::KvFormat;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
 
 use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
+use super::kv::KvArgs;
 use super::CliError;
 use crate::fit::BudgetSource;
 
@@ -71,6 +74,8 @@ pub struct FitArgs {
     pub budget: BudgetArgs,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Print one JSON object (every part of the estimate, the budget and the verdict).
     #[arg(long)]
     pub json: bool,
@@ -115,15 +120,16 @@ pub fn check_model(
 }
 
 /// [`check_model`] for a load with `kernel` (the CPU kernel's dequantized
-/// weights are part of the estimate).
+/// weights are part of the estimate) and its KV cache stored as `kv`.
 pub fn check_model_for(
     dir: &Path,
     context: usize,
     dtype: ComputeDtype,
     kernel: KernelArgs,
+    kv: KvFormat,
     budget: &BudgetArgs,
 ) -> Result<FitReport, CliError> {
-    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), budget_source(budget))?)
+    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), kv, budget_source(budget))?)
 }
 
 /// The budget the CLI's flags describe.
@@ -144,9 +150,10 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, &args.budget)?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, args.kv.format()?, &args.budget)?;
     let calibrated = (!args.measured.is_empty()).then(|| {
-        let formula = |c: u64| headroom_core::fit::estimate(&report.footprint, c).predicted_peak_bytes;
+        let formula =
+            |c: u64| headroom_core::fit::estimate(&report.footprint, c, report.estimate.kv_format).predicted_peak_bytes;
         calibration::calibrate(formula, report.estimate.context_tokens, &args.measured)
     });
     if args.json {
@@ -213,12 +220,12 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         "model: {model}\n\
          context: {ctx} tokens{beyond}\n\
          \x20 weights          {w:>10}  (exact, from the safetensors headers){experts}\n\
-         \x20 KV cache         {kv:>10}  {kv_parts}\n\
-         \x20 overhead         {oh:>10}  (attention {att} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
+         \x20 KV cache         {kv:>10}  {kv_label}: {kv_parts}\n\
+         \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
          \x20 predicted peak   {peak:>10}\n\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
          verdict: {verdict}\n\
-         largest context that fits: {largest}\n",
+         largest context that fits (KV cache {kv_label}): {largest}\n",
         ctx = e.context_tokens,
         beyond = match f.max_context {
             // Memory would allow it, but the model was not trained that far.
@@ -227,8 +234,14 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         },
         w = gb(e.weight_bytes),
         experts = experts_lines(f),
-        kv = gb(e.kv_cache_bytes),
+        kv = gb(e.kv_peak_bytes()),
         kv_parts = kv_lines(f, e),
+        kv_label = r.kv_label,
+        path = match o.attention_path {
+            AttentionPath::Fused => "(fused kernel: no score matrix)",
+            AttentionPath::Unfused => "(scores materialized)",
+            AttentionPath::Quantized => "(over the quantized cache: scores materialized)",
+        },
         oh = gb(o.total_bytes),
         att = gb(o.attention_bytes),
         act = gb(o.activation_bytes),
@@ -266,15 +279,31 @@ fn experts_lines(f: &ModelFootprint) -> String {
 fn kv_lines(f: &ModelFootprint, e: &Estimate) -> String {
     let full = f.kv_layers.iter().find(|g| g.kind() == KvKind::Full);
     let simple = f.kv_layers.iter().all(|g| g.kind() == KvKind::Full);
+    let stored = if e.kv_quantized { e.kv_format } else { KvFormat::Float };
     let full_formula = |layers: u64, kvh: u64, hd: u64| {
-        format!(
+        match stored.quant() {
+        None => format!(
             "2 × {layers} layers × {kvh} KV heads × {hd} × {} positions × {} bytes",
             e.kv_positions, f.kv_bytes_per_element
-        )
+        ),
+        Some(q) => format!(
+            "2 × {layers} layers × {kvh} KV heads × {} positions × {} bytes ({hd} × {} bits + a scale and a bias of {} bytes per {} elements)",
+            e.kv_positions,
+            stored.bytes_per_head_position(hd, f.kv_bytes_per_element),
+            q.bits,
+            f.kv_bytes_per_element,
+            q.group_size
+        ),
+    }
+    };
+    let conversion = if e.kv_before_conversion_bytes > e.kv_cache_bytes {
+        format!("; {} in float until it is converted", gb(e.kv_before_conversion_bytes))
+    } else {
+        String::new()
     };
     if simple {
         let (layers, kvh, hd) = full.map_or((f.layers, f.kv_heads, f.head_dim), |g| (g.layers, g.kv_heads, g.head_dim));
-        return format!("({})", full_formula(layers, kvh, hd));
+        return format!("({}{conversion})", full_formula(layers, kvh, hd));
     }
     let mut out = String::from("(only part of it grows with the context)");
     for g in &f.kv_layers {
@@ -313,13 +342,14 @@ fn mb(bytes: u64) -> String {
 pub(crate) fn refusal(model: &str, r: &FitReport) -> String {
     let e = &r.estimate;
     format!(
-        "refusing to load `{model}`: it {verdict}. Predicted peak {peak} (weights {w} + KV cache {kv} + overhead {oh} at {ctx} tokens) \
+        "refusing to load `{model}`: it {verdict}. Predicted peak {peak} (weights {w} + KV cache {kv} ({kv_label}) + overhead {oh} at {ctx} tokens) \
          vs budget {budget} (available {avail} + freed by unload {freed} − OS headroom {head}); largest context that fits: {largest}. \
          Nothing was loaded. Use a smaller --context, free memory, or pass --override-fit to load anyway.",
         verdict = verdict_line(r),
         peak = gb(e.predicted_peak_bytes),
         w = gb(e.weight_bytes),
-        kv = gb(e.kv_cache_bytes),
+        kv = gb(e.kv_peak_bytes()),
+        kv_label = r.kv_label,
         oh = gb(e.overhead.total_bytes),
         ctx = e.context_tokens,
         budget = gb(r.budget.budget_bytes),
@@ -369,7 +399,7 @@ mod tests {
             "available 8.00 GB",
             "OS headroom 4.00 GB",
             "verdict: fits",
-            "largest context that fits:",
+            "largest context that fits (KV cache 16-bit float):",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");
         }

@@ -5,13 +5,14 @@ use std::io::Write;
 
 use clap::Args;
 use headroom_core::chat::{FinishReason, Message, Role};
-use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, LoadSettings, RunOutput, TurnStats};
+use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, RunOutput, TurnStats};
 use headroom_engine::{ComputeDtype, SamplingParams};
 use serde_json::json;
 
 use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
+use super::kv::KvArgs;
 use super::CliError;
 
 #[derive(Debug, Clone, Args)]
@@ -54,6 +55,8 @@ pub struct GenerateArgs {
     pub json: bool,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    #[command(flatten)]
+    pub kv: KvArgs,
     #[command(flatten)]
     pub budget: BudgetArgs,
     /// Load even if the fit check says the model would swap or cannot fit.
@@ -116,7 +119,8 @@ pub(crate) fn generate(
     let dir = resolve_model(&args.model, env)?;
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, &args.budget)?;
+    let kv = args.kv.format()?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget)?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
@@ -124,12 +128,7 @@ pub(crate) fn generate(
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
     let engine = EngineHandle::spawn()?;
-    let settings = LoadSettings {
-        context_limit: args.context,
-        dtype: args.dtype,
-        kernel: args.kernel.quant_kernel(),
-        ..LoadSettings::default()
-    };
+    let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv);
     engine.load(&dir, settings)?;
     let run = engine.generate(args.request(prompt))?;
 
@@ -189,6 +188,7 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
             "peak_memory_bytes": s.peak_memory_bytes,
             "context_tokens": s.context_tokens,
             "batch": s.batch,
+            "kv_cache": s.kv_label,
         },
     })
 }
@@ -197,7 +197,7 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
 pub(crate) fn stats_line(s: &TurnStats, reason: FinishReason) -> String {
     let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"));
     format!(
-        "prompt: {} tokens ({} reused), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {} | peak memory {:.1} MB | {}",
+        "prompt: {} tokens ({} reused), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {}, KV {} | peak memory {:.1} MB | {}",
         s.prompt_tokens,
         s.reused_tokens,
         num(s.rates.prefill_tps, 1),
@@ -208,6 +208,7 @@ pub(crate) fn stats_line(s: &TurnStats, reason: FinishReason) -> String {
         num(s.rates.e2e_tps, 1),
         s.context_tokens,
         s.batch,
+        s.kv_label,
         s.peak_memory_bytes as f64 / 1e6,
         finish_name(reason),
     )

@@ -37,7 +37,14 @@ pub(crate) fn models(args: &ModelsArgs, data_dir: &Path, env: &HubEnv, out: &mut
     if source.available_bytes.is_none() {
         source.available_bytes = Some(headroom_memory::read()?.available);
     }
-    let list = list_models_with_fit(data_dir, env, args.kernel.quant_kernel(), DEFAULT_CONTEXT_LIMIT, Some(source));
+    let list = list_models_with_fit(
+        data_dir,
+        env,
+        args.kernel.quant_kernel(),
+        headroom_core::kv::KvFormat::Float,
+        DEFAULT_CONTEXT_LIMIT,
+        Some(source),
+    );
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&list)?)?;
     } else {

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use clap::Args;
 use headroom_core::fit::{check, FitReport};
+use headroom_core::kv::KvFormat;
 use headroom_core::settings::KernelChoice;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::QuantKernel;
@@ -98,7 +99,7 @@ fn pull(args: &PullArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), PullEr
             headroom_engine::load_shape(headroom_engine::ComputeDtype::Native, QuantKernel::choose(KernelChoice::Auto));
         let model = inspect(&client, &repo, &args.revision, &cache, shape).await?;
         let inputs = crate::fit::budget_inputs(budget_source(&args.budget))?;
-        let report = check(&model.footprint, u64::try_from(args.context).unwrap_or(u64::MAX), inputs);
+        let report = check(&model.footprint, u64::try_from(args.context).unwrap_or(u64::MAX), KvFormat::Float, inputs);
         if args.json {
             let line =
                 json!({ "event": "fit", "model": &model, "endpoint": client.endpoint().as_str(), "report": &report });

@@ -111,7 +111,13 @@ fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
     let Some(model) = &args.model else {
         // No model named: an estimate, and no fit check (the fit of an
         // unknown model is unknown; the app checks the one it loads).
-        let local = Local { id: "the local model", tokenizer: None, footprint: None, context_limit: None };
+        let local = Local {
+            id: "the local model",
+            tokenizer: None,
+            footprint: None,
+            context_limit: None,
+            kv: Default::default(),
+        };
         return Ok(decide_route(&inputs(local, None), &args.text, &[], choice)?);
     };
     let dir = resolve_model(model, env)?;
@@ -119,7 +125,13 @@ fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
     // Headers and the OS's memory figures once; the verdict at any context is then arithmetic.
     let footprint = inspect_model_as(&dir, ComputeDtype::default())?;
     let budget = crate::fit::budget_inputs(budget_source(&args.budget))?;
-    let local = Local { id: model, tokenizer: Some(&tokenizer), footprint: Some(&footprint), context_limit: None };
+    let local = Local {
+        id: model,
+        tokenizer: Some(&tokenizer),
+        footprint: Some(&footprint),
+        context_limit: None,
+        kv: Default::default(),
+    };
     Ok(decide_route(&inputs(local, Some(budget)), &args.text, &[], choice)?)
 }
 

@@ -16,6 +16,7 @@ use headroom_server::{
 };
 
 use super::kernel::KernelArgs;
+use super::kv::KvArgs;
 use super::CliError;
 use crate::serve::AppModels;
 use crate::{AppState, Locations};
@@ -39,6 +40,10 @@ pub struct ServeArgs {
     pub context: usize,
     #[command(flatten)]
     pub kernel: KernelArgs,
+    /// The KV cache of the models the server loads (a request may ask for
+    /// another with `kv_bits`, `kv_group_size`, `quantized_kv_start`).
+    #[command(flatten)]
+    pub kv: KvArgs,
     /// Max new tokens for a request that sets none.
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
@@ -131,6 +136,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     let state = AppState::new(engine.clone(), locations, store);
     state.context_limit.store(args.context, Ordering::Relaxed);
     state.apply_kernel(args.kernel.kernel);
+    state.apply_kv(args.kv.format()?);
     let mut provider = AppModels::new(state.clone());
     if let Some(dir) = &args.models_dir {
         provider.add_models_dir(dir).map_err(|source| ServeError::ModelsDir { dir: dir.clone(), source })?;
@@ -146,7 +152,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     // Listening first: a taken port fails in milliseconds, not after a load.
     let server = Server::bind(addr, config, engine.clone(), Arc::new(provider.clone()))?;
     let loaded = match &preload {
-        Some(id) => Some(provider.ensure_loaded(id, Some(args.context)).map_err(|e| match e {
+        Some(id) => Some(provider.ensure_loaded(id, Some(args.context), None).map_err(|e| match e {
             ProvideError::NotFound { model } => ServeError::UnknownModel {
                 model,
                 models_dir: state.locations.data_dir.join(crate::models::MODELS_DIR),

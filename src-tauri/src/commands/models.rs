@@ -1,5 +1,6 @@
 //! The model picker: what is on this Mac, and loading one.
 
+use headroom_core::kv::KvFormat;
 use tauri::State;
 
 use crate::error::CommandError;
@@ -19,17 +20,25 @@ pub async fn models_list(state: State<'_, AppState>) -> Result<Vec<ModelEntry>, 
 /// Loading takes seconds: it runs on a blocking thread, not the UI's. A
 /// model that would swap is refused (`MODEL_TOO_LARGE`, with the numbers in
 /// `details`) unless `override` is true; `contextLimit` loads it with a
-/// smaller (or larger) context than the app's.
+/// smaller (or larger) context than the app's, `kv` with another KV-cache
+/// format (`{"kind":"quantized","bits":8,"group_size":64,"start":0}`).
 #[tauri::command]
 pub async fn model_load(
     id: String,
     context_limit: Option<usize>,
+    kv: Option<KvFormat>,
     r#override: Option<bool>,
     state: State<'_, AppState>,
 ) -> Result<LoadResult, CommandError> {
     let state = AppState::clone(&state);
     let override_fit = r#override.unwrap_or(false);
-    tauri::async_runtime::spawn_blocking(move || models::load(&state, &id, context_limit, override_fit))
+    if let Some(kv) = kv {
+        // Deserialized, so not yet checked against what MLX supports.
+        let q = kv.quant();
+        KvFormat::from_parts(q.map(|q| u64::from(q.bits)), q.map(|q| u64::from(q.group_size)), q.map(|q| q.start))
+            .map_err(|e| CommandError::new("INVALID_SETTING", e.to_string()))?;
+    }
+    tauri::async_runtime::spawn_blocking(move || models::load(&state, &id, context_limit, kv, override_fit))
         .await
         .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Loading stopped unexpectedly: {e}")))?
 }

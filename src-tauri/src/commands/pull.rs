@@ -73,7 +73,8 @@ async fn check_repo(
     let source = models::budget_source(state)?;
     let inputs = crate::fit::budget_inputs(source)
         .map_err(|e| CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")))?;
-    let fit = check(&model.footprint, u64::try_from(state.context_limit()).unwrap_or(u64::MAX), inputs);
+    let fit =
+        check(&model.footprint, u64::try_from(state.context_limit()).unwrap_or(u64::MAX), state.kv_format(), inputs);
     let endpoint = client.endpoint().to_string();
     Ok((client, PullCheck { model, endpoint, fit }))
 }

@@ -64,6 +64,7 @@ pub fn turn_stats(stats: &CloudStats) -> TurnStats {
         timings: stats.timings,
         rates: stats.rates,
         peak_memory_bytes: 0,
+        kv_label: "n/a (cloud)".to_owned(),
     }
 }
 

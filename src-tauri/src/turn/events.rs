@@ -42,6 +42,8 @@ pub enum ChatEvent {
         /// Set when memory slowed this answer down ("slowed by swap: 3.1 →
         /// 0.8 tok/s while swap grew 1.2 GB"); the live view decides.
         slowdown: Option<String>,
+        /// What the KV cache was: "bf16", "8-bit (group 64)", … ("n/a (cloud)").
+        kv_cache: String,
     },
     Finished {
         reason: FinishReason,
@@ -67,6 +69,7 @@ impl ChatEvent {
             peak_memory_bytes: s.peak_memory_bytes,
             model: model.to_owned(),
             slowdown,
+            kv_cache: s.kv_label.clone(),
         }
     }
 }

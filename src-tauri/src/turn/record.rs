@@ -174,7 +174,9 @@ pub fn stats_record(s: &TurnStats, labels: &ModelLabels, reason: FinishReason, a
     TurnStatsRecord {
         model_id: labels.model_id.clone(),
         quantization: labels.quantization.clone(),
-        kv_dtype: labels.kv_dtype.clone(),
+        // What the turn's cache really was (a quantized format converts at
+        // its start); the load's label when the engine said nothing (a cloud turn).
+        kv_dtype: if s.kv_label.is_empty() { labels.kv_dtype.clone() } else { s.kv_label.clone() },
         batch: count(s.batch),
         context_tokens: count(s.context_tokens),
         prompt_tokens: count(s.prompt_tokens),

@@ -13,6 +13,7 @@ use std::cell::RefCell;
 
 use headroom_core::chat::Message;
 use headroom_core::fit::{check, BudgetInputs, ModelFootprint, Verdict};
+use headroom_core::kv::KvFormat;
 use headroom_core::router::sensitive::ScanCache;
 use headroom_core::router::{
     route, ApproxTokens, Decision, Force, LocalModel, RouteContext, RouteRequest, TokenCounter,
@@ -46,6 +47,8 @@ pub struct Local<'a> {
     pub footprint: Option<&'a ModelFootprint>,
     /// The context the engine holds it to, if it is loaded.
     pub context_limit: Option<usize>,
+    /// How its KV cache stores keys and values (the load's format).
+    pub kv: KvFormat,
 }
 
 /// Everything a decision depends on besides the message.
@@ -104,7 +107,7 @@ pub fn decide(inputs: &Inputs<'_>, text: &str, history: &[Message], choice: Choi
         match (local.and_then(|l| l.footprint), inputs.budget) {
             (Some(footprint), Some(budget)) => {
                 let limit = local.and_then(|l| l.context_limit).map_or(u64::MAX, |c| c as u64);
-                check(footprint, context.min(limit), budget).verdict
+                check(footprint, context.min(limit), local.map_or(KvFormat::Float, |l| l.kv), budget).verdict
             }
             _ => Verdict::Fits,
         }
@@ -150,6 +153,7 @@ pub fn for_state(
             tokenizer: tokenizer.as_deref(),
             footprint: Some(&m.footprint),
             context_limit: Some(m.info.context_limit),
+            kv: m.info.kv_format,
         }),
         cloud: cloud_name(settings),
         local_threshold_tokens: settings.local_threshold_tokens,

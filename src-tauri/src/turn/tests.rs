@@ -123,6 +123,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
         rates: timings.rates(),
         timings,
         peak_memory_bytes: 1,
+        kv_label: "8-bit (group 64)".into(),
     };
     let route = RouteInfo { target: RouteTarget::Local, model_or_provider: "demo".into(), reasons: Vec::new() };
     let labels = ModelLabels::cloud("demo");
@@ -147,7 +148,9 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
     let got: Vec<ChatEvent> = rx.try_iter().collect();
     assert_eq!(got.len(), 5, "{got:?}"); // the empty piece is not sent
     assert_eq!(got[0], ChatEvent::Started { run_id: 7, prompt_tokens: 20, reused_tokens: 4, route: route.clone() });
-    assert!(matches!(&got[3], ChatEvent::Stats { generated_tokens: 2, batch: 1, model, .. } if model == "demo"));
+    assert!(
+        matches!(&got[3], ChatEvent::Stats { generated_tokens: 2, batch: 1, model, kv_cache, .. } if model == "demo" && kv_cache == "8-bit (group 64)")
+    );
     let ids = recorder.finish(&end).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("not stored"));
     assert_eq!(block_on(state.store.message(ids.assistant)).map(|m| m.content).ok().as_deref(), Some("Hello"));
 
@@ -188,10 +191,10 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
     assert_eq!((msgs[0].content.as_str(), msgs[1].content.as_str()), ("hello", streamed.as_str()));
     assert_eq!(msgs[1].status, MessageStatus::Complete);
     let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
-    // The labels are the load's: quantization from the engine, KV width from the headers read before it.
+    // The labels are the load's (quantization) and the turn's own (its KV cache).
     assert_eq!(
         (stats.model_id.as_str(), stats.batch, stats.quantization.as_deref(), stats.kv_dtype.as_str()),
-        (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"), "16-bit float")
+        (crate::models::DEMO_MODEL_ID, 1, Some("4-bit, group 64"), "bf16")
     );
     assert!(stats.generated_tokens <= 5 && stats.prompt_tokens > 0, "{stats:?}");
     let kernel = state.loaded_model().and_then(|m| m.info.quant_kernel).map(|k| k.as_str().to_owned());

@@ -6,6 +6,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::format::{LayerAttention, TextConfig};
+use crate::kv::KvFormat;
 
 use crate::stats::Rates;
 
@@ -175,15 +176,21 @@ impl DecodeTraffic {
 
     /// Any supported model: its layers by kind, its experts, from the config
     /// and its weights' bytes; `state_bytes` is the linear layers' state
-    /// together (the cache knows it; the config gives its shape).
-    pub fn of(text: &TextConfig, weights: WeightBytes, kv_elem_bytes: u64, state_bytes: u64) -> Self {
+    /// together (the cache knows it; the config gives its shape). The
+    /// full-attention layers' keys and values are read as stored, `kv`
+    /// (a quantized cache reads its packed values and its scales and biases,
+    /// `kv_elem_bytes` wide); sliding-window layers stay in the float type
+    /// (never quantized: `crate::kv`).
+    pub fn of(text: &TextConfig, weights: WeightBytes, kv_elem_bytes: u64, state_bytes: u64, kv: KvFormat) -> Self {
         let n = |v: i32| u64::try_from(v).unwrap_or(0);
         let per_layer = 2 * n(text.num_key_value_heads) * n(text.head_dim) * kv_elem_bytes;
+        let per_full_layer =
+            2 * n(text.num_key_value_heads) * kv.bytes_per_head_position(n(text.head_dim), kv_elem_bytes);
         let layers = |kind| u64::try_from(text.layers_of(kind)).unwrap_or(0);
         Self {
             weight_bytes: weights.active(text),
             resident_weight_bytes: weights.resident,
-            kv_bytes_per_position: per_layer * layers(LayerAttention::Full),
+            kv_bytes_per_position: per_full_layer * layers(LayerAttention::Full),
             window_kv_bytes_per_position: per_layer * layers(LayerAttention::Sliding),
             window: text.sliding_window.map_or(0, n),
             state_bytes,

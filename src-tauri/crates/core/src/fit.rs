@@ -6,16 +6,29 @@
 //! Predicted peak = weights + KV cache + runtime overhead:
 //!
 //! - weights: the exact tensor bytes from the safetensors headers, as loaded;
-//! - KV cache: 2 × layers × kv_heads × head_dim × positions × bytes/element,
-//!   where positions is the context rounded up to the cache's 256-position
-//!   step (the engine allocates whole steps);
+//! - KV cache: 2 × layers × kv_heads × positions × bytes per head and
+//!   position, where positions is the context rounded up to the cache's
+//!   256-position step (the engine allocates whole steps) and a head's
+//!   position takes head_dim × bytes/element in the float type, or, in a
+//!   quantized cache (`crate::kv`), head_dim × bits / 8 plus a scale and a
+//!   bias per group. A quantized cache starts in the float type and is
+//!   converted once it holds `start` positions: until then (and at the
+//!   conversion, up to a prefill chunk past `start`) it is the float cache
+//!   that counts, so the term is the larger of the two;
 //! - overhead: what the largest prefill step needs besides weights and cache,
 //!   fitted to measurements (below):
-//!   * attention: (3 × heads + 6) / 4 × q × k × activation bytes, where q × k
-//!     is the largest (queries × keys) block of a chunked prefill of the whole
-//!     context. MLX's CPU attention materializes the scores (per head) and
-//!     the causal mask; Metal's fused kernel does not, so there this term is
-//!     a safe margin rather than an exact figure.
+//!   * attention: what the attention call of the largest (queries × keys)
+//!     block of a chunked prefill of the whole context allocates, by the path
+//!     MLX takes for it (`crate::attention`, MLX's own dispatch rules, chosen
+//!     from the model's backend as the engine chooses it). Where the scores
+//!     are materialized (MLX's CPU backend; Metal's fallback for the head
+//!     dims it has no fused kernel for; every backend over a quantized KV
+//!     cache) it is (3 × heads + 6) / 4 × q × k × activation bytes, the
+//!     scores per head and the causal mask, measured on the CPU backend
+//!     (below) for the float fallback and for the quantized path alike (the
+//!     same graph on every backend). Where Metal's fused kernel runs there
+//!     is no score matrix: the term is the bound on the vector kernel's
+//!     partial results (a few MB);
 //!   * activations: 15 / 2 × chunk × (hidden + intermediate) × activation
 //!     bytes (projections, the MLP's gate/up/product, the residual stream);
 //!   * logits: LOGITS_FACTOR × vocabulary × 4 bytes (the last position's
@@ -133,6 +146,11 @@
 
 use serde::Serialize;
 
+use crate::attention::{
+    attention_path, quantized_query_block, vector_partials_bytes, AttentionPath, AttentionShape, Backend,
+};
+use crate::kv::KvFormat;
+
 /// Bytes in one GiB.
 pub const GIB: u64 = 1 << 30;
 
@@ -176,6 +194,9 @@ pub struct ModelFootprint {
     /// or constant-state layer kind is one more group, not a new formula
     /// for every caller.
     pub kv_layers: Vec<KvLayers>,
+    /// The MLX backend the model computes on: which attention kernels exist
+    /// (`crate::attention`), so what attention allocates.
+    pub backend: Backend,
     /// Weight bytes one decoded token reads: one row of the embedding
     /// table (the whole table again where it is also the output head),
     /// every attention, norm and dense-MLP weight, the router and shared
@@ -185,6 +206,20 @@ pub struct ModelFootprint {
     pub active_weight_bytes: u64,
     /// A mixture-of-experts model's experts (`None` for a dense model).
     pub experts: Option<Experts>,
+}
+
+impl ModelFootprint {
+    /// Whether this model's KV cache can be stored as `kv`: MLX quantizes
+    /// the heads in whole groups, and mlx-lm quantizes no sliding window
+    /// (the engine refuses the same; `crate::kv`). A remedies list offers
+    /// only the formats this accepts.
+    pub fn check_kv(&self, kv: KvFormat) -> Result<(), crate::kv::KvFormatError> {
+        kv.check_head_dim(self.head_dim)?;
+        if kv.quant().is_some() && self.kv_layers.iter().any(|g| g.kind() == KvKind::Window) {
+            return Err(crate::kv::KvFormatError::SlidingWindow);
+        }
+        Ok(())
+    }
 }
 
 /// The experts of a mixture-of-experts model, for the fit report and the roofline.
@@ -257,12 +292,20 @@ impl KvLayers {
     /// Bytes this group's cache holds at `positions` (already rounded to the
     /// cache's step) with `bytes_per_element` per key or value element.
     pub fn bytes(&self, positions: u64, bytes_per_element: u64) -> u64 {
+        self.bytes_as(positions, KvFormat::Float, bytes_per_element)
+    }
+
+    /// [`Self::bytes`] with keys and values stored as `format` (the float
+    /// type being `float_bytes` wide). Only full-attention layers are ever
+    /// quantized; sliding windows and linear states stay in the float type,
+    /// as in mlx-lm 0.32.2 (`crate::kv`).
+    pub fn bytes_as(&self, positions: u64, format: KvFormat, float_bytes: u64) -> u64 {
+        let format = if self.kind() == KvKind::Full { format } else { KvFormat::Float };
         let kept = self.window.map_or(positions, |w| positions.min(Self::window_peak_positions(w)));
         2u64.saturating_mul(self.layers)
             .saturating_mul(self.kv_heads)
-            .saturating_mul(self.head_dim)
             .saturating_mul(kept)
-            .saturating_mul(bytes_per_element)
+            .saturating_mul(format.bytes_per_head_position(self.head_dim, float_bytes))
             .saturating_add(self.layers.saturating_mul(self.state_bytes))
     }
 }
@@ -272,9 +315,11 @@ impl KvLayers {
 pub struct Overhead {
     /// Tokens in the largest prefill chunk: min(PREFILL_CHUNK, context).
     pub chunk_tokens: u64,
-    /// The largest attention block: queries × keys.
+    /// The attention block that costs most: queries × keys, and the path
+    /// MLX takes for it.
     pub attention_queries: u64,
     pub attention_keys: u64,
+    pub attention_path: AttentionPath,
     pub attention_bytes: u64,
     pub activation_bytes: u64,
     pub logits_bytes: u64,
@@ -297,19 +342,35 @@ pub struct Overhead {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 pub struct Estimate {
     pub context_tokens: u64,
+    /// How the KV cache stores keys and values.
+    pub kv_format: KvFormat,
+    /// Whether a quantized cache has been converted by this context (a
+    /// float cache never is).
+    pub kv_quantized: bool,
     /// Positions the KV cache allocates (context rounded up to KV_STEP).
     pub kv_positions: u64,
     pub weight_bytes: u64,
-    /// The whole cache: the three parts below together.
+    /// The whole cache at this context, as stored then: the three parts below together.
     pub kv_cache_bytes: u64,
-    /// Full-attention layers, growing with the context.
+    /// Full-attention layers, growing with the context (quantized once converted).
     pub kv_full_bytes: u64,
     /// Sliding-window layers, capped at their window.
     pub kv_window_bytes: u64,
     /// Linear-attention layers' constant state.
     pub kv_state_bytes: u64,
+    /// The float cache a quantized one is converted from (0 if it never is,
+    /// or stays float): it is held until the conversion, so the peak counts
+    /// the larger of the two.
+    pub kv_before_conversion_bytes: u64,
     pub overhead: Overhead,
     pub predicted_peak_bytes: u64,
+}
+
+impl Estimate {
+    /// The KV term the peak counts.
+    pub fn kv_peak_bytes(&self) -> u64 {
+        self.kv_cache_bytes.max(self.kv_before_conversion_bytes)
+    }
 }
 
 /// Resident bytes per prompt token per linear-attention layer beyond MLX's
@@ -340,30 +401,109 @@ pub fn largest_attention_block(context: u64) -> (u64, u64) {
     }
 }
 
-/// The predicted peak of `model` holding `context` tokens.
-pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
+/// Bytes the scores of a materialized attention call over `queries` ×
+/// `keys` take with the mask and the softmax beside them: the CPU
+/// measurements' fit (module docs).
+pub fn materialized_attention_bytes(heads: u64, queries: u64, keys: u64, dtype_bytes: u64) -> u64 {
+    queries.saturating_mul(keys).saturating_mul(dtype_bytes).saturating_mul(heads.saturating_mul(3).saturating_add(6))
+        / 4
+}
+
+/// One attention call of `model` with `queries` over `keys`, as the engine makes it.
+fn attention_shape(model: &ModelFootprint, queries: u64, keys: u64) -> AttentionShape {
+    AttentionShape {
+        queries,
+        keys,
+        heads: model.attention_heads,
+        kv_heads: model.kv_heads,
+        head_dim: model.head_dim,
+        value_head_dim: model.head_dim,
+        causal: queries > 1,
+    }
+}
+
+/// The attention term: the costliest call a chat of `context` tokens
+/// makes, by the path MLX takes for it on the model's backend. Over a float
+/// cache that is the largest prompt chunk; over a quantized cache (converted
+/// from `start` positions on) a later chunk of a chat may attend over the
+/// quantized cache with as many as `PREFILL_CHUNK` queries, which
+/// materializes its scores on every backend.
+fn attention_term(model: &ModelFootprint, context: u64, kv: KvFormat) -> (u64, u64, AttentionPath, u64) {
+    let b = model.kv_bytes_per_element;
+    let shape = |queries: u64, keys: u64| attention_shape(model, queries, keys);
+    let cost = |queries: u64, keys: u64, path: AttentionPath| {
+        if path.materializes_scores() {
+            materialized_attention_bytes(model.attention_heads, queries, keys, b)
+        } else {
+            // Decode is where the fused kernel keeps anything beside its output.
+            vector_partials_bytes(model.attention_heads, 1, model.head_dim, b)
+        }
+    };
+    let (q, k) = largest_attention_block(context);
+    let path = attention_path(model.backend, &shape(q, k), false);
+    let mut worst = (q, k, path, cost(q, k, path));
+    if let Some(quant) = kv.quant() {
+        if context > quant.start {
+            // The engine takes the chunk's queries in blocks (`attention::quantized_query_block`).
+            let rows = quantized_query_block(model.attention_heads, context, b);
+            let q = PREFILL_CHUNK.min(context - quant.start).min(rows);
+            let bytes = cost(q, context, AttentionPath::Quantized);
+            if bytes > worst.3 {
+                worst = (q, context, AttentionPath::Quantized, bytes);
+            }
+        }
+    }
+    worst
+}
+
+/// The predicted peak of `model` holding `context` tokens in a KV cache stored as `kv`.
+pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate {
     let b = model.kv_bytes_per_element;
     let kv_positions = context.div_ceil(KV_STEP).saturating_mul(KV_STEP);
-    let part = |kind: KvKind| {
+    let part = |kind: KvKind, positions: u64, format: KvFormat| {
         model
             .kv_layers
             .iter()
             .filter(|g| g.kind() == kind)
-            .fold(0u64, |sum, g| sum.saturating_add(g.bytes(kv_positions, b)))
+            .fold(0u64, |sum, g| sum.saturating_add(g.bytes_as(positions, format, b)))
     };
-    let (kv_full_bytes, kv_window_bytes, kv_state_bytes) =
-        (part(KvKind::Full), part(KvKind::Window), part(KvKind::State));
+    let whole = |positions: u64, format: KvFormat| {
+        [KvKind::Full, KvKind::Window, KvKind::State]
+            .into_iter()
+            .fold(0u64, |sum, kind| sum.saturating_add(part(kind, positions, format)))
+    };
+    let kv_quantized = kv.converts_at(context);
+    let stored = if kv_quantized { kv } else { KvFormat::Float };
+    let (kv_full_bytes, kv_window_bytes, kv_state_bytes) = (
+        part(KvKind::Full, kv_positions, stored),
+        part(KvKind::Window, kv_positions, stored),
+        part(KvKind::State, kv_positions, stored),
+    );
     let kv_cache_bytes = kv_full_bytes.saturating_add(kv_window_bytes).saturating_add(kv_state_bytes);
+    let kv_before_conversion_bytes = match kv.quant() {
+        Some(q) if kv_quantized => {
+            // Converted after the forward pass that reached `start`: at most
+            // a prompt chunk past it.
+            let at = context.min(q.start.saturating_add(PREFILL_CHUNK)).max(1);
+            whole(at.div_ceil(KV_STEP).saturating_mul(KV_STEP), KvFormat::Float)
+        }
+        _ => 0,
+    };
     let chunk = PREFILL_CHUNK.min(context);
-    let (q, k) = largest_attention_block(context);
-    let attention_block =
-        |q: u64, k: u64| q.saturating_mul(k).saturating_mul(b).saturating_mul(3 * model.attention_heads + 6) / 4;
-    let attention_bytes = attention_block(q, k);
+    let (q, k, attention_path, attention_bytes) = attention_term(model, context, kv);
     // The chunk before the largest block saw the keys before its queries;
     // half its attention block covers what the process holds beyond MLX's
     // peak once a prompt spans chunks (scripts/measure-fit.sh --archs-only).
-    let earlier_keys = k.saturating_sub(q);
-    let prefill_slack_bytes = attention_block(PREFILL_CHUNK.min(earlier_keys), earlier_keys) / 2;
+    // Measured where the scores are materialized; a fused kernel has none.
+    let (block_q, block_k) = largest_attention_block(context);
+    let earlier_keys = block_k.saturating_sub(block_q);
+    // The float cache's path for it (a quantized cache is float until its start).
+    let float_path = crate::attention::sdpa_path(model.backend, &attention_shape(model, block_q, block_k));
+    let prefill_slack_bytes = if float_path.materializes_scores() {
+        materialized_attention_bytes(model.attention_heads, PREFILL_CHUNK.min(earlier_keys), earlier_keys, b) / 2
+    } else {
+        0
+    };
     let linear_layers: u64 = model.kv_layers.iter().filter(|g| g.kind() == KvKind::State).map(|g| g.layers).sum();
     let recurrence_bytes = linear_layers.saturating_mul(chunk).saturating_mul(RECURRENCE_BYTES_PER_TOKEN);
     let activation_bytes =
@@ -387,6 +527,7 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         chunk_tokens: chunk,
         attention_queries: q,
         attention_keys: k,
+        attention_path,
         attention_bytes,
         activation_bytes,
         logits_bytes,
@@ -396,16 +537,20 @@ pub fn estimate(model: &ModelFootprint, context: u64) -> Estimate {
         fixed_bytes: FIXED_OVERHEAD,
         total_bytes,
     };
+    let kv_peak = kv_cache_bytes.max(kv_before_conversion_bytes);
     Estimate {
         context_tokens: context,
+        kv_format: kv,
+        kv_quantized,
         kv_positions,
         weight_bytes: model.weight_bytes,
         kv_cache_bytes,
         kv_full_bytes,
         kv_window_bytes,
         kv_state_bytes,
+        kv_before_conversion_bytes,
         overhead,
-        predicted_peak_bytes: model.weight_bytes.saturating_add(kv_cache_bytes).saturating_add(total_bytes),
+        predicted_peak_bytes: model.weight_bytes.saturating_add(kv_peak).saturating_add(total_bytes),
     }
 }
 
@@ -503,16 +648,20 @@ pub struct FitReport {
     /// The largest context whose predicted peak is within the budget, capped
     /// at the model's own ceiling; `None` if not even [`MIN_CONTEXT`] fits.
     pub largest_context_that_fits: Option<u64>,
+    /// The KV format in words ("16-bit float", "8-bit (group 64)").
+    pub kv_label: String,
 }
 
-/// The verdict for `model` at `context` tokens within `inputs`.
-pub fn check(model: &ModelFootprint, context: u64, inputs: BudgetInputs) -> FitReport {
+/// The verdict for `model` at `context` tokens, its KV cache stored as
+/// `kv`, within `inputs`. Pure: a caller weighing remedies (another context,
+/// another KV format) calls it once per option against the same inputs.
+pub fn check(model: &ModelFootprint, context: u64, kv: KvFormat, inputs: BudgetInputs) -> FitReport {
     let budget = Budget::new(inputs);
-    let est = estimate(model, context);
+    let est = estimate(model, context, kv);
     let limit = budget.budget_bytes;
     let peak = est.predicted_peak_bytes;
     let verdict = if peak > limit {
-        let at_min = estimate(model, MIN_CONTEXT.min(context)).predicted_peak_bytes;
+        let at_min = estimate(model, MIN_CONTEXT.min(context), kv).predicted_peak_bytes;
         if at_min > limit {
             Verdict::CannotFit { by_bytes: at_min - limit }
         } else {
@@ -530,15 +679,54 @@ pub fn check(model: &ModelFootprint, context: u64, inputs: BudgetInputs) -> FitR
         budget,
         verdict,
         spare_bytes,
-        largest_context_that_fits: largest_context_that_fits(model, limit),
+        largest_context_that_fits: largest_context_that_fits(model, kv, limit),
+        kv_label: kv.label(crate::kv::float_name(model.kv_bytes_per_element)),
     }
 }
 
-/// The largest context (at least [`MIN_CONTEXT`]) whose predicted peak is
-/// within `budget_bytes`, capped at the model's ceiling. The peak grows with
-/// the context, so a binary search finds it.
-pub fn largest_context_that_fits(model: &ModelFootprint, budget_bytes: u64) -> Option<u64> {
-    let fits = |c: u64| estimate(model, c).predicted_peak_bytes <= budget_bytes;
+/// The least buffer cache a model gets, even on a tight budget: without
+/// one MLX reallocates every step's temporaries and decoding crawls.
+pub const MIN_BUFFER_CACHE_BYTES: u64 = 256 << 20;
+
+/// MLX's buffer-cache limit for a model loaded with this verdict. MLX keeps
+/// freed buffers for reuse up to its cache limit, which by default is its
+/// memory limit (on Metal 1.5 × the GPU's recommended working set, capped at
+/// 95 % of RAM: mlx #3129 is that cache pushing 16 GB Macs into swap). The
+/// rule here: the cache may hold what the budget leaves after the model's
+/// predicted peak, and at least [`MIN_BUFFER_CACHE_BYTES`]; so everything a
+/// long chat can grow (the cache included) stays inside what the verdict
+/// approved. Every load (app, CLI, server) sets it from its fit report.
+pub fn buffer_cache_limit(report: &FitReport) -> u64 {
+    report.budget.budget_bytes.saturating_sub(report.estimate.predicted_peak_bytes).max(MIN_BUFFER_CACHE_BYTES)
+}
+
+/// MLX's wired limit for a model loaded with this verdict, on Metal (`None`:
+/// leave MLX's default, 0, which wires nothing).
+///
+/// Wired memory is kept resident: macOS can neither page nor compress it,
+/// so it is taken from everything else on the Mac. MLX refuses (and through
+/// mlx-c's default handler exits the process) when asked for more than the
+/// GPU's recommended working set (`metal::set_wired_limit` in MLX 0.32.2's
+/// `mlx/backend/metal/allocator.cpp`), and mlx-lm raises it to that working
+/// set around each generation (`wired_limit` in `mlx_lm/generate.py`). The
+/// rule here is stricter than mlx-lm's: wire the model's predicted peak
+/// (weights + KV cache + overhead), never more than the working set, and
+/// only when the verdict leaves the OS headroom free after it (spare ≥ 0:
+/// the budget is available memory, plus what the unload frees, minus the
+/// headroom the user keeps for the OS, 4 GB by default). A model that would
+/// swap gets nothing wired, so what the OS needs can still be paged in.
+pub fn wired_limit(report: &FitReport) -> Option<u64> {
+    let working_set = report.budget.inputs.gpu_working_set_bytes?;
+    (report.spare_bytes >= 0).then(|| report.estimate.predicted_peak_bytes.min(working_set))
+}
+
+/// The largest context (at least [`MIN_CONTEXT`]) whose predicted peak, the
+/// KV cache stored as `kv`, is within `budget_bytes`, capped at the model's
+/// ceiling. The peak grows with the context (a quantized cache's conversion
+/// included: the float cache it replaces is never larger than the float
+/// cache at a longer context), so a binary search finds it.
+pub fn largest_context_that_fits(model: &ModelFootprint, kv: KvFormat, budget_bytes: u64) -> Option<u64> {
+    let fits = |c: u64| estimate(model, c, kv).predicted_peak_bytes <= budget_bytes;
     if !fits(MIN_CONTEXT) {
         return None;
     }
@@ -561,6 +749,7 @@ pub fn largest_context_that_fits(model: &ModelFootprint, budget_bytes: u64) -> O
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::KvFormat::Float;
 
     const MB: u64 = 1 << 20;
 
@@ -580,6 +769,7 @@ mod tests {
             // As on a Mac (Metal's fused kernel).
             prefill_dequantizes: false,
             kv_layers: vec![KvLayers::full(28, 4, 128)],
+            backend: Backend::Cpu,
             active_weight_bytes: 4_283_105_280,
             experts: None,
         }
@@ -588,7 +778,7 @@ mod tests {
     #[test]
     fn estimate_adds_its_named_parts_exactly() {
         let m = qwen7b();
-        let e = estimate(&m, 8192);
+        let e = estimate(&m, 8192, Float);
         assert_eq!(e.kv_positions, 8192);
         // 2 × 28 × 4 × 128 × 8192 × 2
         assert_eq!(e.kv_cache_bytes, 469_762_048);
@@ -611,16 +801,16 @@ mod tests {
                 + e.overhead.fixed_bytes
         );
         // One chunk: no slack; linear layers: their recurrence per chunk token.
-        assert_eq!(estimate(&m, 2048).overhead.prefill_slack_bytes, 0);
+        assert_eq!(estimate(&m, 2048, Float).overhead.prefill_slack_bytes, 0);
         let hybrid =
             ModelFootprint { kv_layers: vec![KvLayers::full(7, 4, 128), KvLayers::state(21, 1 << 20)], ..qwen7b() };
-        assert_eq!(estimate(&hybrid, 300).overhead.recurrence_bytes, 21 * 300 * RECURRENCE_BYTES_PER_TOKEN);
+        assert_eq!(estimate(&hybrid, 300, Float).overhead.recurrence_bytes, 21 * 300 * RECURRENCE_BYTES_PER_TOKEN);
         assert_eq!(e.predicted_peak_bytes, m.weight_bytes + e.kv_cache_bytes + e.overhead.total_bytes);
     }
 
     #[test]
     fn kv_rounds_up_to_the_cache_step_and_small_contexts_use_a_small_chunk() {
-        let e = estimate(&qwen7b(), 300);
+        let e = estimate(&qwen7b(), 300, Float);
         assert_eq!(e.kv_positions, 512);
         assert_eq!(e.kv_cache_bytes, 2 * 28 * 4 * 128 * 512 * 2);
         assert_eq!(e.overhead.chunk_tokens, 300);
@@ -638,7 +828,7 @@ mod tests {
         assert_eq!(largest_attention_block(7829), (1685, 7829));
         // Absurd contexts saturate instead of overflowing.
         assert!(largest_attention_block(u64::MAX).1 > 1 << 63);
-        assert!(estimate(&qwen7b(), u64::MAX).predicted_peak_bytes > 1 << 63);
+        assert!(estimate(&qwen7b(), u64::MAX, Float).predicted_peak_bytes > 1 << 63);
     }
 
     #[test]
@@ -660,36 +850,36 @@ mod tests {
     #[test]
     fn verdicts_fits_tight_would_swap_cannot_fit() {
         let m = qwen7b();
-        let peak = estimate(&m, 8192).predicted_peak_bytes;
+        let peak = estimate(&m, 8192, Float).predicted_peak_bytes;
         let headroom = DEFAULT_OS_HEADROOM;
 
         // Exactly 20 % spare: fits.
         let budget = peak + peak / 4; // spare = peak/4 = 20 % of budget
-        let r = check(&m, 8192, BudgetInputs::new(budget + headroom));
+        let r = check(&m, 8192, Float, BudgetInputs::new(budget + headroom));
         assert_eq!(r.verdict, Verdict::Fits);
         assert_eq!(r.spare_bytes, i64::try_from(budget - peak).unwrap_or_default());
 
         // 5 % spare: tight.
         let budget = peak * 20 / 19;
-        let r = check(&m, 8192, BudgetInputs::new(budget + headroom));
+        let r = check(&m, 8192, Float, BudgetInputs::new(budget + headroom));
         assert_eq!(r.verdict, Verdict::Tight);
 
         // Exactly the peak: tight, not swapping.
-        assert_eq!(check(&m, 8192, BudgetInputs::new(peak + headroom)).verdict, Verdict::Tight);
+        assert_eq!(check(&m, 8192, Float, BudgetInputs::new(peak + headroom)).verdict, Verdict::Tight);
 
         // One MB short: would swap by exactly 1 MB, and a smaller context fits.
-        let r = check(&m, 8192, BudgetInputs::new(peak - MB + headroom));
+        let r = check(&m, 8192, Float, BudgetInputs::new(peak - MB + headroom));
         assert_eq!(r.verdict, Verdict::WouldSwap { by_bytes: MB });
         assert!(r.verdict.refuses());
         assert_eq!(r.spare_bytes, -i64::try_from(MB).unwrap_or_default());
         let largest = r.largest_context_that_fits.unwrap_or_default();
         assert!((MIN_CONTEXT..8192).contains(&largest), "{largest}");
-        assert!(estimate(&m, largest).predicted_peak_bytes <= peak - MB);
-        assert!(estimate(&m, largest + 1).predicted_peak_bytes > peak - MB);
+        assert!(estimate(&m, largest, Float).predicted_peak_bytes <= peak - MB);
+        assert!(estimate(&m, largest + 1, Float).predicted_peak_bytes > peak - MB);
 
         // Less than the weights: cannot fit at any context, by the minimal-context shortfall.
-        let min_peak = estimate(&m, MIN_CONTEXT).predicted_peak_bytes;
-        let r = check(&m, 8192, BudgetInputs::new(m.weight_bytes + headroom));
+        let min_peak = estimate(&m, MIN_CONTEXT, Float).predicted_peak_bytes;
+        let r = check(&m, 8192, Float, BudgetInputs::new(m.weight_bytes + headroom));
         assert_eq!(r.verdict, Verdict::CannotFit { by_bytes: min_peak - m.weight_bytes });
         assert_eq!(r.largest_context_that_fits, None);
     }
@@ -697,19 +887,19 @@ mod tests {
     #[test]
     fn unloading_the_current_model_can_turn_a_refusal_into_a_fit() {
         let m = qwen7b();
-        let peak = estimate(&m, 4096).predicted_peak_bytes;
+        let peak = estimate(&m, 4096, Float).predicted_peak_bytes;
         let inputs = BudgetInputs::new(peak / 2 + DEFAULT_OS_HEADROOM);
-        assert!(check(&m, 4096, inputs).verdict.refuses());
+        assert!(check(&m, 4096, Float, inputs).verdict.refuses());
         let inputs = BudgetInputs { freed_by_unload_bytes: peak, ..inputs };
-        assert_eq!(check(&m, 4096, inputs).verdict, Verdict::Fits);
+        assert_eq!(check(&m, 4096, Float, inputs).verdict, Verdict::Fits);
     }
 
     #[test]
     fn largest_context_is_capped_at_the_model_ceiling() {
         let m = qwen7b();
-        assert_eq!(largest_context_that_fits(&m, 1 << 50), Some(32768));
+        assert_eq!(largest_context_that_fits(&m, Float, 1 << 50), Some(32768));
         let m = ModelFootprint { max_context: None, ..m };
-        assert_eq!(largest_context_that_fits(&m, 1 << 60), Some(1 << 24));
+        assert_eq!(largest_context_that_fits(&m, Float, 1 << 60), Some(1 << 24));
     }
 
     #[test]
@@ -718,7 +908,7 @@ mod tests {
         // headroom: a 7B 4-bit model at 8k fits; a 14B (8.3 GB of weights)
         // at 32k (6.4 GB of KV alone) does not.
         let avail = 16 * GIB;
-        assert_eq!(check(&qwen7b(), 8192, BudgetInputs::new(avail)).verdict, Verdict::Fits);
+        assert_eq!(check(&qwen7b(), 8192, Float, BudgetInputs::new(avail)).verdict, Verdict::Fits);
         let m14 = ModelFootprint {
             weight_bytes: 8_310_000_000,
             layers: 48,
@@ -729,7 +919,132 @@ mod tests {
             kv_layers: vec![KvLayers::full(48, 8, 128)],
             ..qwen7b()
         };
-        assert!(check(&m14, 32768, BudgetInputs::new(avail)).verdict.refuses());
+        assert!(check(&m14, 32768, Float, BudgetInputs::new(avail)).verdict.refuses());
+    }
+
+    /// Qwen2.5-14B's shape at 4 bits (the example).
+    fn qwen14b(backend: Backend) -> ModelFootprint {
+        ModelFootprint {
+            weight_bytes: 8_310_000_000,
+            layers: 48,
+            attention_heads: 40,
+            kv_heads: 8,
+            hidden_size: 5120,
+            intermediate_size: 13824,
+            vocab_size: 152_064,
+            kv_layers: vec![KvLayers::full(48, 8, 128)],
+            backend,
+            ..qwen7b()
+        }
+    }
+
+    /// On Metal the fused kernel takes every attention call of a 14B-shaped
+    /// model (head dim 128, causal mode, queries <= keys; GQA 5 at decode),
+    /// so the 3.9 GB of scores the CPU fallback needs at 32K is not counted
+    /// and the 18 GB verdict turns from "would swap" into a fit.
+    #[test]
+    fn metal_counts_no_score_matrix_where_mlx_fuses_attention() {
+        let (cpu, metal) = (qwen14b(Backend::Cpu), qwen14b(Backend::Metal));
+        let e_cpu = estimate(&cpu, 32768, Float);
+        let e_metal = estimate(&metal, 32768, Float);
+        assert_eq!(e_cpu.overhead.attention_path, AttentionPath::Unfused);
+        // (3 × 40 + 6) / 4 × 2048 × 32768 × 2 bytes.
+        assert_eq!(e_cpu.overhead.attention_bytes, 4_227_858_432);
+        assert_eq!(e_metal.overhead.attention_path, AttentionPath::Fused);
+        // MLX's vector kernel's partials at most: 40 heads × 1024 blocks × (128 × 2 + 8) bytes.
+        assert_eq!(e_metal.overhead.attention_bytes, 40 * 1024 * (128 * 2 + 8));
+        assert_eq!(e_cpu.kv_cache_bytes, e_metal.kv_cache_bytes);
+        // An 18 GB budget: 22 GB available less the 4 GB kept for the OS.
+        let avail = BudgetInputs::new(22 * GIB);
+        let Verdict::WouldSwap { by_bytes } = check(&cpu, 32768, Float, avail).verdict else {
+            panic!("the CPU figures must swap here")
+        };
+        // The scores alone make it swap (the figures: by 0.75 GB
+        // because of 3.94 GB of scores; here 8.31 GB of weights).
+        assert!(by_bytes > 0 && by_bytes < e_cpu.overhead.attention_bytes, "{by_bytes}");
+        assert!(!check(&metal, 32768, Float, avail).verdict.refuses());
+        // Head dim 256 (Gemma's): MLX leaves prompt chunks unfused on Metal, so the scores count.
+        let wide =
+            ModelFootprint { head_dim: 256, kv_layers: vec![KvLayers::full(48, 8, 256)], ..qwen14b(Backend::Metal) };
+        assert_eq!(estimate(&wide, 32768, Float).overhead.attention_path, AttentionPath::Unfused);
+    }
+
+    /// The KV term in 8 and 4 bits, and the remedies example: at 32K
+    /// on a 16 GB budget the 14B swaps with a bf16 cache and fits at 8 bits.
+    #[test]
+    fn a_quantized_cache_costs_its_bits_and_turns_a_swap_into_a_fit() {
+        let m = qwen14b(Backend::Metal);
+        let bf16 = estimate(&m, 32768, Float);
+        let q8 = estimate(&m, 32768, KvFormat::bits_from_start(8));
+        let q4 = estimate(&m, 32768, KvFormat::bits_from_start(4));
+        assert_eq!(bf16.kv_cache_bytes, 2 * 48 * 8 * 128 * 32768 * 2);
+        assert_eq!(q8.kv_cache_bytes * 32, bf16.kv_cache_bytes * 17); // 0.53125
+        assert_eq!(q4.kv_cache_bytes * 32, bf16.kv_cache_bytes * 9); // 0.28125
+        assert!(q8.kv_quantized && !bf16.kv_quantized);
+        // Converted after the first chunk: the float cache it replaced was one chunk long.
+        assert_eq!(q8.kv_before_conversion_bytes, 2 * 48 * 8 * 128 * 2048 * 2);
+        assert_eq!(q8.kv_peak_bytes(), q8.kv_cache_bytes);
+        // Quantized attention materializes scores, in blocks the engine keeps to 64 MiB.
+        assert_eq!(q8.overhead.attention_path, AttentionPath::Quantized);
+        assert!(q8.overhead.attention_bytes <= 3 * crate::attention::QUANTIZED_SCORES_BLOCK_BYTES);
+        let avail = BudgetInputs::new(16 * GIB);
+        let r = check(&m, 32768, Float, avail);
+        assert!(r.verdict.refuses(), "{:?}", r.verdict);
+        let r8 = check(&m, 32768, KvFormat::bits_from_start(8), avail);
+        assert!(!r8.verdict.refuses(), "{:?}", r8.verdict);
+        assert_eq!(r8.kv_label, "8-bit (group 64)");
+        assert_eq!(r.kv_label, "16-bit float");
+        // The largest context grows with fewer bits.
+        let limit = r.budget.budget_bytes;
+        let l16 = largest_context_that_fits(&m, Float, limit).unwrap_or(0);
+        let l8 = largest_context_that_fits(&m, KvFormat::bits_from_start(8), limit).unwrap_or(0);
+        assert!(l16 < 32768 && l8 >= 32768, "{l16} {l8}");
+        // A cache that converts late holds its float form until then: below
+        // the start it costs bf16; past it, never less than the float cache at the start.
+        let late = KvFormat::quantized(8, 64, 5000).unwrap_or_default();
+        assert_eq!(estimate(&m, 4096, late).kv_cache_bytes, estimate(&m, 4096, Float).kv_cache_bytes);
+        let e = estimate(&m, 32768, late);
+        assert_eq!(e.kv_before_conversion_bytes, 2 * 48 * 8 * 128 * 7168 * 2);
+        assert!(e.predicted_peak_bytes >= q8.predicted_peak_bytes);
+    }
+
+    /// Sliding windows and linear states stay in the float type (mlx-lm
+    /// quantizes neither), and a model with windows is refused a quantized cache.
+    #[test]
+    fn only_full_attention_layers_are_quantized() {
+        let g = KvLayers::sliding(40, 8, 256, 1024);
+        let s = KvLayers::state(30, 1 << 20);
+        let q8 = KvFormat::bits_from_start(8);
+        assert_eq!(g.bytes_as(8192, q8, 2), g.bytes(8192, 2));
+        assert_eq!(s.bytes_as(8192, q8, 2), s.bytes(8192, 2));
+        assert!(KvLayers::full(8, 8, 256).bytes_as(8192, q8, 2) < KvLayers::full(8, 8, 256).bytes(8192, 2));
+        let gemma = ModelFootprint { head_dim: 256, kv_layers: vec![g, KvLayers::full(8, 8, 256)], ..qwen7b() };
+        assert_eq!(gemma.check_kv(q8), Err(crate::kv::KvFormatError::SlidingWindow));
+        assert_eq!(gemma.check_kv(Float), Ok(()));
+        let qwen35 = ModelFootprint { kv_layers: vec![s, KvLayers::full(10, 2, 256)], head_dim: 256, ..qwen7b() };
+        assert_eq!(qwen35.check_kv(q8), Ok(()));
+        let tiny = ModelFootprint { head_dim: 16, ..qwen7b() };
+        assert!(matches!(tiny.check_kv(q8), Err(crate::kv::KvFormatError::HeadDim { .. })));
+    }
+
+    /// The buffer cache gets what the budget leaves after the peak (at least
+    /// 256 MB); the wired limit is the peak, under the working set, and only
+    /// for a verdict that keeps the OS headroom free.
+    #[test]
+    fn buffer_cache_and_wired_limits_follow_the_verdict() {
+        let m = qwen14b(Backend::Metal);
+        let peak = estimate(&m, 8192, Float).predicted_peak_bytes;
+        let inputs = BudgetInputs { gpu_working_set_bytes: Some(22 * GIB), ..BudgetInputs::new(24 * GIB) };
+        let r = check(&m, 8192, Float, inputs);
+        assert_eq!(buffer_cache_limit(&r), r.budget.budget_bytes - peak);
+        assert_eq!(wired_limit(&r), Some(peak));
+        // Would swap: nothing wired, and the buffer cache at its floor.
+        let tight = BudgetInputs { gpu_working_set_bytes: Some(22 * GIB), ..BudgetInputs::new(8 * GIB) };
+        let r = check(&m, 8192, Float, tight);
+        assert!(r.verdict.refuses());
+        assert_eq!((wired_limit(&r), buffer_cache_limit(&r)), (None, MIN_BUFFER_CACHE_BYTES));
+        // No GPU (Linux): nothing wired.
+        assert_eq!(wired_limit(&check(&m, 8192, Float, BudgetInputs::new(64 * GIB))), None);
     }
 
     /// The measurements in the module docs: (footprint, prompt tokens, MLX peak bytes).
@@ -784,7 +1099,7 @@ mod tests {
         for (model, prompt, measured) in calibration_points() {
             // The turn held prompt + 3 positions (4 tokens generated, the last never fed).
             // What the OS sees beside MLX's buffers is not in MLX's peak.
-            let e = estimate(&model, prompt + 3);
+            let e = estimate(&model, prompt + 3, Float);
             let predicted = e.predicted_peak_bytes - e.overhead.prefill_slack_bytes - e.overhead.recurrence_bytes;
             let error = predicted as f64 / measured as f64 - 1.0;
             // Within 10 %, or within half a MB on the smallest runs (where the
@@ -827,7 +1142,7 @@ mod tests {
         for (model, positions, rss) in
             [(&medium, 262, 210_200_000u64), (&medium, 2054, 532_100_000), (&q7b_f32, 32, 5_515_100_000)]
         {
-            let predicted = estimate(model, positions).predicted_peak_bytes + BASELINE;
+            let predicted = estimate(model, positions, Float).predicted_peak_bytes + BASELINE;
             let error = predicted as f64 / rss as f64 - 1.0;
             assert!(
                 (-0.05..=0.25).contains(&error),
@@ -840,7 +1155,7 @@ mod tests {
 
     #[test]
     fn every_part_is_serialized() {
-        let r = check(&qwen7b(), 2048, BudgetInputs::new(16 * GIB));
+        let r = check(&qwen7b(), 2048, Float, BudgetInputs::new(16 * GIB));
         let v = serde_json::to_value(&r).unwrap_or_default();
         for path in [
             "/estimate/weight_bytes",

@@ -1,6 +1,7 @@
 //! headroom-core: the pure logic every other crate shares. No IO, no heavy
 //! dependencies, so it is tested in milliseconds and used everywhere.
 
+pub mod attention;
 pub mod away;
 pub mod bench;
 pub mod cache_policy;
@@ -9,6 +10,7 @@ pub mod chat;
 pub mod fit;
 pub mod format;
 pub mod gate;
+pub mod kv;
 pub mod pressure;
 pub mod router;
 pub mod settings;

@@ -87,6 +87,12 @@ pub struct Settings {
     /// Unload the model after this many minutes without use (`core::away`);
     /// `None` (JSON `null`): never.
     pub idle_unload_minutes: Option<u32>,
+    /// The KV cache's bits (8 or 4; any of `kv::KV_BITS`), group size 64;
+    /// `None`: the activations' float type. Applied at the next load.
+    pub kv_bits: Option<u32>,
+    /// Tokens a quantized KV cache stays in float before it is converted
+    /// (mlx-lm's `quantized_kv_start`).
+    pub quantized_kv_start: u64,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -110,6 +116,8 @@ impl Default for Settings {
             launch_at_login: false,
             global_shortcut: Some(DEFAULT_GLOBAL_SHORTCUT.to_owned()),
             idle_unload_minutes: Some(crate::away::DEFAULT_IDLE_UNLOAD_MINUTES),
+            kv_bits: None,
+            quantized_kv_start: crate::kv::DEFAULT_QUANTIZED_KV_START,
         }
     }
 }
@@ -129,6 +137,8 @@ pub enum SettingsError {
     CloudModelWithoutUrl,
     #[error("server port must be 1024 or above (ports below need root), got {0}")]
     PrivilegedPort(u16),
+    #[error("{0}")]
+    KvCache(#[from] crate::kv::KvFormatError),
 }
 
 fn range<T: PartialOrd + ToString + Copy>(field: &'static str, value: T, min: T, max: T) -> Result<(), SettingsError> {
@@ -185,7 +195,20 @@ impl Settings {
         if let Some(minutes) = self.idle_unload_minutes {
             range("idle unload (minutes)", minutes, 1, MAX_IDLE_UNLOAD_MINUTES)?;
         }
+        self.kv_format()?;
         Ok(())
+    }
+
+    /// The KV format the settings describe (group size 64, mlx-lm's).
+    pub fn kv_format(&self) -> Result<crate::kv::KvFormat, crate::kv::KvFormatError> {
+        match self.kv_bits {
+            None => Ok(crate::kv::KvFormat::Float),
+            Some(bits) => crate::kv::KvFormat::quantized(
+                u64::from(bits),
+                u64::from(crate::kv::DEFAULT_KV_GROUP_SIZE),
+                self.quantized_kv_start,
+            ),
+        }
     }
 }
 
@@ -226,6 +249,11 @@ mod tests {
         assert_eq!(s.global_shortcut.as_deref(), Some("Alt+Space"));
         assert_eq!(s.kernel, KernelChoice::Auto);
         assert_eq!(s.idle_unload_minutes, Some(15));
+        assert_eq!((s.kv_bits, s.quantized_kv_start, s.kv_format()), (None, 5000, Ok(crate::kv::KvFormat::Float)));
+        let eight = Settings { kv_bits: Some(8), quantized_kv_start: 0, ..s };
+        assert_eq!(eight.kv_format(), Ok(crate::kv::KvFormat::bits_from_start(8)));
+        let json = serde_json::to_value(&eight).unwrap_or_default();
+        assert_eq!((json["kvBits"].as_u64(), json["quantizedKvStart"].as_u64()), (Some(8), Some(0)));
     }
 
     #[test]
@@ -287,6 +315,11 @@ mod tests {
                 "idle unload (minutes) must be between 1",
             ),
             (Settings { idle_unload_minutes: Some(100_000), ..Settings::default() }, "and 1440"),
+            (Settings { kv_bits: Some(7), ..Settings::default() }, "KV bits must be one of 2, 3, 4, 5, 6 or 8"),
+            (
+                Settings { kv_bits: Some(8), quantized_kv_start: u64::MAX, ..Settings::default() },
+                "quantized KV start must be at most",
+            ),
         ];
         for (s, needle) in cases {
             let msg = s.validate().err().map(|e| e.to_string()).unwrap_or_default();

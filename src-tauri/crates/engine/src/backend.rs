@@ -1,5 +1,6 @@
 //! What MLX runs on here: its version and default device.
 
+use headroom_core::attention::Backend;
 use mlx_rs::{Device, DeviceType};
 
 /// The device kind MLX computes on by default.
@@ -14,6 +15,15 @@ impl DeviceKind {
         match self {
             DeviceKind::Cpu => "cpu",
             DeviceKind::Gpu => "gpu",
+        }
+    }
+
+    /// The backend the fit estimate's attention rules are for: MLX's GPU
+    /// device is Metal (the only GPU backend the Mac builds have).
+    pub fn backend(self) -> Backend {
+        match self {
+            DeviceKind::Cpu => Backend::Cpu,
+            DeviceKind::Gpu => Backend::Metal,
         }
     }
 }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use headroom_core::bench::{BenchShape, DecodeTraffic};
+use headroom_core::kv::KvFormat;
 use headroom_core::stats::{Rates, TurnTimings};
 use mlx_rs::Dtype;
 
@@ -41,7 +42,8 @@ pub struct ModelLabels {
     pub model_type: String,
     /// `(bits, group_size)`; `None` if unquantized.
     pub quantization: Option<(i32, i32)>,
-    /// The KV cache's element type, as MLX names it ("bfloat16", …).
+    /// What the KV cache holds during the runs: its float type as MLX names
+    /// it ("bfloat16", …), or its quantization ("8-bit (group 64)").
     pub kv_dtype: String,
     /// How quantized matrices multiply; `None` if unquantized.
     pub quant_kernel: Option<QuantKernel>,
@@ -106,10 +108,10 @@ pub fn run_case(
     validate(&case)?;
     let (tx, rx) = mpsc::channel::<Result<BenchEvent>>();
     let job_cancel = Arc::clone(cancel);
-    engine.with_model(move |model, context_limit| {
+    engine.with_model(move |model, settings| {
         let outcome = match model {
             None => Err(EngineError::NoModelLoaded),
-            Some(model) => run_on_engine(model, context_limit, &case, &job_cancel, &tx),
+            Some(model) => run_on_engine(model, settings.context_limit, settings.kv, &case, &job_cancel, &tx),
         };
         if let Err(e) = outcome {
             let _ = tx.send(Err(e));
@@ -164,6 +166,7 @@ fn validate(case: &BenchCase) -> Result<()> {
 fn run_on_engine(
     model: &Model,
     context_limit: usize,
+    kv: KvFormat,
     case: &BenchCase,
     cancel: &AtomicBool,
     tx: &mpsc::Sender<Result<BenchEvent>>,
@@ -176,7 +179,7 @@ fn run_on_engine(
     let config = model.config();
     let vocab = u32::try_from(config.text.vocab_size).unwrap_or(0).max(1);
     let mut ids = TokenStream::new(case.seed, vocab);
-    let mut cache = model.new_cache();
+    let mut cache = model.new_cache_as(kv)?;
     let mut sampler = Sampler::new(SamplingParams { seed: Some(case.seed), ..SamplingParams::default() })?;
     let send = |event: BenchEvent| tx.send(Ok(event)).map_err(|_| EngineError::BenchCancelled);
 
@@ -249,14 +252,27 @@ fn labels(model: &Model, cache: &KvCache) -> ModelLabels {
     let config = model.config();
     let c = &config.text;
     let kv_dtype = cache.dtype().unwrap_or(Dtype::Float32);
+    // The roofline reads the cache as it is stored during the runs.
+    let stored = if cache.is_quantized() { cache.format() } else { KvFormat::Float };
     let linear = u64::try_from(c.layers_of(headroom_core::format::LayerAttention::Linear)).unwrap_or(0);
     let state_bytes = c.linear_attention.map_or(0, |l| linear * l.state_bytes(dtype_bytes(kv_dtype)));
     ModelLabels {
         model_type: config.model_type_name().to_owned(),
         quantization: config.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
-        kv_dtype: dtype_name(kv_dtype).to_owned(),
+        kv_dtype: cache.label(dtype_name(kv_dtype)),
         quant_kernel: model.quant_kernel(),
-        traffic: DecodeTraffic::of(c, model.weight_bytes(), dtype_bytes(kv_dtype), state_bytes),
+        traffic: DecodeTraffic::of(c, model.weight_bytes(), dtype_bytes(kv_dtype), state_bytes, stored),
+    }
+}
+
+/// A float type as the KV labels spell it ("bf16", "f16", "f32").
+pub(crate) fn short_dtype_name(d: Dtype) -> &'static str {
+    match d {
+        Dtype::Bfloat16 => "bf16",
+        Dtype::Float16 => "f16",
+        Dtype::Float32 => "f32",
+        Dtype::Float64 => "f64",
+        _ => "other",
     }
 }
 

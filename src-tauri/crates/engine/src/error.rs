@@ -108,6 +108,13 @@ pub enum EngineError {
     /// A generate/unload request while no model is loaded.
     #[error("no model is loaded")]
     NoModelLoaded,
+
+    /// A KV-cache format this model (or MLX) cannot use.
+    #[error("KV cache: {source}")]
+    KvFormat {
+        #[source]
+        source: headroom_core::kv::KvFormatError,
+    },
     /// Loading failed after the previous model was unloaded: no model is loaded now.
     #[error("{source}; the previous model had already been unloaded, so no model is loaded now")]
     NothingLoaded {

@@ -51,7 +51,11 @@ pub fn inspect(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<I
 /// What the footprint needs to know about a load: for callers that read a
 /// model's files elsewhere (the hub, over HTTP) and want the engine's answer.
 pub fn load_shape(dtype: ComputeDtype, kernel: QuantKernel) -> LoadShape {
-    LoadShape { widen_floats_to_f32: dtype == ComputeDtype::F32, dequantizing_kernel: kernel != QuantKernel::Fused }
+    LoadShape {
+        widen_floats_to_f32: dtype == ComputeDtype::F32,
+        dequantizing_kernel: kernel != QuantKernel::Fused,
+        backend: backend_info().device.backend(),
+    }
 }
 
 #[cfg(test)]

@@ -234,6 +234,16 @@ pub fn to_heads(x: &Array, heads: i32) -> Result<Array> {
 /// RoPE at the cache's offset, append K/V to the cache, attend, and merge
 /// the heads back to `[B, L, H*D]`. K/V keep their `n_kv_heads`: the fused
 /// attention handles grouped queries without tiling them.
+///
+/// The path is the one the fit estimate assumed (`headroom_core::attention`,
+/// MLX's own dispatch rules, for this backend): over a quantized cache,
+/// mlx-lm's quantized attention (kv_quant.rs); over a float cache, MLX's
+/// `scaled_dot_product_attention` given exactly what its rule was evaluated
+/// on: the causal mask as MLX's "causal" mode (never an array, which would
+/// change what MLX may fuse), or no mask for a single query, and keys and
+/// values sliced from the cache with their head dimension contiguous (no
+/// copy). Where the rule says fused (Metal, its head dims and lengths),
+/// MLX runs the fused kernel and no score matrix exists.
 pub fn attend(
     queries: &Array,
     keys: &Array,
@@ -245,13 +255,45 @@ pub fn attend(
     let offset = cache.offset();
     let queries = rope.forward(queries, offset)?;
     let keys = rope.forward(keys, offset)?;
+    attend_cached(&queries, &keys, values, scale, cache)
+}
+
+/// Appends RoPE'd `[B, kv_heads, L, D]` keys/values to the layer's cache and
+/// attends over what it holds, by the cache's storage: over quantized keys
+/// and values, mlx-lm's quantized attention (kv_quant.rs); over float ones,
+/// MLX's `scaled_dot_product_attention` ([`sdpa`]). Returns `[B, L, H*D]`.
+pub fn attend_cached(
+    queries: &Array,
+    keys: &Array,
+    values: &Array,
+    scale: f32,
+    cache: &mut LayerCache,
+) -> Result<Array> {
     // Taken before the keys are appended, as mlx-lm does: one new token
     // sees every cached key; several need the causal mask, which MLX aligns
     // to the end of the keys, so it also holds past an offset; a window
     // narrower than the keys needs it spelled out.
     let mask = cache.attention_mask(queries.dim(2))?;
-    let (keys, values) = cache.update_and_fetch(&keys, values)?;
-    sdpa(&queries, &keys, &values, scale, &mask)
+    let Some(quant) = cache.quantization() else {
+        let (keys, values) = cache.update_and_fetch(keys, values)?;
+        return sdpa(queries, &keys, &values, scale, &mask);
+    };
+    let causal = match mask {
+        AttentionMask::None => false,
+        AttentionMask::Causal => true,
+        // Only sliding-window layers need an array, and they are never quantized (cache/mod.rs).
+        AttentionMask::Array(_) => {
+            return Err(crate::error::EngineError::Shape {
+                what: "quantized attention mask",
+                expected: "none or causal (a full-attention layer)".into(),
+                found: vec![],
+            })
+        }
+    };
+    let (keys, values) = cache.update_and_fetch_quantized(keys, values)?;
+    let rows = crate::kv_quant::query_block_rows(queries.dim(1), keys.packed.dim(2), queries.item_size());
+    let out = crate::kv_quant::quantized_sdpa(queries, &keys, &values, scale, causal, quant, rows)?;
+    merge_heads(&out)
 }
 
 /// MLX's fused attention over `[B, H, L, D]` queries, then the heads
@@ -263,6 +305,11 @@ pub fn sdpa(queries: &Array, keys: &Array, values: &Array, scale: f32, mask: &At
         AttentionMask::Array(m) => Some(ScaledDotProductAttentionMask::Array(m)),
     };
     let out = fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None).op("attention")?;
+    merge_heads(&out)
+}
+
+/// `[B, H, L, D]` back to `[B, L, H*D]`.
+fn merge_heads(out: &Array) -> Result<Array> {
     let (b, l) = (out.dim(0), out.dim(2));
     out.transpose_axes(&[0, 2, 1, 3]).op("transpose")?.reshape(&[b, l, -1]).op("reshape")
 }

@@ -17,6 +17,7 @@ mod error;
 mod ffi;
 mod generate;
 mod inspect;
+mod kv_quant;
 mod layers;
 mod loader;
 mod mlx_memory;

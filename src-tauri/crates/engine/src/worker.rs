@@ -13,10 +13,11 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_core::kv::KvFormat;
 use headroom_core::stats::{Rates, TurnTimings};
 
 use crate::backend::backend_info;
-use crate::bench::dtype_name;
+use crate::bench::{dtype_name, short_dtype_name};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
@@ -42,9 +43,18 @@ pub struct LoadSettings {
     pub context_limit: usize,
     /// Most bytes MLX may keep in its buffer cache (freed buffers kept for
     /// reuse) while this model is loaded: the caller's budget minus the
-    /// predicted peak, so a long chat cannot grow the cache into swap.
-    /// `None`: MLX's default (its memory limit).
+    /// predicted peak, so a long chat cannot grow the cache into swap
+    /// (`headroom_core::fit::buffer_cache_limit`). `None`: MLX's default
+    /// (its memory limit).
     pub cache_limit_bytes: Option<usize>,
+    /// How sessions' KV caches store keys and values unless a request asks
+    /// otherwise (the fit verdict was computed for this format).
+    pub kv: KvFormat,
+    /// MLX's wired limit while this model is loaded (Metal only;
+    /// `headroom_core::fit::wired_limit` decides it). Applied only where MLX
+    /// computes on the GPU, and never above the GPU's recommended working
+    /// set: MLX refuses that and the process exits. `None`: nothing wired.
+    pub wired_limit_bytes: Option<usize>,
 }
 
 impl Default for LoadSettings {
@@ -54,6 +64,8 @@ impl Default for LoadSettings {
             kernel: QuantKernel::for_device(backend_info().device),
             context_limit: DEFAULT_CONTEXT_LIMIT,
             cache_limit_bytes: None,
+            kv: KvFormat::Float,
+            wired_limit_bytes: None,
         }
     }
 }
@@ -132,6 +144,10 @@ pub struct ModelInfo {
     pub quant_kernel: Option<QuantKernel>,
     /// The KV cache's (and activations') element type, as MLX names it ("bfloat16", "float32").
     pub kv_dtype: &'static str,
+    /// How sessions' KV caches store keys and values (as asked in [`LoadSettings`]).
+    pub kv_format: KvFormat,
+    /// That format in words: "bf16", "8-bit (group 64) from 5000 tokens".
+    pub kv_label: String,
     /// Bytes of all weights as loaded.
     pub weight_bytes: usize,
     pub context_limit: usize,
@@ -143,6 +159,8 @@ pub struct ModelInfo {
     pub replaced: UnloadReport,
     /// The buffer-cache limit set for this model, as asked in [`LoadSettings`].
     pub cache_limit_bytes: Option<usize>,
+    /// The wired limit set for this model (`None`: none, e.g. off Metal).
+    pub wired_limit_bytes: Option<usize>,
 }
 
 /// What to do with a prompt longer than the context limit.
@@ -170,6 +188,9 @@ pub struct GenerateRequest {
     /// Keep generating through EOS tokens: benchmarks and parity checks need
     /// a fixed number of tokens from models that may stop at once.
     pub ignore_eos: bool,
+    /// How this turn's KV cache stores keys and values; `None`: the load's.
+    /// A session whose cache has another format starts a fresh cache.
+    pub kv: Option<KvFormat>,
 }
 
 impl GenerateRequest {
@@ -182,6 +203,7 @@ impl GenerateRequest {
             max_tokens: 256,
             overflow: OverflowPolicy::Error,
             ignore_eos: false,
+            kv: None,
         }
     }
 }
@@ -208,6 +230,9 @@ pub struct TurnStats {
     pub rates: Rates,
     /// MLX's peak allocation during the turn (weights included), bytes.
     pub peak_memory_bytes: usize,
+    /// What the KV cache was at the end of the turn: "bf16",
+    /// "8-bit (group 64)", or "bf16 (8-bit from 5000 tokens)" before its conversion.
+    pub kv_label: String,
 }
 
 /// What a run reports, in this order: `Started`, `Token`s (and possibly one
@@ -295,11 +320,12 @@ fn empty_stats(generated: usize) -> TurnStats {
         rates: timings.rates(),
         timings,
         peak_memory_bytes: 0,
+        kv_label: String::new(),
     }
 }
 
-/// A [`Job::WithModel`] body: the loaded model (if any) and its context limit.
-type ModelJob = Box<dyn FnOnce(Option<&Model>, usize) + Send>;
+/// A [`Job::WithModel`] body: the loaded model (if any) and how it was loaded.
+type ModelJob = Box<dyn FnOnce(Option<&Model>, &LoadSettings) + Send>;
 
 /// Called on the engine thread right after a load unloaded the previous
 /// model (the app reads the process's memory there).
@@ -392,8 +418,13 @@ impl EngineHandle {
     pub fn spawn() -> Result<Self> {
         let (jobs, rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
-        let worker =
-            Worker { shared: Arc::clone(&shared), loaded: None, sessions: HashMap::new(), default_cache_limit: None };
+        let worker = Worker {
+            shared: Arc::clone(&shared),
+            loaded: None,
+            sessions: HashMap::new(),
+            default_cache_limit: None,
+            wired: None,
+        };
         let thread = std::thread::Builder::new()
             .name("headroom-engine".into())
             .spawn(move || worker.run(&rx))
@@ -475,7 +506,7 @@ impl EngineHandle {
     /// Runs `job` on the engine thread with the loaded model (`None` if none)
     /// and its context limit, between other jobs; returns at once. For the
     /// benchmark (bench.rs), which drives `generate` itself on a cache of its own.
-    pub(crate) fn with_model(&self, job: impl FnOnce(Option<&Model>, usize) + Send + 'static) -> Result<()> {
+    pub(crate) fn with_model(&self, job: impl FnOnce(Option<&Model>, &LoadSettings) + Send + 'static) -> Result<()> {
         self.send(Job::WithModel(Box::new(job)))
     }
 
@@ -508,6 +539,8 @@ struct Worker {
     /// MLX's cache limit before the first model set one, to restore for a
     /// model loaded without a limit.
     default_cache_limit: Option<usize>,
+    /// The wired limit this thread set (and must take back at the unload).
+    wired: Option<usize>,
 }
 
 impl Worker {
@@ -528,10 +561,11 @@ impl Worker {
                 }
                 Job::Stop => break,
                 Job::WithModel(job) => {
-                    let limit = self.loaded.as_ref().map_or(0, |l| l.settings.context_limit);
+                    let none = LoadSettings { context_limit: 0, ..LoadSettings::default() };
+                    let settings = self.loaded.as_ref().map_or(&none, |l| &l.settings);
                     // The job owns its arrays and reports its own errors; a
                     // panic in MLX must not end the engine thread.
-                    let _ = catch_unwind(AssertUnwindSafe(|| job(self.loaded.as_ref().map(|l| &l.model), limit)));
+                    let _ = catch_unwind(AssertUnwindSafe(|| job(self.loaded.as_ref().map(|l| &l.model), settings)));
                 }
                 Job::Generate { id, request, accepted, events } => {
                     let cancel = self.shared.flag(id).unwrap_or_default();
@@ -586,6 +620,10 @@ impl Worker {
         let before = mlx_memory()?;
         self.sessions.clear();
         self.loaded = None;
+        // Nothing may stay wired for a model that is gone.
+        if self.wired.take().is_some() {
+            mlx_rs::memory::set_wired_limit(0).op("set_wired_limit")?;
+        }
         // Give the freed buffers back now rather than at the next allocation.
         mlx_rs::memory::clear_cache().op("clear_cache")?;
         let after = mlx_memory()?;
@@ -615,6 +653,23 @@ impl Worker {
             (None, None) => {}
         }
         Ok(())
+    }
+
+    /// Raises MLX's wired limit to `limit` (the fit's rule decided it) where
+    /// MLX computes on the GPU, capped at the GPU's recommended working set:
+    /// MLX refuses a limit above it and the process exits (mlx-lm's
+    /// `wired_limit` uses the working set itself). Where the working set
+    /// cannot be read, nothing is set. Returns the limit in force.
+    fn apply_wired_limit(&mut self, limit: Option<usize>) -> Result<Option<usize>> {
+        let working_set = match crate::mlx_memory::gpu_working_set_bytes() {
+            Some(ws) if backend_info().device == crate::backend::DeviceKind::Gpu => ws,
+            _ => return Ok(None),
+        };
+        let Some(limit) = limit.filter(|&l| l > 0) else { return Ok(None) };
+        let limit = limit.min(usize::try_from(working_set).unwrap_or(usize::MAX));
+        mlx_rs::memory::set_wired_limit(limit).op("set_wired_limit")?;
+        self.wired = Some(limit);
+        Ok(Some(limit))
     }
 
     fn load(&mut self, dir: &Path, settings: LoadSettings, after_unload: Option<AfterUnload>) -> Result<ModelInfo> {
@@ -655,14 +710,21 @@ impl Worker {
             quantization_label: config.quantization.as_ref().map(|q| q.default.label()),
             quant_kernel: model.quant_kernel(),
             kv_dtype: dtype_name(model.activation_dtype()),
+            kv_format: settings.kv,
+            kv_label: settings.kv.label(short_dtype_name(model.activation_dtype())),
             weight_bytes: model.nbytes(),
             context_limit: settings.context_limit,
             eos_ids: tokenizer.eos_ids().to_vec(),
             load_time: staged_in + started.elapsed(),
             replaced,
             cache_limit_bytes: settings.cache_limit_bytes,
+            wired_limit_bytes: None,
         };
         self.apply_cache_limit(settings.cache_limit_bytes).map_err(none_loaded)?;
+        let info = ModelInfo {
+            wired_limit_bytes: self.apply_wired_limit(settings.wired_limit_bytes).map_err(none_loaded)?,
+            ..info
+        };
         self.loaded = Some(Loaded { model, tokenizer, settings });
         Ok(info)
     }
@@ -682,12 +744,23 @@ impl Worker {
         let limit = loaded.settings.context_limit;
         let prompt = encode_within(&loaded.tokenizer, &request.messages, limit, request.overflow)?;
         let mut sampler = Sampler::new(request.sampling.clone())?;
+        let format = request.kv.unwrap_or(loaded.settings.kv);
+        loaded.model.check_kv_format(format)?;
 
         let mut one_off;
         let cache = match &request.session {
-            Some(s) => self.sessions.entry(s.clone()).or_insert_with(|| loaded.model.new_cache()),
+            Some(s) => {
+                // Another format cannot reuse this cache's keys: start over.
+                if self.sessions.get(s).is_some_and(|c| c.format() != format) {
+                    self.sessions.remove(s);
+                }
+                match self.sessions.entry(s.clone()) {
+                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::hash_map::Entry::Vacant(e) => e.insert(loaded.model.new_cache_as(format)?),
+                }
+            }
             None => {
-                one_off = loaded.model.new_cache();
+                one_off = loaded.model.new_cache_as(format)?;
                 &mut one_off
             }
         };
@@ -737,6 +810,7 @@ impl Worker {
             rates: generation.timings.rates(),
             timings: generation.timings,
             peak_memory_bytes,
+            kv_label: cache.label(short_dtype_name(loaded.model.activation_dtype())),
         };
         Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }])
     }
@@ -749,6 +823,7 @@ fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Model, Tokeni
     let tokenizer = Tokenizer::from_dir(dir)?;
     tokenizer.check_template()?;
     let model = stage(dir, settings.dtype, settings.kernel)?;
+    model.check_kv_format(settings.kv)?;
     let rows = model.config().text.vocab_size;
     // Every id is smaller than `rows` (positive, checked on reading): an id
     // past the table would be an out-of-bounds read in MLX's `take`.

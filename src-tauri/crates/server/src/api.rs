@@ -2,6 +2,7 @@
 //! into an engine request, and the response, chunk and usage objects.
 
 use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_core::kv::{KvFormat, KvFormatError};
 use headroom_engine::worker::{GenerateRequest, OverflowPolicy, TurnStats};
 use headroom_engine::SamplingParams;
 use serde::{Deserialize, Serialize};
@@ -26,6 +27,10 @@ struct RawRequest {
     top_p: Option<f64>,
     seed: Option<u64>,
     n: Option<u64>,
+    // Headroom's own: the KV cache's quantization (mlx-lm's names).
+    kv_bits: Option<u64>,
+    kv_group_size: Option<u64>,
+    quantized_kv_start: Option<u64>,
     // Accepted by OpenAI, not implemented here: refused when they would
     // change the answer, so a client never gets silently different output.
     stop: Option<Value>,
@@ -67,6 +72,8 @@ pub struct ChatRequest {
     pub stream: bool,
     /// `stream_options.include_usage`: a last chunk with `usage`.
     pub include_usage: bool,
+    /// `generate.kv`, as asked: the model must be ready for it (a format
+    /// that needs more memory than the loaded one was approved for is a reload).
     pub generate: GenerateRequest,
 }
 
@@ -160,6 +167,21 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             .param("top_p")
             .code("invalid_value"));
     }
+    // A quantized KV cache for this request (Headroom's extension, mlx-lm's
+    // names): `kv_bits` 2–8, `kv_group_size` 32/64/128 (default 64),
+    // `quantized_kv_start` tokens (default mlx-lm's 5000).
+    let kv = match KvFormat::from_parts(raw.kv_bits, raw.kv_group_size, raw.quantized_kv_start) {
+        Ok(KvFormat::Float) => None,
+        Ok(format) => Some(format),
+        Err(e) => {
+            let param = match e {
+                KvFormatError::GroupSize(_) => "kv_group_size",
+                KvFormatError::Start(_) => "quantized_kv_start",
+                _ => "kv_bits",
+            };
+            return Err(ApiError::invalid(format!("{e}.")).param(param).code("invalid_value"));
+        }
+    };
     let sampling = SamplingParams {
         temperature: temperature as f32,
         top_p: top_p as f32,
@@ -179,6 +201,7 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             // turns silently would answer a different conversation.
             overflow: OverflowPolicy::Error,
             ignore_eos: false,
+            kv,
         },
     })
 }
@@ -257,6 +280,8 @@ pub struct HeadroomStats {
     pub reused_tokens: usize,
     pub batch: usize,
     pub peak_memory_bytes: usize,
+    /// What the request's KV cache was: "bf16", "8-bit (group 64)", …
+    pub kv_cache: String,
 }
 
 impl Usage {
@@ -274,6 +299,7 @@ impl Usage {
                 reused_tokens: s.reused_tokens,
                 batch: s.batch,
                 peak_memory_bytes: s.peak_memory_bytes,
+                kv_cache: s.kv_label.clone(),
             },
         }
     }

@@ -95,6 +95,9 @@ impl From<ProvideError> for ApiError {
             ProvideError::LoadFailed { model, reason } => {
                 ApiError::server(format!("The model `{model}` could not be loaded: {reason}")).code("model_load_failed")
             }
+            e @ ProvideError::KvFormat { .. } => {
+                ApiError::invalid(format!("{e}.")).param("kv_group_size").code("invalid_value")
+            }
         }
     }
 }
@@ -115,11 +118,12 @@ fn would_not_fit(model: &str, report: &FitReport) -> ApiError {
     let gb = |b: u64| b as f64 / GIB as f64;
     let mut message = format!(
         "Loading `{model}` would push this machine into swap: it needs {:.2} GB at {} tokens of context \
-         ({:.2} GB weights + {:.2} GB KV cache + {:.2} GB overhead) but the budget is {:.2} GB, {:.2} GB over.",
+         ({:.2} GB weights + {:.2} GB KV cache ({}) + {:.2} GB overhead) but the budget is {:.2} GB, {:.2} GB over.",
         gb(e.predicted_peak_bytes),
         e.context_tokens,
         gb(e.weight_bytes),
-        gb(e.kv_cache_bytes),
+        gb(e.kv_peak_bytes()),
+        report.kv_label,
         gb(e.overhead.total_bytes),
         gb(report.budget.budget_bytes),
         gb(over),
@@ -132,7 +136,8 @@ fn would_not_fit(model: &str, report: &FitReport) -> ApiError {
         "verdict": report.verdict,
         "context_tokens": e.context_tokens,
         "weight_bytes": e.weight_bytes,
-        "kv_cache_bytes": e.kv_cache_bytes,
+        "kv_cache_bytes": e.kv_peak_bytes(),
+        "kv_cache": report.kv_label,
         "overhead_bytes": e.overhead.total_bytes,
         "predicted_peak_bytes": e.predicted_peak_bytes,
         "budget_bytes": report.budget.budget_bytes,
@@ -163,6 +168,10 @@ impl From<EngineError> for ApiError {
                 ApiError::invalid(e.to_string()).param(param).code("invalid_value")
             }
             EngineError::EmptyPrompt => ApiError::invalid(e.to_string()).param("messages"),
+            // The model's heads cannot be quantized with this group size.
+            EngineError::KvFormat { .. } => {
+                ApiError::invalid(e.to_string()).param("kv_group_size").code("invalid_value")
+            }
             // The template itself refused the conversation (roles out of order, …).
             EngineError::TemplateRender { .. } | EngineError::NoChatTemplate { .. } => {
                 ApiError::invalid(e.to_string()).param("messages").code("chat_template")
@@ -225,7 +234,7 @@ mod tests {
             kv_layers: vec![headroom_core::fit::KvLayers::full(48, 8, 128)],
             ..ModelFootprint::default()
         };
-        let report = check(&model, 8192, BudgetInputs::new(16 * GIB));
+        let report = check(&model, 8192, headroom_core::kv::KvFormat::Float, BudgetInputs::new(16 * GIB));
         assert!(report.verdict.refuses(), "{:?}", report.verdict);
         let e = ApiError::from(ProvideError::WouldNotFit { model: "big".into(), report: Box::new(report.clone()) });
         assert_eq!((e.status.as_u16(), e.kind, e.param.as_deref()), (507, "insufficient_memory", Some("model")));

@@ -62,6 +62,14 @@ pub enum ProvideError {
     /// provider says why in words its user can act on.
     #[error("the model `{model}` could not be loaded: {reason}")]
     LoadFailed { model: String, reason: String },
+    /// The request's KV format cannot be used with this model (its heads
+    /// are not a whole number of groups); nothing was loaded.
+    #[error("the model `{model}` cannot keep its KV cache that way: {source}")]
+    KvFormat {
+        model: String,
+        #[source]
+        source: headroom_core::kv::KvFormatError,
+    },
 }
 
 pub type Result<T, E = ServerError> = std::result::Result<T, E>;

@@ -3,6 +3,8 @@
 //! its model list and fit check, so the server, the CLI and the popover
 //! agree on what exists and on what would swap.
 
+use headroom_core::kv::KvFormat;
+
 use crate::error::ProvideError;
 
 /// A model as `GET /v1/models` lists it.
@@ -36,5 +38,16 @@ pub trait ModelProvider: Send + Sync + 'static {
     /// provider's default) and, only if it fits, a load that replaces the
     /// current model (the engine drops the old one first, so two models
     /// never share memory).
-    fn ensure_loaded(&self, id: &str, context_limit: Option<usize>) -> Result<ReadyModel, ProvideError>;
+    ///
+    /// `kv` is the KV format the request asks for (`None`: the provider's).
+    /// A loaded model serves it as it is when that format needs no more
+    /// memory than the one its load was approved for; otherwise the model is
+    /// fit-checked and loaded again with it, so a request can never take
+    /// memory the verdict did not approve.
+    fn ensure_loaded(
+        &self,
+        id: &str,
+        context_limit: Option<usize>,
+        kv: Option<KvFormat>,
+    ) -> Result<ReadyModel, ProvideError>;
 }

@@ -194,7 +194,8 @@ async fn chat_response(
         let _turn = ctx.turn.lock().await;
         let provider = Arc::clone(&ctx.provider);
         let context_limit = ctx.config.context_limit;
-        let ready = tokio::task::spawn_blocking(move || provider.ensure_loaded(&model, context_limit))
+        let kv = generate.kv;
+        let ready = tokio::task::spawn_blocking(move || provider.ensure_loaded(&model, context_limit, kv))
             .await
             .map_err(|e| ApiError::server(format!("Loading the model stopped unexpectedly: {e}")))??;
         let run = ctx.engine.generate(generate)?;

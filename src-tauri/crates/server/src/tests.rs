@@ -10,6 +10,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use headroom_core::fit::{check, BudgetInputs, GIB};
+use headroom_core::kv::KvFormat;
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use headroom_engine::worker::{EngineHandle, LoadSettings, DEFAULT_CONTEXT_LIMIT};
 use serde_json::{json, Value};
@@ -44,7 +45,12 @@ impl ModelProvider for DemoProvider {
         ["demo", "huge"].map(|id| ModelCard { id: id.into(), created: 1, owned_by: "headroom".into() }).to_vec()
     }
 
-    fn ensure_loaded(&self, id: &str, context_limit: Option<usize>) -> Result<ReadyModel, ProvideError> {
+    fn ensure_loaded(
+        &self,
+        id: &str,
+        context_limit: Option<usize>,
+        kv: Option<KvFormat>,
+    ) -> Result<ReadyModel, ProvideError> {
         let available = match id {
             "demo" => 64 * GIB,
             "huge" => 0,
@@ -58,7 +64,7 @@ impl ModelProvider for DemoProvider {
         let failed =
             |e: headroom_engine::EngineError| ProvideError::LoadFailed { model: id.into(), reason: e.to_string() };
         let footprint = headroom_engine::inspect_model(demo_dir()).map_err(failed)?;
-        let report = check(&footprint, context_limit as u64, BudgetInputs::new(available));
+        let report = check(&footprint, context_limit as u64, kv.unwrap_or_default(), BudgetInputs::new(available));
         if report.verdict.refuses() {
             return Err(ProvideError::WouldNotFit { model: id.into(), report: Box::new(report) });
         }

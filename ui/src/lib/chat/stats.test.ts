@@ -14,6 +14,7 @@ const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
   peakMemoryBytes: 12_500_000,
   model: 'headroom-demo-tiny',
   slowdown: null,
+  kvCache: '8-bit (group 64)',
   ...o,
 });
 
@@ -66,6 +67,7 @@ describe('statsDetails', () => {
       Batch: '1',
       'Peak memory': '13 MB',
       Model: 'headroom-demo-tiny',
+      'KV cache': '8-bit (group 64)',
       Ended: 'hit the token limit',
     });
   });

@@ -61,6 +61,7 @@ export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string
     ['Batch', String(s.batch)],
     ['Peak memory', formatBytes(s.peakMemoryBytes)],
     ['Model', s.model],
+    ['KV cache', s.kvCache],
   ];
   if (reason) rows.push(['Ended', formatReason(reason)]);
   if (s.slowdown) rows.push(['Slowed', s.slowdown]);

@@ -17,6 +17,7 @@ const STATS: ChatEvent = {
     peakMemoryBytes: 1e7,
     model: 'demo',
     slowdown: null,
+    kvCache: 'bf16',
   },
 };
 

@@ -18,6 +18,8 @@ export interface TurnStats {
   model: string;
   /** Set when memory slowed the answer ("slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB"). */
   slowdown: string | null;
+  /** What the KV cache was: "bf16", "8-bit (group 64)", … */
+  kvCache: string;
 }
 
 /**

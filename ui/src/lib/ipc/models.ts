@@ -80,6 +80,12 @@ export interface LoadResult extends ModelEntry {
   context_limit: number;
   unload_ms: number;
   load_ms: number;
+  /** MLX's buffer-cache cap while this model is loaded (`fit::buffer_cache_limit`). */
+  cache_limit_bytes: number;
+  /** MLX's wired limit; null: nothing wired (off Metal, or no safe reserve: `fit::wired_limit`). */
+  wired_limit_bytes: number | null;
+  /** How its KV caches store keys and values ("8-bit (group 64) from 5000 tokens"). */
+  kv_cache: string;
 }
 
 /** The code a refused load rejects with; its `details.report` is the `FitReport`. */

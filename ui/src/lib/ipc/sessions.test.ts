@@ -55,7 +55,7 @@ describe('sessions', () => {
 
 describe('settings', () => {
   it('reads and writes the whole struct', async () => {
-    const settings: Settings = { ...DEFAULT_SETTINGS };
+    const settings: Settings = { ...DEFAULT_SETTINGS, kvBits: 8, quantizedKvStart: 0 };
     const calls: Array<[string, unknown]> = [];
     mockIPC((cmd, args) => {
       calls.push([cmd, args]);

@@ -19,4 +19,6 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   launchAtLogin: false,
   globalShortcut: 'Alt+Space',
   idleUnloadMinutes: 15,
+  kvBits: null,
+  quantizedKvStart: 5000,
 });

@@ -30,6 +30,10 @@ export interface Settings {
   globalShortcut: string | null;
   /** Unload the model after this many minutes without use (1–1440); null: never. */
   idleUnloadMinutes: number | null;
+  /** The KV cache's bits (8 or 4, group size 64); null: the activations' float type. Next load. */
+  kvBits: number | null;
+  /** Tokens a quantized KV cache stays in float before it is converted (mlx-lm's quantized_kv_start). */
+  quantizedKvStart: number;
 }
 
 /** The stored settings; fields never set have their defaults. */

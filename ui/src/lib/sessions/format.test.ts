@@ -54,7 +54,7 @@ describe('toChatMessages', () => {
       msg({ id: 6, role: 'assistant', content: '', status: 'error', error: 'The engine stopped.' }),
     ]);
     expect(out.map((m) => m.id)).toEqual([2, 3, 4, 5, 6]);
-    expect(out[1]?.stats).toMatchObject({ model: 'demo', decodeTps: 90, contextTokens: 40, slowdown: STATS.slowdown });
+    expect(out[1]?.stats).toMatchObject({ model: 'demo', decodeTps: 90, contextTokens: 40, slowdown: STATS.slowdown, kvCache: 'float16' });
     expect(out[1]?.reason).toBe('length');
     expect(out[3]).toMatchObject({ interrupted: true, reason: 'cancelled', text: 'Hal' });
     expect(out[4]?.failed).toBe('The engine stopped.');

@@ -31,6 +31,7 @@ export function toTurnStats(s: StoredTurnStats): TurnStats {
     peakMemoryBytes: s.peakMemoryBytes,
     model: s.modelId,
     slowdown: s.slowdown,
+    kvCache: s.kvDtype,
   };
 }
 

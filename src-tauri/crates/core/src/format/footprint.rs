@@ -3,6 +3,7 @@
 //! the engine's inspection of a folder on disk and the hub's of a repo it
 //! has not downloaded, so the two can never disagree.
 
+use crate::attention::Backend;
 use crate::bench::WeightBytes;
 use crate::fit::{Experts, KvLayers, ModelFootprint};
 
@@ -17,6 +18,8 @@ pub struct LoadShape {
     /// Whether the chosen quantized-matmul kernel multiplies prompt chunks by
     /// dequantized weights (the engine's CPU kernel); only matters for a quantized model.
     pub dequantizing_kernel: bool,
+    /// The MLX backend it will compute on (which attention kernels exist).
+    pub backend: Backend,
 }
 
 /// The footprint of the model `config` describes, whose weight files have
@@ -101,6 +104,7 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
         kv_layers,
         active_weight_bytes,
         experts,
+        backend: shape.backend,
     }
 }
 
@@ -161,9 +165,14 @@ mod tests {
         assert_eq!((fp.max_context, fp.head_dim, fp.kv_heads), (Some(4096), 16, 2));
         assert_eq!(fp.kv_layers, [KvLayers::full(2, 2, 16)]);
         assert!(!fp.prefill_dequantizes);
-        let wide = footprint(&config, &[h], LoadShape { widen_floats_to_f32: true, dequantizing_kernel: true });
+        let wide = footprint(
+            &config,
+            &[h],
+            LoadShape { widen_floats_to_f32: true, dequantizing_kernel: true, backend: Backend::Metal },
+        );
         assert_eq!(wide.weight_bytes, 100 * 4 + 100 * 8 * 4 + 64 * 4);
         assert_eq!(wide.kv_bytes_per_element, 4);
         assert!(wide.prefill_dequantizes);
+        assert_eq!((fp.backend, wide.backend), (Backend::Cpu, Backend::Metal));
     }
 }

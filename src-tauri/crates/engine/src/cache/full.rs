@@ -9,17 +9,22 @@
 use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
 use mlx_rs::{ops, Array};
 
-use crate::error::{MlxContext, Result};
+use crate::error::{EngineError, MlxContext, Result};
+use crate::kv_quant::{Quantized, QuantizedKv};
 
 /// Positions added to a layer's buffers each time they run out.
 pub const KV_STEP: i32 = 256;
 
-/// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`.
+/// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`,
+/// in the float type or, once converted, quantized (kv_quant.rs).
 #[derive(Debug, Default, Clone)]
 pub struct LayerKv {
     keys: Option<Array>,
     values: Option<Array>,
     offset: i32,
+    quantized: Option<QuantizedKv>,
+    /// `(group_size, bits)` once the layer is quantized.
+    quant: Option<(i32, i32)>,
 }
 
 impl LayerKv {
@@ -28,9 +33,9 @@ impl LayerKv {
         self.offset
     }
 
-    /// The keys' element type; `None` before the first write.
+    /// The keys' float type (their scales' once quantized); `None` before the first write.
     pub(super) fn dtype(&self) -> Option<mlx_rs::Dtype> {
-        self.keys.as_ref().map(Array::dtype)
+        self.keys.as_ref().map(Array::dtype).or_else(|| self.quantized.as_ref().map(QuantizedKv::float_dtype))
     }
 
     /// Positions the buffers hold before they must grow.
@@ -39,8 +44,42 @@ impl LayerKv {
         self.keys.as_ref().map_or(0, |k| k.dim(2))
     }
 
+    /// `(group_size, bits)` when the layer's keys and values are quantized.
+    pub fn quantization(&self) -> Option<(i32, i32)> {
+        self.quant
+    }
+
+    /// [`Self::update_and_fetch`] for a quantized layer: the filled keys and values, quantized.
+    pub fn update_and_fetch_quantized(&mut self, keys: &Array, values: &Array) -> Result<(Quantized, Quantized)> {
+        let (group_size, bits) = self.quant.ok_or(EngineError::Shape {
+            what: "KV cache",
+            expected: "a quantized layer".into(),
+            found: vec![self.offset],
+        })?;
+        let out = QuantizedKv::update_and_fetch(&mut self.quantized, self.offset, keys, values, group_size, bits)?;
+        self.offset += keys.dim(2);
+        Ok(out)
+    }
+
+    /// mlx-lm's `to_quantized`: from now on the keys and values are kept
+    /// quantized (whatever was written is converted).
+    pub(super) fn quantize(&mut self, group_size: i32, bits: i32) -> Result<()> {
+        if let (Some(k), Some(v)) = (self.keys.take(), self.values.take()) {
+            self.quantized = Some(QuantizedKv::from_float(&k, &v, group_size, bits)?);
+        }
+        self.quant = Some((group_size, bits));
+        Ok(())
+    }
+
     /// Appends `[B, kv_heads, L, D]` keys/values and returns all filled ones.
     pub fn update_and_fetch(&mut self, keys: &Array, values: &Array) -> Result<(Array, Array)> {
+        if self.quant.is_some() {
+            return Err(EngineError::Shape {
+                what: "KV cache",
+                expected: "a float layer (this one is quantized)".into(),
+                found: vec![self.offset],
+            });
+        }
         let prev = self.offset;
         let new = keys.dim(2);
         let (k_buf, v_buf) = match (self.keys.take(), self.values.take()) {
@@ -91,11 +130,18 @@ impl LayerKv {
     }
 
     pub fn nbytes(&self) -> usize {
-        self.keys.as_ref().map_or(0, Array::nbytes) + self.values.as_ref().map_or(0, Array::nbytes)
+        self.keys.as_ref().map_or(0, Array::nbytes)
+            + self.values.as_ref().map_or(0, Array::nbytes)
+            + self.quantized.as_ref().map_or(0, QuantizedKv::nbytes)
     }
 
     pub(super) fn arrays(&self) -> impl Iterator<Item = &Array> {
-        self.keys.iter().chain(self.values.iter())
+        self.keys.iter().chain(self.values.iter()).chain(self.quantized.iter().flat_map(QuantizedKv::arrays))
+    }
+
+    #[cfg(test)]
+    pub(crate) fn quantized_kv(&self) -> Option<&QuantizedKv> {
+        self.quantized.as_ref()
     }
 }
 

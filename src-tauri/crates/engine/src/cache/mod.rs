@@ -15,14 +15,24 @@
 //! state has mixed every position into itself. Where any layer cannot step
 //! back exactly, the whole cache is emptied and the prompt recomputed
 //! (`reuse_prefix`), so a reused turn gives the tokens a fresh run gives.
+//!
+//! A quantized KV format (`headroom_core::kv`) applies to the full-attention
+//! layers only, as in mlx-lm 0.32.2, whose `maybe_quantize_kv_cache` converts
+//! every layer cache that has a `to_quantized`: `KVCache` has one, the
+//! recurrent `ArraysCache` has none (left as it is), and `RotatingKVCache`'s
+//! raises "Quantization NYI". So a model with sliding-window layers is
+//! refused a quantized format up front ([`KvCache::with_format`]) rather than
+//! failing at the conversion in the middle of a turn.
 
 pub mod full;
 pub mod recurrent;
 pub mod rotating;
 
+use headroom_core::kv::{KvFormat, KvFormatError};
 use mlx_rs::Array;
 
 use crate::error::{EngineError, Result};
+use crate::kv_quant::Quantized;
 pub use full::LayerKv;
 pub use recurrent::RecurrentState;
 pub use rotating::RotatingKv;
@@ -92,6 +102,23 @@ impl LayerCache {
         }
     }
 
+    /// `(group_size, bits)` when this is a full-attention layer whose keys and values are quantized.
+    pub fn quantization(&self) -> Option<(i32, i32)> {
+        match self {
+            Self::Full(c) => c.quantization(),
+            _ => None,
+        }
+    }
+
+    /// [`Self::update_and_fetch`] for a quantized full-attention layer.
+    pub fn update_and_fetch_quantized(&mut self, keys: &Array, values: &Array) -> Result<(Quantized, Quantized)> {
+        match self {
+            Self::Full(c) => c.update_and_fetch_quantized(keys, values),
+            Self::Rotating(_) => Err(wrong_kind("a quantized cache", "a sliding-window cache")),
+            Self::Recurrent(_) => Err(wrong_kind("a quantized cache", "a recurrent state")),
+        }
+    }
+
     /// The mask for `n` new queries, taken before they are appended (as mlx-lm does).
     pub fn attention_mask(&self, n: i32) -> Result<AttentionMask> {
         let window = match self {
@@ -103,6 +130,21 @@ impl LayerCache {
             None if n > 1 => AttentionMask::Causal,
             None => AttentionMask::None,
         })
+    }
+
+    /// The quantized keys and values of a full-attention layer, once converted.
+    #[cfg(test)]
+    pub fn quantized_kv(&self) -> Option<&crate::kv_quant::QuantizedKv> {
+        self.full().and_then(LayerKv::quantized_kv)
+    }
+
+    /// The full-attention cache, if this is one.
+    #[cfg(test)]
+    pub fn full(&self) -> Option<&LayerKv> {
+        match self {
+            Self::Full(c) => Some(c),
+            _ => None,
+        }
     }
 
     /// The full-attention cache, if this is one.
@@ -181,12 +223,64 @@ fn wrong_kind(wanted: &str, found: &str) -> EngineError {
 pub struct KvCache {
     layers: Vec<LayerCache>,
     tokens: Vec<u32>,
+    /// How the full-attention layers store keys and values; a quantized
+    /// format converts them once (see [`Self::maybe_quantize`]).
+    format: KvFormat,
 }
 
 impl KvCache {
-    /// An empty cache with one entry of each kind given, in layer order.
+    /// An empty float cache with one entry of each kind given, in layer order.
     pub fn new(kinds: &[LayerKind]) -> Self {
-        Self { layers: kinds.iter().map(|k| LayerCache::new(*k)).collect(), tokens: Vec::new() }
+        Self {
+            layers: kinds.iter().map(|k| LayerCache::new(*k)).collect(),
+            tokens: Vec::new(),
+            format: KvFormat::Float,
+        }
+    }
+
+    /// An empty cache whose full-attention layers store keys and values as
+    /// `format`; a quantized format is refused for a model with
+    /// sliding-window layers (mlx-lm cannot quantize those; module docs).
+    pub fn with_format(kinds: &[LayerKind], format: KvFormat) -> std::result::Result<Self, KvFormatError> {
+        if format.quant().is_some() && kinds.iter().any(|k| matches!(k, LayerKind::Rotating { .. })) {
+            return Err(KvFormatError::SlidingWindow);
+        }
+        Ok(Self { format, ..Self::new(kinds) })
+    }
+
+    pub fn format(&self) -> KvFormat {
+        self.format
+    }
+
+    /// Whether the keys and values are quantized now (a quantized format
+    /// starts in the float type until the cache reaches its start).
+    pub fn is_quantized(&self) -> bool {
+        self.layers.iter().any(|l| l.quantization().is_some())
+    }
+
+    /// What the cache holds now, for a turn's stats: `float` (the
+    /// activations' type, e.g. "bf16") or "8-bit (group 64)".
+    pub fn label(&self, float: &str) -> String {
+        self.format.state_label(float, self.is_quantized())
+    }
+
+    /// mlx-lm's `maybe_quantize_kv_cache`, run after every forward pass:
+    /// a quantized format converts every full-attention layer once the
+    /// cache holds at least its `start` positions, and they stay quantized
+    /// (trims included). Recurrent layers are left as they are.
+    pub fn maybe_quantize(&mut self) -> Result<()> {
+        let Some(q) = self.format.quant() else { return Ok(()) };
+        if self.is_quantized() || !self.format.converts_at(u64::try_from(self.offset()).unwrap_or(0)) {
+            return Ok(());
+        }
+        // Checked when the format was accepted (KV_BITS, KV_GROUP_SIZES).
+        let (group_size, bits) = (i32::try_from(q.group_size).unwrap_or(64), i32::try_from(q.bits).unwrap_or(8));
+        for layer in &mut self.layers {
+            if let LayerCache::Full(c) = layer {
+                c.quantize(group_size, bits)?;
+            }
+        }
+        Ok(())
     }
 
     /// Positions fed (the same in every layer).
@@ -243,7 +337,7 @@ impl KvCache {
         usize::try_from(dropped).unwrap_or(0)
     }
 
-    /// Empties the cache and frees its buffers.
+    /// Empties the cache and frees its buffers (a quantized format starts over in float).
     pub fn clear(&mut self) {
         for layer in &mut self.layers {
             *layer = LayerCache::new(layer.kind());
@@ -265,6 +359,11 @@ impl KvCache {
         }
         self.trim(drop);
         keep
+    }
+
+    #[cfg(test)]
+    pub(crate) fn layers(&self) -> &[LayerCache] {
+        &self.layers
     }
 
     pub(crate) fn layers_mut(&mut self) -> &mut [LayerCache] {
@@ -326,6 +425,34 @@ mod tests {
         assert_eq!(c.offset(), 5);
         assert!(!c.can_trim(1));
         assert_eq!(c.reuse_prefix(&[1, 2, 9, 4, 7]), 0);
+        Ok(())
+    }
+
+    /// mlx-lm 0.32.2 quantizes full-attention caches, leaves recurrent
+    /// states alone and cannot quantize a rotating window: the same here,
+    /// refused when the cache is made rather than at the conversion.
+    #[test]
+    fn a_quantized_format_converts_full_layers_leaves_states_and_refuses_windows() -> Result<()> {
+        let q8 = KvFormat::bits_from_start(8);
+        let windowed = [LayerKind::Full, LayerKind::Rotating { window: 4 }];
+        assert_eq!(KvCache::with_format(&windowed, q8).err(), Some(KvFormatError::SlidingWindow));
+        assert!(KvCache::with_format(&windowed, KvFormat::Float).is_ok());
+        let mut c = KvCache::with_format(&[LayerKind::Recurrent, LayerKind::Full], q8)
+            .map_err(|source| EngineError::KvFormat { source })?;
+        let x = Array::from_slice(&vec![1.0f32; 2 * 64], &[1, 1, 2, 64]);
+        for layer in c.layers_mut() {
+            match layer {
+                LayerCache::Recurrent(r) => r.advance(2),
+                other => {
+                    other.update_and_fetch(&x, &x)?;
+                }
+            }
+        }
+        c.maybe_quantize()?;
+        assert!(c.is_quantized());
+        assert_eq!(c.layers()[1].quantization(), Some((64, 8)));
+        assert_eq!((c.layers()[0].quantization(), c.layers()[0].kind()), (None, LayerKind::Recurrent));
+        assert_eq!(c.label("bf16"), "8-bit (group 64)");
         Ok(())
     }
 

@@ -109,6 +109,10 @@ impl Arch {
 pub enum Preset {
     /// 2 layers × 64 wide, vocabulary = the demo tokenizer's: for unit tests.
     Tiny,
+    /// Tiny, but with heads 64 wide (2 layers × 256, 4/2 heads): the
+    /// smallest model whose keys and values MLX can quantize with mlx-lm's
+    /// KV group size of 64 (the quantized-KV tests and their parity).
+    TinyKv,
     /// 12 layers × 256 wide: still quick on a CPU, big enough to time.
     Small,
     /// 12 layers × 768 wide, 12/4 heads: about 100 M parameters (fit calibration).
@@ -129,10 +133,18 @@ pub enum Preset {
 }
 
 impl Preset {
-    pub const ALL: [Preset; 6] =
-        [Preset::Tiny, Preset::Small, Preset::Medium, Preset::Qwen25_0_5B, Preset::Qwen25_7B, Preset::Qwen25_14B];
-    const CLI: [Preset; 9] = [
+    pub const ALL: [Preset; 7] = [
         Preset::Tiny,
+        Preset::TinyKv,
+        Preset::Small,
+        Preset::Medium,
+        Preset::Qwen25_0_5B,
+        Preset::Qwen25_7B,
+        Preset::Qwen25_14B,
+    ];
+    const CLI: [Preset; 10] = [
+        Preset::Tiny,
+        Preset::TinyKv,
         Preset::Small,
         Preset::Medium,
         Preset::Qwen25_0_5B,
@@ -157,6 +169,7 @@ impl Preset {
     pub fn as_str(self) -> &'static str {
         match self {
             Preset::Tiny => "tiny",
+            Preset::TinyKv => "tiny-kv",
             Preset::Small => "small",
             Preset::Medium => "medium",
             Preset::Qwen25_0_5B => "qwen2.5-0.5b",
@@ -229,7 +242,7 @@ cli_enum!(Arch, "architecture", "qwen2, qwen3, llama, mistral, qwen3_moe, gemma3
 cli_enum!(
     Preset,
     "preset",
-    "tiny, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b, qwen3-30b-a3b, gemma-3-12b, qwen3.5-35b-a3b",
+    "tiny, tiny-kv, small, medium, qwen2.5-0.5b, qwen2.5-7b, qwen2.5-14b, qwen3-30b-a3b, gemma-3-12b, qwen3.5-35b-a3b",
     []
 );
 cli_enum!(Bits, "bit width", "4, 8, 16", ["bf16" => Bits::Sixteen]);

@@ -8,6 +8,7 @@ use crate::error::{EngineError, Result};
 use crate::quant::QuantKernel;
 use headroom_core::bench::WeightBytes;
 use headroom_core::format::ModelConfig;
+use headroom_core::kv::KvFormat;
 
 pub mod decoder;
 pub mod gemma3_text;
@@ -66,14 +67,18 @@ impl Model {
     }
 
     pub fn forward_with(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
-        match self {
+        let out = match self {
             Model::Qwen2(m) => m.forward(tokens, cache, logits),
             Model::Qwen3(m) => m.forward(tokens, cache, logits),
             Model::Llama(m) => m.forward(tokens, cache, logits),
             Model::Qwen3Moe(m) => m.forward(tokens, cache, logits),
             Model::Gemma3(m) => m.forward(tokens, cache, logits),
             Model::Qwen3_5(m) => m.forward(tokens, cache, logits),
-        }
+        }?;
+        // After the model call, as mlx-lm's generate_step does: the pass
+        // that reached the start ran over the float cache.
+        cache.maybe_quantize()?;
+        Ok(out)
     }
 
     pub fn config(&self) -> &ModelConfig {
@@ -109,9 +114,24 @@ impl Model {
         }
     }
 
-    /// An empty cache with one entry per layer of this model, each of the kind its layer needs.
+    /// An empty float cache with one entry per layer of this model, each of the kind its layer needs.
+    #[cfg(any(test, feature = "test-support"))]
     pub fn new_cache(&self) -> KvCache {
         KvCache::new(&self.layer_kinds())
+    }
+
+    /// An empty cache that stores keys and values as `format`; refused when
+    /// MLX cannot quantize this model's heads that way.
+    pub fn new_cache_as(&self, format: KvFormat) -> Result<KvCache> {
+        self.check_kv_format(format)?;
+        KvCache::with_format(&self.layer_kinds(), format).map_err(|source| EngineError::KvFormat { source })
+    }
+
+    /// Whether this model's keys and values can be stored as `format`.
+    pub fn check_kv_format(&self, format: KvFormat) -> Result<()> {
+        let head_dim = u64::try_from(self.config().text.head_dim).unwrap_or(0);
+        format.check_head_dim(head_dim).map_err(|source| EngineError::KvFormat { source })?;
+        KvCache::with_format(&self.layer_kinds(), format).map(drop).map_err(|source| EngineError::KvFormat { source })
     }
 
     /// The dtype activations (and so the KV cache) take on: the embedding's

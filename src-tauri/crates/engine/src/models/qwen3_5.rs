@@ -21,7 +21,7 @@ use super::moe::FeedForward;
 use super::{check_cache, mlx, Logits};
 use crate::cache::{KvCache, LayerCache, LayerKind, RecurrentState};
 use crate::error::{EngineError, MlxContext, Result};
-use crate::layers::{last_position, sdpa, split_heads, Embedding, Linear, Params, RmsNorm, Rope};
+use crate::layers::{attend_cached, last_position, split_heads, Embedding, Linear, Params, RmsNorm, Rope};
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::format::{LinearAttention, ModelConfig, TextConfig};
@@ -248,9 +248,7 @@ impl Attention {
         let offset = cache.offset();
         let q = self.rope.forward(&q, offset)?;
         let k = self.rope.forward(&k, offset)?;
-        let mask = cache.attention_mask(l)?;
-        let (k, v) = cache.update_and_fetch(&k, &v)?;
-        let out = sdpa(&q, &k, &v, self.scale, &mask)?;
+        let out = attend_cached(&q, &k, &v, self.scale, cache)?;
         self.o_proj.forward(&out.multiply(ops::sigmoid(&gate).op("sigmoid")?).op("output gate")?)
     }
 }
