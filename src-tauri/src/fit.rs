@@ -7,6 +7,7 @@ use std::path::Path;
 
 use headroom_core::fit::{check, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
 use headroom_core::kv::KvFormat;
+use headroom_core::remedies::Remedy;
 use headroom_engine::worker::LoadSettings;
 use headroom_engine::{inspect, ComputeDtype, EngineError, QuantKernel};
 use headroom_memory::MemoryError;
@@ -130,8 +131,9 @@ pub fn over_by(report: &FitReport) -> u64 {
 }
 
 /// The numbers a refusal carries to the UI (`CommandError::details`), in
-/// the UI's camelCase, with the whole report under `report`.
-pub fn refusal_details(report: &FitReport) -> serde_json::Value {
+/// the UI's camelCase, with the whole report under `report` and what
+/// would make it fit under `remedies`.
+pub fn refusal_details(report: &FitReport, remedies: &[Remedy]) -> serde_json::Value {
     let e = &report.estimate;
     json!({
         "verdict": report.verdict,
@@ -144,6 +146,7 @@ pub fn refusal_details(report: &FitReport) -> serde_json::Value {
         "budgetBytes": report.budget.budget_bytes,
         "overByBytes": over_by(report),
         "largestContextThatFits": report.largest_context_that_fits,
+        "remedies": remedies,
         "report": report,
     })
 }
@@ -223,7 +226,11 @@ mod tests {
         let report = check_model(&dir, 8192, source).unwrap_or_else(|e| panic!("{e}"));
         assert!(matches!(report.verdict, Verdict::CannotFit { .. }), "{:?}", report.verdict);
         assert_eq!(report.budget.budget_bytes, 12 * GIB);
-        let d = refusal_details(&report);
+        // Nothing would make it fit: no KV cache, no context, so no remedy is offered.
+        let remedies = headroom_core::remedies::remedies(&report, KvFormat::Float, 0, &[]);
+        assert_eq!(remedies, []);
+        let d = refusal_details(&report, &remedies);
+        assert_eq!(d["remedies"], json!([]));
         assert_eq!(d["verdict"]["kind"], "cannot_fit");
         assert_eq!(d["weightBytes"], 200_000_000_000u64);
         assert_eq!(d["budgetBytes"], 12 * GIB);

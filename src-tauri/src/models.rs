@@ -10,6 +10,7 @@ use headroom_core::fit::{check, FitReport, ModelFootprint, GIB};
 use headroom_core::format::hf_cache::{RepoFolder, MAIN};
 use headroom_core::format::CONFIG_FILE;
 use headroom_core::kv::KvFormat;
+use headroom_core::remedies::{Candidate, Remedy};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use headroom_engine::{mlx_memory, ComputeDtype, EngineError, QuantKernel};
 use serde::Serialize;
@@ -52,6 +53,9 @@ pub struct ModelEntry {
     /// The fit verdict at the app's context limit, with every part; `None`
     /// when there is no budget or the model cannot be read (see `problem`).
     pub fit: Option<FitReport>,
+    /// What would make it fit when `fit` refuses (`headroom_core::remedies`):
+    /// the warning sheet offers these, each with one click.
+    pub remedies: Vec<Remedy>,
     /// Why this folder cannot be loaded, when its files say so (a broken
     /// config, a lying header, an unsupported architecture): the listing
     /// shows it rather than failing, so one bad folder hides no other model.
@@ -213,6 +217,7 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
         size_bytes,
         loaded: false,
         fit: None,
+        remedies: Vec::new(),
         problem,
         footprint,
     });
@@ -252,6 +257,11 @@ pub fn list_models_with_fit(
     for m in &mut list {
         m.fit = inputs.zip(m.footprint.as_ref()).map(|(inputs, fp)| check(fp, context, kv, inputs));
     }
+    let remedies: Vec<Vec<Remedy>> =
+        list.iter().map(|m| m.fit.as_ref().map(|r| remedies_for(r, kv, &m.id, &list)).unwrap_or_default()).collect();
+    for (m, r) in list.iter_mut().zip(remedies) {
+        m.remedies = r;
+    }
     list
 }
 
@@ -288,9 +298,11 @@ pub fn load(
 ) -> Result<LoadResult, CommandError> {
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
     let kernel = state.quant_kernel();
-    let mut entry = list_models(&state.locations.data_dir, &state.locations.hub, kernel)
-        .into_iter()
+    let all = list_models(&state.locations.data_dir, &state.locations.hub, kernel);
+    let mut entry = all
+        .iter()
         .find(|m| m.id == id)
+        .cloned()
         .ok_or_else(|| CommandError::new("MODEL_NOT_FOUND", format!("The model {id} is no longer on this Mac.")))?;
     // A folder the listing could not read is refused with its reason before anything moves.
     if let Some(p) = &entry.problem {
@@ -322,7 +334,12 @@ pub fn load(
                 entry.name
             ),
         };
-        return Err(CommandError { code: "MODEL_TOO_LARGE", message, details: Some(fit::refusal_details(&report)) });
+        let remedies = remedies_for(&report, kv, &entry.id, &all);
+        return Err(CommandError {
+            code: "MODEL_TOO_LARGE",
+            message,
+            details: Some(fit::refusal_details(&report, &remedies)),
+        });
     }
     let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report).map_err(CommandError::from)?;
     entry.loaded = true;
@@ -340,6 +357,21 @@ pub fn load(
         wired_limit_bytes: s.wired_limit_bytes,
         kv_cache: s.kv_cache,
     })
+}
+
+/// What would make the refused `report` fit: a smaller KV cache (from the
+/// first token: the most it saves), another quantization of the same model
+/// among `all` (the models on this Mac but `id`), a shorter context. Each is the
+/// same fit check with one thing changed (`headroom_core::remedies`).
+fn remedies_for(report: &FitReport, kv: KvFormat, id: &str, all: &[ModelEntry]) -> Vec<Remedy> {
+    let candidates: Vec<Candidate> = all
+        .iter()
+        .filter(|m| m.problem.is_none() && m.id != id)
+        .filter_map(|m| {
+            Some(Candidate { id: m.id.clone(), name: m.name.clone(), footprint: m.footprint.clone()?, bits: m.bits })
+        })
+        .collect();
+    headroom_core::remedies::remedies(report, kv, kv.quant().map_or(0, |q| q.start), &candidates)
 }
 
 /// What a switch measured.
@@ -639,6 +671,75 @@ mod tests {
         assert_eq!(err.map(|e| e.code), Some("MODEL_TOO_LARGE"));
         assert!(active() <= before + headroom_engine::worker::RETURN_TOLERANCE_BYTES, "{before} -> {}", active());
         assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
+        let _ = std::fs::remove_dir_all(&state.locations.data_dir);
+    }
+
+    /// The warning's one-click KV remedy through the app's own load: a model
+    /// that would swap with a float KV cache at 128K tokens is refused with
+    /// "the KV cache at 8 bits" among its remedies (the same list the model
+    /// picker shows), and the load that remedy stands for goes through.
+    #[test]
+    fn the_kv_cache_remedy_turns_a_refusal_into_a_load() {
+        let state = crate::test_state("kv-remedy");
+        let dir = state.locations.data_dir.join(MODELS_DIR).join("tiny-kv");
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::TinyKv, Bits::Four))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // A long-context model: the config's ceiling is what the fit caps at.
+        let config = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap_or_else(|e| panic!("{e}"));
+        let config = config.replace("\"max_position_embeddings\": 4096", "\"max_position_embeddings\": 131072");
+        assert!(config.contains("131072"), "{config}");
+        std::fs::write(dir.join(CONFIG_FILE), config).unwrap_or_else(|e| panic!("{e}"));
+        let context = 131_072;
+        let q8 = KvFormat::quantized(8, 64, 0).unwrap_or_default();
+        // The budget halfway between the two peaks: the float cache swaps, 8 bits fit.
+        let peak = |kv| {
+            let source = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
+            let r = fit::check_model_with(&dir, context, ComputeDtype::Native, state.quant_kernel(), kv, source);
+            r.unwrap_or_else(|e| panic!("{e}")).estimate.predicted_peak_bytes
+        };
+        let (float_peak, q8_peak) = (peak(KvFormat::Float), peak(q8));
+        // The float cache's extra bytes over the 8-bit one's: 2 layers × 2 KV
+        // heads × 64 × 128K positions × (2 − 17/16) bytes, about 63 MB.
+        assert!(float_peak > q8_peak + (48 << 20), "{float_peak} vs {q8_peak}");
+        // This Mac's available memory moves while other tests run: the budget
+        // is set from a fresh reading for each try, and one try of a few
+        // must land between the two peaks.
+        let kind = |r: &Remedy| std::mem::discriminant(r);
+        let mut refused_with = None;
+        for _ in 0..5 {
+            let available = headroom_memory::read().unwrap_or_else(|e| panic!("{e}")).available;
+            let headroom = available.saturating_sub(float_peak / 2 + q8_peak / 2);
+            assert!(headroom > GIB, "not enough memory free here for this test: {available}");
+            let settings = headroom_core::settings::Settings {
+                os_headroom_gb: headroom as f64 / GIB as f64,
+                context_limit: context,
+                ..Default::default()
+            };
+            state.apply_settings(&settings);
+            let Err(refused) = load(&state, "tiny-kv", None, None, false) else {
+                let _ = state.engine.unload();
+                state.set_loaded(None);
+                continue;
+            };
+            assert_eq!(refused.code, "MODEL_TOO_LARGE");
+            let details = refused.details.unwrap_or_default();
+            let remedies: Vec<Remedy> =
+                serde_json::from_value(details["remedies"].clone()).unwrap_or_else(|e| panic!("{e}: {details}"));
+            if remedies.first().is_some_and(|r| matches!(r, Remedy::KvCache { bits: 8, .. })) {
+                // The picker offers the same kinds (its own reading may move the context's figure).
+                let listed = entries(&state).into_iter().find(|m| m.id == "tiny-kv").map(|m| m.remedies);
+                let listed: Vec<_> = listed.unwrap_or_default().iter().map(kind).collect();
+                assert_eq!(listed, remedies.iter().map(kind).collect::<Vec<_>>());
+                refused_with = Some(remedies);
+                break;
+            }
+        }
+        let remedies = refused_with.unwrap_or_else(|| panic!("never refused with an 8-bit KV remedy"));
+        let Some(Remedy::KvCache { bits: 8, group_size, start, .. }) = remedies.first() else { panic!("{remedies:?}") };
+        let kv = KvFormat::quantized(8, u64::from(*group_size), *start).unwrap_or_default();
+        let loaded = load(&state, "tiny-kv", None, Some(kv), false).unwrap_or_else(|e| panic!("{e:?}"));
+        assert_eq!(loaded.kv_cache, "8-bit (group 64)");
+        assert_eq!(state.loaded_model().map(|m| m.id), Some("tiny-kv".to_owned()));
         let _ = std::fs::remove_dir_all(&state.locations.data_dir);
     }
 }

@@ -604,6 +604,8 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       assert.ok(text.includes(label), `the warning shows ${label}: ${text}`);
     }
     assert.equal(await session.text(await session.byTestId('fit-largest')), 'none');
+    // No KV cache, quantization on disk or context would make 200 GB fit: the sheet says so.
+    assert.match(await session.text(await session.byTestId('fit-remedies-none')), /^Nothing on this Mac would/);
     await session.byTestId('fit-warning-load-anyway');
     const cancel = await session.byTestId('fit-warning-cancel');
     assert.equal(await session.execute('return document.activeElement?.dataset.testid;'), 'fit-warning-cancel', 'Cancel has the focus');

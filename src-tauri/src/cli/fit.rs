@@ -12,6 +12,7 @@ use headroom_core::fit::{
     BudgetLimit, Estimate, FitReport, KvKind, KvLayers, ModelFootprint, Verdict, GIB, MIN_CONTEXT,
 };
 use headroom_core::kv::KvFormat;
+use headroom_core::remedies::{Candidate, Remedy};
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
 
@@ -105,6 +106,8 @@ struct FitOutput<'a> {
     report: &'a FitReport,
     #[serde(skip_serializing_if = "Option::is_none")]
     calibrated: Option<Calibrated>,
+    /// What would make a refused model fit (empty when it fits).
+    remedies: &'a [Remedy],
 }
 
 /// The verdict for the model in `dir` at `context` tokens with the device's
@@ -156,15 +159,74 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(
             |c: u64| headroom_core::fit::estimate(&report.footprint, c, report.estimate.kv_format).predicted_peak_bytes;
         calibration::calibrate(formula, report.estimate.context_tokens, &args.measured)
     });
+    let kv = report.estimate.kv_format;
+    let remedies = if report.verdict.refuses() {
+        let candidates = candidates_beside(&dir, args.dtype, args.kernel);
+        headroom_core::remedies::remedies(&report, kv, kv.quant().map_or(0, |q| q.start), &candidates)
+    } else {
+        Vec::new()
+    };
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&FitOutput { report: &report, calibrated })?)?;
+        writeln!(out, "{}", serde_json::to_string(&FitOutput { report: &report, calibrated, remedies: &remedies })?)?;
     } else {
         write!(out, "{}", describe(&dir.display().to_string(), &report))?;
         if let Some(c) = calibrated {
             writeln!(out, "calibrated peak    {:>10}  ({})", gb(c.predicted_peak_bytes), c.label())?;
         }
+        if report.verdict.refuses() {
+            write!(out, "{}", remedy_lines(&report, &remedies))?;
+        }
     }
     Ok(())
+}
+
+/// The other model folders beside `dir` (its siblings in the same parent
+/// folder: where a 4-bit download sits beside the 8-bit one), read as `fit`
+/// reads `dir`. A folder that cannot be read is not a candidate.
+fn candidates_beside(dir: &Path, dtype: ComputeDtype, kernel: KernelArgs) -> Vec<Candidate> {
+    let Some(entries) = dir.parent().and_then(|p| std::fs::read_dir(p).ok()) else { return Vec::new() };
+    let mut out: Vec<Candidate> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p != dir && p.join(headroom_core::format::CONFIG_FILE).is_file())
+        .filter_map(|p| {
+            let inspection = headroom_engine::inspect(&p, dtype, kernel.quant_kernel()).ok()?;
+            let name = p.file_name()?.to_string_lossy().into_owned();
+            let bits = inspection.config.quantization.as_ref().and_then(|q| u32::try_from(q.default.bits).ok());
+            Some(Candidate { id: p.display().to_string(), name, footprint: inspection.footprint, bits })
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
+/// "What would fit", one line per remedy with its predicted peak against
+/// the budget; or why nothing is offered.
+pub(crate) fn remedy_lines(report: &FitReport, remedies: &[Remedy]) -> String {
+    let budget = gb(report.budget.budget_bytes);
+    if remedies.is_empty() {
+        return format!(
+            "what would fit      nothing: no KV cache, quantization on disk or context brings it within {budget}\n"
+        );
+    }
+    let mut s = format!("what would fit      (each within the {budget} budget)\n");
+    for r in remedies {
+        let peak = gb(r.predicted_peak_bytes());
+        let line = match r {
+            Remedy::KvCache { bits, label, .. } => {
+                format!("the KV cache at {bits} bits ({label}): peak {peak}   --kv-bits {bits} --quantized-kv-start 0")
+            }
+            Remedy::OtherQuantization { name, bits, .. } => {
+                let bits = bits.map_or_else(|| "unquantized".to_owned(), |b| format!("{b}-bit"));
+                format!("{name} ({bits}, on disk): peak {peak}")
+            }
+            Remedy::ShorterContext { context_tokens, .. } => {
+                format!("a context of {context_tokens} tokens: peak {peak}   --context {context_tokens}")
+            }
+        };
+        s.push_str(&format!("  - {line}\n"));
+    }
+    s
 }
 
 /// Bytes as GB (2^30), two decimals.

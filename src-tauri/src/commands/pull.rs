@@ -100,7 +100,11 @@ pub(crate) async fn pull(
         return Err(CommandError {
             code: "MODEL_TOO_LARGE",
             message,
-            details: Some(crate::fit::refusal_details(&checked.fit)),
+            // Before a byte is downloaded, only this model's own remedies apply.
+            details: Some(crate::fit::refusal_details(
+                &checked.fit,
+                &headroom_core::remedies::remedies(&checked.fit, checked.fit.estimate.kv_format, 0, &[]),
+            )),
         });
     }
     let outcome = download(&client, &cache_root(state)?, &checked.model, cancel, on_event).await?;

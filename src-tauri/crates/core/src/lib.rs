@@ -12,6 +12,7 @@ pub mod format;
 pub mod gate;
 pub mod kv;
 pub mod pressure;
+pub mod remedies;
 pub mod router;
 pub mod settings;
 pub mod slowdown;

@@ -1,7 +1,8 @@
 import { render, screen } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
 import { describe, expect, it, vi } from 'vitest';
-import type { FitReport } from '../ipc/models';
+import { remedyLoad } from '../fit/format';
+import type { FitReport, Remedy } from '../ipc/models';
 import FitWarning from './FitWarning.svelte';
 
 const GB = 1024 ** 3;
@@ -73,5 +74,36 @@ describe('FitWarning', () => {
     show({ ...REPORT, verdict: { kind: 'cannot_fit', by_bytes: 170 * GB }, largest_context_that_fits: null });
     expect(screen.queryByRole('button', { name: /Load with/ })).toBeNull();
     expect(screen.getByTestId('fit-largest')).toHaveTextContent('none');
+  });
+
+  it('lists what would fit, each with its numbers, and applies the one clicked', async () => {
+    const user = userEvent.setup();
+    const remedies: Remedy[] = [
+      { kind: 'kv_cache', bits: 8, groupSize: 64, start: 0, label: '8-bit (group 64)', predictedPeakBytes: 9.5 * GB },
+      { kind: 'other_quantization', id: 'org/Big-4bit', name: 'Big-4bit', bits: 4, predictedPeakBytes: 7 * GB },
+      { kind: 'shorter_context', contextTokens: 4096, predictedPeakBytes: 9.9 * GB },
+    ];
+    const onRemedy = vi.fn();
+    render(FitWarning, { props: { name: 'Big', report: REPORT, onCancel: vi.fn(), onLoadWithContext: vi.fn(), onLoadAnyway: vi.fn(), remedies, onRemedy } });
+    const list = screen.getByTestId('fit-remedies');
+    expect(list).toHaveTextContent('Load with the KV cache at 8 bits 8-bit (group 64) · needs 9.5 GB');
+    expect(list).toHaveTextContent('Load Big-4bit instead 4-bit, already on this Mac · needs 7.0 GB');
+    expect(list).toHaveTextContent('Load with 4K context needs 9.9 GB');
+    // The shorter context is one of the remedies now, not a second button.
+    expect(screen.queryByTestId('fit-warning-load-smaller')).toBeNull();
+    await user.click(screen.getByTestId('fit-remedy-kv_cache'));
+    expect(onRemedy).toHaveBeenCalledWith(remedies[0]);
+    // What each click loads: the same model with a quantized cache, the other model, the same at 4K.
+    expect(remedyLoad('org/Big-8bit', remedies[0]!)).toEqual({
+      id: 'org/Big-8bit',
+      options: { kv: { kind: 'quantized', bits: 8, group_size: 64, start: 0 } },
+    });
+    expect(remedyLoad('org/Big-8bit', remedies[1]!)).toEqual({ id: 'org/Big-4bit', options: {} });
+    expect(remedyLoad('org/Big-8bit', remedies[2]!)).toEqual({ id: 'org/Big-8bit', options: { contextLimit: 4096 } });
+  });
+
+  it('says so when nothing would fit', () => {
+    render(FitWarning, { props: { name: 'Huge', report: REPORT, onCancel: vi.fn(), onLoadWithContext: vi.fn(), onLoadAnyway: vi.fn(), remedies: [] } });
+    expect(screen.getByTestId('fit-remedies-none')).toHaveTextContent('Nothing on this Mac would');
   });
 });

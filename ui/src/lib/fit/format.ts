@@ -1,6 +1,6 @@
 // Words and colours for fit verdicts and memory figures.
 import type { PressureLevel } from '../ipc/memory';
-import type { FitReport, ModelEntry, Verdict } from '../ipc/models';
+import type { FitReport, LoadOptions, ModelEntry, Remedy, Verdict } from '../ipc/models';
 
 const GIB = 1024 ** 3;
 
@@ -158,4 +158,32 @@ export function sparkline(values: number[], max: number, width: number, height: 
       return `${(i * step).toFixed(1)},${y.toFixed(1)}`;
     })
     .join(' ');
+}
+
+/** A remedy as the warning sheet lists it: what the button does, and what it would then need. */
+export function remedyText(r: Remedy): { action: string; detail: string } {
+  const needs = `needs ${formatGB(r.predictedPeakBytes)}`;
+  switch (r.kind) {
+    case 'kv_cache':
+      return { action: `Load with the KV cache at ${r.bits} bits`, detail: `${r.label} · ${needs}` };
+    case 'other_quantization':
+      return {
+        action: `Load ${r.name} instead`,
+        detail: `${r.bits === null ? 'unquantized' : `${r.bits}-bit`}, already on this Mac · ${needs}`,
+      };
+    case 'shorter_context':
+      return { action: `Load with ${formatContext(r.contextTokens)} context`, detail: needs };
+  }
+}
+
+/** The load a remedy of model `id` stands for: which model, with which options. */
+export function remedyLoad(id: string, r: Remedy): { id: string; options: LoadOptions } {
+  switch (r.kind) {
+    case 'kv_cache':
+      return { id, options: { kv: { kind: 'quantized', bits: r.bits, group_size: r.groupSize, start: r.start } } };
+    case 'other_quantization':
+      return { id: r.id, options: {} };
+    case 'shorter_context':
+      return { id, options: { contextLimit: r.contextTokens } };
+  }
 }

@@ -17,7 +17,18 @@ export interface ModelEntry {
   fit: FitReport | null;
   /** Why the folder cannot be loaded (a broken config, a lying header, …); loading it would fail with this. */
   problem?: { code: string; message: string } | null;
+  /** What would make it fit when `fit` refuses (empty otherwise). */
+  remedies?: Remedy[];
 }
+
+/** Mirrors `headroom_core::remedies::Remedy`: one way to make a refused model fit, with its predicted peak. */
+export type Remedy =
+  | { kind: 'kv_cache'; bits: number; groupSize: number; start: number; label: string; predictedPeakBytes: number }
+  | { kind: 'other_quantization'; id: string; name: string; bits: number | null; predictedPeakBytes: number }
+  | { kind: 'shorter_context'; contextTokens: number; predictedPeakBytes: number };
+
+/** Mirrors `headroom_core::kv::KvFormat`, as `model_load` takes it. */
+export type KvFormat = { kind: 'float' } | { kind: 'quantized'; bits: number; group_size: number; start: number };
 
 /** Mirrors `headroom_core::fit::Verdict` (tagged by `kind`). */
 export type Verdict =
@@ -102,6 +113,7 @@ export interface TooLargeDetails {
   budgetBytes: number;
   overByBytes: number;
   largestContextThatFits: number | null;
+  remedies?: Remedy[];
   report: FitReport;
 }
 
@@ -110,6 +122,8 @@ export interface LoadOptions {
   contextLimit?: number;
   /** Load even though the verdict says it would swap. */
   override?: boolean;
+  /** Keep the KV cache this way for this load instead of the settings' format. */
+  kv?: KvFormat;
 }
 
 /** Broadcast when the list or the loaded model changed (e.g. the demo model is ready). */
