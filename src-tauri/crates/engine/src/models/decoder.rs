@@ -11,7 +11,7 @@ use super::moe::FeedForward;
 use super::{check_cache, mlx, Logits};
 use crate::cache::{KvCache, LayerCache};
 use crate::error::Result;
-use crate::layers::{last_position, Embedding, Linear, Params, RmsNorm};
+use crate::layers::{Embedding, Linear, Params, RmsNorm};
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::format::{ModelConfig, TextConfig};
@@ -86,19 +86,7 @@ impl<A: Attention> Decoder<A> {
         for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
             h = layer.forward(&h, c)?;
         }
-        if logits == Logits::Last {
-            h = last_position(&h)?;
-        }
-        let h = self.norm.forward(&h)?;
-        let out = match &self.lm_head {
-            Some(head) => head.forward(&h)?,
-            None => self.embed_tokens.as_linear(&h)?,
-        };
-        match logits {
-            Logits::Last => out.squeeze_axes(&[1]).map_err(mlx("squeeze")),
-            #[cfg(test)]
-            Logits::All => Ok(out),
-        }
+        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
     }
 
     /// The experts' arrays (a subset of `collect`'s).

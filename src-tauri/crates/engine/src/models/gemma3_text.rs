@@ -18,10 +18,10 @@
 
 use mlx_rs::{fast, ops, Array, Dtype};
 
-use super::{check_cache, mlx, Logits};
+use super::{check_cache, Logits};
 use crate::cache::{KvCache, LayerCache, LayerKind};
 use crate::error::{MlxContext, Result};
-use crate::layers::{attend, gelu_approx, last_position, to_heads, Embedding, Linear, Params, Rope};
+use crate::layers::{attend, gelu_approx, to_heads, Embedding, Linear, Params, Rope};
 use crate::weights::Weights;
 use headroom_core::format::{gemma3_text, ModelConfig, ModelType, TextConfig};
 
@@ -241,19 +241,7 @@ impl Model {
         for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
             h = layer.forward(&h, c)?;
         }
-        if logits == Logits::Last {
-            h = last_position(&h)?;
-        }
-        let h = self.norm.forward(&h)?;
-        let out = match &self.lm_head {
-            Some(head) => head.forward(&h)?,
-            None => self.embed_tokens.as_linear(&h)?,
-        };
-        match logits {
-            Logits::Last => out.squeeze_axes(&[1]).map_err(mlx("squeeze")),
-            #[cfg(test)]
-            Logits::All => Ok(out),
-        }
+        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
     }
 
     pub(crate) fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {

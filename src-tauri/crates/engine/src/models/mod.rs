@@ -5,6 +5,7 @@ use mlx_rs::Array;
 
 use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, Result};
+use crate::layers::{last_position, Embedding, Linear};
 use crate::quant::QuantKernel;
 use headroom_core::bench::WeightBytes;
 use headroom_core::format::ModelConfig;
@@ -46,6 +47,32 @@ pub enum Logits {
     /// `[B, L, vocab]`, as mlx-lm's model returns (for parity checks).
     #[cfg(test)]
     All,
+}
+
+impl Logits {
+    /// What every model does after its last block: keep the last position
+    /// alone when that is all the caller wants (the vocab-wide head then
+    /// runs once), the final norm (each architecture's own), the output head (or the tied embedding),
+    /// and the logits' shape.
+    pub(crate) fn head(
+        self,
+        h: Array,
+        norm: impl FnOnce(&Array) -> Result<Array>,
+        lm_head: Option<&Linear>,
+        embed: &Embedding,
+    ) -> Result<Array> {
+        let h = if self == Logits::Last { last_position(&h)? } else { h };
+        let h = norm(&h)?;
+        let out = match lm_head {
+            Some(head) => head.forward(&h)?,
+            None => embed.as_linear(&h)?,
+        };
+        match self {
+            Logits::Last => out.squeeze_axes(&[1]).map_err(mlx("squeeze")),
+            #[cfg(test)]
+            Logits::All => Ok(out),
+        }
+    }
 }
 
 /// A loaded model of any supported architecture.

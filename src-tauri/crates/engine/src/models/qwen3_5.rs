@@ -18,10 +18,10 @@ use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{fast, ops, Array, Dtype};
 
 use super::moe::FeedForward;
-use super::{check_cache, mlx, Logits};
+use super::{check_cache, Logits};
 use crate::cache::{KvCache, LayerCache, LayerKind, RecurrentState};
 use crate::error::{EngineError, MlxContext, Result};
-use crate::layers::{attend_cached, last_position, split_heads, Embedding, Linear, Params, RmsNorm, Rope};
+use crate::layers::{attend_cached, split_heads, Embedding, Linear, Params, RmsNorm, Rope};
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::format::{LinearAttention, ModelConfig, TextConfig};
@@ -351,19 +351,7 @@ impl Model {
         for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
             h = layer.forward(&h, c)?;
         }
-        if logits == Logits::Last {
-            h = last_position(&h)?;
-        }
-        let h = self.norm.forward(&h)?;
-        let out = match &self.lm_head {
-            Some(head) => head.forward(&h)?,
-            None => self.embed_tokens.as_linear(&h)?,
-        };
-        match logits {
-            Logits::Last => out.squeeze_axes(&[1]).map_err(mlx("squeeze")),
-            #[cfg(test)]
-            Logits::All => Ok(out),
-        }
+        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
     }
 
     pub(crate) fn expert_arrays(&self) -> Vec<&Array> {
