@@ -1,0 +1,60 @@
+// The swap warning with its remedies, for the README: the real app under
+// Xvfb (driven through tauri-driver like the E2E tests) with a
+// Qwen2.5-14B-shaped 8-bit model and its 4-bit sibling in the models folder
+// (sparse: headers only). Picking the 8-bit one opens the warning with what
+// would fit; the remedies depend on this machine's memory at that moment.
+//
+//   node scripts/remedies-screenshot.mjs OUT_DIR
+//
+// Needs DISPLAY (an Xvfb), .deps/tools/bin/tauri-driver and target/debug/headroom.
+import { execFileSync, spawn } from 'node:child_process';
+import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { fileURLToPath } from 'node:url';
+
+import { Session, waitFor } from '../ui/e2e/webdriver.mjs';
+
+const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
+const BIN = path.join(repo, 'target/debug/headroom');
+const DRIVER = path.join(repo, '.deps/tools/bin/tauri-driver');
+const out = path.resolve(process.argv[2] ?? 'test-output/remedies-shots');
+const scratch = mkdtempSync(path.join(os.tmpdir(), 'headroom-remedies-'));
+const data = path.join(scratch, 'data');
+mkdirSync(out, { recursive: true });
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+for (const bits of ['8', '4']) {
+  const dir = path.join(data, 'models', `Qwen2.5-14B-Instruct-${bits}bit`);
+  execFileSync(BIN, ['demo-model', dir, '--preset', 'qwen2.5-14b', '--bits', bits, '--sparse'], { stdio: 'ignore' });
+}
+
+const port = 4464;
+const driver = spawn(DRIVER, ['--port', String(port), '--native-port', String(port + 1)], {
+  env: { ...process.env, HEADROOM_SHOW_WINDOW: '1', HEADROOM_DATA_DIR: data, HF_HUB_CACHE: path.join(scratch, 'hf') },
+  stdio: 'ignore',
+  detached: true,
+});
+try {
+  await sleep(1500);
+  const session = await Session.create(`http://127.0.0.1:${port}`, { alwaysMatch: { 'tauri:options': { application: BIN } } }, { timeoutMs: 60_000 });
+  try {
+    await session.waitForElement('[data-testid="chat-input"]', 30_000);
+    await session.click(await session.byTestId('model-select'));
+    await session.click(await session.find('[data-testid="model-option"][data-model-id="Qwen2.5-14B-Instruct-8bit"]'));
+    const sheet = await session.waitForElement('[data-testid="fit-warning"]', 10_000);
+    await waitFor(async () => (await session.allByTestId('fit-remedies')).length > 0, { timeoutMs: 5_000, message: 'the remedies' });
+    await sleep(500);
+    console.log(await session.text(sheet));
+    writeFileSync(path.join(out, 'fit-remedies.png'), await session.screenshot(30_000));
+  } finally {
+    await session.delete(10_000);
+  }
+} finally {
+  try {
+    process.kill(-driver.pid, 'SIGTERM');
+  } catch {
+    // already gone
+  }
+  rmSync(scratch, { recursive: true, force: true });
+}
