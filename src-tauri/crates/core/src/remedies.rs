@@ -111,11 +111,16 @@ pub fn remedies(report: &FitReport, kv: KvFormat, start: u64, candidates: &[Cand
     out
 }
 
-/// Whether two footprints are the same model stored another way: the same
+/// Whether `b` can be the model of `a` stored another way: the same
 /// architecture's shape (layers, widths, heads, vocabulary, experts, KV
-/// layer kinds). Fine-tunes of one base share a shape too; the list names
-/// the candidate, so the user sees which it is.
+/// layer kinds), and weights no smaller than 2 bits per 16-bit weight
+/// would make them (an eighth), since quantizing never stores less.
+/// Fine-tunes of one base share a shape too; the list names the
+/// candidate, so the user sees which it is.
 fn same_shape(a: &ModelFootprint, b: &ModelFootprint) -> bool {
+    if b.weight_bytes.saturating_mul(8) < a.weight_bytes {
+        return false;
+    }
     let shape = |m: &ModelFootprint| {
         (m.layers, m.attention_heads, m.kv_heads, m.head_dim, m.hidden_size, m.intermediate_size, m.vocab_size)
     };
@@ -203,6 +208,11 @@ mod tests {
             })
             .collect();
         assert_eq!(others, ["q14-4bit"]);
+        // A folder whose config has the shape but whose weights are far too
+        // few to be these weights quantized (a test fixture, a stub) is not offered.
+        let stub = ModelFootprint { weight_bytes: big.weight_bytes / 1000, ..big.clone() };
+        let list = remedies(&report, KvFormat::Float, 0, &[candidate("stub", stub, 4)]);
+        assert!(list.iter().all(|r| !matches!(r, Remedy::OtherQuantization { .. })), "{list:?}");
     }
 
     /// A fitting model has nothing to remedy; a model that fits nowhere
