@@ -7,51 +7,22 @@
 //   node scripts/live-screenshots.mjs OUT_DIR [MINUTES_OF_ACTIVITY]
 //
 // Needs DISPLAY (an Xvfb), .deps/tools/bin/tauri-driver and target/debug/headroom.
-import { spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { Session, waitFor } from '../ui/e2e/webdriver.mjs';
+import { waitFor } from '../ui/e2e/webdriver.mjs';
+import { withApp as withAppSession } from './app-session.mjs';
 
-const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const BIN = path.join(repo, 'target/debug/headroom');
-const DRIVER = path.join(repo, '.deps/tools/bin/tauri-driver');
 const out = path.resolve(process.argv[2] ?? 'test-output/live-shots');
 const minutes = Number(process.argv[3] ?? 3);
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'headroom-shots-'));
 mkdirSync(out, { recursive: true });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-async function withApp(env, port, body) {
-  const driver = spawn(DRIVER, ['--port', String(port), '--native-port', String(port + 1)], {
-    env: { ...process.env, HEADROOM_SHOW_WINDOW: '1', HEADROOM_DATA_DIR: path.join(scratch, 'data'), HF_HUB_CACHE: path.join(scratch, 'hf'), ...env },
-    stdio: 'ignore',
-    detached: true,
-  });
-  try {
-    await sleep(1500);
-    const session = await Session.create(`http://127.0.0.1:${port}`, { alwaysMatch: { 'tauri:options': { application: BIN } } }, { timeoutMs: 60_000 });
-    try {
-      await session.waitForElement('[data-testid="chat-input"]', 30_000);
-      await body(session);
-    } finally {
-      await session.delete(10_000);
-    }
-  } finally {
-    try {
-      process.kill(-driver.pid, 'SIGTERM');
-    } catch {
-      // already gone
-    }
-    await sleep(1000);
-    try {
-      process.kill(-driver.pid, 'SIGKILL');
-    } catch {
-      // already gone
-    }
-  }
+/** The app on this run's own data folder and HF cache, with `env` added. */
+function withApp(env, port, body) {
+  return withAppSession({ HEADROOM_DATA_DIR: path.join(scratch, 'data'), HF_HUB_CACHE: path.join(scratch, 'hf'), ...env }, port, body);
 }
 
 async function ask(session, text, seconds) {

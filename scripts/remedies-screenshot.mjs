@@ -7,17 +7,14 @@
 //   node scripts/remedies-screenshot.mjs OUT_DIR
 //
 // Needs DISPLAY (an Xvfb), .deps/tools/bin/tauri-driver and target/debug/headroom.
-import { execFileSync, spawn } from 'node:child_process';
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { fileURLToPath } from 'node:url';
 
-import { Session, waitFor } from '../ui/e2e/webdriver.mjs';
+import { waitFor } from '../ui/e2e/webdriver.mjs';
+import { BIN, withApp } from './app-session.mjs';
 
-const repo = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '..');
-const BIN = path.join(repo, 'target/debug/headroom');
-const DRIVER = path.join(repo, '.deps/tools/bin/tauri-driver');
 const out = path.resolve(process.argv[2] ?? 'test-output/remedies-shots');
 const scratch = mkdtempSync(path.join(os.tmpdir(), 'headroom-remedies-'));
 const data = path.join(scratch, 'data');
@@ -29,17 +26,8 @@ for (const bits of ['8', '4']) {
   execFileSync(BIN, ['demo-model', dir, '--preset', 'qwen2.5-14b', '--bits', bits, '--sparse'], { stdio: 'ignore' });
 }
 
-const port = 4464;
-const driver = spawn(DRIVER, ['--port', String(port), '--native-port', String(port + 1)], {
-  env: { ...process.env, HEADROOM_SHOW_WINDOW: '1', HEADROOM_DATA_DIR: data, HF_HUB_CACHE: path.join(scratch, 'hf') },
-  stdio: 'ignore',
-  detached: true,
-});
 try {
-  await sleep(1500);
-  const session = await Session.create(`http://127.0.0.1:${port}`, { alwaysMatch: { 'tauri:options': { application: BIN } } }, { timeoutMs: 60_000 });
-  try {
-    await session.waitForElement('[data-testid="chat-input"]', 30_000);
+  await withApp({ HEADROOM_DATA_DIR: data, HF_HUB_CACHE: path.join(scratch, 'hf') }, 4464, async (session) => {
     await session.click(await session.byTestId('model-select'));
     await session.click(await session.find('[data-testid="model-option"][data-model-id="Qwen2.5-14B-Instruct-8bit"]'));
     const sheet = await session.waitForElement('[data-testid="fit-warning"]', 10_000);
@@ -47,14 +35,7 @@ try {
     await sleep(500);
     console.log(await session.text(sheet));
     writeFileSync(path.join(out, 'fit-remedies.png'), await session.screenshot(30_000));
-  } finally {
-    await session.delete(10_000);
-  }
+  });
 } finally {
-  try {
-    process.kill(-driver.pid, 'SIGTERM');
-  } catch {
-    // already gone
-  }
   rmSync(scratch, { recursive: true, force: true });
 }
