@@ -97,10 +97,20 @@ pub(crate) fn until_end(events: &std::sync::mpsc::Receiver<Value>) -> Vec<Value>
 
 /// The session's messages once nothing in it is streaming and it has `n`.
 pub(crate) fn settled(store: &Store, session: &str, n: usize) -> Vec<StoredMessage> {
+    settled_with(store, session, n, |_| true)
+}
+
+/// [`settled`], once `ready` also holds of the messages.
+pub(crate) fn settled_with(
+    store: &Store,
+    session: &str,
+    n: usize,
+    ready: impl Fn(&[StoredMessage]) -> bool,
+) -> Vec<StoredMessage> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let msgs = block_on(store.messages(session)).unwrap_or_default();
-        if msgs.len() == n && msgs.iter().all(|m| m.status != MessageStatus::Streaming) {
+        if msgs.len() == n && msgs.iter().all(|m| m.status != MessageStatus::Streaming) && ready(&msgs) {
             return msgs;
         }
         assert!(Instant::now() < deadline, "the turn was not committed: {msgs:?}");

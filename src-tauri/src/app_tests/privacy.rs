@@ -47,6 +47,7 @@ fn the_app_sends_no_earlier_secret_forced_routed_or_regenerated_and_only_the_ove
     assert_eq!(leaked(&cloud), Vec::<&str>::new());
 
     // Regenerated: the last question again, with the same history rules.
+    let old_answer = block_on(state.store.messages("s")).unwrap_or_else(|e| panic!("{e}"))[n + 3].id;
     let again = invoke(&window, "chat_regenerate", json!({ "sessionId": "s", "force": "cloud", "onEvent": CHANNEL }));
     assert!(again.is_ok(), "{again:?}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -54,7 +55,10 @@ fn the_app_sends_no_earlier_secret_forced_routed_or_regenerated_and_only_the_ove
         assert!(std::time::Instant::now() < deadline, "the regenerated turn never reached the cloud");
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
-    let msgs = settled(&state.store, "s", n + 4);
+    // The count of messages is n + 4 before, during and after the
+    // regenerate: wait for the new answer itself, committed, before the
+    // store is compared below (CI once compared it mid-commit).
+    let msgs = settled_with(&state.store, "s", n + 4, |m| m[n + 3].id != old_answer);
     assert_eq!(msgs[n + 2].content, "and a monoid?", "the question asked again is stored once");
     assert!(cloud.bodies()[2].contains("and a monoid?"));
     assert_eq!(leaked(&cloud), Vec::<&str>::new());
