@@ -13,6 +13,7 @@ use std::process::Command;
 
 use headroom_core::chat::{Message, Role};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use headroom_engine::prompt_cache::disk::DiskTier;
 use headroom_engine::testing::load_model_with;
 use headroom_engine::worker::{EngineHandle, GenerateRequest, LoadSettings};
 use headroom_engine::{ComputeDtype, QuantKernel, Tokenizer};
@@ -243,9 +244,13 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
 
     // A session's second turn reuses what the cache can give back exactly
     // (for a wrapped window or a recurrent state that is nothing, and the
-    // prompt is recomputed) and answers exactly as a fresh run.
+    // prompt is recomputed) and answers exactly as a fresh run: from the
+    // prompt cache in memory, and from the state saved to disk.
+    let tier = DiskTier { dir: scratch.0.join("kv-states"), limit_bytes: 1 << 30 };
+    engine.set_disk_tier(Some(tier)).unwrap_or_else(|e| panic!("{e}"));
     for (name, dir) in cases.iter().filter(|(n, _)| n.ends_with(" 4-bit")) {
-        let settings = LoadSettings { kernel: QuantKernel::Fused, ..LoadSettings::default() };
+        let settings =
+            LoadSettings { kernel: QuantKernel::Fused, prompt_cache_bytes: 64 << 20, ..LoadSettings::default() };
         engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
         let turn = |messages: Vec<Message>, session: Option<&str>| {
             let request = GenerateRequest {
@@ -261,16 +266,31 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
         history.push(Message::new(Role::Assistant, first.text.clone()));
         history.push(Message::new(Role::User, "And one about the mountains."));
         let second = turn(history.clone(), Some(name));
+        // The same first turn in another chat, its state written to disk and
+        // dropped from memory (as under pressure), then continued from disk.
+        let on_disk = format!("{name} on disk");
+        turn(messages(), Some(&on_disk));
+        engine.save_sessions(std::time::Duration::ZERO).unwrap_or_else(|e| panic!("{e}"));
+        engine.drop_sessions().unwrap_or_else(|e| panic!("{e}"));
+        let from_disk = turn(history.clone(), Some(&on_disk));
+        // Cold: nothing cached anywhere a session-less run could find.
+        engine.drop_sessions().unwrap_or_else(|e| panic!("{e}"));
         let fresh = turn(history, None);
-        if second.token_ids != fresh.token_ids {
-            failures.push(format!(
-                "{name}: a reused turn gave {:?}, a fresh run {:?} (reused {} prompt tokens)",
-                second.token_ids, fresh.token_ids, second.stats.reused_tokens
-            ));
+        assert_eq!(fresh.stats.reused_tokens, 0, "{name}: the cold run found a cache");
+        for (how, reused) in [("from memory", &second), ("from disk", &from_disk)] {
+            if reused.token_ids != fresh.token_ids {
+                failures.push(format!(
+                    "{name}: a turn reused {how} gave {:?}, a fresh run {:?} (reused {} prompt tokens)",
+                    reused.token_ids, fresh.token_ids, reused.stats.reused_tokens
+                ));
+            }
         }
         eprintln!(
-            "{name}: turn 2 reused {} of {} prompt tokens",
-            second.stats.reused_tokens, second.stats.prompt_tokens
+            "{name}: turn 2 reused {} of {} prompt tokens from memory, {} from disk ({:?})",
+            second.stats.reused_tokens,
+            second.stats.prompt_tokens,
+            from_disk.stats.reused_tokens,
+            from_disk.stats.reused_from
         );
     }
     assert!(failures.is_empty(), "parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));

@@ -34,6 +34,12 @@ pub const ACT_AT_ENV: &str = "HEADROOM_AWAY_ACT_AT";
 /// the end-to-end check. Users never need it.
 pub const IDLE_SECONDS_ENV: &str = "HEADROOM_AWAY_IDLE_SECONDS";
 
+/// A chat's KV state goes to disk once the chat has been idle this long
+/// (and at quit, or when it must leave memory): soon enough that a crash
+/// or a restart loses little, late enough not to write after every answer
+/// of a conversation in full flow.
+pub const SAVE_STATES_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
 /// The route-note code of an answer whose model was loaded again first.
 pub const RELOADED_CODE: &str = "RELOADED";
 
@@ -298,9 +304,28 @@ pub fn start<R: tauri::Runtime>(app: &tauri::AppHandle<R>) {
     let mut latest = sampler.subscribe();
     let app = app.clone();
     tauri::async_runtime::spawn(async move {
+        let mut saved_at = std::time::Instant::now();
         while latest.changed().await.is_ok() {
             let Some(sample) = *latest.borrow_and_update() else { continue };
             let (doing, requests) = doing(&state);
+            // Idle chats' KV states to disk, checked every half minute between runs.
+            if saved_at.elapsed() >= SAVE_STATES_AFTER / 2 && !state.runs.any() {
+                saved_at = std::time::Instant::now();
+                let engine = state.engine.clone();
+                let _ = tauri::async_runtime::spawn_blocking(move || match engine.save_sessions(SAVE_STATES_AFTER) {
+                    Ok(s) if s.saved + s.failed > 0 => {
+                        tracing::info!(
+                            saved = s.saved,
+                            bytes = s.bytes,
+                            failed = s.failed,
+                            "idle chats' KV states saved"
+                        )
+                    }
+                    Ok(_) => {}
+                    Err(e) => tracing::debug!("idle chats' KV states were not saved: {e}"),
+                })
+                .await;
+            }
             let reading = Reading {
                 at_ms: sample.at_unix_ms,
                 pressure: sample.reading.pressure,

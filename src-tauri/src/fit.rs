@@ -110,13 +110,16 @@ pub fn load_settings(
     dtype: ComputeDtype,
     kernel: QuantKernel,
     kv: KvFormat,
+    prompt_cache_max: u64,
 ) -> LoadSettings {
     let bytes = |b: u64| usize::try_from(b).unwrap_or(usize::MAX);
+    let prompt_cache = headroom_core::fit::prompt_cache_limit(report, prompt_cache_max);
     LoadSettings {
         dtype,
         kernel,
         context_limit,
-        cache_limit_bytes: Some(bytes(headroom_core::fit::buffer_cache_limit(report))),
+        cache_limit_bytes: Some(bytes(headroom_core::fit::buffer_cache_limit(report, prompt_cache))),
+        prompt_cache_bytes: bytes(prompt_cache),
         kv,
         wired_limit_bytes: headroom_core::fit::wired_limit(report).map(bytes),
     }

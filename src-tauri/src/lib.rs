@@ -88,6 +88,16 @@ pub fn run(logs: logging::Logs) -> ExitCode {
         RunEvent::Exit => {
             let state = app.state::<AppState>();
             serve_marker::clear(&state.locations.data_dir);
+            // Every chat's KV state to disk, so it continues without a prefill after the restart.
+            match state.engine.save_sessions(std::time::Duration::ZERO) {
+                Ok(s) => tracing::info!(
+                    saved = s.saved,
+                    bytes = s.bytes,
+                    failed = s.failed,
+                    "chats' KV states saved at quit"
+                ),
+                Err(e) => tracing::warn!("chats' KV states were not saved at quit: {e}"),
+            }
             state.engine.shutdown();
         }
         _ => {}
@@ -178,6 +188,7 @@ pub fn run_app<R: Runtime>(
             commands::sessions::settings_set,
             commands::route::route_preview,
             commands::route::cloud_cache_stats,
+            commands::prompt_cache::prompt_cache_stats,
             commands::window::hide_window,
             commands::desktop::desktop_status,
             commands::server::server_start,

@@ -109,11 +109,6 @@ pub struct LoadResult {
     pub kv_cache: String,
 }
 
-/// MLX's buffer-cache cap for a model with this verdict, as the engine takes it.
-pub fn cache_limit_bytes(report: &FitReport) -> usize {
-    usize::try_from(headroom_core::fit::buffer_cache_limit(report)).unwrap_or(usize::MAX)
-}
-
 /// The HF cache snapshot of `org/name`, offline.
 pub fn resolve_repo(repo_id: &str, env: &HubEnv) -> Result<PathBuf, ModelsError> {
     let searched = env.hub_dirs();
@@ -416,7 +411,14 @@ pub(crate) fn switch_to(
     let observe: headroom_engine::worker::AfterUnload = Box::new(move |_| {
         *seen.lock().unwrap_or_else(PoisonError::into_inner) = Some(rss());
     });
-    let settings = fit::load_settings(report, context_limit, ComputeDtype::Native, state.quant_kernel(), kv);
+    let settings = fit::load_settings(
+        report,
+        context_limit,
+        ComputeDtype::Native,
+        state.quant_kernel(),
+        kv,
+        state.prompt_cache_max_bytes(),
+    );
     let cache_limit = settings.cache_limit_bytes.unwrap_or(usize::MAX);
     let kernel = settings.kernel;
     let info = match state.engine.load_observed(path, settings, Some(observe)) {
@@ -600,19 +602,32 @@ mod tests {
     }
 
     #[test]
-    fn the_cache_limit_is_the_budget_left_after_the_peak_but_never_below_the_floor() {
+    fn the_buffer_and_prompt_caches_share_what_the_budget_leaves_after_the_peak_but_never_below_the_floor() {
         let dir = scratch("cachelimit").join("demo");
         write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
         let at = |available: u64| {
             let source = BudgetSource { available_bytes: Some(available), ..BudgetSource::default() };
             fit::check_model(&dir, 1024, source).unwrap_or_else(|e| panic!("{e}"))
         };
+        let settings = |report: &FitReport, prompt_cache_max: u64| {
+            let s = fit::load_settings(
+                report,
+                1024,
+                ComputeDtype::Native,
+                QuantKernel::choose(Default::default()),
+                KvFormat::Float,
+                prompt_cache_max,
+            );
+            (s.cache_limit_bytes.unwrap_or(usize::MAX) as u64, s.prompt_cache_bytes as u64)
+        };
         let roomy = at(16 * GIB);
         let spare = roomy.budget.budget_bytes - roomy.estimate.predicted_peak_bytes;
         assert!(spare > MIN_BUFFER_CACHE_BYTES);
-        assert_eq!(cache_limit_bytes(&roomy) as u64, spare);
-        // Nothing to spare (even a budget of 0): the floor.
-        assert_eq!(cache_limit_bytes(&at(GIB)) as u64, MIN_BUFFER_CACHE_BYTES);
+        assert_eq!(settings(&roomy, 0), (spare, 0));
+        assert_eq!(settings(&roomy, u64::MAX), (spare - spare / 2, spare / 2));
+        assert_eq!(settings(&roomy, GIB), (spare - GIB, GIB));
+        // Nothing to spare (even a budget of 0): the floor, and no prompt cache.
+        assert_eq!(settings(&at(GIB), u64::MAX), (MIN_BUFFER_CACHE_BYTES, 0));
         let _ = std::fs::remove_dir_all(dir.parent().unwrap_or(&dir));
     }
 

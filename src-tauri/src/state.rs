@@ -9,6 +9,7 @@ use headroom_core::fit::ModelFootprint;
 use headroom_core::kv::KvFormat;
 use headroom_core::router::sensitive::ScanCache;
 use headroom_core::settings::KernelChoice;
+use headroom_engine::prompt_cache::disk::DiskTier;
 use headroom_engine::tokenizer::Tokenizer;
 use headroom_engine::worker::{EngineHandle, ModelInfo, DEFAULT_CONTEXT_LIMIT};
 use headroom_engine::{BackendInfo, EngineError, QuantKernel};
@@ -16,6 +17,9 @@ use headroom_memory::Sampler;
 
 use crate::models::HubEnv;
 use crate::runs::Runs;
+
+/// The data folder's subfolder of chats' saved KV states.
+pub const KV_STATES_DIR: &str = "kv-states";
 
 /// Where the app keeps and finds things.
 #[derive(Debug, Clone)]
@@ -130,6 +134,8 @@ pub struct AppState {
     pub kernel: Arc<AtomicU8>,
     /// The settings' KV-cache format, used at the next load (and by the server's requests that name none).
     pub kv: Arc<Mutex<KvFormat>>,
+    /// The settings' ceiling on the prompt cache (bytes), used at the next load.
+    pub prompt_cache_max: Arc<AtomicU64>,
     /// The memory sampler, once `run()` has started it (tests run without one).
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
@@ -164,6 +170,7 @@ impl AppState {
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
             kernel: Arc::default(),
             kv: Arc::default(),
+            prompt_cache_max: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX)),
             memory: Arc::default(),
             server: Arc::default(),
             switching: Arc::default(),
@@ -172,6 +179,16 @@ impl AppState {
             live,
             away: crate::away::AwayHandle::default(),
         }
+    }
+
+    /// The most the prompt cache may be given at the next load (bytes).
+    pub fn prompt_cache_max_bytes(&self) -> u64 {
+        self.prompt_cache_max.load(Ordering::Relaxed)
+    }
+
+    /// Where chats' KV states are saved across restarts.
+    pub fn kv_states_dir(&self) -> PathBuf {
+        self.locations.data_dir.join(KV_STATES_DIR)
     }
 
     pub fn context_limit(&self) -> usize {
@@ -219,6 +236,13 @@ impl AppState {
         // Validated to 0..=1024 GB, so the product fits a u64.
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
+        self.prompt_cache_max.store(settings.prompt_cache_mb.saturating_mul(1 << 20), Ordering::Relaxed);
+        // Off (0 MB) keeps chats' states in memory only.
+        let tier = (settings.kv_disk_mb > 0)
+            .then(|| DiskTier { dir: self.kv_states_dir(), limit_bytes: settings.kv_disk_mb.saturating_mul(1 << 20) });
+        if let Err(e) = self.engine.set_disk_tier(tier) {
+            tracing::warn!("could not set where chats' KV states are saved: {e}");
+        }
         self.away.apply_settings(settings);
     }
 

@@ -119,7 +119,7 @@ pub(crate) fn bench(
         }
     };
     let engine = EngineHandle::spawn()?;
-    let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv);
+    let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, settings)?;
     let cancel = Arc::new(AtomicBool::new(false));
     let report = run_plan(&engine, &args.model, &dir, &plan, bandwidth, &cancel, |p| {

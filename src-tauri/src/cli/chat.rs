@@ -141,6 +141,11 @@ pub(crate) fn chat(
     let state = AppState::new(EngineHandle::spawn()?, locations, store);
     state.apply_settings(&settings);
     let result = load_and_chat(args, &state, &settings, out, err);
+    // The chat's KV state to disk, as the app does at quit: the next
+    // `headroom chat` of this session prefills only its new message.
+    if let Err(e) = state.engine.save_sessions(std::time::Duration::ZERO) {
+        tracing::warn!("the chat's KV state was not saved: {e}");
+    }
     state.engine.shutdown();
     result
 }
@@ -218,7 +223,14 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
         }
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
-    let settings = crate::fit::load_settings(&report, context, ComputeDtype::Native, args.kernel.quant_kernel(), kv);
+    let settings = crate::fit::load_settings(
+        &report,
+        context,
+        ComputeDtype::Native,
+        args.kernel.quant_kernel(),
+        kv,
+        state.prompt_cache_max_bytes(),
+    );
     let kernel = settings.kernel;
     let info = state.engine.load(&dir, settings)?;
     state.set_loaded(Some(LoadedModel::new(&args.model, dir, info, report.footprint, kernel)));

@@ -128,7 +128,7 @@ pub(crate) fn generate(
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
     let engine = EngineHandle::spawn()?;
-    let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv);
+    let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, settings)?;
     let run = engine.generate(args.request(prompt))?;
 

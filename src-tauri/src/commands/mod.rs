@@ -14,6 +14,7 @@ pub mod export;
 pub mod live;
 pub mod memory;
 pub mod models;
+pub mod prompt_cache;
 pub mod pull;
 pub mod route;
 pub mod server;

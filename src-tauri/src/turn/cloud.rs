@@ -58,6 +58,7 @@ pub fn turn_stats(stats: &CloudStats) -> TurnStats {
     TurnStats {
         prompt_tokens: prompt,
         reused_tokens: 0,
+        reused_from: headroom_engine::prompt_cache::Reuse::None,
         generated_tokens: stats.usage.map_or(0, |u| u.completion_tokens as usize),
         context_tokens: prompt,
         batch: 1,

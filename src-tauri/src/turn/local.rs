@@ -18,6 +18,19 @@ use crate::live::LiveRun;
 use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
 
+/// What the prompt cache may keep while this turn runs: the load's rule
+/// (`fit::prompt_cache_limit`) applied to the fit at the context the turn
+/// needs against the memory free now, so a cache filled while memory was
+/// plentiful shrinks before a turn that needs the room (the check counts
+/// the cache's bytes as freeable; this makes that true). `None` where the
+/// memory cannot be read: the load's allowance stands.
+fn prompt_cache_room(state: &AppState, model: &crate::state::LoadedModel, needed: u64) -> Option<usize> {
+    let inputs = crate::fit::budget_inputs(crate::models::budget_source(state).ok()?).ok()?;
+    let context = needed.min(u64::try_from(model.info.context_limit).unwrap_or(u64::MAX));
+    let report = headroom_core::fit::check(&model.footprint, context, model.info.kv_format, inputs);
+    usize::try_from(headroom_core::fit::prompt_cache_limit(&report, u64::MAX)).ok()
+}
+
 pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sink) -> Result<Running, TurnError> {
     // The router routes only to the loaded model; it may have been unloaded since.
     let model = state.loaded_model().ok_or(TurnError::NoModelLoaded)?;
@@ -35,6 +48,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     messages.push(Message::new(Role::User, plan.text.clone()));
     let request = GenerateRequest {
         session: Some(plan.session.clone()),
+        prompt_cache_room: prompt_cache_room(state, &model, plan.decision.needed_context),
         max_tokens: plan.max_tokens,
         ignore_eos: plan.options.ignore_eos,
         // A long chat keeps going: the oldest turns make room.

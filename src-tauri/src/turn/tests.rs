@@ -117,6 +117,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
     let stats = TurnStats {
         prompt_tokens: 20,
         reused_tokens: 4,
+        reused_from: headroom_engine::prompt_cache::Reuse::Memory,
         generated_tokens: 2,
         context_tokens: 20,
         batch: 1,

@@ -695,9 +695,32 @@ pub const MIN_BUFFER_CACHE_BYTES: u64 = 256 << 20;
 /// rule here: the cache may hold what the budget leaves after the model's
 /// predicted peak, and at least [`MIN_BUFFER_CACHE_BYTES`]; so everything a
 /// long chat can grow (the cache included) stays inside what the verdict
-/// approved. Every load (app, CLI, server) sets it from its fit report.
-pub fn buffer_cache_limit(report: &FitReport) -> u64 {
-    report.budget.budget_bytes.saturating_sub(report.estimate.predicted_peak_bytes).max(MIN_BUFFER_CACHE_BYTES)
+/// approved. Every load (app, CLI, server) sets it from its fit report,
+/// less what the prompt cache was given of the same spare
+/// ([`prompt_cache_limit`]).
+pub fn buffer_cache_limit(report: &FitReport, prompt_cache_bytes: u64) -> u64 {
+    spare(report).saturating_sub(prompt_cache_bytes).max(MIN_BUFFER_CACHE_BYTES)
+}
+
+/// budget − predicted peak, 0 when over.
+fn spare(report: &FitReport) -> u64 {
+    report.budget.budget_bytes.saturating_sub(report.estimate.predicted_peak_bytes)
+}
+
+/// The prompt cache's default ceiling (the settings change it): enough for
+/// a few 7B chats at 8K context in bf16 (about 0.45 GB each), and a bound
+/// that mlx-lm's and Ollama's unbounded or fixed caches lacked (mlx-lm
+/// #1390, ollama #18133).
+pub const DEFAULT_PROMPT_CACHE_MAX: u64 = 4 * GIB;
+
+/// What the prompt cache may keep besides the latest request's KV state
+/// (which the estimate already counts, at the context limit): half of what
+/// the budget leaves after the model's predicted peak, at most `max_bytes`,
+/// nothing for a model that would swap. The other half stays slack and
+/// MLX's buffer cache ([`buffer_cache_limit`]), so the verdict's approval
+/// covers the model, the chat in use and every cached prompt together.
+pub fn prompt_cache_limit(report: &FitReport, max_bytes: u64) -> u64 {
+    (spare(report) / 2).min(max_bytes)
 }
 
 /// MLX's wired limit for a model loaded with this verdict, on Metal (`None`:
@@ -1036,13 +1059,20 @@ mod tests {
         let peak = estimate(&m, 8192, Float).predicted_peak_bytes;
         let inputs = BudgetInputs { gpu_working_set_bytes: Some(22 * GIB), ..BudgetInputs::new(24 * GIB) };
         let r = check(&m, 8192, Float, inputs);
-        assert_eq!(buffer_cache_limit(&r), r.budget.budget_bytes - peak);
+        assert_eq!(buffer_cache_limit(&r, 0), r.budget.budget_bytes - peak);
         assert_eq!(wired_limit(&r), Some(peak));
+        // The prompt cache takes half the spare (at most its ceiling), the buffer cache the rest.
+        let spare = r.budget.budget_bytes - peak;
+        assert_eq!(prompt_cache_limit(&r, u64::MAX), spare / 2);
+        assert_eq!(prompt_cache_limit(&r, GIB), GIB.min(spare / 2));
+        let pc = prompt_cache_limit(&r, u64::MAX);
+        assert_eq!(buffer_cache_limit(&r, pc) + pc, spare);
         // Would swap: nothing wired, and the buffer cache at its floor.
         let tight = BudgetInputs { gpu_working_set_bytes: Some(22 * GIB), ..BudgetInputs::new(8 * GIB) };
         let r = check(&m, 8192, Float, tight);
         assert!(r.verdict.refuses());
-        assert_eq!((wired_limit(&r), buffer_cache_limit(&r)), (None, MIN_BUFFER_CACHE_BYTES));
+        assert_eq!((wired_limit(&r), buffer_cache_limit(&r, 0)), (None, MIN_BUFFER_CACHE_BYTES));
+        assert_eq!(prompt_cache_limit(&r, u64::MAX), 0, "nothing is cached on a budget the model is over");
         // No GPU (Linux): nothing wired.
         assert_eq!(wired_limit(&check(&m, 8192, Float, BudgetInputs::new(64 * GIB))), None);
     }

@@ -15,6 +15,13 @@ pub const MAX_MAX_TOKENS: usize = 32_768;
 pub const MAX_OS_HEADROOM_GB: f64 = 1024.0;
 /// The most disk the cloud-answer cache may use (MB).
 pub const MAX_CLOUD_CACHE_MB: u64 = 100_000;
+/// The most memory the prompt cache may be allowed (MB), and the most disk
+/// chats' saved KV states may take (MB).
+pub const MAX_PROMPT_CACHE_MB: u64 = 1 << 20;
+pub const MAX_KV_DISK_MB: u64 = 1 << 20;
+/// Chats' saved KV states' disk by default (MB).
+pub const DEFAULT_KV_DISK_MB: u64 = 4096;
+
 /// The longest idle time before unloading a model that can be set (a day);
 /// longer is "never".
 pub const MAX_IDLE_UNLOAD_MINUTES: u32 = 24 * 60;
@@ -93,6 +100,12 @@ pub struct Settings {
     /// Tokens a quantized KV cache stays in float before it is converted
     /// (mlx-lm's `quantized_kv_start`).
     pub quantized_kv_start: u64,
+    /// The most memory (MB) the prompt cache may keep besides the chat in
+    /// use; it never gets more than half of what the fit verdict leaves
+    /// (`fit::prompt_cache_limit`). 0: only the chat in use is kept.
+    pub prompt_cache_mb: u64,
+    /// Disk (MB) for chats' KV states saved across restarts; 0 turns it off.
+    pub kv_disk_mb: u64,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -118,6 +131,8 @@ impl Default for Settings {
             idle_unload_minutes: Some(crate::away::DEFAULT_IDLE_UNLOAD_MINUTES),
             kv_bits: None,
             quantized_kv_start: crate::kv::DEFAULT_QUANTIZED_KV_START,
+            prompt_cache_mb: crate::fit::DEFAULT_PROMPT_CACHE_MAX >> 20,
+            kv_disk_mb: DEFAULT_KV_DISK_MB,
         }
     }
 }
@@ -186,6 +201,8 @@ impl Settings {
         }
         range("local threshold (tokens)", self.local_threshold_tokens, 1, MAX_CONTEXT_LIMIT)?;
         range("cloud cache (MB)", self.cloud_cache_mb, 0, MAX_CLOUD_CACHE_MB)?;
+        range("prompt cache (MB)", self.prompt_cache_mb, 0, MAX_PROMPT_CACHE_MB)?;
+        range("saved chat states (MB)", self.kv_disk_mb, 0, MAX_KV_DISK_MB)?;
         if self.server_port < 1024 {
             return Err(SettingsError::PrivilegedPort(self.server_port));
         }
@@ -308,6 +325,8 @@ mod tests {
             (Settings { cloud_model: Some("gpt".into()), ..Settings::default() }, "no cloud base URL"),
             (Settings { local_threshold_tokens: 0, ..Settings::default() }, "local threshold"),
             (Settings { cloud_cache_mb: 1 << 40, ..Settings::default() }, "cloud cache (MB)"),
+            (Settings { prompt_cache_mb: 1 << 40, ..Settings::default() }, "prompt cache (MB)"),
+            (Settings { kv_disk_mb: 1 << 40, ..Settings::default() }, "saved chat states (MB)"),
             (Settings { server_port: 80, ..Settings::default() }, "server port must be 1024 or above"),
             (Settings { global_shortcut: Some(" ".into()), ..Settings::default() }, "global shortcut is empty"),
             (

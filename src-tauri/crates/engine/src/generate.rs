@@ -51,11 +51,15 @@ pub struct GenerateOptions {
     /// Token ids that end the turn.
     pub eos_ids: Vec<u32>,
     pub prefill_chunk: usize,
+    /// Keep a copy of the cache as it is once the prompt (all but its last
+    /// token) is in: for a cache that cannot step back (a window that may
+    /// rotate, a recurrent state), the state the next turn can continue from.
+    pub checkpoint: bool,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_tokens: 256, eos_ids: Vec::new(), prefill_chunk: PREFILL_CHUNK }
+        Self { max_tokens: 256, eos_ids: Vec::new(), prefill_chunk: PREFILL_CHUNK, checkpoint: false }
     }
 }
 
@@ -70,6 +74,8 @@ pub struct Generation {
     pub reused_tokens: usize,
     /// Cache positions before this turn (the context it started from).
     pub context_tokens: usize,
+    /// The cache after the prompt, when [`GenerateOptions::checkpoint`] asked for it.
+    pub checkpoint: Option<KvCache>,
 }
 
 /// Generates after `prompt`, the whole conversation so far as token ids.
@@ -115,6 +121,7 @@ pub fn generate(
                 finish_reason: FinishReason::Cancelled,
                 reused_tokens: reused,
                 context_tokens,
+                checkpoint: None,
             });
         }
         let n = chunk.min(rest.len() - 1);
@@ -124,6 +131,11 @@ pub fn generate(
         mlx_rs::memory::clear_cache().op("clear_cache")?;
         rest = &rest[n..];
     }
+
+    // MLX arrays are shared until written: the copy costs only what decode
+    // then writes (a recurrent state is replaced whole each step; a full
+    // layer's buffer is copied once).
+    let checkpoint = options.checkpoint.then(|| cache.clone());
 
     let mut step = |cache: &mut KvCache, ids: &Array, fed: Option<&[u32]>, history: &[u32]| -> Result<Array> {
         let logits = model.forward(ids, cache)?;
@@ -204,6 +216,7 @@ pub fn generate(
         finish_reason: finish,
         reused_tokens: reused,
         context_tokens,
+        checkpoint,
     })
 }
 

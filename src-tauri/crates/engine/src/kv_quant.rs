@@ -149,6 +149,30 @@ impl QuantizedKv {
         self.keys.nbytes() + self.values.nbytes()
     }
 
+    /// The six buffers by name (`keys.packed`, …), for a saved state (cache/persist.rs).
+    pub fn named(&self) -> [(&'static str, &Array); 6] {
+        [
+            ("keys.packed", &self.keys.packed),
+            ("keys.scales", &self.keys.scales),
+            ("keys.biases", &self.keys.biases),
+            ("values.packed", &self.values.packed),
+            ("values.scales", &self.values.scales),
+            ("values.biases", &self.values.biases),
+        ]
+    }
+
+    /// Back from [`Self::named`]'s buffers (checked by the caller).
+    pub fn from_named(mut take: impl FnMut(&'static str) -> Option<Array>, group_size: i32, bits: i32) -> Option<Self> {
+        let mut part = |name: &'static str| -> Option<Quantized> {
+            Some(Quantized {
+                packed: take(if name == "keys" { "keys.packed" } else { "values.packed" })?,
+                scales: take(if name == "keys" { "keys.scales" } else { "values.scales" })?,
+                biases: take(if name == "keys" { "keys.biases" } else { "values.biases" })?,
+            })
+        };
+        Some(Self { keys: part("keys")?, values: part("values")?, group_size, bits })
+    }
+
     /// The float type of the scales and biases (the activations').
     pub fn float_dtype(&self) -> Dtype {
         self.keys.scales.dtype()
@@ -159,7 +183,6 @@ impl QuantizedKv {
     }
 
     /// Positions the buffers hold before they must grow.
-    #[cfg(test)]
     pub fn capacity(&self) -> i32 {
         self.keys.capacity()
     }

@@ -22,6 +22,7 @@ mod layers;
 mod loader;
 mod mlx_memory;
 mod models;
+pub mod prompt_cache;
 mod quant;
 mod sampler;
 #[cfg(test)]

@@ -24,6 +24,8 @@ use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::loader::{materialize, stage};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
+use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part, Restored};
+use crate::prompt_cache::{Entry, PromptCache, PromptCacheStats, Reuse};
 use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
 use crate::tokenizer::Tokenizer;
@@ -55,6 +57,10 @@ pub struct LoadSettings {
     /// computes on the GPU, and never above the GPU's recommended working
     /// set: MLX refuses that and the process exits. `None`: nothing wired.
     pub wired_limit_bytes: Option<usize>,
+    /// Bytes the prompt cache may keep besides the latest request's state
+    /// (`headroom_core::fit::prompt_cache_limit`: out of what the verdict
+    /// left over). 0 keeps only the latest.
+    pub prompt_cache_bytes: usize,
 }
 
 impl Default for LoadSettings {
@@ -66,6 +72,7 @@ impl Default for LoadSettings {
             cache_limit_bytes: None,
             kv: KvFormat::Float,
             wired_limit_bytes: None,
+            prompt_cache_bytes: 0,
         }
     }
 }
@@ -116,6 +123,16 @@ pub struct SessionsDropped {
     pub freed_bytes: u64,
 }
 
+/// What writing chats' KV states to disk did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SavedSessions {
+    /// States written, and their bytes.
+    pub saved: usize,
+    pub bytes: u64,
+    /// States that could not be written (counted in the cache's stats too).
+    pub failed: usize,
+}
+
 impl UnloadReport {
     /// Ok if the old model's memory is back (or there was none), else
     /// [`EngineError::MemoryNotReturned`]: loading now would stack two models.
@@ -161,6 +178,9 @@ pub struct ModelInfo {
     pub cache_limit_bytes: Option<usize>,
     /// The wired limit set for this model (`None`: none, e.g. off Metal).
     pub wired_limit_bytes: Option<usize>,
+    /// What a saved KV state must have been computed with to be used for
+    /// this model as loaded (prompt_cache/disk.rs).
+    pub fingerprint: String,
 }
 
 /// What to do with a prompt longer than the context limit.
@@ -191,6 +211,10 @@ pub struct GenerateRequest {
     /// How this turn's KV cache stores keys and values; `None`: the load's.
     /// A session whose cache has another format starts a fresh cache.
     pub kv: Option<KvFormat>,
+    /// The most bytes the prompt cache may keep (besides this request's
+    /// state) while this request runs: the room the caller's fit check
+    /// found now; `None`: the load's allowance.
+    pub prompt_cache_room: Option<usize>,
 }
 
 impl GenerateRequest {
@@ -204,6 +228,7 @@ impl GenerateRequest {
             overflow: OverflowPolicy::Error,
             ignore_eos: false,
             kv: None,
+            prompt_cache_room: None,
         }
     }
 }
@@ -217,8 +242,10 @@ pub struct RunId(pub u64);
 pub struct TurnStats {
     /// Tokens of the whole templated conversation.
     pub prompt_tokens: usize,
-    /// Of those, how many were already in the session's cache.
+    /// Of those, how many were already cached and not prefilled again.
     pub reused_tokens: usize,
+    /// Where those came from (the prompt cache in memory, or on disk).
+    pub reused_from: Reuse,
     /// Tokens generated (EOS excluded).
     pub generated_tokens: usize,
     /// Positions in context when generation started (= `prompt_tokens`).
@@ -314,6 +341,7 @@ fn empty_stats(generated: usize) -> TurnStats {
     TurnStats {
         prompt_tokens: 0,
         reused_tokens: 0,
+        reused_from: Reuse::None,
         generated_tokens: generated,
         context_tokens: 0,
         batch: 1,
@@ -352,6 +380,16 @@ enum Job {
     },
     DropSessions {
         reply: Sender<Result<SessionsDropped>>,
+    },
+    /// Where chats' KV states are kept on disk (`None`: nowhere).
+    SetDiskTier(Option<DiskTier>),
+    /// Writes chats' states unused for `idle` that the disk lacks.
+    SaveSessions {
+        idle: Duration,
+        reply: Sender<SavedSessions>,
+    },
+    PromptCacheStats {
+        reply: Sender<PromptCacheStats>,
     },
     /// Work that needs the loaded model but is not a chat turn (the benchmark).
     WithModel(ModelJob),
@@ -421,7 +459,8 @@ impl EngineHandle {
         let worker = Worker {
             shared: Arc::clone(&shared),
             loaded: None,
-            sessions: HashMap::new(),
+            prompts: PromptCache::default(),
+            disk: None,
             default_cache_limit: None,
             wired: None,
         };
@@ -503,6 +542,29 @@ impl EngineHandle {
         rx.recv().map_err(|_| EngineError::EngineStopped)?
     }
 
+    /// Keeps chats' KV states in `tier` from now on (`None`: in memory
+    /// only). The app's data folder has one; each state is for one model
+    /// as loaded, so switching models and back finds it again.
+    pub fn set_disk_tier(&self, tier: Option<DiskTier>) -> Result<()> {
+        self.send(Job::SetDiskTier(tier))
+    }
+
+    /// Writes every chat's KV state that has been unused for `idle` and is
+    /// not on disk as it is now (the app at idle and at quit, `headroom
+    /// chat` at its end). Blocks until done.
+    pub fn save_sessions(&self, idle: Duration) -> Result<SavedSessions> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Job::SaveSessions { idle, reply })?;
+        rx.recv().map_err(|_| EngineError::EngineStopped)
+    }
+
+    /// What the prompt cache holds and how well it served (Settings).
+    pub fn prompt_cache_stats(&self) -> Result<PromptCacheStats> {
+        let (reply, rx) = mpsc::channel();
+        self.send(Job::PromptCacheStats { reply })?;
+        rx.recv().map_err(|_| EngineError::EngineStopped)
+    }
+
     /// Runs `job` on the engine thread with the loaded model (`None` if none)
     /// and its context limit, between other jobs; returns at once. For the
     /// benchmark (bench.rs), which drives `generate` itself on a cache of its own.
@@ -529,13 +591,18 @@ struct Loaded {
     model: Model,
     tokenizer: Tokenizer,
     settings: LoadSettings,
+    /// prompt_cache/disk.rs's `model_fingerprint`.
+    fingerprint: String,
 }
 
 /// The thread's state; it never leaves the thread.
 struct Worker {
     shared: Arc<Shared>,
     loaded: Option<Loaded>,
-    sessions: HashMap<String, KvCache>,
+    /// Every request's KV state worth keeping (prompt_cache.rs).
+    prompts: PromptCache,
+    /// Where chats' states go on disk, if anywhere.
+    disk: Option<DiskTier>,
     /// MLX's cache limit before the first model set one, to restore for a
     /// model loaded without a limit.
     default_cache_limit: Option<usize>,
@@ -554,10 +621,28 @@ impl Worker {
                     let _ = reply.send(self.unload());
                 }
                 Job::DropSession { session } => {
-                    self.sessions.remove(&session);
+                    self.prompts.remove_session(&session);
+                    if let Some(disk) = &self.disk {
+                        if disk.delete(&session).is_err() {
+                            self.prompts.disk_error();
+                        }
+                    }
                 }
                 Job::DropSessions { reply } => {
                     let _ = reply.send(self.drop_sessions());
+                }
+                Job::SetDiskTier(tier) => self.disk = tier,
+                Job::SaveSessions { idle, reply } => {
+                    let _ = reply.send(self.save_sessions(idle));
+                }
+                Job::PromptCacheStats { reply } => {
+                    let mut stats = self.prompts.stats();
+                    if let Some(disk) = &self.disk {
+                        let usage = disk.usage();
+                        (stats.disk_files, stats.disk_bytes, stats.disk_limit_bytes) =
+                            (usage.files, usage.bytes, disk.limit_bytes);
+                    }
+                    let _ = reply.send(stats);
                 }
                 Job::Stop => break,
                 Job::WithModel(job) => {
@@ -574,9 +659,10 @@ impl Worker {
                     // it; the session's cache may be half-written, so it goes.
                     let outcome =
                         catch_unwind(AssertUnwindSafe(|| self.generate(&request, accepted, &cancel, &events)));
+                    // (The cache it was using is not put back.)
                     let outcome = outcome.unwrap_or_else(|panic| {
                         if let Some(s) = &session {
-                            self.sessions.remove(s);
+                            self.prompts.remove_session(s);
                         }
                         Err(EngineError::Panicked { during: "generate", message: panic_message(&*panic) })
                     });
@@ -595,11 +681,57 @@ impl Worker {
         }
     }
 
+    /// Writes `entries` that are chats' and not yet on disk (they are about
+    /// to leave memory), when there is a disk tier and a model they are for.
+    fn spill(&mut self, entries: Vec<Entry>) -> SavedSessions {
+        let mut out = SavedSessions::default();
+        let (Some(disk), Some(loaded)) = (&self.disk, &self.loaded) else { return out };
+        let dtype = dtype_name(loaded.model.activation_dtype());
+        for e in entries {
+            let (Some(session), false) = (&e.session, e.saved) else { continue };
+            match disk.save(session, Part::of(e.checkpoint), &loaded.fingerprint, &e.cache, dtype) {
+                Ok(bytes) => {
+                    out.saved += 1;
+                    out.bytes += bytes;
+                }
+                Err(_) => out.failed += 1,
+            }
+        }
+        for _ in 0..out.failed {
+            self.prompts.disk_error();
+        }
+        out
+    }
+
+    fn save_sessions(&mut self, idle: Duration) -> SavedSessions {
+        let mut out = SavedSessions::default();
+        let (Some(disk), Some(loaded)) = (&self.disk, &self.loaded) else { return out };
+        let dtype = dtype_name(loaded.model.activation_dtype());
+        for e in self.prompts.unsaved(idle) {
+            let Some(session) = &e.session else { continue };
+            match disk.save(session, Part::of(e.checkpoint), &loaded.fingerprint, &e.cache, dtype) {
+                Ok(bytes) => {
+                    e.saved = true;
+                    out.saved += 1;
+                    out.bytes += bytes;
+                }
+                Err(_) => out.failed += 1,
+            }
+        }
+        for _ in 0..out.failed {
+            self.prompts.disk_error();
+        }
+        out
+    }
+
     fn drop_sessions(&mut self) -> Result<SessionsDropped> {
         let before = mlx_memory()?;
-        let sessions = self.sessions.len();
-        let held = self.sessions.values().map(KvCache::nbytes).sum::<usize>();
-        self.sessions.clear();
+        let sessions = self.prompts.len();
+        let held = self.prompts.nbytes();
+        // Kept on disk first (where there is a disk tier): the chats
+        // continue without prefilling again once memory allows.
+        let entries = self.prompts.drain();
+        self.spill(entries);
         // Freed arrays go to MLX's buffer cache first; give them to the OS now.
         mlx_rs::memory::clear_cache().op("clear_cache")?;
         let after = mlx_memory()?;
@@ -614,11 +746,13 @@ impl Worker {
     fn unload(&mut self) -> Result<UnloadReport> {
         let started = Instant::now();
         let had_model = self.loaded.is_some();
-        let held = self.loaded.as_ref().map_or(0, |l| l.model.nbytes())
-            + self.sessions.values().map(KvCache::nbytes).sum::<usize>();
+        let held = self.loaded.as_ref().map_or(0, |l| l.model.nbytes()) + self.prompts.nbytes();
         let expected_bytes = u64::try_from(held).unwrap_or(u64::MAX);
+        // Chats' states outlive the model on disk (they are for this model:
+        // loading it again finds them).
         let before = mlx_memory()?;
-        self.sessions.clear();
+        let entries = self.prompts.drain();
+        self.spill(entries);
         self.loaded = None;
         // Nothing may stay wired for a model that is gone.
         if self.wired.take().is_some() {
@@ -687,6 +821,8 @@ impl Worker {
             catch_unwind(AssertUnwindSafe(|| check_and_stage(dir, &settings))).unwrap_or_else(|panic| {
                 Err(EngineError::Panicked { during: "checking the model", message: panic_message(&*panic) })
             })?;
+        // Headers only (read just above), so this is cheap.
+        let fingerprint = model_fingerprint(dir, settings.dtype, settings.kernel)?;
         let staged_in = started.elapsed();
         // The old model goes now, so two models never share memory, and its
         // memory must be seen back before the new weights arrive.
@@ -719,14 +855,46 @@ impl Worker {
             replaced,
             cache_limit_bytes: settings.cache_limit_bytes,
             wired_limit_bytes: None,
+            fingerprint: fingerprint.clone(),
         };
         self.apply_cache_limit(settings.cache_limit_bytes).map_err(none_loaded)?;
         let info = ModelInfo {
             wired_limit_bytes: self.apply_wired_limit(settings.wired_limit_bytes).map_err(none_loaded)?,
             ..info
         };
-        self.loaded = Some(Loaded { model, tokenizer, settings });
+        self.prompts.set_limit(settings.prompt_cache_bytes);
+        self.loaded = Some(Loaded { model, tokenizer, settings, fingerprint });
         Ok(info)
+    }
+
+    fn loaded(&self) -> Result<&Loaded> {
+        self.loaded.as_ref().ok_or(EngineError::NoModelLoaded)
+    }
+
+    /// `session`'s state from the disk tier, trimmed for `prompt`, when the
+    /// memory holds none for it (a state in memory is always the newer) and
+    /// the disk's is for this model as loaded and saves at least a token.
+    fn restore(&mut self, session: Option<&str>, prompt: &[u32], format: KvFormat) -> Result<Option<(KvCache, usize)>> {
+        let (Some(session), Some(disk)) = (session, &self.disk) else { return Ok(None) };
+        if self.prompts.has_session(session) {
+            return Ok(None);
+        }
+        let loaded = self.loaded()?;
+        let kinds = loaded.model.layer_kinds();
+        let mut best: Option<(KvCache, usize)> = None;
+        for part in [Part::State, Part::Prompt] {
+            match disk.load(session, part, &loaded.fingerprint, &kinds, format, loaded.model.activation_dtype()) {
+                Restored::State(mut cache) => {
+                    let reused = cache.reuse_prefix(prompt);
+                    if reused > best.as_ref().map_or(0, |b| b.1) {
+                        best = Some((cache, reused));
+                    }
+                }
+                // Another model's, other settings': a miss, never a wrong answer.
+                Restored::Missing | Restored::Mismatch(_) => {}
+            }
+        }
+        Ok(best)
     }
 
     /// Runs one turn, streaming `Started` and the tokens; returns the closing events.
@@ -747,26 +915,22 @@ impl Worker {
         let format = request.kv.unwrap_or(loaded.settings.kv);
         loaded.model.check_kv_format(format)?;
 
-        let mut one_off;
-        let cache = match &request.session {
-            Some(s) => {
-                // Another format cannot reuse this cache's keys: start over.
-                if self.sessions.get(s).is_some_and(|c| c.format() != format) {
-                    self.sessions.remove(s);
-                }
-                match self.sessions.entry(s.clone()) {
-                    std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
-                    std::collections::hash_map::Entry::Vacant(e) => e.insert(loaded.model.new_cache_as(format)?),
-                }
-            }
-            None => {
-                one_off = loaded.model.new_cache_as(format)?;
-                &mut one_off
-            }
+        // Room first (memory may be tighter than at the load), then the
+        // cache that saves the most prefill: in memory, else this chat's
+        // state on disk, else a fresh one.
+        let room = request.prompt_cache_room.unwrap_or(usize::MAX);
+        let dropped = self.prompts.make_room(room);
+        self.spill(dropped);
+        let session = request.session.as_deref();
+        let (mut cache, reused, from) = match self.prompts.take(session, &prompt, format) {
+            Some((cache, reused)) => (cache, reused, Reuse::Memory),
+            None => match self.restore(session, &prompt, format)? {
+                Some((cache, reused)) => (cache, reused, Reuse::Disk),
+                None => (self.loaded()?.model.new_cache_as(format)?, 0, Reuse::None),
+            },
         };
-        // generate() trims the cache the same way; doing it here first tells
-        // the caller how much is reused before any token arrives.
-        let reused = cache.reuse_prefix(&prompt);
+        self.prompts.record(prompt.len(), reused, from);
+        let loaded = self.loaded()?;
         let _ = events.send(EngineEvent::Started { prompt_tokens: prompt.len(), reused_tokens: reused });
 
         // The cache peaks at prompt + max_tokens - 1 positions (the last
@@ -774,6 +938,7 @@ impl Worker {
         let max_tokens = request.max_tokens.min(limit + 1 - prompt.len());
         let options = GenerateOptions {
             max_tokens,
+            checkpoint: !cache.always_steps_back(),
             eos_ids: if request.ignore_eos { Vec::new() } else { loaded.tokenizer.eos_ids().to_vec() },
             ..GenerateOptions::default()
         };
@@ -781,7 +946,7 @@ impl Worker {
         let mut detok = loaded.tokenizer.detokenizer();
         let mut detok_error = None;
         let generation =
-            generate(&loaded.model, cache, &prompt, &options, &mut sampler, &WallClock(accepted), cancel, |id| {
+            generate(&loaded.model, &mut cache, &prompt, &options, &mut sampler, &WallClock(accepted), cancel, |id| {
                 match detok.step(id) {
                     // A closed receiver means nobody listens: stop like a cancel.
                     Ok(text) => events.send(EngineEvent::Token { id, text }).is_ok(),
@@ -804,6 +969,7 @@ impl Worker {
         let stats = TurnStats {
             prompt_tokens: prompt.len(),
             reused_tokens: generation.reused_tokens,
+            reused_from: if generation.reused_tokens > 0 { from } else { Reuse::None },
             generated_tokens: generation.tokens.len(),
             context_tokens: prompt.len(),
             batch: 1,
@@ -812,6 +978,17 @@ impl Worker {
             peak_memory_bytes,
             kv_label: cache.label(short_dtype_name(loaded.model.activation_dtype())),
         };
+        // What this request leaves is the latest entry; what no longer fits
+        // the allowance goes to disk (a chat's) or away. A cache that cannot
+        // step back leaves its state at the end of the prompt too (older,
+        // so evicted first): the next turn's prompt continues that one even
+        // where it re-words this answer.
+        let mut dropped = Vec::new();
+        if let Some(checkpoint) = generation.checkpoint {
+            dropped.extend(self.prompts.put(request.session.clone(), checkpoint, room, true));
+        }
+        dropped.extend(self.prompts.put(request.session.clone(), cache, room, false));
+        self.spill(dropped);
         Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }])
     }
 }

@@ -193,6 +193,8 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
         stream: raw.stream.unwrap_or(false),
         include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
         generate: GenerateRequest {
+            // No session: the engine's prompt cache finds the longest
+            // cached prefix of whatever conversation a client resends.
             session: None,
             messages,
             sampling,
@@ -202,6 +204,7 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             overflow: OverflowPolicy::Error,
             ignore_eos: false,
             kv,
+            prompt_cache_room: None,
         },
     })
 }
@@ -265,7 +268,16 @@ pub struct Usage {
     pub prompt_tokens: usize,
     pub completion_tokens: usize,
     pub total_tokens: usize,
+    /// OpenAI's place for prompt-cache reuse, as mlx_lm.server reports it.
+    pub prompt_tokens_details: PromptTokensDetails,
     pub headroom: HeadroomStats,
+}
+
+/// `usage.prompt_tokens_details`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PromptTokensDetails {
+    /// Prompt tokens the engine's prompt cache already held (not prefilled).
+    pub cached_tokens: usize,
 }
 
 /// The definitions are `headroom_core::stats`'s.
@@ -276,8 +288,10 @@ pub struct HeadroomStats {
     pub decode_tps: Option<f64>,
     pub e2e_tps: Option<f64>,
     pub context_tokens: usize,
-    /// Of the prompt, tokens already in a cache (0: each request has its own).
+    /// Of the prompt, tokens the prompt cache already held (as `cached_tokens`).
     pub reused_tokens: usize,
+    /// Where they came from: "memory", "disk" or "none".
+    pub reused_from: &'static str,
     pub batch: usize,
     pub peak_memory_bytes: usize,
     /// What the request's KV cache was: "bf16", "8-bit (group 64)", …
@@ -290,6 +304,7 @@ impl Usage {
             prompt_tokens: s.prompt_tokens,
             completion_tokens: s.generated_tokens,
             total_tokens: s.prompt_tokens + s.generated_tokens,
+            prompt_tokens_details: PromptTokensDetails { cached_tokens: s.reused_tokens },
             headroom: HeadroomStats {
                 ttft_ms: s.rates.ttft_ms,
                 prefill_tps: s.rates.prefill_tps,
@@ -297,6 +312,7 @@ impl Usage {
                 e2e_tps: s.rates.e2e_tps,
                 context_tokens: s.context_tokens,
                 reused_tokens: s.reused_tokens,
+                reused_from: s.reused_from.as_str(),
                 batch: s.batch,
                 peak_memory_bytes: s.peak_memory_bytes,
                 kv_cache: s.kv_label.clone(),

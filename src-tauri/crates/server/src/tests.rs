@@ -210,9 +210,16 @@ fn models_then_a_plain_completion_with_usage_and_our_stats() {
     assert!(h["prefill_tps"].as_f64().is_some_and(|t| t > 0.0), "{u}");
     assert!(h["e2e_tps"].as_f64().is_some_and(|t| t > 0.0), "{u}");
 
-    // Same model again: no second load. The same greedy request, same answer.
+    assert_eq!(u["prompt_tokens_details"]["cached_tokens"], 0, "{u}");
+    assert_eq!((h["reused_tokens"].as_u64(), h["reused_from"].as_str()), (Some(0), Some("none")), "{u}");
+
+    // Same model again: no second load. The same greedy request, same
+    // answer, every prompt token but the last (which must be fed) cached.
     let again = post(addr, &chat("demo", "Hello there", &json!({"max_tokens": 6})));
     assert_eq!(again.json()["choices"][0]["message"], choice["message"]);
+    let u = &again.json()["usage"];
+    assert_eq!(u["prompt_tokens_details"]["cached_tokens"].as_u64(), Some(prompt - 1), "{u}");
+    assert_eq!(u["headroom"]["reused_from"], "memory", "{u}");
     assert_eq!(provider.loads.load(Ordering::Relaxed), 1);
     let stats = server.stats();
     assert_eq!((stats.requests, stats.completed, stats.cancelled, stats.active), (2, 2, 0, 0));
@@ -403,4 +410,40 @@ fn a_client_that_hangs_up_mid_stream_cancels_the_run() {
     let tps = v["usage"]["headroom"]["decode_tps"].as_f64().unwrap_or_else(|| panic!("no decode rate: {v}"));
     let rest_of_run = HANG_UP_TOKENS as f64 / tps;
     assert!(waited < rest_of_run / 2.0, "waited {waited:.2} s; the hung-up run alone would take {rest_of_run:.2} s");
+}
+
+/// What every chat client does: resend the whole conversation. Each turn
+/// reports the prefix the engine's prompt cache held as OpenAI's
+/// `cached_tokens`, streamed (the usage chunk) and not.
+#[test]
+fn a_resent_conversation_reports_its_cached_prefix() {
+    let (server, _provider) = serve(ServeConfig::default());
+    let addr = server.addr();
+    let mut messages = vec![json!({"role": "user", "content": "Tell me about caches."})];
+    let mut previous_prompt = 0;
+    for turn in 0..3 {
+        let body = json!({"model": "demo", "messages": messages, "temperature": 0, "max_tokens": 6,
+            "stream": true, "stream_options": {"include_usage": true}});
+        let reply = post(addr, &body);
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let data = reply.sse_data();
+        let chunks: Vec<Value> =
+            data.iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap_or(Value::Null)).collect();
+        let text: String =
+            chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect::<Vec<_>>().concat();
+        let usage = &chunks.last().unwrap_or_else(|| panic!("no chunks"))["usage"];
+        let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(u64::MAX);
+        let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
+        if turn == 0 {
+            assert_eq!(cached, 0, "{usage}");
+        } else {
+            // At least everything the previous request was sent.
+            assert!(cached >= previous_prompt && cached < prompt, "turn {turn}: {usage}");
+        }
+        assert_eq!(usage["headroom"]["reused_tokens"].as_u64(), Some(cached));
+        previous_prompt = prompt;
+        messages.push(json!({"role": "assistant", "content": text}));
+        messages.push(json!({"role": "user", "content": format!("And question {turn}?")}));
+    }
+    server.stop().unwrap_or_else(|e| panic!("{e}"));
 }

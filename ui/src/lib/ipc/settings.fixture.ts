@@ -21,4 +21,6 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   idleUnloadMinutes: 15,
   kvBits: null,
   quantizedKvStart: 5000,
+  promptCacheMb: 4096,
+  kvDiskMb: 4096,
 });

@@ -34,6 +34,10 @@ export interface Settings {
   kvBits: number | null;
   /** Tokens a quantized KV cache stays in float before it is converted (mlx-lm's quantized_kv_start). */
   quantizedKvStart: number;
+  /** The most memory (MB) the prompt cache keeps besides the chat in use; never more than half the fit's spare. Next load. */
+  promptCacheMb: number;
+  /** Disk (MB) for chats' KV states saved across restarts; 0: off. */
+  kvDiskMb: number;
 }
 
 /** The stored settings; fields never set have their defaults. */

@@ -138,6 +138,8 @@ impl TensorInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
 pub struct Header {
     pub tensors: BTreeMap<String, TensorInfo>,
+    /// `__metadata__`: string keys to string values (empty when absent).
+    pub metadata: BTreeMap<String, String>,
 }
 
 fn header_err(reason: impl Into<String>) -> FormatError {
@@ -182,11 +184,21 @@ pub fn parse_header(json: &[u8], file_size: u64) -> Result<Header> {
     let data_len =
         file_size.checked_sub(8 + json.len() as u64).ok_or_else(|| header_err("the header runs past the file"))?;
     let mut tensors = BTreeMap::new();
+    let mut metadata = BTreeMap::new();
     for (name, value) in raw {
         if name == "__metadata__" {
             // MLX writes `null` when there is no metadata.
-            if !(value.is_object() || value.is_null()) {
-                return Err(header_err("__metadata__ is not an object"));
+            match value {
+                Value::Null => {}
+                Value::Object(entries) => {
+                    for (key, v) in entries {
+                        let Value::String(v) = v else {
+                            return Err(header_err(format!("__metadata__[{key:?}] is not a string")));
+                        };
+                        metadata.insert(key, v);
+                    }
+                }
+                _ => return Err(header_err("__metadata__ is not an object")),
             }
             continue;
         }
@@ -194,7 +206,7 @@ pub fn parse_header(json: &[u8], file_size: u64) -> Result<Header> {
         tensors.insert(name, info);
     }
     check_tiling(&tensors, data_len)?;
-    Ok(Header { tensors })
+    Ok(Header { tensors, metadata })
 }
 
 fn tensor_info(name: &str, value: &Value) -> Result<TensorInfo> {

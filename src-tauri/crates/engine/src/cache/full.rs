@@ -139,6 +139,27 @@ impl LayerKv {
         self.keys.iter().chain(self.values.iter()).chain(self.quantized.iter().flat_map(QuantizedKv::arrays))
     }
 
+    /// The buffers by name, for a saved state (persist.rs): `keys` and
+    /// `values` in the float type, or the six quantized ones.
+    pub(super) fn named(&self) -> Vec<(&'static str, &Array)> {
+        let float = [("keys", self.keys.as_ref()), ("values", self.values.as_ref())];
+        let mut out: Vec<_> = float.into_iter().filter_map(|(n, a)| Some((n, a?))).collect();
+        out.extend(self.quantized.iter().flat_map(QuantizedKv::named));
+        out
+    }
+
+    /// A layer back from its saved buffers; the caller checked their shapes
+    /// against `offset` (persist.rs).
+    pub(super) fn from_saved(
+        float: Option<(Array, Array)>,
+        quantized: Option<QuantizedKv>,
+        offset: i32,
+        quant: Option<(i32, i32)>,
+    ) -> Self {
+        let (keys, values) = float.unzip();
+        Self { keys, values, offset, quantized, quant }
+    }
+
     #[cfg(test)]
     pub(crate) fn quantized_kv(&self) -> Option<&QuantizedKv> {
         self.quantized.as_ref()

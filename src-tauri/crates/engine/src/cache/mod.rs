@@ -25,6 +25,7 @@
 //! failing at the conversion in the middle of a turn.
 
 pub mod full;
+pub mod persist;
 pub mod recurrent;
 pub mod rotating;
 
@@ -313,6 +314,13 @@ impl KvCache {
         &self.tokens
     }
 
+    /// Whether every layer can always step back (full attention only): a
+    /// cache with a window or a recurrent state may not, so the prompt
+    /// cache keeps a checkpoint of it at the end of each prompt.
+    pub fn always_steps_back(&self) -> bool {
+        self.layers.iter().all(|l| matches!(l, LayerCache::Full(_)))
+    }
+
     /// Whether forgetting the last `n` positions is exact in every layer.
     pub fn can_trim(&self, n: usize) -> bool {
         let n = i32::try_from(n).unwrap_or(i32::MAX);
@@ -350,8 +358,7 @@ impl KvCache {
     /// Where some layer cannot step back exactly, starts over from empty.
     /// Returns how many prompt tokens are already cached.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
-        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
-        let keep = common.min(prompt.len().saturating_sub(1));
+        let keep = self.reusable(prompt);
         let drop = self.offset() - keep.min(self.offset());
         if !self.can_trim(drop) {
             self.clear();
@@ -359,6 +366,20 @@ impl KvCache {
         }
         self.trim(drop);
         keep
+    }
+
+    /// How many of `prompt`'s tokens [`Self::reuse_prefix`] would keep,
+    /// changing nothing: the common prefix (less the one token that must be
+    /// fed), where every layer can step back to it exactly; else 0.
+    pub fn reusable(&self, prompt: &[u32]) -> usize {
+        let common = self.tokens.iter().zip(prompt).take_while(|(a, b)| a == b).count();
+        let keep = common.min(prompt.len().saturating_sub(1));
+        let drop = self.offset() - keep.min(self.offset());
+        if self.can_trim(drop) {
+            keep
+        } else {
+            0
+        }
     }
 
     #[cfg(test)]

@@ -37,4 +37,17 @@ impl RecurrentState {
     pub(super) fn arrays(&self) -> impl Iterator<Item = &Array> {
         self.conv.iter().chain(self.state.iter())
     }
+
+    /// The state by name, for a saved state (persist.rs).
+    pub(super) fn named(&self) -> Vec<(&'static str, &Array)> {
+        [("conv", self.conv.as_ref()), ("state", self.state.as_ref())]
+            .into_iter()
+            .filter_map(|(n, a)| Some((n, a?)))
+            .collect()
+    }
+
+    /// A state back from its saved arrays, `offset` positions in.
+    pub(super) fn from_saved(conv: Option<Array>, state: Option<Array>, offset: i32) -> Self {
+        Self { conv, state, offset }
+    }
 }

@@ -185,6 +185,26 @@ impl RotatingKv {
     pub(super) fn arrays(&self) -> impl Iterator<Item = &Array> {
         self.keys.iter().chain(self.values.iter())
     }
+
+    /// Where the next in-place write goes (for a saved state).
+    pub(super) fn idx(&self) -> i32 {
+        self.idx
+    }
+
+    /// The buffers by name, for a saved state (persist.rs).
+    pub(super) fn named(&self) -> Vec<(&'static str, &Array)> {
+        [("keys", self.keys.as_ref()), ("values", self.values.as_ref())]
+            .into_iter()
+            .filter_map(|(n, a)| Some((n, a?)))
+            .collect()
+    }
+
+    /// A window back from its saved buffers; the caller checked them against
+    /// `window`, `offset` and `idx` (persist.rs).
+    pub(super) fn from_saved(buffers: Option<(Array, Array)>, window: i32, offset: i32, idx: i32) -> Self {
+        let (keys, values) = buffers.unzip();
+        Self { keys, values, offset, window: window.max(1), idx }
+    }
 }
 
 /// `[n, offset + n]`: query `i` (at position `offset + i`) sees key `j` iff

@@ -7,6 +7,7 @@ use headroom_core::chat::{FinishReason, Message, Role};
 
 use super::*;
 use crate::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use crate::prompt_cache::disk::DiskTier;
 use crate::testutil::temp_dir;
 
 /// One demo model per test process (writing it trains the tokenizer).
@@ -29,6 +30,14 @@ fn heavy_lock() -> std::sync::MutexGuard<'static, ()> {
 fn engine() -> EngineHandle {
     let e = EngineHandle::spawn().expect("spawn");
     e.load(demo_dir(), LoadSettings::default()).expect("load");
+    e
+}
+
+/// An engine whose prompt cache may keep other conversations (64 MB: many
+/// of the demo model's), as a load with room to spare gets.
+fn engine_with_room() -> EngineHandle {
+    let e = EngineHandle::spawn().expect("spawn");
+    e.load(demo_dir(), LoadSettings { prompt_cache_bytes: 64 << 20, ..LoadSettings::default() }).expect("load");
     e
 }
 
@@ -72,33 +81,48 @@ fn events_come_in_order_and_the_text_is_the_decoded_tokens() {
     assert!(s.rates.ttft_ms.is_some() && s.rates.decode_tps.is_some());
 }
 
+/// What a request gives with nothing cached: on an engine of its own.
+fn cold(req: GenerateRequest) -> RunOutput {
+    let out = engine().generate(GenerateRequest { session: None, ..req }).expect("generate").collect().expect("run");
+    assert_eq!(out.stats.reused_tokens, 0);
+    out
+}
+
+fn in_session(session: &str, messages: Vec<Message>, max_tokens: usize) -> GenerateRequest {
+    GenerateRequest { session: Some(session.into()), ..request(messages, max_tokens) }
+}
+
+/// `history` with `answer` and then `next` from the user.
+fn continued(history: &[Message], answer: &str, next: &str) -> Vec<Message> {
+    let mut h = history.to_vec();
+    h.push(Message::new(Role::Assistant, answer));
+    h.push(Message::new(Role::User, next));
+    h
+}
+
 #[test]
 fn a_session_reuses_its_cache_and_matches_a_fresh_run() {
-    let e = engine();
-    let mut history = user("What is a cache?");
+    let e = engine_with_room();
+    let history = user("What is a cache?");
     let turn = |history: &[Message]| {
-        let req = GenerateRequest { session: Some("s1".into()), ..request(history.to_vec(), 8) };
-        e.generate(req).expect("generate").collect().expect("run")
+        e.generate(in_session("s1", history.to_vec(), 8)).expect("generate").collect().expect("run")
     };
     let first = turn(&history);
     assert_eq!(first.stats.reused_tokens, 0);
-    history.push(Message::new(Role::Assistant, first.text.clone()));
-    history.push(Message::new(Role::User, "And a second question?"));
+    let history = continued(&history, &first.text, "And a second question?");
     let second = turn(&history);
     // Turn 2 prefilled only what turn 1 had not already put in the cache.
     assert!(second.stats.reused_tokens >= first.stats.prompt_tokens, "{:?}", second.stats);
+    assert_eq!(second.stats.reused_from, Reuse::Memory);
     assert_eq!(second.stats.timings.prompt_tokens as usize, second.stats.prompt_tokens - second.stats.reused_tokens);
-    let fresh = e.generate(request(history.clone(), 8)).expect("generate").collect().expect("run");
-    assert_eq!(fresh.stats.reused_tokens, 0);
-    assert_eq!(second.token_ids, fresh.token_ids);
+    assert_eq!(second.token_ids, cold(request(history.clone(), 8)).token_ids);
 
     // Dropping the session starts the next turn from scratch.
     e.drop_session("s1").expect("drop");
     assert_eq!(turn(&history).stats.reused_tokens, 0);
 
     // Dropping every session (memory is tight) keeps the model and frees the caches.
-    let other = GenerateRequest { session: Some("s2".into()), ..request(user("Another chat"), 4) };
-    e.generate(other).expect("generate").collect().expect("run");
+    e.generate(in_session("s2", user("Another chat"), 4)).expect("generate").collect().expect("run");
     let dropped = e.drop_sessions().expect("drop all");
     assert_eq!(dropped.sessions, 2, "{dropped:?}");
     assert!(dropped.cache_bytes > 0, "{dropped:?}");
@@ -106,6 +130,135 @@ fn a_session_reuses_its_cache_and_matches_a_fresh_run() {
     let again = e.drop_sessions().expect("drop all again");
     assert!(again.sessions == 1 && again.cache_bytes > 0, "s1's new turn filled one cache: {again:?}");
     assert_eq!(e.drop_sessions().expect("nothing left").sessions, 0);
+}
+
+/// What an OpenAI client does: resend the whole conversation each time,
+/// with no session. The prompt cache finds it anyway, and the answer is the
+/// one a cold run gives.
+#[test]
+fn a_conversation_resent_whole_without_a_session_prefills_only_its_new_tokens() {
+    let e = engine_with_room();
+    let history = user("What is a cache?");
+    let first = e.generate(request(history.clone(), 8)).expect("generate").collect().expect("run");
+    let history = continued(&history, &first.text, "Why is it fast?");
+    let second = e.generate(request(history.clone(), 8)).expect("generate").collect().expect("run");
+    assert!(second.stats.reused_tokens >= first.stats.prompt_tokens, "{:?}", second.stats);
+    assert_eq!(second.token_ids, cold(request(history.clone(), 8)).token_ids);
+    // Another conversation shares only the template's opening; the first
+    // one's state stays for it (a copy served the other).
+    let other = e.generate(request(user("Something else entirely"), 8)).expect("generate").collect().expect("run");
+    assert_eq!(other.token_ids, cold(request(user("Something else entirely"), 8)).token_ids);
+    let history = continued(&history, &second.text, "And then?");
+    let third = e.generate(request(history.clone(), 8)).expect("generate").collect().expect("run");
+    assert!(third.stats.reused_tokens >= second.stats.prompt_tokens, "{:?}", third.stats);
+    assert_eq!(third.token_ids, cold(request(history, 8)).token_ids);
+    // Every lookup after the first reused something (the other one, the template's opening).
+    let stats = e.prompt_cache_stats().expect("stats");
+    assert_eq!((stats.lookups, stats.hits), (4, 3), "{stats:?}");
+    assert!(stats.reused_tokens >= (second.stats.reused_tokens + third.stats.reused_tokens) as u64);
+}
+
+#[test]
+fn a_chats_state_on_disk_continues_it_after_a_restart_exactly_and_never_for_another_model() {
+    let tier = DiskTier { dir: temp_dir("kv-disk"), limit_bytes: 1 << 30 };
+    let with_disk = |settings: LoadSettings| {
+        let e = EngineHandle::spawn().expect("spawn");
+        e.load(demo_dir(), settings).expect("load");
+        e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+        e
+    };
+    let history = user("What is a cache?");
+    let e = with_disk(LoadSettings::default());
+    let first = e.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    // Not idle long enough yet: nothing written; then at "quit", written.
+    assert_eq!(e.save_sessions(Duration::from_secs(3600)).expect("save").saved, 0);
+    let saved = e.save_sessions(Duration::ZERO).expect("save");
+    assert!(saved.saved == 1 && saved.bytes > 0, "{saved:?}");
+    assert_eq!(e.save_sessions(Duration::ZERO).expect("save").saved, 0, "written once until it changes");
+    drop(e);
+
+    // The restart: a new engine, the same model, the chat continues from disk.
+    let history = continued(&history, &first.text, "Why is it fast?");
+    let e = with_disk(LoadSettings::default());
+    let second = e.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    assert_eq!(second.stats.reused_from, Reuse::Disk, "{:?}", second.stats);
+    assert!(second.stats.reused_tokens >= first.stats.prompt_tokens, "{:?}", second.stats);
+    assert_eq!(second.token_ids, cold(request(history.clone(), 8)).token_ids);
+    assert_eq!(e.prompt_cache_stats().expect("stats").disk_hits, 1);
+    e.save_sessions(Duration::ZERO).expect("save");
+    drop(e);
+
+    // The same files computed another way (f32): the state is never used, and goes.
+    let f32 = with_disk(LoadSettings { dtype: ComputeDtype::F32, ..LoadSettings::default() });
+    let other = f32.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    assert_eq!((other.stats.reused_tokens, other.stats.reused_from), (0, Reuse::None));
+    assert!(!tier.path("s").exists(), "a state for another computation is deleted");
+
+    // Deleting a chat deletes its state.
+    f32.save_sessions(Duration::ZERO).expect("save");
+    assert!(tier.path("s").exists());
+    f32.drop_session("s").expect("drop");
+    assert_eq!(f32.prompt_cache_stats().expect("stats").disk_files, 0);
+    let _ = std::fs::remove_dir_all(&tier.dir);
+}
+
+#[test]
+fn a_damaged_or_foreign_state_file_is_a_miss_never_an_error() {
+    let tier = DiskTier { dir: temp_dir("kv-damaged"), limit_bytes: 1 << 30 };
+    let e = engine();
+    e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+    let history = user("What is a cache?");
+    let first = e.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    e.save_sessions(Duration::ZERO).expect("save");
+    let bytes = std::fs::read(tier.path("s")).expect("read");
+    let history = continued(&history, &first.text, "Why?");
+    let want = cold(request(history.clone(), 4)).token_ids;
+    // Truncated, garbage, another chat's file under this chat's name.
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        ("truncated", bytes[..bytes.len() / 2].to_vec()),
+        ("garbage", b"not a safetensors file at all".to_vec()),
+        ("empty", Vec::new()),
+    ];
+    for (what, content) in cases {
+        let e = engine();
+        e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+        std::fs::write(tier.path("s"), &content).expect("write");
+        let out = e.generate(in_session("s", history.clone(), 4)).expect("generate").collect();
+        let out = out.unwrap_or_else(|err| panic!("{what}: {err}"));
+        assert_eq!((out.stats.reused_tokens, &out.token_ids), (0, &want), "{what}");
+        assert!(!tier.path("s").exists(), "{what}: the unusable file is gone");
+    }
+    std::fs::write(tier.path("t"), &bytes).expect("write");
+    let e = engine();
+    e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+    let out = e.generate(in_session("t", history, 4)).expect("generate").collect().expect("run");
+    assert_eq!(out.stats.reused_tokens, 0, "s's state is not t's");
+    let _ = std::fs::remove_dir_all(&tier.dir);
+}
+
+#[test]
+fn the_disk_tier_keeps_to_its_limit_least_recently_used_first() {
+    let probe = DiskTier { dir: temp_dir("kv-limit-probe"), limit_bytes: 1 << 30 };
+    let e = engine();
+    e.set_disk_tier(Some(probe.clone())).expect("disk tier");
+    e.generate(in_session("a", user("one"), 4)).expect("generate").collect().expect("run");
+    let one = e.save_sessions(Duration::ZERO).expect("save").bytes;
+    // Room for two states.
+    let tier = DiskTier { dir: temp_dir("kv-limit"), limit_bytes: 2 * one + one / 2 };
+    let e = engine();
+    e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+    for s in ["a", "b", "c"] {
+        e.generate(in_session(s, user("one"), 4)).expect("generate").collect().expect("run");
+        e.save_sessions(Duration::ZERO).expect("save");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stats = e.prompt_cache_stats().expect("stats");
+    assert_eq!(stats.disk_files, 2, "{stats:?}");
+    assert!(stats.disk_bytes <= tier.limit_bytes);
+    assert!(!tier.path("a").exists() && tier.path("b").exists() && tier.path("c").exists());
+    for d in [probe.dir, tier.dir] {
+        let _ = std::fs::remove_dir_all(d);
+    }
 }
 
 #[test]
@@ -315,4 +468,64 @@ fn the_return_check_allows_only_its_tolerance_and_names_the_shortfall() {
     assert!(err.to_string().contains("209.7 MB of the 524.3 MB"), "{err}");
     // Nothing was loaded: nothing to confirm.
     assert!(UnloadReport::default().confirm().is_ok());
+}
+
+/// Reuse with a quantized KV cache (8 and 4 bits from the start, 8 bits
+/// converted after the first turn) and, beside it, the float one. A float
+/// cache reused gives the cold run's answer token for token. A quantized
+/// one cannot: attention over a prefix quantized before the new tokens came
+/// rounds differently from attention over the same prefix still in float
+/// (a cold prompt of one chunk is converted only after that pass; mlx-lm
+/// converts at the same points, so its reuse differs from its cold runs in
+/// the same way). There the reference is the conversation run without a
+/// restart: the state read back from disk gives exactly the tokens the
+/// state kept in memory gives.
+#[test]
+fn a_quantized_kv_cache_is_reused_from_memory_and_from_disk_exactly() {
+    let dir = temp_dir("kv-quant-reuse");
+    write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::TinyKv, Bits::Four)).expect("demo model");
+    let tier = DiskTier { dir: dir.join("states"), limit_bytes: 1 << 30 };
+    let formats = [
+        KvFormat::Float,
+        KvFormat::bits_from_start(8),
+        KvFormat::bits_from_start(4),
+        KvFormat::Quantized(headroom_core::kv::KvQuant { bits: 8, group_size: 64, start: 40 }),
+    ];
+    for format in formats {
+        let load = || {
+            let e = EngineHandle::spawn().expect("spawn");
+            let settings = LoadSettings { kv: format, prompt_cache_bytes: 64 << 20, ..LoadSettings::default() };
+            e.load(&dir, settings).expect("load");
+            e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+            e
+        };
+        let e = load();
+        let history = user("What is a cache?");
+        let run = |e: &EngineHandle, session: Option<&str>, h: &[Message]| {
+            let req = GenerateRequest { session: session.map(str::to_owned), ..request(h.to_vec(), 8) };
+            e.generate(req).expect("generate").collect().expect("run")
+        };
+        let first = run(&e, Some("m"), &history);
+        let next = continued(&history, &first.text, "Why is it fast?");
+        let from_memory = run(&e, Some("m"), &next);
+        run(&e, Some("d"), &history);
+        e.save_sessions(Duration::ZERO).expect("save");
+        drop(e);
+        let e = load();
+        let from_disk = run(&e, Some("d"), &next);
+        let cold = run(&load(), None, &next);
+        assert_eq!(cold.stats.reused_tokens, 0);
+        for (how, out, from) in [("memory", &from_memory, Reuse::Memory), ("disk", &from_disk, Reuse::Disk)] {
+            assert!(out.stats.reused_tokens >= first.stats.prompt_tokens, "{format:?} {how}: {:?}", out.stats);
+            assert_eq!(out.stats.reused_from, from, "{format:?} {how}");
+            assert_eq!(out.stats.kv_label.contains("-bit"), format != KvFormat::Float, "{}", out.stats.kv_label);
+        }
+        assert_eq!(from_disk.token_ids, from_memory.token_ids, "{format:?}: from disk vs from memory");
+        if format == KvFormat::Float {
+            assert_eq!(from_memory.token_ids, cold.token_ids, "a float cache reused vs a cold run");
+        }
+        drop(e);
+        let _ = std::fs::remove_dir_all(&tier.dir);
+    }
+    let _ = std::fs::remove_dir_all(&dir);
 }
