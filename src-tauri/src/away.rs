@@ -297,12 +297,40 @@ pub fn reload(state: &AppState) -> Result<Option<RouteReason>, CommandError> {
 pub fn start<R: tauri::Runtime>(app: &tauri::AppHandle<R>) {
     use tauri::Manager;
     let state = AppState::clone(&app.state::<AppState>());
-    let Some(sampler) = state.memory.get() else {
-        tracing::warn!("no memory readings: Headroom cannot react to memory pressure");
-        return;
-    };
-    let mut latest = sampler.subscribe();
     let app = app.clone();
+    let told = AppState::clone(&state);
+    if !watch(state, move |notice| tell(&app, &told, notice)) {
+        tracing::warn!("no memory readings: Headroom cannot react to memory pressure");
+    }
+}
+
+/// The same for a process without a window (`headroom serve`): a sampler
+/// of its own at the idle pace, the same state machine and actions, each
+/// notice a line on stderr. The next request loads an unloaded model again
+/// through the server's fit-checked load.
+pub fn start_headless(state: &AppState) -> Result<(), headroom_memory::MemoryError> {
+    let mut reader = headroom_memory::Reader::new()?;
+    let sampler = {
+        // Sampler::spawn needs a tokio context: Tauri's runtime, as the app's.
+        let _runtime = tauri::async_runtime::handle().inner().enter();
+        headroom_memory::Sampler::spawn(move || reader.read(), crate::memory::IDLE_PERIOD, 60)
+    };
+    if state.memory.set(sampler).is_err() {
+        tracing::warn!("the memory sampler was already running");
+    }
+    // Each notice is already a log line on stderr (carry_out logs it).
+    watch(AppState::clone(state), |_| {});
+    Ok(())
+}
+
+/// The loop behind both: each reading through the state machine with what
+/// `state` is doing (its runs, its server's requests), each action carried
+/// out off the async threads and its notice handed to `tell`; and, between
+/// runs, idle chats' KV states saved to disk. Returns false when there is
+/// no sampler to read from.
+fn watch(state: AppState, tell: impl Fn(&Notice) + Send + 'static) -> bool {
+    let Some(sampler) = state.memory.get() else { return false };
+    let mut latest = sampler.subscribe();
     tauri::async_runtime::spawn(async move {
         let mut saved_at = std::time::Instant::now();
         while latest.changed().await.is_ok() {
@@ -335,12 +363,13 @@ pub fn start<R: tauri::Runtime>(app: &tauri::AppHandle<R>) {
             let worker = AppState::clone(&state);
             let done = tauri::async_runtime::spawn_blocking(move || carry_out(&worker, action)).await;
             match done {
-                Ok(Some(notice)) => tell(&app, &state, &notice),
+                Ok(Some(notice)) => tell(&notice),
                 Ok(None) => {}
                 Err(e) => tracing::warn!("the memory action stopped unexpectedly: {e}"),
             }
         }
     });
+    true
 }
 
 /// Shows `notice` in the popover and, while it is hidden, as a system

@@ -139,3 +139,73 @@ fn serve_refuses_a_non_loopback_address_without_opt_in_and_key() {
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--api-key-env"));
 }
+
+/// `headroom serve` gets out of the way as the app does: unused for its idle
+/// time (2 s here), it unloads the model and says so on stderr; the next
+/// request loads it again (fit-checked) and is answered.
+#[test]
+fn headroom_serve_unloads_when_idle_and_the_next_request_loads_again() {
+    let root = std::env::temp_dir().join(format!("headroom-serve-idle-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let model = root.join("demo-tiny");
+    let out = headroom(&["demo-model", &model.to_string_lossy(), "--preset", "tiny"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["serve", "--port", "0", "--context", CONTEXT, "--model"])
+        .arg(&model)
+        .env("HEADROOM_DATA_DIR", root.join("data"))
+        .env("HF_HUB_CACHE", root.join("empty-hub"))
+        .env("HEADROOM_AWAY_IDLE_SECONDS", "2")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot run headroom serve: {e}"));
+    let mut server = Running(child);
+    let mut stdout = BufReader::new(server.0.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut url = String::new();
+    stdout.read_line(&mut url).unwrap_or_else(|e| panic!("{e}"));
+    let addr = url.trim().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    // stderr, line by line, as it comes.
+    let (tx, lines) = std::sync::mpsc::channel::<String>();
+    let stderr = server.0.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let ask = || {
+        use std::io::Write;
+        let body = r#"{"model":"demo-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2}"#;
+        let mut s = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("{e}"));
+        write!(
+            s,
+            "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .unwrap_or_else(|e| panic!("{e}"));
+        let mut reply = String::new();
+        s.read_to_string(&mut reply).unwrap_or_else(|e| panic!("{e}"));
+        reply
+    };
+    let wait_for = |needle: &str, within: Duration| -> String {
+        let deadline = Instant::now() + within;
+        while let Some(left) = deadline.checked_duration_since(Instant::now()) {
+            match lines.recv_timeout(left) {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(_) => break,
+            }
+        }
+        panic!("no stderr line with {needle:?} within {within:?}");
+    };
+    assert!(ask().starts_with("HTTP/1.1 200"));
+    let said = wait_for("Headroom unloaded demo-tiny", Duration::from_secs(30));
+    assert!(said.contains("not used for"), "{said}");
+    let again = ask();
+    assert!(again.starts_with("HTTP/1.1 200"), "{again}");
+    wait_for("the server loaded a model", Duration::from_secs(10));
+    let pid = server.0.id().to_string();
+    let _ = Command::new("kill").args(["-INT", &pid]).status();
+    let _ = server.0.wait();
+    let _ = std::fs::remove_dir_all(&root);
+}

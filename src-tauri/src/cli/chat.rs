@@ -399,6 +399,10 @@ mod tests {
         r.unwrap_or_else(|e| panic!("{e}"));
         assert!(err.contains("decode: 3 tokens") && err.contains("| length"), "{err}");
         assert!(err.contains("--route local: the local model"), "{err}");
+        // The first process saved the chat's KV state, but for the CPU
+        // kernel: computed another way, it is not used.
+        assert!(err.contains(" (0 reused), "), "{err}");
+
         let msgs = block_on(store.messages("t")).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(msgs.len(), 4);
         assert_eq!(format!("{}\n", msgs[3].content), out, "what streamed is what was stored");
@@ -408,6 +412,28 @@ mod tests {
         assert!(msgs.iter().all(|m| m.status == MessageStatus::Complete));
         assert!(Cli::try_parse_from(["headroom", "chat", "m", "--session", "s", "--message", "x", "--kernel", "fast"])
             .is_err());
+
+        // A third process with the second's kernel continues from its state on disk.
+        let (r, out, _) = call(
+            &parse(&[
+                "--message",
+                "Go on.",
+                "--max-tokens",
+                "3",
+                "--ignore-eos",
+                "--temp",
+                "0",
+                "--kernel",
+                "fused",
+                "--json",
+            ]),
+            &place,
+        );
+        r.unwrap_or_else(|e| panic!("{e}"));
+        let third: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let msgs = block_on(store.messages("t")).unwrap_or_else(|e| panic!("{e}"));
+        let second_prompt = msgs[3].stats.as_ref().map_or(0, |s| s.prompt_tokens);
+        assert!(third["stats"]["reusedTokens"].as_i64() >= Some(second_prompt), "{third}");
     }
 
     #[test]

@@ -287,6 +287,7 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
          \x20 predicted peak   {peak:>10}\n\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
          verdict: {verdict}\n\
+         {leftover}\
          largest context that fits (KV cache {kv_label}): {largest}\n",
         ctx = e.context_tokens,
         beyond = match f.max_context {
@@ -317,7 +318,26 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         freed = gb(b.inputs.freed_by_unload_bytes),
         head = gb(b.inputs.os_headroom_bytes),
         verdict = verdict_line(r),
+        leftover = leftover_line(r),
         largest = largest_line(r),
+    )
+}
+
+/// What the budget leaves after the peak goes to, by the rules every load
+/// applies (`headroom_core::fit`): the prompt cache's allowance (other
+/// chats' KV states; the chat in use is the KV cache above) at the default
+/// ceiling, and MLX's buffer cache.
+fn leftover_line(r: &FitReport) -> String {
+    if r.spare_bytes <= 0 {
+        return String::new();
+    }
+    let prompts = headroom_core::fit::prompt_cache_limit(r, headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX);
+    let buffers = headroom_core::fit::buffer_cache_limit(r, prompts);
+    format!(
+        "what is left        prompt cache up to {} (other chats' KV states: half of the spare, at most {}), MLX buffer cache up to {}\n",
+        gb(prompts),
+        gb(headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX),
+        gb(buffers)
     )
 }
 
@@ -461,6 +481,7 @@ mod tests {
             "available 8.00 GB",
             "OS headroom 4.00 GB",
             "verdict: fits",
+            "what is left        prompt cache up to",
             "largest context that fits (KV cache 16-bit float):",
         ] {
             assert!(text.contains(needle), "{needle} in\n{text}");

@@ -5,6 +5,7 @@ use std::io::Write;
 
 use clap::Args;
 use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_engine::prompt_cache::Reuse;
 use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, RunOutput, TurnStats};
 use headroom_engine::{ComputeDtype, SamplingParams};
 use serde_json::json;
@@ -197,9 +198,14 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
 pub(crate) fn stats_line(s: &TurnStats, reason: FinishReason) -> String {
     let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"));
     format!(
-        "prompt: {} tokens ({} reused), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {}, KV {} | peak memory {:.1} MB | {}",
+        "prompt: {} tokens ({} reused{}), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {}, KV {} | peak memory {:.1} MB | {}",
         s.prompt_tokens,
         s.reused_tokens,
+        match s.reused_from {
+            Reuse::Disk => " from disk",
+            Reuse::Memory => " from memory",
+            Reuse::None => "",
+        },
         num(s.rates.prefill_tps, 1),
         num(s.rates.ttft_ms, 1),
         s.generated_tokens,

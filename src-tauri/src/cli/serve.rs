@@ -173,9 +173,20 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         .map_err(CliError::from)?;
     drop(out);
 
-    server.wait_for_ctrl_c()?;
+    // Getting out of the way as the app does: idle unload, and under
+    // pressure the cached chat states first, then the model (said on
+    // stderr); the server's requests count as use, as in the app.
+    *state.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(server);
+    if let Err(e) = crate::away::start_headless(&state) {
+        eprintln!("headroom: no memory readings, so no reaction to memory pressure: {e}");
+    }
+    let signal = tauri::async_runtime::block_on(tokio::signal::ctrl_c());
     eprintln!("headroom: stopping the server");
-    server.stop()?;
+    let server = state.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
+    signal.map_err(headroom_server::ServerError::Signal)?;
+    if let Some(server) = server {
+        server.stop()?;
+    }
     // The model goes on its own thread before the process's exit handlers run.
     engine.shutdown();
     Ok(())

@@ -34,6 +34,10 @@ pub enum ChatEvent {
         decode_tps: Option<f64>,
         e2e_tps: Option<f64>,
         prompt_tokens: usize,
+        /// Of those, how many the prompt cache held (not prefilled again).
+        reused_tokens: usize,
+        /// Where they came from: "memory", "disk", or "none".
+        reused_from: &'static str,
         generated_tokens: usize,
         context_tokens: usize,
         batch: usize,
@@ -63,6 +67,8 @@ impl ChatEvent {
             decode_tps: s.rates.decode_tps,
             e2e_tps: s.rates.e2e_tps,
             prompt_tokens: s.prompt_tokens,
+            reused_tokens: s.reused_tokens,
+            reused_from: s.reused_from.as_str(),
             generated_tokens: s.generated_tokens,
             context_tokens: s.context_tokens,
             batch: s.batch,

@@ -8,6 +8,8 @@ const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
   decodeTps: 193.2,
   e2eTps: 160.9,
   promptTokens: 20,
+  reusedTokens: 0,
+  reusedFrom: 'none',
   generatedTokens: 40,
   contextTokens: 20,
   batch: 1,
@@ -50,6 +52,16 @@ describe('units', () => {
     expect([formatMs(999.6), formatMs(1000)]).toEqual(['1000 ms', '1.0 s']);
     expect([formatTps(99.94), formatTps(100)]).toEqual(['99.9 tok/s', '100 tok/s']);
     expect([formatBytes(281_368), formatBytes(12_500_000), formatBytes(4.3e9)]).toEqual(['0.3 MB', '13 MB', '4.3 GB']);
+  });
+});
+
+describe('the cached prefix', () => {
+  it('says how much of the prompt was not prefilled again, and from where', () => {
+    const rows = (o: Partial<TurnStats>) => Object.fromEntries(statsDetails(stats(o)))['Cached, not prefilled'];
+    expect(rows({})).toBe('none');
+    expect(rows({ promptTokens: 900, reusedTokens: 640, reusedFrom: 'disk' })).toBe('640 of 900, from disk');
+    expect(rows({ promptTokens: 900, reusedTokens: 640, reusedFrom: 'memory' })).toBe('640 of 900, in memory');
+    expect(rows({ promptTokens: 900, reusedTokens: 640, reusedFrom: null })).toBe('640 of 900');
   });
 });
 

@@ -48,6 +48,13 @@ export function formatStatsLine(s: TurnStats, reason?: FinishReason): string {
   return parts.join(' · ');
 }
 
+/** How much of the prompt the prompt cache held, and where from. */
+export function cachedWords(s: TurnStats): string {
+  if (s.reusedTokens === 0) return 'none';
+  const from = s.reusedFrom === 'disk' ? ', from disk' : s.reusedFrom === 'memory' ? ', in memory' : '';
+  return `${s.reusedTokens} of ${s.promptTokens}${from}`;
+}
+
 /** Every label, for the expanded view. */
 export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string, string]> {
   const rows: Array<[string, string]> = [
@@ -56,6 +63,7 @@ export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string
     ['Decode', formatTps(s.decodeTps)],
     ['End to end', formatTps(s.e2eTps)],
     ['Prompt tokens', String(s.promptTokens)],
+    ['Cached, not prefilled', cachedWords(s)],
     ['Generated tokens', String(s.generatedTokens)],
     ['Context at start', String(s.contextTokens)],
     ['Batch', String(s.batch)],

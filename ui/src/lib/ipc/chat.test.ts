@@ -11,6 +11,8 @@ const STATS: ChatEvent = {
     decodeTps: 193,
     e2eTps: 160,
     promptTokens: 20,
+    reusedTokens: 0,
+    reusedFrom: 'none',
     generatedTokens: 2,
     contextTokens: 20,
     batch: 1,

@@ -11,6 +11,10 @@ export interface TurnStats {
   decodeTps: number | null;
   e2eTps: number | null;
   promptTokens: number;
+  /** Of those, how many the prompt cache held and were not prefilled again. */
+  reusedTokens: number;
+  /** Where they came from; null for a stored answer (the store keeps the count only). */
+  reusedFrom: 'memory' | 'disk' | 'none' | null;
   generatedTokens: number;
   contextTokens: number;
   batch: number;

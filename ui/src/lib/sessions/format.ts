@@ -25,6 +25,8 @@ export function toTurnStats(s: StoredTurnStats): TurnStats {
     decodeTps: s.decodeTps,
     e2eTps: s.e2eTps,
     promptTokens: s.promptTokens,
+    reusedTokens: s.reusedTokens,
+    reusedFrom: null,
     generatedTokens: s.generatedTokens,
     contextTokens: s.contextTokens,
     batch: s.batch,
