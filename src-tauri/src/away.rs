@@ -223,10 +223,15 @@ pub fn carry_out(state: &AppState, action: Action) -> Option<Notice> {
                 Ok(d) => notice(
                     Some(d.freed_bytes),
                     format!(
-                        "{why}: Headroom dropped the cached chat states of {} chat{} ({}); {name} stays loaded.",
+                        "{why}: Headroom dropped the cached chat states of {} chat{} ({}){}; {name} stays loaded.",
                         d.sessions,
                         if d.sessions == 1 { "" } else { "s" },
-                        size(d.cache_bytes)
+                        size(d.cache_bytes),
+                        match d.saved_to_disk {
+                            0 => String::new(),
+                            1 => ", kept on disk so that chat continues without a new prefill".to_owned(),
+                            n => format!(", {n} kept on disk so those chats continue without a new prefill"),
+                        }
                     ),
                 ),
                 Err(e) => {

@@ -1102,6 +1102,14 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const file = await session.attribute(logs, 'title');
     assert.match(file ?? '', /headroom\.\d{4}-\d{2}-\d{2}\.log$/, `the current log file: ${file}`);
     assert.ok(readFileSync(file, 'utf8').includes('INFO'), 'the app logs at info level to its file');
+    // The prompt cache's figures, after the chats above: memory, how well it served, the disk tier.
+    const prompts = await session.waitForElement('[data-testid="prompt-cache-stats"]', 5_000);
+    await session.execute('arguments[0].scrollIntoView({ block: "center" });', [prompts]);
+    const figures = await session.text(prompts);
+    assert.match(figures, /prompts? in memory/, figures);
+    assert.match(figures, /requests reused a cached prefix/, figures);
+    assert.match(figures, /On disk: \d+ chats?, .* of 4\.29 GB/, figures);
+    writeFileSync(path.join(OUT, 'settings-prompt-cache.png'), await session.screenshot(30_000));
     await session.click(await session.byTestId('settings-button'));
   });
 

@@ -121,6 +121,8 @@ pub struct SessionsDropped {
     pub cache_bytes: u64,
     /// MLX's active + cache bytes before minus after clearing the buffer cache.
     pub freed_bytes: u64,
+    /// Chats' states written to disk first (their next turn reads them back).
+    pub saved_to_disk: usize,
 }
 
 /// What writing chats' KV states to disk did.
@@ -731,7 +733,7 @@ impl Worker {
         // Kept on disk first (where there is a disk tier): the chats
         // continue without prefilling again once memory allows.
         let entries = self.prompts.drain();
-        self.spill(entries);
+        let saved_to_disk = self.spill(entries).saved;
         // Freed arrays go to MLX's buffer cache first; give them to the OS now.
         mlx_rs::memory::clear_cache().op("clear_cache")?;
         let after = mlx_memory()?;
@@ -740,6 +742,7 @@ impl Worker {
             sessions,
             cache_bytes: u64::try_from(held).unwrap_or(u64::MAX),
             freed_bytes: total(&before).saturating_sub(total(&after)),
+            saved_to_disk,
         })
     }
 
