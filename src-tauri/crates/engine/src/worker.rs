@@ -685,41 +685,18 @@ impl Worker {
 
     /// Writes `entries` that are chats' and not yet on disk (they are about
     /// to leave memory), when there is a disk tier and a model they are for.
-    fn spill(&mut self, entries: Vec<Entry>) -> SavedSessions {
-        let mut out = SavedSessions::default();
-        let (Some(disk), Some(loaded)) = (&self.disk, &self.loaded) else { return out };
-        let dtype = dtype_name(loaded.model.activation_dtype());
-        for e in entries {
-            let (Some(session), false) = (&e.session, e.saved) else { continue };
-            match disk.save(session, Part::of(e.checkpoint), &loaded.fingerprint, &e.cache, dtype) {
-                Ok(bytes) => {
-                    out.saved += 1;
-                    out.bytes += bytes;
-                }
-                Err(_) => out.failed += 1,
-            }
-        }
-        for _ in 0..out.failed {
-            self.prompts.disk_error();
-        }
-        out
+    fn spill(&mut self, mut entries: Vec<Entry>) -> SavedSessions {
+        let out = write_states(self.disk.as_ref(), self.loaded.as_ref(), entries.iter_mut());
+        self.count_disk_errors(out)
     }
 
+    /// Writes chats' states unused for `idle` that the disk lacks; they stay in memory.
     fn save_sessions(&mut self, idle: Duration) -> SavedSessions {
-        let mut out = SavedSessions::default();
-        let (Some(disk), Some(loaded)) = (&self.disk, &self.loaded) else { return out };
-        let dtype = dtype_name(loaded.model.activation_dtype());
-        for e in self.prompts.unsaved(idle) {
-            let Some(session) = &e.session else { continue };
-            match disk.save(session, Part::of(e.checkpoint), &loaded.fingerprint, &e.cache, dtype) {
-                Ok(bytes) => {
-                    e.saved = true;
-                    out.saved += 1;
-                    out.bytes += bytes;
-                }
-                Err(_) => out.failed += 1,
-            }
-        }
+        let out = write_states(self.disk.as_ref(), self.loaded.as_ref(), self.prompts.unsaved(idle));
+        self.count_disk_errors(out)
+    }
+
+    fn count_disk_errors(&mut self, out: SavedSessions) -> SavedSessions {
         for _ in 0..out.failed {
             self.prompts.disk_error();
         }
@@ -994,6 +971,31 @@ impl Worker {
         self.spill(dropped);
         Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }])
     }
+}
+
+/// Writes each chat's entry of `entries` that the disk lacks as it is now
+/// (and marks it so), for the model `loaded` as loaded; nothing without a
+/// disk tier or a model.
+fn write_states<'a>(
+    disk: Option<&DiskTier>,
+    loaded: Option<&Loaded>,
+    entries: impl Iterator<Item = &'a mut Entry>,
+) -> SavedSessions {
+    let mut out = SavedSessions::default();
+    let (Some(disk), Some(loaded)) = (disk, loaded) else { return out };
+    let dtype = dtype_name(loaded.model.activation_dtype());
+    for e in entries {
+        let (Some(session), false) = (&e.session, e.saved) else { continue };
+        match disk.save(session, Part::of(e.checkpoint), &loaded.fingerprint, &e.cache, dtype) {
+            Ok(bytes) => {
+                e.saved = true;
+                out.saved += 1;
+                out.bytes += bytes;
+            }
+            Err(_) => out.failed += 1,
+        }
+    }
+    out
 }
 
 /// Everything about the folder that can be checked without reading its

@@ -57,6 +57,22 @@ function backend(taken = 'Ctrl+Alt+K') {
 const lastSet = (calls: ReturnType<typeof backend>) =>
   (calls.filter((c) => c.cmd === 'settings_set').at(-1)?.args as { settings: Settings } | undefined)?.settings;
 
+describe('SettingsView: saving', () => {
+  it('two fields changed at once are both kept: each save starts from the one before', async () => {
+    const calls = backend();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const url = await screen.findByTestId<HTMLInputElement>('cloud-url');
+    const model = screen.getByTestId<HTMLInputElement>('cloud-model');
+    // As fast as a script (or a quick Tab) changes them: no await in between.
+    url.value = 'http://127.0.0.1:9/v1';
+    void fireEvent.change(url);
+    model.value = 'stub-model';
+    void fireEvent.change(model);
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'settings_set')).toHaveLength(2));
+    expect(lastSet(calls)).toMatchObject({ cloudBaseUrl: 'http://127.0.0.1:9/v1', cloudModel: 'stub-model' });
+  });
+});
+
 describe('SettingsView: the menu-bar conventions', () => {
   it('shows launch at login off by default and turns it on', async () => {
     const calls = backend();

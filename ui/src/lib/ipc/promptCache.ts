@@ -28,21 +28,27 @@ export function promptCacheStats(): Promise<PromptCacheStats> {
   return call<PromptCacheStats>('prompt_cache_stats');
 }
 
+// Binary units, as the Settings fields count them (4096 MB = 4.00 GB).
 const size = (bytes: number): string =>
-  bytes >= 1e9 ? `${(bytes / 1e9).toFixed(2)} GB` : `${(bytes / 1e6).toFixed(bytes >= 1e7 ? 0 : 1)} MB`;
+  bytes >= 2 ** 30 ? `${(bytes / 2 ** 30).toFixed(2)} GB` : `${Math.round(bytes / 2 ** 20)} MB`;
 const percent = (share: number): string => `${Math.round(share * 100)} %`;
 
-/** The figures in words, one line each: memory, how well it served, disk. */
-export function promptCacheLines(s: PromptCacheStats): string[] {
-  const held = `${s.entries} ${s.entries === 1 ? 'prompt' : 'prompts'} in memory, ${size(s.bytes)}`;
-  const others = s.entries > 1 ? ` (${size(s.bytes - s.latestBytes)} beside the chat in use, of ${size(s.limitBytes)} allowed)` : ` (${size(s.limitBytes)} allowed beside the chat in use)`;
+/** The figures in words, as label / value rows: what it holds, how well it served, the disk tier. */
+export function promptCacheRows(s: PromptCacheStats): string[][] {
+  const others = s.bytes - s.latestBytes;
+  const held = `${s.entries} ${s.entries === 1 ? 'prompt' : 'prompts'}, ${size(s.bytes)}; others ${size(others)} of ${size(s.limitBytes)}`;
   const served =
     s.hitRate === null
-      ? 'No request yet'
-      : `${percent(s.hitRate)} of ${s.lookups} requests reused a cached prefix; ${percent(s.reusedShare ?? 0)} of prompt tokens were not prefilled again`;
+      ? 'no request yet'
+      : `${percent(s.hitRate)} of ${s.lookups} requests; ${percent(s.reusedShare ?? 0)} of prompt tokens not prefilled again`;
   const disk =
     s.diskLimitBytes === 0
-      ? 'Chats are not saved to disk'
-      : `On disk: ${s.diskFiles} ${s.diskFiles === 1 ? 'chat' : 'chats'}, ${size(s.diskBytes)} of ${size(s.diskLimitBytes)}; ${s.diskHits} continued from disk`;
-  return [held + others, served, disk + (s.diskErrors > 0 ? ` (${s.diskErrors} could not be read or written)` : '')];
+      ? 'off'
+      : `${s.diskFiles} ${s.diskFiles === 1 ? 'state' : 'states'}, ${size(s.diskBytes)} of ${size(s.diskLimitBytes)}; ${s.diskHits} read back` +
+        (s.diskErrors > 0 ? ` (${s.diskErrors} could not be read or written)` : '');
+  return [
+    ['Prompt cache', held],
+    ['Reused a prefix', served],
+    ['Saved on disk', disk],
+  ];
 }
