@@ -14,8 +14,8 @@ use common::{headroom, headroom_with};
 /// over-the-limit prompt is cheap.
 const CONTEXT: &str = "256";
 
-/// Kills the server if the test fails before stopping it.
-struct Running(Child);
+/// Kills the server if the test fails before stopping it; holds its stdout open.
+struct Running(Child, Option<BufReader<std::process::ChildStdout>>);
 
 impl Drop for Running {
     fn drop(&mut self) {
@@ -40,31 +40,41 @@ fn python() -> PathBuf {
     python
 }
 
-#[test]
-fn the_official_openai_client_talks_to_headroom_serve() {
-    let python = python();
-    let root = std::env::temp_dir().join(format!("headroom-openai-client-{}", std::process::id()));
+/// `headroom serve` on a tiny demo model written under a scratch folder
+/// named for `tag`, with `env` set: the folder, the server, and its URL (the
+/// first line it prints). The server's stdout stays open with the server
+/// (closed, its next line would fail to write).
+fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (PathBuf, Running, String) {
+    let root = std::env::temp_dir().join(format!("headroom-{tag}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&root);
     let model = root.join("demo-tiny");
     let out = headroom(&["demo-model", &model.to_string_lossy(), "--preset", "tiny"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-
     let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
         .args(["serve", "--port", "0", "--context", CONTEXT, "--model"])
         .arg(&model)
         // Only the demo model: an empty app data folder and HF cache.
         .env("HEADROOM_DATA_DIR", root.join("data"))
         .env("HF_HUB_CACHE", root.join("empty-hub"))
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .unwrap_or_else(|e| panic!("cannot run headroom serve: {e}"));
-    let mut server = Running(child);
+    let mut server = Running(child, None);
     let mut stdout = BufReader::new(server.0.stdout.take().unwrap_or_else(|| panic!("no stdout")));
     let mut url = String::new();
     stdout.read_line(&mut url).unwrap_or_else(|e| panic!("{e}"));
     let url = url.trim().to_owned();
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"), "first line: {url:?}");
+    server.1 = Some(stdout);
+    (root, server, url)
+}
+
+#[test]
+fn the_official_openai_client_talks_to_headroom_serve() {
+    let python = python();
+    let (root, mut server, url) = serve_demo("openai-client", &[]);
 
     let started = Instant::now();
     let client = Command::new(&python)
@@ -145,26 +155,8 @@ fn serve_refuses_a_non_loopback_address_without_opt_in_and_key() {
 /// request loads it again (fit-checked) and is answered.
 #[test]
 fn headroom_serve_unloads_when_idle_and_the_next_request_loads_again() {
-    let root = std::env::temp_dir().join(format!("headroom-serve-idle-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
-    let model = root.join("demo-tiny");
-    let out = headroom(&["demo-model", &model.to_string_lossy(), "--preset", "tiny"]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["serve", "--port", "0", "--context", CONTEXT, "--model"])
-        .arg(&model)
-        .env("HEADROOM_DATA_DIR", root.join("data"))
-        .env("HF_HUB_CACHE", root.join("empty-hub"))
-        .env("HEADROOM_AWAY_IDLE_SECONDS", "2")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run headroom serve: {e}"));
-    let mut server = Running(child);
-    let mut stdout = BufReader::new(server.0.stdout.take().unwrap_or_else(|| panic!("no stdout")));
-    let mut url = String::new();
-    stdout.read_line(&mut url).unwrap_or_else(|e| panic!("{e}"));
-    let addr = url.trim().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    let (root, mut server, url) = serve_demo("serve-idle", &[("HEADROOM_AWAY_IDLE_SECONDS", "2")]);
+    let addr = url.trim_start_matches("http://").trim_end_matches("/v1").to_owned();
     // stderr, line by line, as it comes.
     let (tx, lines) = std::sync::mpsc::channel::<String>();
     let stderr = server.0.stderr.take().unwrap_or_else(|| panic!("no stderr"));
