@@ -88,7 +88,10 @@ pub fn run(logs: logging::Logs) -> ExitCode {
         RunEvent::Exit => {
             let state = app.state::<AppState>();
             serve_marker::clear(&state.locations.data_dir);
-            // Every chat's KV state to disk, so it continues without a prefill after the restart.
+            // Every chat's KV state to disk, so it continues without a
+            // prefill after the restart; an answer still streaming stops
+            // first (its state so far is saved with the rest).
+            state.engine.cancel_all();
             match state.engine.save_sessions(std::time::Duration::ZERO) {
                 Ok(s) => tracing::info!(
                     saved = s.saved,

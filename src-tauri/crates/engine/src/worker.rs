@@ -578,10 +578,16 @@ impl EngineHandle {
     /// calls on any clone get `EngineStopped`. For a process about to exit
     /// without dropping its handles (the app's Quit).
     pub fn shutdown(&self) {
+        self.cancel_all();
+        self.owner.stop_and_join();
+    }
+
+    /// Stops every run queued or running, after the token being computed
+    /// (what a quit does first, so the jobs after them come soon).
+    pub fn cancel_all(&self) {
         for flag in self.shared.cancels.lock().unwrap_or_else(PoisonError::into_inner).values() {
             flag.store(true, Ordering::Relaxed);
         }
-        self.owner.stop_and_join();
     }
 
     fn send(&self, job: Job) -> Result<()> {
