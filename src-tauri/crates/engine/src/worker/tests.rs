@@ -476,8 +476,8 @@ fn the_return_check_allows_only_its_tolerance_and_names_the_shortfall() {
 /// one cannot: attention over a prefix quantized before the new tokens came
 /// rounds differently from attention over the same prefix still in float
 /// (a cold prompt of one chunk is converted only after that pass; mlx-lm
-/// converts at the same points, so its reuse differs from its cold runs in
-/// the same way). There the reference is the conversation run without a
+/// converts at the same points, so its reuse should differ from its cold
+/// runs in the same way). There the reference is the conversation run without a
 /// restart: the state read back from disk gives exactly the tokens the
 /// state kept in memory gives.
 #[test]
