@@ -314,15 +314,7 @@ pub fn start<R: tauri::Runtime>(app: &tauri::AppHandle<R>) {
 /// notice a line on stderr. The next request loads an unloaded model again
 /// through the server's fit-checked load.
 pub fn start_headless(state: &AppState) -> Result<(), headroom_memory::MemoryError> {
-    let mut reader = headroom_memory::Reader::new()?;
-    let sampler = {
-        // Sampler::spawn needs a tokio context: Tauri's runtime, as the app's.
-        let _runtime = tauri::async_runtime::handle().inner().enter();
-        headroom_memory::Sampler::spawn(move || reader.read(), crate::memory::IDLE_PERIOD, 60)
-    };
-    if state.memory.set(sampler).is_err() {
-        tracing::warn!("the memory sampler was already running");
-    }
+    crate::memory::spawn_sampler(state, crate::memory::IDLE_PERIOD)?;
     // Each notice is already a log line on stderr (carry_out logs it).
     watch(AppState::clone(state), |_| {});
     Ok(())
@@ -344,20 +336,9 @@ fn watch(state: AppState, tell: impl Fn(&Notice) + Send + 'static) -> bool {
             // Idle chats' KV states to disk, checked every half minute between runs.
             if saved_at.elapsed() >= SAVE_STATES_AFTER / 2 && !state.runs.any() {
                 saved_at = std::time::Instant::now();
-                let engine = state.engine.clone();
-                let _ = tauri::async_runtime::spawn_blocking(move || match engine.save_sessions(SAVE_STATES_AFTER) {
-                    Ok(s) if s.saved + s.failed > 0 => {
-                        tracing::info!(
-                            saved = s.saved,
-                            bytes = s.bytes,
-                            failed = s.failed,
-                            "idle chats' KV states saved"
-                        )
-                    }
-                    Ok(_) => {}
-                    Err(e) => tracing::debug!("idle chats' KV states were not saved: {e}"),
-                })
-                .await;
+                let saver = AppState::clone(&state);
+                let _ = tauri::async_runtime::spawn_blocking(move || saver.save_chat_states(SAVE_STATES_AFTER, "idle"))
+                    .await;
             }
             let reading = Reading {
                 at_ms: sample.at_unix_ms,

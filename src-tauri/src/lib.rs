@@ -92,15 +92,7 @@ pub fn run(logs: logging::Logs) -> ExitCode {
             // prefill after the restart; an answer still streaming stops
             // first (its state so far is saved with the rest).
             state.engine.cancel_all();
-            match state.engine.save_sessions(std::time::Duration::ZERO) {
-                Ok(s) => tracing::info!(
-                    saved = s.saved,
-                    bytes = s.bytes,
-                    failed = s.failed,
-                    "chats' KV states saved at quit"
-                ),
-                Err(e) => tracing::warn!("chats' KV states were not saved at quit: {e}"),
-            }
+            state.save_chat_states(std::time::Duration::ZERO, "at quit");
             state.engine.shutdown();
         }
         _ => {}

@@ -118,23 +118,34 @@ pub fn history_points(state: &AppState) -> Vec<MemoryPoint> {
     state.memory.get().map(|m| m.history().iter().map(timeline_point).collect()).unwrap_or_default()
 }
 
+/// Starts the sampler on Tauri's runtime at `pace` and keeps it in the
+/// state (the app's, and `headroom serve`'s, which has no window); a
+/// receiver of its samples, or `None` when one was running already.
+pub fn spawn_sampler(
+    state: &AppState,
+    pace: Duration,
+) -> Result<Option<tokio::sync::watch::Receiver<Option<Sample>>>, headroom_memory::MemoryError> {
+    let mut reader = Reader::new()?;
+    let sampler = {
+        // Sampler::spawn needs a tokio context: Tauri's own runtime.
+        let _runtime = tauri::async_runtime::handle().inner().enter();
+        Sampler::spawn(move || reader.read(), pace, HISTORY)
+    };
+    let latest = sampler.subscribe();
+    if state.memory.set(sampler).is_err() {
+        tracing::warn!("the memory sampler was already running");
+        return Ok(None);
+    }
+    Ok(Some(latest))
+}
+
 /// Starts the sampler on Tauri's runtime, sets its pace from the live
 /// activity, and forwards each sample to the UI (while visible), the store
 /// (when it changed) and the tray. Call once, from `setup`.
 pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::MemoryError> {
-    let mut reader = Reader::new()?;
     let state = app.state::<AppState>();
     let live = state.live.clone();
-    let sampler = {
-        // Sampler::spawn needs a tokio context: Tauri's own runtime.
-        let _runtime = tauri::async_runtime::handle().inner().enter();
-        Sampler::spawn(move || reader.read(), period(live.activity()), HISTORY)
-    };
-    let mut latest = sampler.subscribe();
-    if state.memory.set(sampler).is_err() {
-        tracing::warn!("the memory sampler was already running");
-        return Ok(());
-    }
+    let Some(mut latest) = spawn_sampler(&state, period(live.activity()))? else { return Ok(()) };
 
     // The pace follows the activity; the popover opening asks for a reading
     // at once, so the graph is fresh within a second.

@@ -186,6 +186,20 @@ impl AppState {
         self.prompt_cache_max.load(Ordering::Relaxed)
     }
 
+    /// Writes chats' KV states unused for `idle` to disk and logs what was
+    /// written; `why` says when ("idle", "at quit", "at the end of `headroom
+    /// chat`"). Blocking: the engine answers between runs. The app at quit,
+    /// `headroom chat` at its end (idle zero) and the idle check all come here.
+    pub fn save_chat_states(&self, idle: std::time::Duration, why: &str) {
+        match self.engine.save_sessions(idle) {
+            Ok(s) if s.saved + s.failed > 0 => {
+                tracing::info!(saved = s.saved, bytes = s.bytes, failed = s.failed, "chats' KV states saved {why}")
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!("chats' KV states were not saved {why}: {e}"),
+        }
+    }
+
     /// Where chats' KV states are saved across restarts.
     pub fn kv_states_dir(&self) -> PathBuf {
         self.locations.data_dir.join(KV_STATES_DIR)

@@ -143,9 +143,7 @@ pub(crate) fn chat(
     let result = load_and_chat(args, &state, &settings, out, err);
     // The chat's KV state to disk, as the app does at quit: the next
     // `headroom chat` of this session prefills only its new message.
-    if let Err(e) = state.engine.save_sessions(std::time::Duration::ZERO) {
-        tracing::warn!("the chat's KV state was not saved: {e}");
-    }
+    state.save_chat_states(std::time::Duration::ZERO, "at the end of `headroom chat`");
     state.engine.shutdown();
     result
 }

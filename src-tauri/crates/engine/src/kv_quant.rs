@@ -163,14 +163,14 @@ impl QuantizedKv {
 
     /// Back from [`Self::named`]'s buffers (checked by the caller).
     pub fn from_named(mut take: impl FnMut(&'static str) -> Option<Array>, group_size: i32, bits: i32) -> Option<Self> {
-        let mut part = |name: &'static str| -> Option<Quantized> {
-            Some(Quantized {
-                packed: take(if name == "keys" { "keys.packed" } else { "values.packed" })?,
-                scales: take(if name == "keys" { "keys.scales" } else { "values.scales" })?,
-                biases: take(if name == "keys" { "keys.biases" } else { "values.biases" })?,
-            })
+        let keys =
+            Quantized { packed: take("keys.packed")?, scales: take("keys.scales")?, biases: take("keys.biases")? };
+        let values = Quantized {
+            packed: take("values.packed")?,
+            scales: take("values.scales")?,
+            biases: take("values.biases")?,
         };
-        Some(Self { keys: part("keys")?, values: part("values")?, group_size, bits })
+        Some(Self { keys, values, group_size, bits })
     }
 
     /// The float type of the scales and biases (the activations').

@@ -212,8 +212,8 @@ impl PromptCache {
 
     fn evict_beyond(&mut self, bytes: usize) -> Vec<Entry> {
         let mut dropped = Vec::new();
+        let latest = self.entries.iter().map(|e| e.used).max();
         loop {
-            let latest = self.entries.iter().map(|e| e.used).max();
             let others: usize = self.entries.iter().filter(|e| Some(e.used) != latest).map(|e| e.cache.nbytes()).sum();
             if others <= bytes {
                 return dropped;

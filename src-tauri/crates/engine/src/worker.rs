@@ -24,7 +24,7 @@ use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::loader::{materialize, stage};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
-use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part, Restored};
+use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part};
 use crate::prompt_cache::{Entry, PromptCache, PromptCacheStats, Reuse};
 use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
@@ -869,15 +869,15 @@ impl Worker {
         let kinds = loaded.model.layer_kinds();
         let mut best: Option<(KvCache, usize)> = None;
         for part in [Part::State, Part::Prompt] {
-            match disk.load(session, part, &loaded.fingerprint, &kinds, format, loaded.model.activation_dtype()) {
-                Restored::State(mut cache) => {
-                    let reused = cache.reuse_prefix(prompt);
-                    if reused > best.as_ref().map_or(0, |b| b.1) {
-                        best = Some((cache, reused));
-                    }
-                }
-                // Another model's, other settings': a miss, never a wrong answer.
-                Restored::Missing | Restored::Mismatch(_) => {}
+            // Another model's, other settings': a miss, never a wrong answer.
+            let Some(mut cache) =
+                disk.load(session, part, &loaded.fingerprint, &kinds, format, loaded.model.activation_dtype())
+            else {
+                continue;
+            };
+            let reused = cache.reuse_prefix(prompt);
+            if reused > best.as_ref().map_or(0, |b| b.1) {
+                best = Some((cache, reused));
             }
         }
         Ok(best)
@@ -955,7 +955,8 @@ impl Worker {
         let stats = TurnStats {
             prompt_tokens: prompt.len(),
             reused_tokens: generation.reused_tokens,
-            reused_from: if generation.reused_tokens > 0 { from } else { Reuse::None },
+            // `take` and `restore` find nothing rather than a state that saves no token.
+            reused_from: from,
             generated_tokens: generation.tokens.len(),
             context_tokens: prompt.len(),
             batch: 1,

@@ -142,8 +142,7 @@ impl LayerKv {
     /// The buffers by name, for a saved state (persist.rs): `keys` and
     /// `values` in the float type, or the six quantized ones.
     pub(super) fn named(&self) -> Vec<(&'static str, &Array)> {
-        let float = [("keys", self.keys.as_ref()), ("values", self.values.as_ref())];
-        let mut out: Vec<_> = float.into_iter().filter_map(|(n, a)| Some((n, a?))).collect();
+        let mut out = super::present([("keys", self.keys.as_ref()), ("values", self.values.as_ref())]);
         out.extend(self.quantized.iter().flat_map(QuantizedKv::named));
         out
     }

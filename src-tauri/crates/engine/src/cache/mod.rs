@@ -212,6 +212,11 @@ impl LayerCache {
     }
 }
 
+/// The buffers of `pairs` that exist, by name: what a layer saves (persist.rs).
+fn present<'a, const N: usize>(pairs: [(&'static str, Option<&'a Array>); N]) -> Vec<(&'static str, &'a Array)> {
+    pairs.into_iter().filter_map(|(name, a)| Some((name, a?))).collect()
+}
+
 fn wrong_kind(wanted: &str, found: &str) -> EngineError {
     EngineError::Shape { what: "layer cache", expected: format!("{wanted}, found {found}"), found: Vec::new() }
 }
@@ -358,13 +363,15 @@ impl KvCache {
     /// Where some layer cannot step back exactly, starts over from empty.
     /// Returns how many prompt tokens are already cached.
     pub fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+        // `reusable` is 0 where no step back is exact; then the cache
+        // starts over unless dropping everything is itself a trim.
         let keep = self.reusable(prompt);
-        let drop = self.offset() - keep.min(self.offset());
-        if !self.can_trim(drop) {
+        let drop = self.offset() - keep;
+        if self.can_trim(drop) {
+            self.trim(drop);
+        } else {
             self.clear();
-            return 0;
         }
-        self.trim(drop);
         keep
     }
 

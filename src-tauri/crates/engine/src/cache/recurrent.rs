@@ -40,10 +40,7 @@ impl RecurrentState {
 
     /// The state by name, for a saved state (persist.rs).
     pub(super) fn named(&self) -> Vec<(&'static str, &Array)> {
-        [("conv", self.conv.as_ref()), ("state", self.state.as_ref())]
-            .into_iter()
-            .filter_map(|(n, a)| Some((n, a?)))
-            .collect()
+        super::present([("conv", self.conv.as_ref()), ("state", self.state.as_ref())])
     }
 
     /// A state back from its saved arrays, `offset` positions in.

@@ -193,10 +193,7 @@ impl RotatingKv {
 
     /// The buffers by name, for a saved state (persist.rs).
     pub(super) fn named(&self) -> Vec<(&'static str, &Array)> {
-        [("keys", self.keys.as_ref()), ("values", self.values.as_ref())]
-            .into_iter()
-            .filter_map(|(n, a)| Some((n, a?)))
-            .collect()
+        super::present([("keys", self.keys.as_ref()), ("values", self.values.as_ref())])
     }
 
     /// A window back from its saved buffers; the caller checked them against

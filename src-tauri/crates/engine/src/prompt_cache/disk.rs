@@ -68,16 +68,6 @@ pub struct DiskTier {
     pub limit_bytes: u64,
 }
 
-/// What reading a session's state found.
-#[derive(Debug)]
-pub enum Restored {
-    State(KvCache),
-    /// No file for the session.
-    Missing,
-    /// A file for another model, other settings, or not readable: why.
-    Mismatch(String),
-}
-
 /// Files and bytes in the folder.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct DiskUsage {
@@ -163,8 +153,10 @@ impl DiskTier {
         Ok(bytes)
     }
 
-    /// `session`'s state, if its file is for `model` and a cache of `kinds`
-    /// stored as `format` in `dtype`. A file that cannot be used is deleted.
+    /// `session`'s state, if it has a file for `model` and a cache of
+    /// `kinds` stored as `format` in `dtype`. A file that cannot be used (for
+    /// another model or other settings, or not readable) is a miss, and is
+    /// deleted.
     pub fn load(
         &self,
         session: &str,
@@ -173,24 +165,24 @@ impl DiskTier {
         kinds: &[LayerKind],
         format: KvFormat,
         dtype: Dtype,
-    ) -> Restored {
+    ) -> Option<KvCache> {
         let path = self.path_of(session, part);
         if !path.is_file() {
-            return Restored::Missing;
+            return None;
         }
-        let outcome = self.read(&path, session, model, kinds, format, dtype);
-        match outcome {
+        match self.read(&path, session, model, kinds, format, dtype) {
             Ok(cache) => {
                 // Recently used: the last to go when the folder is trimmed.
                 let _ = fs::File::options()
                     .append(true)
                     .open(&path)
                     .and_then(|f| f.set_modified(std::time::SystemTime::now()));
-                Restored::State(cache)
+                Some(cache)
             }
-            Err(why) => {
+            // Whichever check failed, the answer is the same: a miss.
+            Err(_why) => {
                 let _ = fs::remove_file(&path);
-                Restored::Mismatch(why)
+                None
             }
         }
     }
