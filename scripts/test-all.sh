@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-#! Checks the style (rustfmt, clippy) and the macOS code (check-macos),
+#! Checks the style (rustfmt, clippy), the macOS code (check-macos) and the
+#! UI's types (svelte-check),
 #! builds the app, runs every suite (Rust, UI unit, end-to-end, tray) and
 #! ends with one summary line over all of them: "total: N passed, N failed"
 #! (each check counts as one). Exits non-zero if any check or suite failed
@@ -64,6 +65,9 @@ summary() {
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step check-macos scripts/check-macos/run.sh
+# The UI's types (svelte-check): what vitest's transpile-only run does not see.
+step ui-check bash -c 'cd ui && npm run --silent check'
+
 if ! step build cargo build -p headroom; then
   echo "the app did not build: no suite can run"
   summary

@@ -34,6 +34,6 @@ describe('promptCacheRows', () => {
       stats({ entries: 1, bytes: 3 * MB, latestBytes: 3 * MB, limitBytes: 0, lookups: 0, hits: 0, hitRate: null, reusedShare: null, diskLimitBytes: 0 }),
     );
     expect(rows.map((r) => r[1])).toEqual(['1 prompt, 3 MB; others 0 MB of 0 MB', 'no request yet', 'off']);
-    expect(promptCacheRows(stats({ diskErrors: 2 }))[2][1]).toContain('(2 could not be read or written)');
+    expect(promptCacheRows(stats({ diskErrors: 2 }))[2]?.[1]).toContain('(2 could not be read or written)');
   });
 });
