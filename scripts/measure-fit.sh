@@ -11,6 +11,8 @@
 #   scripts/measure-fit.sh --skip-7b   # the ~100M cases only: ~1 min
 #   scripts/measure-fit.sh --models-dir DIR   # keep the models in DIR and reuse them
 #   scripts/measure-fit.sh --archs-only       # qwen3_moe, gemma3_text, qwen3_5(_moe) small demos at ~256 and ~4000 tokens
+#   scripts/measure-fit.sh --calibration      # estimates that learn: one recorded turn at ~1K tokens, the
+#                                             # prediction against fresh runs there and at ~2K (4 models, ~3 min)
 #
 # Decode is 2 tokens: the peak is the prefill's.
 # Needs `cargo build -p headroom` and scripts/setup.sh (the venv's

@@ -9,7 +9,7 @@ mod cloud_key;
 mod demo_model;
 mod error;
 mod export;
-mod fit;
+pub(crate) mod fit;
 mod generate;
 #[cfg(test)]
 mod hostile_tests;

@@ -5,12 +5,19 @@
 
 use std::path::Path;
 
-use headroom_core::fit::{check, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use headroom_core::calibration::{Measured, PeakMeasurement};
+use headroom_core::fit::{check_with, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
 use headroom_core::kv::KvFormat;
 use headroom_core::remedies::Remedy;
+use headroom_engine::meter::{Meter, SharedMeter};
+use headroom_engine::prompt_cache::disk::model_fingerprint;
 use headroom_engine::worker::LoadSettings;
 use headroom_engine::{inspect, ComputeDtype, EngineError, QuantKernel};
 use headroom_memory::MemoryError;
+use headroom_store::Store;
 use serde_json::json;
 
 /// Where the budget's numbers come from.
@@ -62,6 +69,66 @@ pub fn budget_inputs(source: BudgetSource) -> Result<BudgetInputs, MemoryError> 
     })
 }
 
+/// What this machine measured for the model in `dir` loaded as `dtype` with
+/// `kernel`: the calibration points (`PeakMeasurement::calibration_point`)
+/// the store keeps for it, newest first. Empty when nothing was measured
+/// or it cannot be read: the formula alone then, said as "estimated".
+pub fn learned(store: &Store, dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Vec<Measured> {
+    match model_fingerprint(dir, dtype, kernel) {
+        Ok(fingerprint) => learned_for(store, &fingerprint),
+        Err(e) => {
+            tracing::debug!("no measurements for {}: {e}", dir.display());
+            Vec::new()
+        }
+    }
+}
+
+/// [`learned`] for a model as loaded (`ModelInfo::fingerprint`).
+pub fn learned_for(store: &Store, fingerprint: &str) -> Vec<Measured> {
+    match crate::runtime::block_on(store.peak_measurements(fingerprint)) {
+        Ok(rows) => rows.iter().filter_map(PeakMeasurement::calibration_point).collect(),
+        Err(e) => {
+            tracing::warn!("measurements could not be read: {e}");
+            Vec::new()
+        }
+    }
+}
+
+/// The engine's meter: the process's resident set from `headroom-memory`,
+/// each measurement kept in `store`.
+pub fn store_meter(store: Store) -> SharedMeter {
+    Arc::new(StoreMeter { store, reset: AtomicBool::new(false) })
+}
+
+struct StoreMeter {
+    store: Store,
+    /// Whether the last reset of the peak took: a peak that was not reset is
+    /// the whole process's, not this measurement's.
+    reset: AtomicBool,
+}
+
+impl Meter for StoreMeter {
+    fn resident_bytes(&self) -> Option<u64> {
+        headroom_memory::process::resident_bytes()
+    }
+
+    fn reset_peak_resident(&self) {
+        self.reset.store(headroom_memory::process::reset_peak_resident(), Ordering::Relaxed);
+    }
+
+    fn peak_resident_bytes(&self) -> Option<u64> {
+        self.reset.load(Ordering::Relaxed).then(headroom_memory::process::peak_resident_bytes).flatten()
+    }
+
+    // Written before the engine's next job (one small insert, about a
+    // millisecond): a CLI process that ends right after its turn keeps it.
+    fn record(&self, measurement: PeakMeasurement) {
+        if let Err(e) = crate::runtime::block_on(self.store.add_peak_measurement(&measurement)) {
+            tracing::warn!("a measurement was not kept: {e}");
+        }
+    }
+}
+
 /// The verdict for the model in `dir` at `context` tokens, loaded natively
 /// with the device's default kernel. Reads only config.json and the weight
 /// headers: nothing is loaded.
@@ -76,13 +143,14 @@ pub fn check_model_as(
     dtype: ComputeDtype,
     source: BudgetSource,
 ) -> Result<FitReport, FitError> {
-    check_model_with(dir, context, dtype, QuantKernel::choose(Default::default()), KvFormat::Float, source)
+    check_model_with(dir, context, dtype, QuantKernel::choose(Default::default()), KvFormat::Float, source, None)
 }
 
 /// The verdict for the model loaded as `dtype` (f32 widens the float
 /// weights, the KV cache and the activations) with `kernel` (the CPU kernel
 /// dequantizes weights for prompt chunks, which the estimate counts) and
-/// its KV cache stored as `kv`.
+/// its KV cache stored as `kv`, calibrated by what `learned` (the store)
+/// measured for it on this machine, if given.
 pub fn check_model_with(
     dir: &Path,
     context: usize,
@@ -90,12 +158,14 @@ pub fn check_model_with(
     kernel: QuantKernel,
     kv: KvFormat,
     source: BudgetSource,
+    learned: Option<&Store>,
 ) -> Result<FitReport, FitError> {
     let inspection = inspect(dir, dtype, kernel)?;
     // Head dims MLX cannot group, sliding windows mlx-lm cannot quantize.
     inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
     let inputs = budget_inputs(source)?;
-    Ok(check(&inspection.footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs))
+    let measured = learned.map(|store| self::learned(store, dir, dtype, kernel)).unwrap_or_default();
+    Ok(check_with(&inspection.footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &measured))
 }
 
 /// How to load a model whose check gave `report`: at `context_limit`, as

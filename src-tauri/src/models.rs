@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use headroom_core::fit::{check, FitReport, ModelFootprint, GIB};
+use headroom_core::fit::{check_with, FitReport, ModelFootprint, GIB};
 use headroom_core::format::hf_cache::{RepoFolder, MAIN};
 use headroom_core::format::CONFIG_FILE;
 use headroom_core::kv::KvFormat;
@@ -20,6 +20,7 @@ pub use headroom_core::format::hf_cache::HubEnv;
 use crate::error::CommandError;
 use crate::fit::{self, BudgetSource};
 use crate::state::{AppState, LoadedModel};
+use headroom_store::Store;
 
 /// The folder under the app's data folder that holds models Headroom owns.
 pub const MODELS_DIR: &str = "models";
@@ -237,7 +238,8 @@ pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
 
 /// [`list_models`], each with its fit verdict at `context` tokens against
 /// `source` (none when there is no budget or the model cannot be read),
-/// all against one reading of the memory.
+/// all against one reading of the memory, calibrated by what `learned` (the
+/// store) measured for each model on this machine, if given.
 pub fn list_models_with_fit(
     data_dir: &Path,
     env: &HubEnv,
@@ -245,12 +247,16 @@ pub fn list_models_with_fit(
     kv: KvFormat,
     context: usize,
     source: Option<BudgetSource>,
+    learned: Option<&Store>,
 ) -> Vec<ModelEntry> {
     let mut list = list_models(data_dir, env, kernel);
     let inputs = source.and_then(|s| fit::budget_inputs(s).ok());
     let context = u64::try_from(context).unwrap_or(u64::MAX);
     for m in &mut list {
-        m.fit = inputs.zip(m.footprint.as_ref()).map(|(inputs, fp)| check(fp, context, kv, inputs));
+        let Some((inputs, fp)) = inputs.zip(m.footprint.as_ref()) else { continue };
+        let measured =
+            learned.map(|store| fit::learned(store, &m.path, ComputeDtype::Native, kernel)).unwrap_or_default();
+        m.fit = Some(check_with(fp, context, kv, inputs, &measured));
     }
     let remedies: Vec<Vec<Remedy>> =
         list.iter().map(|m| m.fit.as_ref().map(|r| remedies_for(r, kv, &m.id, &list)).unwrap_or_default()).collect();
@@ -272,6 +278,7 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
         state.kv_format(),
         state.context_limit(),
         source,
+        Some(&state.store),
     );
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
@@ -309,14 +316,12 @@ pub fn load(
     }
     let kv = kv.unwrap_or_else(|| state.kv_format());
     let source = budget_source(state)?;
-    let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, kv, source).map_err(
-        |e| match e {
-            fit::FitError::Model(e) => CommandError::from(e),
-            fit::FitError::Memory(e) => {
-                CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}"))
-            }
-        },
-    )?;
+    let learned = Some(&state.store);
+    let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, kv, source, learned)
+        .map_err(|e| match e {
+        fit::FitError::Model(e) => CommandError::from(e),
+        fit::FitError::Memory(e) => CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")),
+    })?;
     if report.verdict.refuses() && !override_fit {
         let over = fit::over_by(&report) as f64 / GIB as f64;
         let message = match report.largest_context_that_fits {
@@ -467,10 +472,19 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
     // A model whose fit cannot be told counts as fitting: it is the user's.
     // A folder that cannot be loaded at all does not.
     let fitting = || -> Vec<ModelEntry> {
-        list_models_with_fit(data_dir, &HubEnv::default(), state.quant_kernel(), state.kv_format(), context, source)
-            .into_iter()
-            .filter(|m| m.problem.is_none() && m.fit.as_ref().is_none_or(|r| !r.verdict.refuses()))
-            .collect()
+        let learned = Some(&state.store);
+        list_models_with_fit(
+            data_dir,
+            &HubEnv::default(),
+            state.quant_kernel(),
+            state.kv_format(),
+            context,
+            source,
+            learned,
+        )
+        .into_iter()
+        .filter(|m| m.problem.is_none() && m.fit.as_ref().is_none_or(|r| !r.verdict.refuses()))
+        .collect()
     };
     let demo_dir = data_dir.join(MODELS_DIR).join(DEMO_MODEL_ID);
     if fitting().is_empty() && !demo_dir.join("config.json").is_file() {
@@ -709,7 +723,7 @@ mod tests {
         // The budget halfway between the two peaks: the float cache swaps, 8 bits fit.
         let peak = |kv| {
             let source = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
-            let r = fit::check_model_with(&dir, context, ComputeDtype::Native, state.quant_kernel(), kv, source);
+            let r = fit::check_model_with(&dir, context, ComputeDtype::Native, state.quant_kernel(), kv, source, None);
             r.unwrap_or_else(|e| panic!("{e}")).estimate.predicted_peak_bytes
         };
         let (float_peak, q8_peak) = (peak(KvFormat::Float), peak(q8));

@@ -125,6 +125,7 @@ impl ModelProvider for AppModels {
             kernel,
             kv,
             source,
+            Some(&state.store),
         )
         .map_err(|e| match e {
             fit::FitError::Model(EngineError::KvFormat { source }) => {

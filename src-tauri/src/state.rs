@@ -158,6 +158,11 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(engine: EngineHandle, locations: Locations, store: headroom_store::Store) -> Self {
+        // Every load and turn of the app, `headroom chat` and `headroom
+        // serve` is measured and kept, for the fit to learn from.
+        if let Err(e) = engine.set_meter(Some(crate::fit::store_meter(store.clone()))) {
+            tracing::warn!("loads and turns will not be measured: {e}");
+        }
         let live = crate::live::Live::new();
         live.attach_store(store.clone());
         Self {

@@ -588,6 +588,9 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const options = await session.allByTestId('model-option');
     const ids = await Promise.all(options.map((o) => session.attribute(o, 'data-model-id')));
     assert.deepEqual(ids, [DEMO_MODEL_ID, HUGE_MODEL_ID], 'the data folder holds the demo model and the huge one, smallest first');
+    // Loaded but never run: its figure is the formula's.
+    const basis = await session.text(await session.find(`[data-model-id="${DEMO_MODEL_ID}"] [data-testid="model-basis"]`));
+    assert.equal(basis.trim(), ', estimated', `the demo row says what its figure rests on: ${basis}`);
     await session.click(select);
     await waitFor(async () => (await session.allByTestId('model-option')).length === 0, { timeoutMs: 5_000, message: 'the list to close' });
     assert.ok(existsSync(path.join(DATA_DIR, 'models', DEMO_MODEL_ID, 'config.json')), 'the demo model is in HEADROOM_DATA_DIR');
@@ -691,6 +694,18 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     }
     assert.deepEqual(await session.allByTestId('error'), [], 'no error is shown');
     await session.byTestId('send-button'); // Stop turned back into Send
+
+    // That turn was measured: the picker's figure for the demo model now rests on it.
+    await session.click(await session.byTestId('model-select'));
+    const row = `[data-model-id="${DEMO_MODEL_ID}"] [data-testid="model-basis"]`;
+    const measured = await waitFor(async () => {
+      const t = (await session.text(await session.find(row))).trim();
+      return t.startsWith(', measured here at ') && t;
+    }, { timeoutMs: 10_000, intervalMs: 250, message: 'the demo row to say its figure was measured here' });
+    assert.match(await session.attribute(await session.find(row), 'title'), /^measured here at \d+: [\d.]+ GB$/, measured);
+    writeFileSync(path.join(OUT, 'picker-measured.png'), await session.screenshot(30_000));
+    await session.click(await session.byTestId('model-select'));
+    await waitFor(async () => (await session.allByTestId('model-option')).length === 0, { timeoutMs: 5_000, message: 'the list to close' });
   });
 
   test('Stop ends a long answer, which is marked stopped', { timeout: 45_000 }, async () => {
@@ -1163,6 +1178,80 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await session.waitForElement('[data-testid="chat-input"]', 10_000);
     } finally {
       grabber.kill('SIGTERM');
+    }
+  });
+
+  // Issue #18's "a model that fits only with KV 8-bit offers it and loads
+  // with it": a demo model whose KV cache is most of its memory at 64K
+  // (kv-heavy: 6.9 GiB predicted with a 16-bit cache, 5.0 GiB at 8 bits),
+  // and the OS headroom set from this machine's free memory now so the
+  // budget falls between the two (a ±0.9 GiB margin for memory to move).
+  test('a model that fits only with an 8-bit KV cache offers it, and loads with it', { timeout: 120_000 }, async () => {
+    requireApp();
+    const id = 'kv-heavy-demo';
+    const dir = path.join(DATA_DIR, 'models', id);
+    await run(BIN, ['demo-model', dir, '--preset', 'kv-heavy', '--bits', '4'], { timeout: 60_000 });
+    const peak = async (extra) => {
+      const { stdout } = await run(BIN, ['fit', dir, '--context', '65536', '--json', ...extra], { timeout: 30_000, env: { ...process.env, HEADROOM_DATA_DIR: DATA_DIR } });
+      return JSON.parse(stdout).estimate.predicted_peak_bytes;
+    };
+    const [float, q8] = [await peak([]), await peak(['--kv-bits', '8'])];
+    assert.ok(float - q8 > 1.5 * 2 ** 30, `the 8-bit cache saves most of 2 GiB: ${float} vs ${q8}`);
+    const available = Number(/MemAvailable:\s+(\d+) kB/.exec(readFileSync('/proc/meminfo', 'utf8'))[1]) * 1024;
+    const headroomGb = (available - (float + q8) / 2) / 2 ** 30;
+    assert.ok(headroomGb > 0.5, `this machine has room for the case: ${available} bytes free`);
+    await session.click(await session.byTestId('settings-button'));
+    await setSetting('context-limit', '65536');
+    await session.waitForElement('.saved', 5_000);
+    await setSetting('os-headroom', headroomGb.toFixed(2));
+    await session.waitForElement('.saved', 5_000);
+    await session.click(await session.byTestId('settings-button'));
+    try {
+      // The list is read again as it opens: the new folder and the new budget.
+      await session.click(await session.byTestId('model-select'));
+      const row = `[data-testid="model-option"][data-model-id="${id}"]`;
+      await waitFor(async () => (await session.allByTestId('model-option')).length === 3, { timeoutMs: 10_000, message: 'the new model in the list' });
+      assert.equal(await session.attribute(await session.find(row), 'data-verdict'), 'would_swap');
+      await session.click(await session.find(row));
+      const sheet = await session.waitForElement('[data-testid="fit-warning"]', 10_000);
+      const remedy = await session.byTestId('fit-remedy-kv_cache');
+      const offered = await session.text(remedy);
+      assert.match(offered, /KV cache at 8 bits/, `the 8-bit KV cache is offered: ${await session.text(sheet)}`);
+      writeFileSync(path.join(OUT, 'fit-remedy-kv8.png'), await session.screenshot(30_000));
+      await session.click(remedy);
+      await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === id, {
+        timeoutMs: 60_000,
+        intervalMs: 250,
+        message: `${id} to load with the 8-bit KV cache`,
+      });
+      assert.deepEqual(await session.allByTestId('fit-warning'), [], 'the sheet closed');
+      // The loaded cache is 8-bit: an answer's stats say so.
+      const before = (await answers()).length;
+      const statsBefore = (await session.allByTestId('turn-stats')).length;
+      await sendMessage('hi');
+      await finishedAnswer(before + 1, 60_000);
+      const stats = await waitFor(async () => (await session.allByTestId('turn-stats'))[statsBefore], {
+        timeoutMs: 10_000,
+        message: 'the new answer\'s stats line',
+      });
+      await session.click(stats);
+      const details = await session.waitForElement('[data-testid="turn-stats-details"]', 5_000);
+      assert.match(await session.text(details), /8-bit/, 'the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm)');
+    } finally {
+      // Back to the demo model and the default settings.
+      await session.click(await session.byTestId('settings-button'));
+      await setSetting('os-headroom', '4');
+      await session.waitForElement('.saved', 5_000);
+      await setSetting('context-limit', '8192');
+      await session.waitForElement('.saved', 5_000);
+      await session.click(await session.byTestId('settings-button'));
+      await session.click(await session.byTestId('model-select'));
+      await session.click(await session.find(`[data-testid="model-option"][data-model-id="${DEMO_MODEL_ID}"]`));
+      await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === DEMO_MODEL_ID, {
+        timeoutMs: 30_000,
+        intervalMs: 250,
+        message: 'the demo model to load again',
+      });
     }
   });
 });

@@ -58,6 +58,8 @@ const STATS: TurnStats = {
   promptTokens: 20,
   generatedTokens: 40,
   contextTokens: 20,
+  reusedTokens: 0,
+  reusedFrom: 'none',
   batch: 1,
   peakMemoryBytes: 12_000_000,
   kvCache: 'bf16',
@@ -257,6 +259,15 @@ describe('App', () => {
     expect(option).toHaveTextContent(/headroom-demo-tiny\s*4-bit · 2 MB/);
     expect(option).toHaveAttribute('aria-selected', 'true');
     expect(screen.getByTestId('route-chip')).toHaveTextContent('Local · headroom-demo-tiny');
+  });
+
+  it('reads the verdicts again each time the model list opens (a turn may have been measured since)', async () => {
+    const calls = fakeBackend();
+    const { user } = setup();
+    await waitFor(() => expect(screen.getByTestId('model-select')).toHaveAttribute('value', 'headroom-demo-tiny'));
+    const lists = calls.filter((c) => c.cmd === 'models_list').length;
+    await openList(user, 1);
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'models_list').length).toBe(lists + 1));
   });
 
   it('says so when there is no model, and refreshes when the backend says models changed', async () => {

@@ -103,7 +103,8 @@ pub(crate) fn bench(
     }
     let dir = resolve_model(&args.model, env)?;
     let kv = args.kv.format()?;
-    let report = check_model_for(&dir, plan.context(), args.dtype, args.kernel, kv, &args.budget)?;
+    let learned = super::chat::existing_store();
+    let report = check_model_for(&dir, plan.context(), args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });

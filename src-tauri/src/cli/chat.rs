@@ -116,6 +116,21 @@ pub(crate) fn open_store() -> Result<Store, CliError> {
     Ok(block_on(Store::open(&locations()?.data_dir))?)
 }
 
+/// The database in the app's data folder if there is one (read-only
+/// commands never create the folder): what this machine measured for the
+/// fit. `None` also when it cannot be opened, said in the log.
+pub(crate) fn existing_store() -> Option<Store> {
+    existing_store_in(&locations().ok()?.data_dir)
+}
+
+/// [`existing_store`] in the data folder `dir`.
+pub(crate) fn existing_store_in(dir: &std::path::Path) -> Option<Store> {
+    if !dir.join(headroom_store::DB_FILE).is_file() {
+        return None;
+    }
+    block_on(Store::open(dir)).map_err(|e| tracing::warn!("what this Mac measured is not used: {e}")).ok()
+}
+
 pub fn run(args: &ChatArgs) -> Result<(), CliError> {
     let locations = locations()?;
     let store = block_on(Store::open(&locations.data_dir))?;
@@ -214,7 +229,8 @@ fn load_and_chat(
 fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, &state.locations.hub)?;
     let kv = args.kv.format()?;
-    let report = check_model_for(&dir, context, ComputeDtype::Native, args.kernel, kv, &args.budget)?;
+    let learned = Some(&state.store);
+    let report = check_model_for(&dir, context, ComputeDtype::Native, args.kernel, kv, &args.budget, learned)?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });

@@ -2,12 +2,12 @@
 //! the model's footprint from its headers, the budget from this machine's
 //! memory, and the verdict with every part.
 
-use headroom_core::calibration::{self, Calibrated, Measured};
 use std::io::Write;
 use std::path::Path;
 
 use clap::Args;
 use headroom_core::attention::AttentionPath;
+use headroom_core::calibration::Measured;
 use headroom_core::fit::{
     BudgetLimit, Estimate, FitReport, KvKind, KvLayers, ModelFootprint, Verdict, GIB, MIN_CONTEXT,
 };
@@ -15,6 +15,7 @@ use headroom_core::kv::KvFormat;
 use headroom_core::remedies::{Candidate, Remedy};
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::ComputeDtype;
+use headroom_store::Store;
 
 use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
@@ -80,32 +81,33 @@ pub struct FitArgs {
     /// Print one JSON object (every part of the estimate, the budget and the verdict).
     #[arg(long)]
     pub json: bool,
-    /// A peak measured on this machine for this model, CONTEXT:BYTES
-    /// (repeatable): the prediction is calibrated by the nearest one
-    /// (`core::calibration`) and says so.
+    /// A peak measured for this model with this KV format, CONTEXT:BYTES
+    /// (repeatable), besides those this machine recorded (every load and
+    /// turn of the app, `chat`, `generate` and `serve` records one): the
+    /// prediction is calibrated by the nearest (`core::calibration`) and
+    /// says so.
     #[arg(long = "measured", value_name = "CONTEXT:BYTES", value_parser = parse_measured)]
-    pub measured: Vec<Measured>,
+    pub measured: Vec<(u64, u64)>,
 }
 
-fn parse_measured(s: &str) -> Result<Measured, String> {
+fn parse_measured(s: &str) -> Result<(u64, u64), String> {
     let (context, bytes) =
         s.split_once(':').ok_or_else(|| format!("`{s}` is not CONTEXT:BYTES, e.g. 4096:9800000000"))?;
     let number =
         |v: &str, what: &str| v.trim().parse::<u64>().map_err(|_| format!("{what} `{v}` is not a whole number"));
-    let m = Measured { context_tokens: number(context, "the context")?, peak_bytes: number(bytes, "the peak")? };
-    if m.context_tokens == 0 || m.peak_bytes == 0 {
+    let m = (number(context, "the context")?, number(bytes, "the peak")?);
+    if m.0 == 0 || m.1 == 0 {
         return Err(format!("`{s}`: a measurement of nothing (zero context or zero bytes)"));
     }
     Ok(m)
 }
 
-/// `headroom fit --json`: the report, and the calibrated prediction when measurements were given.
+/// `headroom fit --json`: the report (its `calibration` and `basis` say
+/// what the prediction rests on) and the remedies.
 #[derive(serde::Serialize)]
 struct FitOutput<'a> {
     #[serde(flatten)]
     report: &'a FitReport,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    calibrated: Option<Calibrated>,
     /// What would make a refused model fit (empty when it fits).
     remedies: &'a [Remedy],
 }
@@ -131,8 +133,10 @@ pub fn check_model_for(
     kernel: KernelArgs,
     kv: KvFormat,
     budget: &BudgetArgs,
+    learned: Option<&Store>,
 ) -> Result<FitReport, CliError> {
-    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), kv, budget_source(budget))?)
+    let source = budget_source(budget);
+    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), kv, source, learned)?)
 }
 
 /// The budget the CLI's flags describe.
@@ -148,18 +152,26 @@ pub(crate) fn budget_source(budget: &BudgetArgs) -> BudgetSource {
 
 pub fn run(args: &FitArgs) -> Result<(), CliError> {
     let stdout = std::io::stdout();
-    fit(args, &HubEnv::from_process(), &mut stdout.lock())
+    let store = super::chat::existing_store();
+    fit(args, &HubEnv::from_process(), store.as_ref(), &mut stdout.lock())
 }
 
-pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), CliError> {
+/// The command with what this machine measured (`learned`) and its output injected.
+pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(&args.model, env)?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, args.kv.format()?, &args.budget)?;
-    let calibrated = (!args.measured.is_empty()).then(|| {
-        let formula =
-            |c: u64| headroom_core::fit::estimate(&report.footprint, c, report.estimate.kv_format).predicted_peak_bytes;
-        calibration::calibrate(formula, report.estimate.context_tokens, &args.measured)
-    });
-    let kv = report.estimate.kv_format;
+    let kv = args.kv.format()?;
+    let mut report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned)?;
+    if !args.measured.is_empty() {
+        // The user's figures first: the nearest wins, the first among equals.
+        let mut measured: Vec<Measured> = args
+            .measured
+            .iter()
+            .map(|&(context_tokens, peak_bytes)| Measured { kv, context_tokens, peak_bytes, slack_bytes: 0 })
+            .collect();
+        measured.extend(report.measured.iter().copied());
+        let context = report.estimate.context_tokens;
+        report = headroom_core::fit::check_with(&report.footprint, context, kv, report.budget.inputs, &measured);
+    }
     let remedies = if report.verdict.refuses() {
         let candidates = candidates_beside(&dir, args.dtype, args.kernel);
         headroom_core::remedies::remedies(&report, kv, kv.quant().map_or(0, |q| q.start), &candidates)
@@ -167,12 +179,9 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(
         Vec::new()
     };
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&FitOutput { report: &report, calibrated, remedies: &remedies })?)?;
+        writeln!(out, "{}", serde_json::to_string(&FitOutput { report: &report, remedies: &remedies })?)?;
     } else {
         write!(out, "{}", describe(&dir.display().to_string(), &report))?;
-        if let Some(c) = calibrated {
-            writeln!(out, "calibrated peak    {:>10}  ({})", gb(c.predicted_peak_bytes), c.label())?;
-        }
         if report.verdict.refuses() {
             write!(out, "{}", remedy_lines(&report, &remedies))?;
         }
@@ -284,12 +293,16 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
          \x20 weights          {w:>10}  (exact, from the safetensors headers){experts}\n\
          \x20 KV cache         {kv:>10}  {kv_label}: {kv_parts}\n\
          \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
-         \x20 predicted peak   {peak:>10}\n\
+         \x20 predicted peak   {peak:>10}  ({basis})\n\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
          verdict: {verdict}\n\
          {leftover}\
          largest context that fits (KV cache {kv_label}): {largest}\n",
         ctx = e.context_tokens,
+        basis = match r.calibration {
+            Some(_) => format!("{}; the formula alone: {}", r.basis, gb(r.formula_peak_bytes)),
+            None => r.basis.clone(),
+        },
         beyond = match f.max_context {
             // Memory would allow it, but the model was not trained that far.
             Some(max) if e.context_tokens > max => format!(" (beyond the model's maximum of {max}: answers past it degrade)"),
@@ -468,7 +481,7 @@ mod tests {
         let dir = demo("text");
         let d = dir.to_string_lossy().into_owned();
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), &mut out)
+        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), None, &mut out)
             .unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8_lossy(&out);
         for needle in [
@@ -491,7 +504,7 @@ mod tests {
         // The tiny demo model is trained for 4096 positions: more fits in
         // memory but is said to be past what the model can do.
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), &mut out)
+        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), None, &mut out)
             .unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("context: 8192 tokens (beyond the model's maximum of 4096"), "{text}");
@@ -503,7 +516,7 @@ mod tests {
         let dir = demo("json");
         let d = dir.to_string_lossy().into_owned();
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--json", "--available-gb", "4", "--headroom-gb", "4"]), &HubEnv::default(), &mut out)
+        fit(&parse(&[&d, "--json", "--available-gb", "4", "--headroom-gb", "4"]), &HubEnv::default(), None, &mut out)
             .unwrap_or_else(|e| panic!("{e}"));
         let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["verdict"]["kind"], "cannot_fit");
@@ -517,6 +530,7 @@ mod tests {
             fit(
                 &parse(&[&[d.as_str(), "--json", "--available-gb", "8"], extra].concat()),
                 &HubEnv::default(),
+                None,
                 &mut out,
             )
             .unwrap_or_else(|e| panic!("{e}"));
@@ -529,20 +543,22 @@ mod tests {
         );
         assert!(wide["estimate"]["weight_bytes"].as_u64() > native["estimate"]["weight_bytes"].as_u64());
         assert!(Cli::try_parse_from(["headroom", "fit", "m", "--dtype", "int8"]).is_err());
-        assert!(native.get("calibrated").is_none(), "nothing measured: no calibrated figure");
+        assert_eq!((native["basis"].as_str(), native["calibration"].is_null()), (Some("estimated"), true));
 
         // A peak measured here calibrates the prediction, and says so.
         let formula = native["estimate"]["predicted_peak_bytes"].as_u64().unwrap_or_default();
         let measured = format!("8192:{}", formula + (300 << 20));
         let same = json(&["--measured", &measured]);
-        assert_eq!(same["calibrated"]["predictedPeakBytes"].as_u64(), Some(formula + (300 << 20)));
-        assert_eq!(same["calibrated"]["formulaPeakBytes"].as_u64(), Some(formula), "the formula is the report's");
-        assert_eq!(same["calibrated"]["basis"]["atContext"].as_u64(), Some(8192));
+        assert_eq!(same["estimate"]["predicted_peak_bytes"].as_u64(), Some(formula + (300 << 20)));
+        assert_eq!(same["formula_peak_bytes"].as_u64(), Some(formula), "the formula's own figure is kept");
+        assert_eq!(same["calibration"]["at_context"].as_u64(), Some(8192));
+        assert!(same["basis"].as_str().is_some_and(|b| b.starts_with("measured here at 8K: ")), "{same}");
         let mut text = Vec::new();
-        fit(&parse(&[d.as_str(), "--available-gb", "8", "--measured", &measured]), &HubEnv::default(), &mut text)
+        fit(&parse(&[d.as_str(), "--available-gb", "8", "--measured", &measured]), &HubEnv::default(), None, &mut text)
             .unwrap_or_else(|e| panic!("{e}"));
         let text = String::from_utf8_lossy(&text);
-        assert!(text.contains("calibrated peak") && text.contains("(measured here at 8K: "), "{text}");
+        assert!(text.contains("predicted peak") && text.contains("(measured here at 8K: "), "{text}");
+        assert!(text.contains("; the formula alone: "), "{text}");
         for bad in ["8192", "0:5", "8192:0", "x:1", "1:-5"] {
             assert!(Cli::try_parse_from(["headroom", "fit", "m", "--measured", bad]).is_err(), "{bad}");
         }

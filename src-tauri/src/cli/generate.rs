@@ -8,6 +8,7 @@ use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_engine::prompt_cache::Reuse;
 use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, RunOutput, TurnStats};
 use headroom_engine::{ComputeDtype, SamplingParams};
+use headroom_store::Store;
 use serde_json::json;
 
 use super::fit::{check_model_for, BudgetArgs};
@@ -106,14 +107,19 @@ impl GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
+    // What this turn takes is kept like every turn's (the fit learns from
+    // it); a database that cannot be opened costs only that.
+    let store = super::chat::open_store().map_err(|e| tracing::warn!("this run will not be measured: {e}")).ok();
     let stdout = std::io::stdout();
-    generate(args, &HubEnv::from_process(), &mut stdout.lock(), &mut std::io::stderr())
+    generate(args, &HubEnv::from_process(), store.as_ref(), &mut stdout.lock(), &mut std::io::stderr())
 }
 
-/// The command with its outputs injected, so tests can read them.
+/// The command with its store (`None`: nothing measured is used or kept)
+/// and outputs injected, so tests can read them.
 pub(crate) fn generate(
     args: &GenerateArgs,
     env: &HubEnv,
+    store: Option<&Store>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -121,7 +127,7 @@ pub(crate) fn generate(
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
     let kv = args.kv.format()?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget)?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, store)?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
@@ -129,6 +135,9 @@ pub(crate) fn generate(
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
     let engine = EngineHandle::spawn()?;
+    if let Some(store) = store {
+        engine.set_meter(Some(crate::fit::store_meter(store.clone())))?;
+    }
     let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, settings)?;
     let run = engine.generate(args.request(prompt))?;
@@ -252,7 +261,7 @@ mod tests {
 
     fn call(args: &GenerateArgs) -> (Result<(), CliError>, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let r = generate(args, &HubEnv::default(), &mut out, &mut err);
+        let r = generate(args, &HubEnv::default(), None, &mut out, &mut err);
         (r, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
     }
 

@@ -44,6 +44,7 @@ pub(crate) fn models(args: &ModelsArgs, data_dir: &Path, env: &HubEnv, out: &mut
         headroom_core::kv::KvFormat::Float,
         DEFAULT_CONTEXT_LIMIT,
         Some(source),
+        super::chat::existing_store_in(data_dir).as_ref(),
     );
     if args.json {
         writeln!(out, "{}", serde_json::to_string(&list)?)?;

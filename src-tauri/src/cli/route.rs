@@ -117,6 +117,7 @@ fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
             footprint: None,
             context_limit: None,
             kv: Default::default(),
+            measured: &[],
         };
         return Ok(decide_route(&inputs(local, None), &args.text, &[], choice)?);
     };
@@ -125,12 +126,17 @@ fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
     // Headers and the OS's memory figures once; the verdict at any context is then arithmetic.
     let footprint = inspect_model_as(&dir, ComputeDtype::default())?;
     let budget = crate::fit::budget_inputs(budget_source(&args.budget))?;
+    let kernel = headroom_engine::QuantKernel::choose(Default::default());
+    let measured = super::chat::existing_store()
+        .map(|store| crate::fit::learned(&store, &dir, ComputeDtype::default(), kernel))
+        .unwrap_or_default();
     let local = Local {
         id: model,
         tokenizer: Some(&tokenizer),
         footprint: Some(&footprint),
         context_limit: None,
         kv: Default::default(),
+        measured: &measured,
     };
     Ok(decide_route(&inputs(local, Some(budget)), &args.text, &[], choice)?)
 }

@@ -27,7 +27,8 @@ use crate::state::AppState;
 fn prompt_cache_room(state: &AppState, model: &crate::state::LoadedModel, needed: u64) -> Option<usize> {
     let inputs = crate::fit::budget_inputs(crate::models::budget_source(state).ok()?).ok()?;
     let context = needed.min(u64::try_from(model.info.context_limit).unwrap_or(u64::MAX));
-    let report = headroom_core::fit::check(&model.footprint, context, model.info.kv_format, inputs);
+    let measured = crate::fit::learned_for(&state.store, &model.info.fingerprint);
+    let report = headroom_core::fit::check_with(&model.footprint, context, model.info.kv_format, inputs, &measured);
     usize::try_from(headroom_core::fit::prompt_cache_limit(&report, u64::MAX)).ok()
 }
 

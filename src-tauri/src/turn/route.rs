@@ -11,8 +11,9 @@
 
 use std::cell::RefCell;
 
+use headroom_core::calibration::Measured;
 use headroom_core::chat::Message;
-use headroom_core::fit::{check, BudgetInputs, ModelFootprint, Verdict};
+use headroom_core::fit::{check_with, BudgetInputs, ModelFootprint, Verdict};
 use headroom_core::kv::KvFormat;
 use headroom_core::router::sensitive::ScanCache;
 use headroom_core::router::{
@@ -49,6 +50,8 @@ pub struct Local<'a> {
     pub context_limit: Option<usize>,
     /// How its KV cache stores keys and values (the load's format).
     pub kv: KvFormat,
+    /// What this machine measured for it (`crate::fit::learned`).
+    pub measured: &'a [Measured],
 }
 
 /// Everything a decision depends on besides the message.
@@ -107,7 +110,8 @@ pub fn decide(inputs: &Inputs<'_>, text: &str, history: &[Message], choice: Choi
         match (local.and_then(|l| l.footprint), inputs.budget) {
             (Some(footprint), Some(budget)) => {
                 let limit = local.and_then(|l| l.context_limit).map_or(u64::MAX, |c| c as u64);
-                check(footprint, context.min(limit), local.map_or(KvFormat::Float, |l| l.kv), budget).verdict
+                let (kv, measured) = local.map_or((KvFormat::Float, &[][..]), |l| (l.kv, l.measured));
+                check_with(footprint, context.min(limit), kv, budget, measured).verdict
             }
             _ => Verdict::Fits,
         }
@@ -143,6 +147,8 @@ pub fn for_state(
 ) -> Result<Decision, TurnError> {
     let loaded = state.loaded_model();
     let tokenizer = loaded.as_ref().map(crate::state::LoadedModel::tokenizer).transpose()?;
+    let measured =
+        loaded.as_ref().map(|m| crate::fit::learned_for(&state.store, &m.info.fingerprint)).unwrap_or_default();
     let budget = match &loaded {
         Some(_) => Some(crate::fit::budget_inputs(crate::models::budget_source(state)?).map_err(TurnError::Memory)?),
         None => None,
@@ -154,6 +160,7 @@ pub fn for_state(
             footprint: Some(&m.footprint),
             context_limit: Some(m.info.context_limit),
             kv: m.info.kv_format,
+            measured: &measured,
         }),
         cloud: cloud_name(settings),
         local_threshold_tokens: settings.local_threshold_tokens,

@@ -143,12 +143,17 @@
 //! and mlx-lm's own chunked prefill of the same gemma3_text model keeps RSS
 //! within 5 MB of MLX's peak, so it is on the engine's side of MLX.
 //! Not yet measured: Metal (where attention needs less: the estimate errs high).
+//!
+//! On each machine the formula is then calibrated by what that machine
+//! measured for the model ([`check_with`], `crate::calibration`): every load
+//! and turn is recorded, and the nearest whole-prompt turn fixes the level.
 
 use serde::Serialize;
 
 use crate::attention::{
     attention_path, quantized_query_block, vector_partials_bytes, AttentionPath, AttentionShape, Backend,
 };
+use crate::calibration::{self, Calibration, Measured};
 use crate::kv::KvFormat;
 
 /// Bytes in one GiB.
@@ -336,6 +341,31 @@ pub struct Overhead {
     pub recurrence_bytes: u64,
     pub fixed_bytes: u64,
     pub total_bytes: u64,
+}
+
+impl Estimate {
+    /// MLX's buffers that live only while a prompt chunk is read: the
+    /// attention block and the activations. What the process holds beyond
+    /// MLX's peak grows with them on the CPU kernel (`crate::calibration`).
+    pub fn transient_bytes(&self) -> u64 {
+        self.overhead.attention_bytes.saturating_add(self.overhead.activation_bytes)
+    }
+
+    /// The terms that are resident memory MLX's own peak does not count
+    /// (the prefill's slack, the recurrence): already the formula's, so a
+    /// calibration does not count them again.
+    pub fn beyond_mlx_bytes(&self) -> u64 {
+        self.overhead.prefill_slack_bytes.saturating_add(self.overhead.recurrence_bytes)
+    }
+
+    /// The figures a calibration reads (`crate::calibration::Formula`).
+    pub fn formula(&self) -> calibration::Formula {
+        calibration::Formula {
+            peak_bytes: self.predicted_peak_bytes,
+            transient_bytes: self.transient_bytes(),
+            beyond_mlx_bytes: self.beyond_mlx_bytes(),
+        }
+    }
 }
 
 /// The predicted peak at one context length, with its parts.
@@ -650,18 +680,55 @@ pub struct FitReport {
     pub largest_context_that_fits: Option<u64>,
     /// The KV format in words ("16-bit float", "8-bit (group 64)").
     pub kv_label: String,
+    /// The formula's own predicted peak at this context; the estimate's
+    /// `predicted_peak_bytes` is this, calibrated when `calibration` is set.
+    pub formula_peak_bytes: u64,
+    /// The peak measured for this model on this machine that the prediction
+    /// rests on (`crate::calibration`); `None`: the formula alone.
+    pub calibration: Option<Calibration>,
+    /// What the prediction rests on, in words ("measured here at 4K: 9.8 GB", "estimated").
+    pub basis: String,
+    /// The measurements it was checked against, for the remedies' checks of
+    /// the same model (another KV format, a shorter context).
+    #[serde(skip)]
+    pub measured: Vec<Measured>,
 }
 
 /// The verdict for `model` at `context` tokens, its KV cache stored as
-/// `kv`, within `inputs`. Pure: a caller weighing remedies (another context,
-/// another KV format) calls it once per option against the same inputs.
+/// `kv`, within `inputs`, by the formula alone ([`check_with`] without
+/// measurements).
 pub fn check(model: &ModelFootprint, context: u64, kv: KvFormat, inputs: BudgetInputs) -> FitReport {
+    check_with(model, context, kv, inputs, &[])
+}
+
+/// The verdict for `model` at `context` tokens, its KV cache stored as
+/// `kv`, within `inputs`, every peak calibrated by the peaks `measured` for
+/// this model on this machine (`crate::calibration`: the measurement
+/// nearest `context` fixes the level, the formula the growth; the same
+/// offset for the verdict, the smallest context and the largest that fits,
+/// so they agree). Pure: a caller weighing remedies (another context,
+/// another KV format) calls it once per option against the same inputs.
+pub fn check_with(
+    model: &ModelFootprint,
+    context: u64,
+    kv: KvFormat,
+    inputs: BudgetInputs,
+    measured: &[Measured],
+) -> FitReport {
     let budget = Budget::new(inputs);
-    let est = estimate(model, context, kv);
+    let formula = |c: u64| estimate(model, c, kv).formula();
+    let mut est = estimate(model, context, kv);
+    let calibration = calibration::calibration(formula, kv, context, measured);
+    let peak_at = |c: u64| {
+        let f = formula(c);
+        calibration.map_or(f.peak_bytes, |cal| cal.apply(f))
+    };
+    let formula_peak_bytes = est.predicted_peak_bytes;
+    est.predicted_peak_bytes = peak_at(context);
     let limit = budget.budget_bytes;
     let peak = est.predicted_peak_bytes;
     let verdict = if peak > limit {
-        let at_min = estimate(model, MIN_CONTEXT.min(context), kv).predicted_peak_bytes;
+        let at_min = peak_at(MIN_CONTEXT.min(context));
         if at_min > limit {
             Verdict::CannotFit { by_bytes: at_min - limit }
         } else {
@@ -679,8 +746,12 @@ pub fn check(model: &ModelFootprint, context: u64, kv: KvFormat, inputs: BudgetI
         budget,
         verdict,
         spare_bytes,
-        largest_context_that_fits: largest_context_that_fits(model, kv, limit),
+        largest_context_that_fits: largest_context_by(model, |c| peak_at(c) <= limit),
         kv_label: kv.label(crate::kv::float_name(model.kv_bytes_per_element)),
+        formula_peak_bytes,
+        calibration,
+        basis: calibration::basis_label(calibration.as_ref()),
+        measured: measured.to_vec(),
     }
 }
 
@@ -749,7 +820,12 @@ pub fn wired_limit(report: &FitReport) -> Option<u64> {
 /// included: the float cache it replaces is never larger than the float
 /// cache at a longer context), so a binary search finds it.
 pub fn largest_context_that_fits(model: &ModelFootprint, kv: KvFormat, budget_bytes: u64) -> Option<u64> {
-    let fits = |c: u64| estimate(model, c, kv).predicted_peak_bytes <= budget_bytes;
+    largest_context_by(model, |c| estimate(model, c, kv).predicted_peak_bytes <= budget_bytes)
+}
+
+/// The largest context (at least [`MIN_CONTEXT`], at most the model's
+/// ceiling) for which `fits` holds, `fits` being monotone in the context.
+fn largest_context_by(model: &ModelFootprint, fits: impl Fn(u64) -> bool) -> Option<u64> {
     if !fits(MIN_CONTEXT) {
         return None;
     }
@@ -868,6 +944,35 @@ mod tests {
         // Less available than the headroom: nothing, not an underflow.
         let b = Budget::new(BudgetInputs::new(3 * GIB));
         assert_eq!(b.budget_bytes, 0);
+    }
+
+    #[test]
+    fn a_peak_measured_here_moves_the_verdict_the_largest_context_and_says_so() {
+        let m = qwen7b();
+        let formula = |c| estimate(&m, c, Float).predicted_peak_bytes;
+        let figures = |c| estimate(&m, c, Float).formula();
+        let inputs = BudgetInputs::new(formula(8192) + formula(8192) / 10 + DEFAULT_OS_HEADROOM);
+        let plain = check(&m, 8192, Float, inputs);
+        assert_eq!((plain.verdict, plain.calibration, plain.basis.as_str()), (Verdict::Tight, None, "estimated"));
+        assert_eq!(plain.formula_peak_bytes, plain.estimate.predicted_peak_bytes);
+
+        // This Mac took 1 GiB more than the formula at 4K: 8K now swaps, by
+        // at least the formula's growth on top of that measurement.
+        let seen = [Measured { kv: Float, context_tokens: 4096, peak_bytes: formula(4096) + GIB, slack_bytes: 0 }];
+        let r = check_with(&m, 8192, Float, inputs, &seen);
+        let cal = r.calibration.unwrap_or_else(|| panic!("calibrated"));
+        assert_eq!((cal.at_context, cal.offset_bytes, cal.formula_bytes), (4096, GIB as i64, formula(4096)));
+        assert_eq!(r.estimate.predicted_peak_bytes, formula(8192) + GIB, "no slack seen: the level rule");
+        assert_eq!(r.formula_peak_bytes, formula(8192));
+        assert!(matches!(r.verdict, Verdict::WouldSwap { .. }), "{:?}", r.verdict);
+        assert!(r.basis.starts_with("measured here at 4K: "), "{}", r.basis);
+        let largest = r.largest_context_that_fits.unwrap_or_default();
+        let budget = r.budget.budget_bytes;
+        assert!(cal.apply(figures(largest)) <= budget && cal.apply(figures(largest + 1)) > budget, "{largest}");
+        // A measurement of another KV format does not count.
+        let q8 = KvFormat::bits_from_start(8);
+        let other = [Measured { kv: q8, ..seen[0] }];
+        assert_eq!(check_with(&m, 8192, Float, inputs, &other).verdict, Verdict::Tight);
     }
 
     #[test]

@@ -10,6 +10,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::calibration::Measured;
 use crate::fit::{self, FitReport, ModelFootprint};
 use crate::kv::{KvFormat, DEFAULT_KV_GROUP_SIZE};
 
@@ -63,8 +64,10 @@ pub fn remedies(report: &FitReport, kv: KvFormat, start: u64, candidates: &[Cand
     let model = &report.footprint;
     let context = report.estimate.context_tokens;
     let inputs = report.budget.inputs;
-    let fits = |m: &ModelFootprint, kv: KvFormat| {
-        let r = fit::check(m, context, kv, inputs);
+    // The same model's measurements hold for its other KV formats and
+    // contexts; another model's file has none of its own here.
+    let fits = |m: &ModelFootprint, kv: KvFormat, measured: &[Measured]| {
+        let r = fit::check_with(m, context, kv, inputs, measured);
         (!r.verdict.refuses()).then_some(r)
     };
     let mut out = Vec::new();
@@ -78,7 +81,7 @@ pub fn remedies(report: &FitReport, kv: KvFormat, start: u64, candidates: &[Cand
         if model.check_kv(option).is_err() {
             continue;
         }
-        if let Some(r) = fits(model, option) {
+        if let Some(r) = fits(model, option, &report.measured) {
             out.push(Remedy::KvCache {
                 bits,
                 group_size: DEFAULT_KV_GROUP_SIZE,
@@ -93,7 +96,7 @@ pub fn remedies(report: &FitReport, kv: KvFormat, start: u64, candidates: &[Cand
     for c in
         candidates.iter().filter(|c| same_shape(model, &c.footprint) && c.footprint.weight_bytes < model.weight_bytes)
     {
-        if let Some(r) = fits(&c.footprint, kv) {
+        if let Some(r) = fits(&c.footprint, kv, &[]) {
             out.push(Remedy::OtherQuantization {
                 id: c.id.clone(),
                 name: c.name.clone(),
@@ -105,7 +108,7 @@ pub fn remedies(report: &FitReport, kv: KvFormat, start: u64, candidates: &[Cand
     if let Some(n) = report.largest_context_that_fits.filter(|&n| n < context) {
         out.push(Remedy::ShorterContext {
             context_tokens: n,
-            predicted_peak_bytes: fit::estimate(model, n, kv).predicted_peak_bytes,
+            predicted_peak_bytes: fit::check_with(model, n, kv, inputs, &report.measured).estimate.predicted_peak_bytes,
         });
     }
     out

@@ -20,6 +20,7 @@ mod inspect;
 mod kv_quant;
 mod layers;
 mod loader;
+pub mod meter;
 mod mlx_memory;
 mod models;
 pub mod prompt_cache;

@@ -22,6 +22,7 @@ use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::loader::{materialize, stage};
+use crate::meter::{MeasuredKind, PeakMeasurement, SharedMeter};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::Model;
 use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part};
@@ -385,6 +386,8 @@ enum Job {
     },
     /// Where chats' KV states are kept on disk (`None`: nowhere).
     SetDiskTier(Option<DiskTier>),
+    /// What measures loads and turns from now on (`None`: nothing).
+    SetMeter(Option<SharedMeter>),
     /// Writes chats' states unused for `idle` that the disk lacks.
     SaveSessions {
         idle: Duration,
@@ -465,6 +468,7 @@ impl EngineHandle {
             disk: None,
             default_cache_limit: None,
             wired: None,
+            meter: None,
         };
         let thread = std::thread::Builder::new()
             .name("headroom-engine".into())
@@ -551,6 +555,12 @@ impl EngineHandle {
         self.send(Job::SetDiskTier(tier))
     }
 
+    /// Measures every load and turn from now on with `meter` and hands it
+    /// what was measured (`crate::meter`); `None` stops.
+    pub fn set_meter(&self, meter: Option<SharedMeter>) -> Result<()> {
+        self.send(Job::SetMeter(meter))
+    }
+
     /// Writes every chat's KV state that has been unused for `idle` and is
     /// not on disk as it is now (the app at idle and at quit, `headroom
     /// chat` at its end). Blocks until done.
@@ -601,6 +611,9 @@ struct Loaded {
     settings: LoadSettings,
     /// prompt_cache/disk.rs's `model_fingerprint`.
     fingerprint: String,
+    /// What the process held before these weights were read (the meter's
+    /// reading): a measurement's resident growth is counted from it.
+    resident_before: Option<u64>,
 }
 
 /// The thread's state; it never leaves the thread.
@@ -616,6 +629,8 @@ struct Worker {
     default_cache_limit: Option<usize>,
     /// The wired limit this thread set (and must take back at the unload).
     wired: Option<usize>,
+    /// Measures loads and turns, if the app gave one.
+    meter: Option<SharedMeter>,
 }
 
 impl Worker {
@@ -640,6 +655,7 @@ impl Worker {
                     let _ = reply.send(self.drop_sessions());
                 }
                 Job::SetDiskTier(tier) => self.disk = tier,
+                Job::SetMeter(meter) => self.meter = meter,
                 Job::SaveSessions { idle, reply } => {
                     let _ = reply.send(self.save_sessions(idle));
                 }
@@ -818,6 +834,7 @@ impl Worker {
             f(&replaced);
         }
         replaced.confirm().map_err(none_loaded)?;
+        let resident_before = self.start_measuring().map_err(none_loaded)?;
         let started = Instant::now();
         catch_unwind(AssertUnwindSafe(|| materialize(&model, dir)))
             .unwrap_or_else(|panic| {
@@ -849,8 +866,54 @@ impl Worker {
             ..info
         };
         self.prompts.set_limit(settings.prompt_cache_bytes);
-        self.loaded = Some(Loaded { model, tokenizer, settings, fingerprint });
+        let measured = self.measured(MeasuredKind::Load, &fingerprint, settings.kv, resident_before, (0, 0, 0));
+        self.loaded = Some(Loaded { model, tokenizer, settings, fingerprint, resident_before });
+        self.record(measured.map_err(none_loaded)?);
         Ok(info)
+    }
+
+    /// Starts a measurement: MLX's peak and the process's peak resident
+    /// set from now; returns what the process holds now.
+    fn start_measuring(&self) -> Result<Option<u64>> {
+        mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;
+        Ok(self.meter.as_ref().and_then(|m| {
+            m.reset_peak_resident();
+            m.resident_bytes()
+        }))
+    }
+
+    /// What a load or turn took since [`Self::start_measuring`]; `tokens`
+    /// are the context, prompt and reused tokens.
+    fn measured(
+        &self,
+        kind: MeasuredKind,
+        fingerprint: &str,
+        kv: KvFormat,
+        resident_before: Option<u64>,
+        (context, prompt, reused): (usize, usize, usize),
+    ) -> Result<PeakMeasurement> {
+        let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        let peak = mlx_rs::memory::peak_memory().op("peak_memory")?;
+        let resident_peak = self.meter.as_ref().and_then(|m| m.peak_resident_bytes());
+        Ok(PeakMeasurement {
+            fingerprint: fingerprint.to_owned(),
+            kind,
+            kv,
+            context_tokens: as_u64(context),
+            prompt_tokens: as_u64(prompt),
+            reused_tokens: as_u64(reused),
+            mlx_peak_bytes: as_u64(peak),
+            resident_peak_bytes: resident_peak.zip(resident_before).map(|(peak, before)| peak.saturating_sub(before)),
+            // Exact for a turn that reused nothing (the only calibration
+            // points): it took no entry, so none shares its arrays.
+            cached_bytes: as_u64(self.prompts.nbytes()),
+        })
+    }
+
+    fn record(&self, measured: PeakMeasurement) {
+        if let Some(meter) = &self.meter {
+            meter.record(measured);
+        }
     }
 
     fn loaded(&self) -> Result<&Loaded> {
@@ -928,7 +991,8 @@ impl Worker {
             eos_ids: if request.ignore_eos { Vec::new() } else { loaded.tokenizer.eos_ids().to_vec() },
             ..GenerateOptions::default()
         };
-        mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;
+        self.start_measuring()?;
+        let loaded = self.loaded()?;
         let mut detok = loaded.tokenizer.detokenizer();
         let mut detok_error = None;
         let generation =
@@ -949,7 +1013,16 @@ impl Worker {
         if !tail.is_empty() {
             let _ = events.send(EngineEvent::Text(tail));
         }
-        let peak_memory_bytes = mlx_rs::memory::peak_memory().op("peak_memory")?;
+        let measured = self.measured(
+            MeasuredKind::Turn,
+            &loaded.fingerprint,
+            format,
+            loaded.resident_before,
+            (prompt.len() + generation.tokens.len(), prompt.len(), generation.reused_tokens),
+        )?;
+        let peak_memory_bytes = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
+        self.record(measured);
+        let loaded = self.loaded()?;
         // When the context limit cut the turn short this is `Length` too.
         let reason = generation.finish_reason;
         let stats = TurnStats {

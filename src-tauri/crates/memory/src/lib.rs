@@ -11,6 +11,7 @@ mod linux;
 #[cfg(target_os = "macos")]
 mod macos;
 pub mod os;
+pub mod process;
 pub mod psi;
 pub mod sampler;
 

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cloud_cache;
 pub mod error;
 pub mod export;
+pub mod measurements;
 pub mod sessions;
 pub mod settings;
 pub mod timeline;

@@ -53,6 +53,15 @@ describe('FitWarning', () => {
     expect(screen.getByTestId('fit-parts')).toHaveTextContent('30 linear layers: fixed state, any length');
   });
 
+  it('says what the figure rests on: a peak measured here, else an estimate', () => {
+    show();
+    expect(screen.getByTestId('fit-basis')).toHaveTextContent('estimated');
+    const calibration = { at_context: 4096, peak_bytes: 9.8 * GB, formula_bytes: 9 * GB, fixed_bytes: 8 * GB, offset_bytes: 0.8 * GB };
+    document.body.innerHTML = '';
+    show({ ...REPORT, calibration, basis: 'measured here at 4K: 9.8 GB' });
+    expect(screen.getByTestId('fit-basis')).toHaveTextContent('measured here at 4K: 9.8 GB');
+  });
+
   it('has no parts list for a dense full-attention model', () => {
     show();
     expect(screen.queryByTestId('fit-parts')).toBeNull();

@@ -2,6 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { FitReport, ModelEntry } from '../ipc/models';
 import {
   architectureNote,
+  basisShort,
   expertsPart,
   formatContext,
   formatGB,
@@ -35,6 +36,13 @@ const entry = (size_bytes: number, id = `m${size_bytes}`): ModelEntry => ({
 });
 
 describe('fit format', () => {
+  it('says what a prediction rests on in a few words', () => {
+    expect(basisShort(null)).toBe('');
+    expect(basisShort(report({ kind: 'fits' }))).toBe('estimated');
+    const calibration = { at_context: 4096, peak_bytes: 9 * GB, formula_bytes: 8 * GB, fixed_bytes: 7 * GB, offset_bytes: GB };
+    expect(basisShort({ ...report({ kind: 'fits' }), calibration })).toBe('measured here at 4K');
+  });
+
   it('colours verdicts green, amber, red', () => {
     expect(verdictLevel({ kind: 'fits' })).toBe('normal');
     expect(verdictLevel({ kind: 'tight' })).toBe('warning');

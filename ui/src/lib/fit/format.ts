@@ -143,6 +143,12 @@ export function predictedMemory(m: ModelEntry): string {
   return m.fit ? `needs ${formatGB(m.fit.estimate.predicted_peak_bytes)}` : '';
 }
 
+/** What a prediction rests on, for a picker row: `measured here at 4K` or `estimated`. */
+export function basisShort(report: FitReport | null | undefined): string {
+  if (!report) return '';
+  return report.calibration ? `measured here at ${formatContext(report.calibration.at_context)}` : 'estimated';
+}
+
 /** The live strip's figure: `19.1/32.0 GB`. */
 export function formatUsed(used: number, total: number): string {
   return `${(used / GIB).toFixed(1)}/${(total / GIB).toFixed(1)} GB`;

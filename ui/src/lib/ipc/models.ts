@@ -84,6 +84,20 @@ export interface FitReport {
   verdict: Verdict;
   spare_bytes: number;
   largest_context_that_fits: number | null;
+  /** The formula's own peak; `estimate.predicted_peak_bytes` is it, calibrated when `calibration` is set. */
+  formula_peak_bytes?: number;
+  /** The peak measured for this model on this Mac the prediction rests on (`core::calibration`). */
+  calibration?: Calibration | null;
+  /** What the prediction rests on, in words: `measured here at 4K: 9.8 GB` or `estimated`. */
+  basis?: string;
+}
+
+export interface Calibration {
+  at_context: number;
+  peak_bytes: number;
+  formula_bytes: number;
+  fixed_bytes: number;
+  offset_bytes: number;
 }
 
 /** What `model_load` resolves to: the entry, now loaded, and the switch's timings. */

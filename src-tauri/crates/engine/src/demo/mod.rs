@@ -113,6 +113,11 @@ pub enum Preset {
     /// smallest model whose keys and values MLX can quantize with mlx-lm's
     /// KV group size of 64 (the quantized-KV tests and their parity).
     TinyKv,
+    /// 32 layers × 512 wide, 8/8 heads of 64, 64K positions: a small model
+    /// whose KV cache is most of its memory at a long context (4.3 GB in
+    /// bf16 at 64K, 2.3 GB at 8 bits), for the "fits with an 8-bit KV
+    /// cache" remedy end to end.
+    KvHeavy,
     /// 12 layers × 256 wide: still quick on a CPU, big enough to time.
     Small,
     /// 12 layers × 768 wide, 12/4 heads: about 100 M parameters (fit calibration).
@@ -142,9 +147,10 @@ impl Preset {
         Preset::Qwen25_7B,
         Preset::Qwen25_14B,
     ];
-    const CLI: [Preset; 10] = [
+    const CLI: [Preset; 11] = [
         Preset::Tiny,
         Preset::TinyKv,
+        Preset::KvHeavy,
         Preset::Small,
         Preset::Medium,
         Preset::Qwen25_0_5B,
@@ -170,6 +176,7 @@ impl Preset {
         match self {
             Preset::Tiny => "tiny",
             Preset::TinyKv => "tiny-kv",
+            Preset::KvHeavy => "kv-heavy",
             Preset::Small => "small",
             Preset::Medium => "medium",
             Preset::Qwen25_0_5B => "qwen2.5-0.5b",

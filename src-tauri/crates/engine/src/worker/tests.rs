@@ -529,3 +529,74 @@ fn a_quantized_kv_cache_is_reused_from_memory_and_from_disk_exactly() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// A meter that reads a fixed resident set and keeps what it is handed.
+#[derive(Default)]
+struct TestMeter {
+    resets: std::sync::atomic::AtomicUsize,
+    kept: std::sync::Mutex<Vec<PeakMeasurement>>,
+}
+
+impl crate::meter::Meter for TestMeter {
+    fn resident_bytes(&self) -> Option<u64> {
+        Some(100 << 20)
+    }
+    fn reset_peak_resident(&self) {
+        self.resets.fetch_add(1, Ordering::Relaxed);
+    }
+    fn peak_resident_bytes(&self) -> Option<u64> {
+        Some(130 << 20)
+    }
+    fn record(&self, measurement: PeakMeasurement) {
+        self.kept.lock().unwrap_or_else(PoisonError::into_inner).push(measurement);
+    }
+}
+
+#[test]
+fn every_load_and_turn_is_measured_for_the_model_as_loaded() {
+    let meter = Arc::new(TestMeter::default());
+    let e = EngineHandle::spawn().expect("spawn");
+    e.set_meter(Some(meter.clone())).expect("meter");
+    let settings = LoadSettings { prompt_cache_bytes: 64 << 20, ..LoadSettings::default() };
+    let info = e.load(demo_dir(), settings).expect("load");
+    let history = user("Measure me, please.");
+    let first = e.generate(in_session("m", history.clone(), 5)).expect("generate").collect().expect("run");
+    let history = continued(&history, &first.text, "Again?");
+    let second = e.generate(in_session("m", history, 3)).expect("generate").collect().expect("run");
+
+    let kept = meter.kept.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    assert_eq!(
+        kept.iter().map(|m| m.kind).collect::<Vec<_>>(),
+        [MeasuredKind::Load, MeasuredKind::Turn, MeasuredKind::Turn]
+    );
+    assert_eq!(meter.resets.load(Ordering::Relaxed), 3, "one reset per measurement");
+    assert!(kept.iter().all(|m| m.fingerprint == info.fingerprint && m.kv == info.kv_format));
+    // The load holds the weights; its resident growth is over the reading before them.
+    assert!(kept[0].mlx_peak_bytes >= info.weight_bytes as u64, "{:?}", kept[0]);
+    assert_eq!(kept[0].resident_peak_bytes, Some(30 << 20));
+    assert_eq!(kept[0].calibration_point(), None, "a load is no point of the context curve");
+    // A turn: its positions, its prompt, what it reused, and MLX's peak as its stats say.
+    let (t1, t2) = (&kept[1], &kept[2]);
+    let positions = |s: &TurnStats| (s.prompt_tokens + s.generated_tokens) as u64;
+    assert_eq!(
+        (t1.context_tokens, t1.prompt_tokens, t1.reused_tokens),
+        (positions(&first.stats), first.stats.prompt_tokens as u64, 0)
+    );
+    assert_eq!(t1.mlx_peak_bytes, first.stats.peak_memory_bytes as u64);
+    assert!(t1.calibration_point().is_some(), "a whole prefill calibrates");
+    assert_eq!(t2.reused_tokens, second.stats.reused_tokens as u64);
+    assert!(t2.reused_tokens > 0 && t2.calibration_point().is_none(), "a reused prefix does not: {t2:?}");
+    assert_eq!((t1.cached_bytes, t2.cached_bytes), (0, 0), "nothing else was kept");
+    // Another chat's turn while the first chat's state is kept: that state
+    // is in MLX's peak, and said apart. (It shares the chat template's
+    // first tokens with it, so it is no calibration point either: only a
+    // turn that reused nothing is.)
+    e.generate(in_session("n", user("Another chat entirely"), 2)).expect("generate").collect().expect("run");
+    let t3 = meter.kept.lock().unwrap_or_else(PoisonError::into_inner)[3].clone();
+    assert!(t3.cached_bytes > 0 && t3.calibration_point().is_none(), "{t3:?}");
+
+    // Without a meter nothing is measured, and turns still run.
+    e.set_meter(None).expect("no meter");
+    e.generate(request(user("Quietly"), 2)).expect("generate").collect().expect("run");
+    assert_eq!(meter.kept.lock().unwrap_or_else(PoisonError::into_inner).len(), 4);
+}
