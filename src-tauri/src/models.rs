@@ -13,6 +13,7 @@ use headroom_core::kv::KvFormat;
 use headroom_core::remedies::{Candidate, Remedy};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use headroom_engine::{mlx_memory, ComputeDtype, EngineError, QuantKernel};
+use headroom_store::Store;
 use serde::Serialize;
 
 pub use headroom_core::format::hf_cache::HubEnv;
@@ -20,7 +21,6 @@ pub use headroom_core::format::hf_cache::HubEnv;
 use crate::error::CommandError;
 use crate::fit::{self, BudgetSource};
 use crate::state::{AppState, LoadedModel};
-use headroom_store::Store;
 
 /// The folder under the app's data folder that holds models Headroom owns.
 pub const MODELS_DIR: &str = "models";

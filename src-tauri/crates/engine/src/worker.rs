@@ -903,6 +903,7 @@ impl Worker {
             prompt_tokens: as_u64(prompt),
             reused_tokens: as_u64(reused),
             mlx_peak_bytes: as_u64(peak),
+            mlx_active_bytes: as_u64(mlx_rs::memory::active_memory().op("active_memory")?),
             resident_peak_bytes: resident_peak.zip(resident_before).map(|(peak, before)| peak.saturating_sub(before)),
             // Exact for a turn that reused nothing (the only calibration
             // points): it took no entry, so none shares its arrays.

@@ -29,8 +29,8 @@ impl Store {
         let mut tx = self.pool.begin().await.ctx("begin recording a measurement")?;
         sqlx::query(
             "INSERT INTO peak_measurements (measured_at, fingerprint, kind, kv, context_tokens, prompt_tokens,
-             reused_tokens, mlx_peak_bytes, resident_peak_bytes, cached_bytes)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+             reused_tokens, mlx_peak_bytes, mlx_active_bytes, resident_peak_bytes, cached_bytes)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
         )
         .bind(now_ms())
         .bind(&m.fingerprint)
@@ -40,6 +40,7 @@ impl Store {
         .bind(to_i64(m.prompt_tokens))
         .bind(to_i64(m.reused_tokens))
         .bind(to_i64(m.mlx_peak_bytes))
+        .bind(to_i64(m.mlx_active_bytes))
         .bind(m.resident_peak_bytes.map(to_i64))
         .bind(to_i64(m.cached_bytes))
         .execute(&mut *tx)
@@ -62,8 +63,8 @@ impl Store {
     /// read (a KV format from a later one) is skipped, never an error.
     pub async fn peak_measurements(&self, fingerprint: &str) -> Result<Vec<PeakMeasurement>> {
         let rows = sqlx::query(
-            "SELECT kind, kv, context_tokens, prompt_tokens, reused_tokens, mlx_peak_bytes, resident_peak_bytes,
-             cached_bytes FROM peak_measurements WHERE fingerprint = ?1 ORDER BY measured_at DESC, id DESC",
+            "SELECT kind, kv, context_tokens, prompt_tokens, reused_tokens, mlx_peak_bytes, mlx_active_bytes,
+             resident_peak_bytes, cached_bytes FROM peak_measurements WHERE fingerprint = ?1 ORDER BY measured_at DESC, id DESC",
         )
         .bind(fingerprint)
         .fetch_all(&self.pool)
@@ -85,6 +86,7 @@ impl Store {
                 prompt_tokens: n("prompt_tokens")?,
                 reused_tokens: n("reused_tokens")?,
                 mlx_peak_bytes: n("mlx_peak_bytes")?,
+                mlx_active_bytes: n("mlx_active_bytes")?,
                 resident_peak_bytes: row
                     .try_get::<Option<i64>, _>("resident_peak_bytes")
                     .ok()?
@@ -112,6 +114,7 @@ mod tests {
             prompt_tokens: context - 2,
             reused_tokens: reused,
             mlx_peak_bytes: peak,
+            mlx_active_bytes: peak / 2,
             resident_peak_bytes: Some(peak + 7),
             cached_bytes: 0,
         }

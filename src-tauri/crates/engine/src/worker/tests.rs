@@ -573,6 +573,7 @@ fn every_load_and_turn_is_measured_for_the_model_as_loaded() {
     assert!(kept.iter().all(|m| m.fingerprint == info.fingerprint && m.kv == info.kv_format));
     // The load holds the weights; its resident growth is over the reading before them.
     assert!(kept[0].mlx_peak_bytes >= info.weight_bytes as u64, "{:?}", kept[0]);
+    assert!(kept[0].mlx_active_bytes >= info.weight_bytes as u64 && kept[0].mlx_active_bytes <= kept[0].mlx_peak_bytes);
     assert_eq!(kept[0].resident_peak_bytes, Some(30 << 20));
     assert_eq!(kept[0].calibration_point(), None, "a load is no point of the context curve");
     // A turn: its positions, its prompt, what it reused, and MLX's peak as its stats say.
