@@ -107,19 +107,27 @@ impl GenerateArgs {
 }
 
 pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
-    // What this turn takes is kept like every turn's (the fit learns from
-    // it); a database that cannot be opened costs only that.
-    let store = super::chat::open_store().map_err(|e| tracing::warn!("this run will not be measured: {e}")).ok();
+    // What this machine measured calibrates the guard; a run that gets past
+    // it is measured and kept like every turn (the database is created then,
+    // not for a refusal). A database that cannot be opened costs only that.
     let stdout = std::io::stdout();
-    generate(args, &HubEnv::from_process(), store.as_ref(), &mut stdout.lock(), &mut std::io::stderr())
+    let learned = super::chat::existing_store();
+    let keep = |store: Option<Store>| {
+        store.or_else(|| {
+            super::chat::open_store().map_err(|e| tracing::warn!("this run will not be measured: {e}")).ok()
+        })
+    };
+    generate(args, &HubEnv::from_process(), learned, keep, &mut stdout.lock(), &mut std::io::stderr())
 }
 
-/// The command with its store (`None`: nothing measured is used or kept)
-/// and outputs injected, so tests can read them.
+/// The command with what this machine measured (`learned`, for the guard),
+/// where a run that passes it is kept (`keep`, given `learned`; `None`:
+/// nowhere) and its outputs injected, so tests can read them.
 pub(crate) fn generate(
     args: &GenerateArgs,
     env: &HubEnv,
-    store: Option<&Store>,
+    learned: Option<Store>,
+    keep: impl FnOnce(Option<Store>) -> Option<Store>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CliError> {
@@ -127,7 +135,7 @@ pub(crate) fn generate(
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
     let kv = args.kv.format()?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, store)?;
+    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
     if report.verdict.refuses() {
         if !args.override_fit {
             return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
@@ -135,8 +143,8 @@ pub(crate) fn generate(
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
     let engine = EngineHandle::spawn()?;
-    if let Some(store) = store {
-        engine.set_meter(Some(crate::fit::store_meter(store.clone())))?;
+    if let Some(store) = keep(learned) {
+        engine.set_meter(Some(crate::fit::store_meter(store)))?;
     }
     let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, settings)?;
@@ -261,7 +269,7 @@ mod tests {
 
     fn call(args: &GenerateArgs) -> (Result<(), CliError>, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let r = generate(args, &HubEnv::default(), None, &mut out, &mut err);
+        let r = generate(args, &HubEnv::default(), None, |_| None, &mut out, &mut err);
         (r, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
     }
 

@@ -45,7 +45,7 @@ fn fit_and_generate_refuse_every_hostile_folder_with_the_reason() {
             panic!("not generate")
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let e = super::generate::generate(&generate, &HubEnv::default(), None, &mut out, &mut err)
+        let e = super::generate::generate(&generate, &HubEnv::default(), None, |_| None, &mut out, &mut err)
             .err()
             .unwrap_or_else(|| panic!("{}: generated {}", case.name, String::from_utf8_lossy(&out)));
         let message = e.to_string();
