@@ -15,6 +15,13 @@ pub mod process;
 pub mod psi;
 pub mod sampler;
 
+/// Held by the tests that measure this process's resident set. They run on
+/// threads of one process, so one test's 64 MB block, freed while another
+/// reads, would move the other's figures (a CI run saw 39 MB of growth where
+/// 64 MB were touched).
+#[cfg(test)]
+pub(crate) static RESIDENT_TESTS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 use serde::Serialize;
 use sysinfo::{MemoryRefreshKind, Pid, ProcessRefreshKind, ProcessesToUpdate, System};
 
@@ -114,6 +121,7 @@ mod tests {
 
     #[test]
     fn rss_sees_memory_this_process_touches() {
+        let _alone = RESIDENT_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let mut reader = Reader::new().unwrap_or_else(|e| panic!("{e}"));
         let before = reader.read().process_rss;
         let block = vec![1u8; 64 << 20];

@@ -65,6 +65,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     #[test]
     fn the_peak_sees_a_freed_allocation_until_it_is_reset() {
+        let _alone = crate::RESIDENT_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         assert!(reset_peak_resident());
         let before = peak_resident_bytes().unwrap_or(0);
         let mut big = vec![0u8; 64 << 20];
