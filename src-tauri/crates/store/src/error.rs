@@ -12,6 +12,8 @@ pub enum StoreError {
     CreateDir { path: PathBuf, source: std::io::Error },
     #[error("cannot open the database {path}: {source}")]
     Open { path: PathBuf, source: sqlx::Error },
+    #[error("cannot lock {path} to open the database: {source}")]
+    Lock { path: PathBuf, source: std::io::Error },
     #[error("cannot bring the database {path} up to date: {source}")]
     Migrate { path: PathBuf, source: sqlx::migrate::MigrateError },
     /// A statement failed; `what` says which (e.g. "insert message").

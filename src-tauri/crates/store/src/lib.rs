@@ -41,6 +41,20 @@ pub struct Store {
     path: PathBuf,
 }
 
+/// Waits for the exclusive lock on `path` (created if missing), on a
+/// blocking thread; it is released when the returned file is dropped.
+async fn setup_lock(path: &Path) -> Result<std::fs::File> {
+    let lock_path = path.to_owned();
+    let locked = tokio::task::spawn_blocking(move || {
+        let file = std::fs::OpenOptions::new().create(true).truncate(false).write(true).open(&lock_path)?;
+        file.lock()?;
+        Ok(file)
+    })
+    .await
+    .unwrap_or_else(|join| Err(std::io::Error::other(join.to_string())));
+    locked.map_err(|source| StoreError::Lock { path: path.to_owned(), source })
+}
+
 /// Milliseconds since the Unix epoch, the unit of every stored time.
 pub fn now_ms() -> i64 {
     let since = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
@@ -54,8 +68,18 @@ impl Store {
     pub async fn open(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(DB_FILE);
-        let store = Self::open_file(&path).await?;
-        MIGRATOR.run(&store.pool).await.map_err(|source| StoreError::Migrate { path: path.clone(), source })?;
+        let store = {
+            // Two processes opening a new database together (the app and a
+            // CLI command) race twice: switching it to WAL ("database is
+            // locked", which no busy timeout covers) and its first migration
+            // (sqlx takes no lock for SQLite: "table … already exists"). An
+            // OS lock on a file beside it makes them take turns; the second
+            // finds nothing left to do. The OS drops it if a process dies.
+            let _turn = setup_lock(&path.with_extension("db-setup-lock")).await?;
+            let store = Self::open_file(&path).await?;
+            MIGRATOR.run(&store.pool).await.map_err(|source| StoreError::Migrate { path: path.clone(), source })?;
+            store
+        };
         let recovered = store.recover_streaming().await?;
         if recovered > 0 {
             tracing::info!(recovered, "answers left streaming by a process that ended were marked interrupted");
@@ -290,6 +314,27 @@ mod tests {
                 "migration {} was edited after release",
                 m.version
             );
+        }
+    }
+
+    /// The app and a CLI command started together on a new data folder
+    /// once raced the first migration ("table ... already exists").
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn processes_opening_a_new_database_together_each_get_it_whole() {
+        for round in 0..8 {
+            let dir = temp_dir(&format!("together-{round}"));
+            let opens: Vec<_> = (0..4)
+                .map(|_| {
+                    let dir = dir.clone();
+                    tokio::spawn(async move { Store::open(&dir).await })
+                })
+                .collect();
+            for open in opens {
+                let store =
+                    open.await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|e| panic!("round {round}: {e}"));
+                assert_eq!(applied(&store).await, MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>());
+                store.close().await;
+            }
         }
     }
 
