@@ -80,7 +80,12 @@ impl From<headroom_store::StoreError> for CommandError {
             E::Settings(_) => "INVALID_SETTING",
             E::ImportFormat(_) => "IMPORT_FORMAT",
             E::StoredSettings(_) | E::Corrupt { .. } => "DATABASE_CORRUPT",
-            E::CreateDir { .. } | E::Open { .. } | E::Migrate { .. } | E::Query { .. } | E::Json(_) => "DATABASE",
+            E::CreateDir { .. }
+            | E::Lock { .. }
+            | E::Open { .. }
+            | E::Migrate { .. }
+            | E::Query { .. }
+            | E::Json(_) => "DATABASE",
         };
         Self::new(code, e.to_string())
     }

@@ -20,15 +20,16 @@ use crate::state::AppState;
 
 /// What the prompt cache may keep while this turn runs: the load's rule
 /// (`fit::prompt_cache_limit`) applied to the fit at the context the turn
-/// needs against the memory free now, so a cache filled while memory was
-/// plentiful shrinks before a turn that needs the room (the check counts
-/// the cache's bytes as freeable; this makes that true). `None` where the
-/// memory cannot be read: the load's allowance stands.
-fn prompt_cache_room(state: &AppState, model: &crate::state::LoadedModel, needed: u64) -> Option<usize> {
-    let inputs = crate::fit::budget_inputs(crate::models::budget_source(state).ok()?).ok()?;
-    let context = needed.min(u64::try_from(model.info.context_limit).unwrap_or(u64::MAX));
-    let measured = crate::fit::learned_for(&state.store, &model.info.fingerprint);
-    let report = headroom_core::fit::check_with(&model.footprint, context, model.info.kv_format, inputs, &measured);
+/// needs against the memory free when it was routed (the route's own
+/// figures), so a cache filled while memory was plentiful shrinks before a
+/// turn that needs the room (the check counts the cache's bytes as
+/// freeable; this makes that true). `None` without those figures: the
+/// load's allowance stands.
+fn prompt_cache_room(model: &crate::state::LoadedModel, plan: &Plan) -> Option<usize> {
+    let basis = plan.basis.as_ref()?;
+    let context = plan.decision.needed_context.min(u64::try_from(model.info.context_limit).unwrap_or(u64::MAX));
+    let report =
+        headroom_core::fit::check_with(&model.footprint, context, model.info.kv_format, basis.budget, &basis.measured);
     usize::try_from(headroom_core::fit::prompt_cache_limit(&report, u64::MAX)).ok()
 }
 
@@ -49,7 +50,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     messages.push(Message::new(Role::User, plan.text.clone()));
     let request = GenerateRequest {
         session: Some(plan.session.clone()),
-        prompt_cache_room: prompt_cache_room(state, &model, plan.decision.needed_context),
+        prompt_cache_room: prompt_cache_room(&model, &plan),
         max_tokens: plan.max_tokens,
         ignore_eos: plan.options.ignore_eos,
         // A long chat keeps going: the oldest turns make room.

@@ -187,7 +187,7 @@ pub fn start(
         return Err(TurnError::NoModelLoaded);
     }
     let choice = Choice { force: options.force, allow_sensitive: options.allow_sensitive, ..Choice::default() };
-    let decision = route::for_state(state, settings, &asked.text, &asked.history, choice)?;
+    let route::Routed { decision, basis } = route::for_state(state, settings, &asked.text, &asked.history, choice)?;
     let plan = Plan {
         session: request.session.clone(),
         text: asked.text,
@@ -196,6 +196,7 @@ pub fn start(
         options: request.options,
         max_tokens,
         decision,
+        basis,
         notes,
     };
     let sink: Sink = Box::new(sink);
@@ -217,6 +218,8 @@ pub(crate) struct Plan {
     pub options: TurnOptions,
     pub max_tokens: usize,
     pub decision: headroom_core::router::Decision,
+    /// The figures the decision's fit was taken on (a model was loaded).
+    pub basis: Option<route::FitBasis>,
     /// Said in the route note besides the router's reasons (the model was loaded again first).
     pub notes: Vec<RouteReason>,
 }

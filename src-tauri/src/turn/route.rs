@@ -136,6 +136,22 @@ pub fn cloud_name(settings: &Settings) -> Option<String> {
     settings.cloud_base_url.as_ref().map(|url| settings.cloud_model.clone().unwrap_or_else(|| url.clone()))
 }
 
+/// What the decision's fit checks of the loaded model read: the memory
+/// budget then and what this machine measured for the model. A local turn
+/// sizes its prompt cache on these same figures.
+#[derive(Debug, Clone)]
+pub struct FitBasis {
+    pub budget: BudgetInputs,
+    pub measured: Vec<Measured>,
+}
+
+/// A decision and, with a model loaded, the figures its fit was taken on.
+#[derive(Debug, Clone)]
+pub struct Routed {
+    pub decision: Decision,
+    pub basis: Option<FitBasis>,
+}
+
 /// The decision with what `state` holds: the loaded model (its tokenizer,
 /// its fit now) and the cloud the settings name.
 pub fn for_state(
@@ -144,13 +160,14 @@ pub fn for_state(
     text: &str,
     history: &[Message],
     choice: Choice,
-) -> Result<Decision, TurnError> {
+) -> Result<Routed, TurnError> {
     let loaded = state.loaded_model();
     let tokenizer = loaded.as_ref().map(crate::state::LoadedModel::tokenizer).transpose()?;
-    let measured =
-        loaded.as_ref().map(|m| crate::fit::learned_for(&state.store, &m.info.fingerprint)).unwrap_or_default();
-    let budget = match &loaded {
-        Some(_) => Some(crate::fit::budget_inputs(crate::models::budget_source(state)?).map_err(TurnError::Memory)?),
+    let basis = match &loaded {
+        Some(m) => Some(FitBasis {
+            budget: crate::fit::budget_inputs(crate::models::budget_source(state)?).map_err(TurnError::Memory)?,
+            measured: crate::fit::learned_for(&state.store, &m.info.fingerprint),
+        }),
         None => None,
     };
     let inputs = Inputs {
@@ -160,15 +177,16 @@ pub fn for_state(
             footprint: Some(&m.footprint),
             context_limit: Some(m.info.context_limit),
             kv: m.info.kv_format,
-            measured: &measured,
+            measured: basis.as_ref().map_or(&[][..], |b| &b.measured),
         }),
         cloud: cloud_name(settings),
         local_threshold_tokens: settings.local_threshold_tokens,
         reply_reserve_tokens: settings.max_tokens,
-        budget,
+        budget: basis.as_ref().map(|b| b.budget),
         scans: &state.scans,
     };
-    decide(&inputs, text, history, choice)
+    let decision = decide(&inputs, text, history, choice)?;
+    Ok(Routed { decision, basis })
 }
 
 #[cfg(test)]
@@ -187,16 +205,18 @@ mod tests {
             ..Settings::default()
         };
         let web = Choice { needs_web: true, ..Choice::default() };
-        let d = for_state(&state, &settings, "latest news?", &[], web).unwrap_or_else(|e| panic!("{e:?}"));
+        let d = for_state(&state, &settings, "latest news?", &[], web).unwrap_or_else(|e| panic!("{e:?}")).decision;
+        assert!(d.is_cloud());
         assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
         assert!(!d.tokens_exact);
 
-        let code = |r: Result<Decision, TurnError>| r.err().map(|e| crate::error::CommandError::from(e).code);
+        let code = |r: Result<Routed, TurnError>| r.err().map(|e| crate::error::CommandError::from(e).code);
         let id = "my id is 11010519491231002X";
         assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some("ROUTE_NO_LOCAL_MODEL"));
         // An earlier sensitive exchange is left out of what the cloud gets.
         let history = [Message::new(Role::User, id), Message::new(Role::Assistant, "noted")];
-        let d = for_state(&state, &settings, "latest news?", &history, web).unwrap_or_else(|e| panic!("{e:?}"));
+        let d =
+            for_state(&state, &settings, "latest news?", &history, web).unwrap_or_else(|e| panic!("{e:?}")).decision;
         assert!(d.is_cloud() && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
 
         let force = Choice { force: Some(Force::Cloud), ..Choice::default() };
