@@ -68,6 +68,10 @@ fn bench_json_has_raw_runs_a_summary_labels_and_the_roofline_and_is_saved() {
     }
     // Saved by default: the database now exists in the data folder.
     assert!(std::fs::read_dir(&data).is_ok_and(|mut d| d.next().is_some()), "nothing saved in {}", data.display());
+    // And measured: the fill to depth 40 prefilled it whole (one token
+    // generated), so the fit at 41 positions rests on that measurement.
+    let fit = json(&headroom_with(&["fit", &m, "--context", "41", "--json"], &env));
+    assert!(fit["basis"].as_str().is_some_and(|b| b.starts_with("measured here at 41: ")), "{fit}");
 
     let out = headroom_with(&["bench", &m, "-p", "0", "--bandwidth", "50", "--no-save"], &env);
     assert_eq!(out.status.code(), Some(1));

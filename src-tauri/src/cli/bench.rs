@@ -15,6 +15,7 @@ use headroom_core::bench::MeanSd;
 use headroom_engine::worker::EngineHandle;
 use headroom_engine::ComputeDtype;
 use headroom_memory::bandwidth::{self, BandwidthOptions};
+use headroom_store::Store;
 
 use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{resolve_model, HubEnv};
@@ -69,17 +70,26 @@ pub struct BenchArgs {
 
 pub fn run(args: &BenchArgs) -> Result<(), CliError> {
     let stdout = std::io::stdout();
-    let report = bench(args, &HubEnv::from_process(), &mut stdout.lock(), &mut std::io::stderr())?;
+    // Like `generate`: what this machine measured calibrates the guard, and
+    // a run past it is measured (its fill to a depth teaches the fit that
+    // context), unless --no-save keeps the database untouched.
+    let learned = super::chat::existing_store();
+    let keep = |learned| if args.no_save { None } else { super::chat::store_to_measure_in(learned) };
+    let report = bench(args, &HubEnv::from_process(), learned, keep, &mut stdout.lock(), &mut std::io::stderr())?;
     if !args.no_save {
         save(&report)?;
     }
     Ok(())
 }
 
-/// The command with its outputs injected, so tests can read them.
+/// The command with what this machine measured (`learned`, for the guard),
+/// where the runs past it are measured (`keep`, given `learned`; `None`:
+/// nowhere) and its outputs injected, so tests can read them.
 pub(crate) fn bench(
     args: &BenchArgs,
     env: &HubEnv,
+    learned: Option<Store>,
+    keep: impl FnOnce(Option<Store>) -> Option<Store>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<BenchReport, CliError> {
@@ -103,7 +113,6 @@ pub(crate) fn bench(
     }
     let dir = resolve_model(&args.model, env)?;
     let kv = args.kv.format()?;
-    let learned = super::chat::existing_store();
     let report = check_model_for(&dir, plan.context(), args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
     if report.verdict.refuses() {
         if !args.override_fit {
@@ -120,6 +129,9 @@ pub(crate) fn bench(
         }
     };
     let engine = EngineHandle::spawn()?;
+    if let Some(store) = keep(learned) {
+        engine.set_meter(Some(crate::fit::store_meter(store)))?;
+    }
     let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, settings)?;
     let cancel = Arc::new(AtomicBool::new(false));
@@ -275,9 +287,17 @@ mod tests {
     fn bad_arguments_are_refused_before_loading() {
         let mut out = Vec::new();
         let mut err = Vec::new();
-        let e = bench(&parse(&["m", "--bandwidth=-1"]), &HubEnv::default(), &mut out, &mut err).err();
+        let e = bench(&parse(&["m", "--bandwidth=-1"]), &HubEnv::default(), None, |_| None, &mut out, &mut err).err();
         assert!(e.map(|e| e.to_string()).unwrap_or_default().contains("--bandwidth"));
-        let e = bench(&parse(&["nobody/nothing", "--bandwidth", "10"]), &HubEnv::default(), &mut out, &mut err).err();
+        let e = bench(
+            &parse(&["nobody/nothing", "--bandwidth", "10"]),
+            &HubEnv::default(),
+            None,
+            |_| None,
+            &mut out,
+            &mut err,
+        )
+        .err();
         assert!(matches!(e, Some(CliError::ModelNotFound { .. })), "{e:?}");
     }
 }

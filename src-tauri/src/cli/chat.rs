@@ -123,6 +123,13 @@ pub(crate) fn existing_store() -> Option<Store> {
     existing_store_in(&locations().ok()?.data_dir)
 }
 
+/// Where a run that got past its fit guard keeps what it measured: the
+/// database the guard read (`learned`), else the data folder's, created
+/// now. A database that cannot be opened costs only the measurement.
+pub(crate) fn store_to_measure_in(learned: Option<Store>) -> Option<Store> {
+    learned.or_else(|| open_store().map_err(|e| tracing::warn!("this run will not be measured: {e}")).ok())
+}
+
 /// [`existing_store`] in the data folder `dir`.
 pub(crate) fn existing_store_in(dir: &std::path::Path) -> Option<Store> {
     if !dir.join(headroom_store::DB_FILE).is_file() {

@@ -112,11 +112,7 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     // not for a refusal). A database that cannot be opened costs only that.
     let stdout = std::io::stdout();
     let learned = super::chat::existing_store();
-    let keep = |store: Option<Store>| {
-        store.or_else(|| {
-            super::chat::open_store().map_err(|e| tracing::warn!("this run will not be measured: {e}")).ok()
-        })
-    };
+    let keep = super::chat::store_to_measure_in;
     generate(args, &HubEnv::from_process(), learned, keep, &mut stdout.lock(), &mut std::io::stderr())
 }
 

@@ -18,12 +18,12 @@ use headroom_core::stats::{Rates, TurnTimings};
 use mlx_rs::Dtype;
 
 use crate::cache::KvCache;
-use crate::error::{EngineError, MlxContext, Result};
+use crate::error::{EngineError, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::models::Model;
 use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
-use crate::worker::EngineHandle;
+use crate::worker::{EngineHandle, Metering};
 
 /// What to run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,10 +108,10 @@ pub fn run_case(
     validate(&case)?;
     let (tx, rx) = mpsc::channel::<Result<BenchEvent>>();
     let job_cancel = Arc::clone(cancel);
-    engine.with_model(move |model, settings| {
+    engine.with_model(move |model, settings, metering| {
         let outcome = match model {
             None => Err(EngineError::NoModelLoaded),
-            Some(model) => run_on_engine(model, settings.context_limit, settings.kv, &case, &job_cancel, &tx),
+            Some(model) => run_on_engine(model, settings.context_limit, settings.kv, &case, metering, &job_cancel, &tx),
         };
         if let Err(e) = outcome {
             let _ = tx.send(Err(e));
@@ -162,12 +162,15 @@ fn validate(case: &BenchCase) -> Result<()> {
     Ok(())
 }
 
-/// The case itself, on the engine thread.
+/// The case itself, on the engine thread. The fill and every run are
+/// measured as turns (`metering`), so a benchmark at a depth teaches the fit
+/// that context: the fill prefills it whole.
 fn run_on_engine(
     model: &Model,
     context_limit: usize,
     kv: KvFormat,
     case: &BenchCase,
+    metering: &Metering<'_>,
     cancel: &AtomicBool,
     tx: &mpsc::Sender<Result<BenchEvent>>,
 ) -> Result<()> {
@@ -187,7 +190,9 @@ fn run_on_engine(
     // with one token to generate, the cache ends holding exactly the prompt.
     let fill_time = if depth > 0 {
         let fill: Vec<u32> = ids.take(depth);
+        metering.start()?;
         let g = run_once(model, &mut cache, &fill, 1, &mut sampler, cancel)?;
+        metering.finish_turn(kv, turn_tokens(&fill, &g))?;
         g.timings.first_token_at.unwrap_or_default()
     } else {
         Duration::ZERO
@@ -211,11 +216,12 @@ fn run_on_engine(
         }
         let mut prompt = cache.tokens().to_vec();
         prompt.extend(ids.take(p));
-        mlx_rs::memory::reset_peak_memory().op("reset_peak_memory")?;
+        metering.start()?;
         let g = run_once(model, &mut cache, &prompt, n, &mut sampler, cancel)?;
         if g.finish_reason != headroom_core::chat::FinishReason::Length {
             return Err(EngineError::BenchCancelled);
         }
+        let peak_memory_bytes = metering.finish_turn(kv, turn_tokens(&prompt, &g))?;
         let run = BenchRun {
             index,
             warmup: index == 0,
@@ -225,7 +231,7 @@ fn run_on_engine(
             cache_tokens_after: cache.offset(),
             rates: g.timings.rates(),
             timings: g.timings,
-            peak_memory_bytes: mlx_rs::memory::peak_memory().op("peak_memory")?,
+            peak_memory_bytes,
         };
         if index == 0 {
             send(BenchEvent::Labels(labels(model, &cache)))?;
@@ -233,6 +239,12 @@ fn run_on_engine(
         send(BenchEvent::Run(run))?;
     }
     Ok(())
+}
+
+/// A pass's tokens as a measured turn counts them: the positions it held
+/// (the prompt and what it generated), the prompt, the reused prefix.
+fn turn_tokens(prompt: &[u32], g: &crate::generate::Generation) -> (usize, usize, usize) {
+    (prompt.len() + g.tokens.len(), prompt.len(), g.reused_tokens)
 }
 
 /// One pass of the real generation loop, EOS ignored, timed from the call.
@@ -388,6 +400,35 @@ mod tests {
             (r0.runs[0].context_tokens, r0.runs[0].cache_tokens_after, r0.fill_time),
             (0, 8 + 3 - 1, Duration::ZERO)
         );
+    }
+
+    #[test]
+    fn the_fill_and_every_run_are_measured_as_turns_and_the_fill_calibrates() {
+        use crate::meter::{MeasuredKind, TestMeter};
+        let engine = engine_with_tiny(1024);
+        let meter = Arc::new(TestMeter::default());
+        engine.set_meter(Some(meter.clone())).unwrap_or_else(|e| panic!("{e}"));
+        let cancel = Arc::new(AtomicBool::new(false));
+        let r = run_case(&engine, case(200, 16, 4, 2), &cancel, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let kept = meter.kept();
+        assert_eq!(kept.len(), 1 + 3, "the fill, the warm-up and two runs: {kept:?}");
+        assert!(kept.iter().all(|m| m.kind == MeasuredKind::Turn && m.kv == KvFormat::Float));
+        // The fill prefilled 200 tokens whole and generated one: a point of
+        // the context curve at 201 positions.
+        let fill = &kept[0];
+        assert_eq!((fill.context_tokens, fill.prompt_tokens, fill.reused_tokens), (201, 200, 0));
+        assert!(fill.calibration_point().is_some_and(|p| p.context_tokens == 201), "{fill:?}");
+        // Each run continues the depth: measured, but no point of the curve.
+        for (m, run) in kept[1..].iter().zip(std::iter::once(&r.warmup).chain(&r.runs)) {
+            assert_eq!((m.context_tokens, m.prompt_tokens, m.reused_tokens), (200 + 16 + 4, 216, 200), "{m:?}");
+            assert_eq!(m.mlx_peak_bytes, run.peak_memory_bytes as u64, "the run's peak is the one measured");
+            assert!(m.calibration_point().is_none());
+        }
+        // At depth 0 every run prefills its whole prompt: each is a point.
+        run_case(&engine, case(0, 32, 3, 1), &cancel, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let at_zero = &meter.kept()[4..];
+        assert_eq!(at_zero.len(), 2);
+        assert!(at_zero.iter().all(|m| m.reused_tokens == 0 && m.calibration_point().is_some()), "{at_zero:?}");
     }
 
     #[test]

@@ -25,3 +25,36 @@ pub trait Meter: Send + Sync {
 
 /// A shared meter.
 pub type SharedMeter = Arc<dyn Meter>;
+
+/// A meter that reads a fixed resident set (100 MB, peaking at 130 MB) and
+/// keeps what it is handed, for the engine's tests.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct TestMeter {
+    pub resets: std::sync::atomic::AtomicUsize,
+    pub kept: std::sync::Mutex<Vec<PeakMeasurement>>,
+}
+
+#[cfg(test)]
+impl TestMeter {
+    /// What it was handed so far.
+    pub fn kept(&self) -> Vec<PeakMeasurement> {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).clone()
+    }
+}
+
+#[cfg(test)]
+impl Meter for TestMeter {
+    fn resident_bytes(&self) -> Option<u64> {
+        Some(100 << 20)
+    }
+    fn reset_peak_resident(&self) {
+        self.resets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    fn peak_resident_bytes(&self) -> Option<u64> {
+        Some(130 << 20)
+    }
+    fn record(&self, measurement: PeakMeasurement) {
+        self.kept.lock().unwrap_or_else(std::sync::PoisonError::into_inner).push(measurement);
+    }
+}

@@ -355,8 +355,35 @@ fn empty_stats(generated: usize) -> TurnStats {
     }
 }
 
-/// A [`Job::WithModel`] body: the loaded model (if any) and how it was loaded.
-type ModelJob = Box<dyn FnOnce(Option<&Model>, &LoadSettings) + Send>;
+/// A [`Job::WithModel`] body: the loaded model (if any), how it was
+/// loaded, and the engine's meter for the turns it runs.
+type ModelJob = Box<dyn FnOnce(Option<&Model>, &LoadSettings, &Metering<'_>) + Send>;
+
+/// Measures what a [`Job::WithModel`] body runs the way the engine measures
+/// its own turns (`crate::meter`): the benchmark's passes are turns of the
+/// model's context curve too, and a fill to a depth is a whole prefill.
+pub(crate) struct Metering<'a> {
+    worker: &'a Worker,
+}
+
+impl Metering<'_> {
+    /// Starts a measurement: MLX's peak and the process's, from now.
+    pub(crate) fn start(&self) -> Result<()> {
+        self.worker.start_measuring().map(drop)
+    }
+
+    /// Ends it: hands the meter (if any) a turn of `tokens` (the positions
+    /// held, the prompt, the reused prefix) with the cache in `kv`, and
+    /// returns MLX's peak since [`Self::start`].
+    pub(crate) fn finish_turn(&self, kv: KvFormat, tokens: (usize, usize, usize)) -> Result<usize> {
+        let loaded = self.worker.loaded()?;
+        let measured =
+            self.worker.measured(MeasuredKind::Turn, &loaded.fingerprint, kv, loaded.resident_before, tokens)?;
+        let peak = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
+        self.worker.record(measured);
+        Ok(peak)
+    }
+}
 
 /// Called on the engine thread right after a load unloaded the previous
 /// model (the app reads the process's memory there).
@@ -580,7 +607,10 @@ impl EngineHandle {
     /// Runs `job` on the engine thread with the loaded model (`None` if none)
     /// and its context limit, between other jobs; returns at once. For the
     /// benchmark (bench.rs), which drives `generate` itself on a cache of its own.
-    pub(crate) fn with_model(&self, job: impl FnOnce(Option<&Model>, &LoadSettings) + Send + 'static) -> Result<()> {
+    pub(crate) fn with_model(
+        &self,
+        job: impl FnOnce(Option<&Model>, &LoadSettings, &Metering<'_>) + Send + 'static,
+    ) -> Result<()> {
         self.send(Job::WithModel(Box::new(job)))
     }
 
@@ -674,7 +704,10 @@ impl Worker {
                     let settings = self.loaded.as_ref().map_or(&none, |l| &l.settings);
                     // The job owns its arrays and reports its own errors; a
                     // panic in MLX must not end the engine thread.
-                    let _ = catch_unwind(AssertUnwindSafe(|| job(self.loaded.as_ref().map(|l| &l.model), settings)));
+                    let metering = Metering { worker: &self };
+                    let _ = catch_unwind(AssertUnwindSafe(|| {
+                        job(self.loaded.as_ref().map(|l| &l.model), settings, &metering)
+                    }));
                 }
                 Job::Generate { id, request, accepted, events } => {
                     let cancel = self.shared.flag(id).unwrap_or_default();

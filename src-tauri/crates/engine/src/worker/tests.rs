@@ -530,31 +530,9 @@ fn a_quantized_kv_cache_is_reused_from_memory_and_from_disk_exactly() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// A meter that reads a fixed resident set and keeps what it is handed.
-#[derive(Default)]
-struct TestMeter {
-    resets: std::sync::atomic::AtomicUsize,
-    kept: std::sync::Mutex<Vec<PeakMeasurement>>,
-}
-
-impl crate::meter::Meter for TestMeter {
-    fn resident_bytes(&self) -> Option<u64> {
-        Some(100 << 20)
-    }
-    fn reset_peak_resident(&self) {
-        self.resets.fetch_add(1, Ordering::Relaxed);
-    }
-    fn peak_resident_bytes(&self) -> Option<u64> {
-        Some(130 << 20)
-    }
-    fn record(&self, measurement: PeakMeasurement) {
-        self.kept.lock().unwrap_or_else(PoisonError::into_inner).push(measurement);
-    }
-}
-
 #[test]
 fn every_load_and_turn_is_measured_for_the_model_as_loaded() {
-    let meter = Arc::new(TestMeter::default());
+    let meter = Arc::new(crate::meter::TestMeter::default());
     let e = EngineHandle::spawn().expect("spawn");
     e.set_meter(Some(meter.clone())).expect("meter");
     let settings = LoadSettings { prompt_cache_bytes: 64 << 20, ..LoadSettings::default() };
