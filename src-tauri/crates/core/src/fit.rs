@@ -137,11 +137,20 @@
 //! before the largest; only when a prompt spans chunks) and the recurrence
 //! (RECURRENCE_BYTES_PER_TOKEN × linear layers × chunk). Both are RSS that
 //! MLX's own counter does not see, so the MLX-peak calibration above leaves
-//! them out. Where the slack comes from is not pinned down: it is not
-//! glibc's heap (`MALLOC_MMAP_THRESHOLD_=131072` or `MALLOC_ARENA_MAX=1`:
-//! unchanged), not OpenBLAS's threads (`OPENBLAS_NUM_THREADS=1`: unchanged),
-//! and mlx-lm's own chunked prefill of the same gemma3_text model keeps RSS
-//! within 5 MB of MLX's peak, so it is on the engine's side of MLX.
+//! them out. It is not glibc's heap (`MALLOC_MMAP_THRESHOLD_=131072` or
+//! `MALLOC_ARENA_MAX=1`: unchanged), not OpenBLAS's threads
+//! (`OPENBLAS_NUM_THREADS=1`: unchanged). It is MLX's own buffer cache: the
+//! CPU allocator keeps freed buffers up to its cache limit, which the engine
+//! sets from the fit's spare (`buffer_cache_limit`), where mlx-lm keeps
+//! MLX's default (32 MB on the CPU); and a cached buffer is reused only for
+//! a request within two pages of its size (MLX's `BufferCache`). Heaptrack
+//! on `headroom generate` at 4027 prompt tokens (bf16, CPU kernel) found
+//! MLX's allocator holding 288 MB at the heap's peak on gemma3_text small
+//! against an MLX peak of 165 MB, and 201 MB against 169 MB on the dense
+//! `small`: cached buffers, not active ones. A gemma-style model alternates
+//! window and full layers whose attention blocks differ in size once a
+//! prompt passes one chunk, so each kind's freed block waits in the cache
+//! while the other computes; the formula does not count that yet.
 //! Not yet measured: Metal (where attention needs less: the estimate errs high).
 //!
 //! On each machine the formula is then calibrated by what that machine
