@@ -376,12 +376,7 @@ impl Metering<'_> {
     /// held, the prompt, the reused prefix) with the cache in `kv`, and
     /// returns MLX's peak since [`Self::start`].
     pub(crate) fn finish_turn(&self, kv: KvFormat, tokens: (usize, usize, usize)) -> Result<usize> {
-        let loaded = self.worker.loaded()?;
-        let measured =
-            self.worker.measured(MeasuredKind::Turn, &loaded.fingerprint, kv, loaded.resident_before, tokens)?;
-        let peak = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
-        self.worker.record(measured);
-        Ok(peak)
+        self.worker.record_turn(kv, tokens)
     }
 }
 
@@ -944,6 +939,17 @@ impl Worker {
         })
     }
 
+    /// Ends a turn's measurement on the loaded model: hands the meter (if
+    /// any) a turn of `tokens` (positions held, prompt, reused prefix) with
+    /// the cache in `kv`; returns MLX's peak since [`Self::start_measuring`].
+    fn record_turn(&self, kv: KvFormat, tokens: (usize, usize, usize)) -> Result<usize> {
+        let loaded = self.loaded()?;
+        let measured = self.measured(MeasuredKind::Turn, &loaded.fingerprint, kv, loaded.resident_before, tokens)?;
+        let peak = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
+        self.record(measured);
+        Ok(peak)
+    }
+
     fn record(&self, measured: PeakMeasurement) {
         if let Some(meter) = &self.meter {
             meter.record(measured);
@@ -1047,15 +1053,8 @@ impl Worker {
         if !tail.is_empty() {
             let _ = events.send(EngineEvent::Text(tail));
         }
-        let measured = self.measured(
-            MeasuredKind::Turn,
-            &loaded.fingerprint,
-            format,
-            loaded.resident_before,
-            (prompt.len() + generation.tokens.len(), prompt.len(), generation.reused_tokens),
-        )?;
-        let peak_memory_bytes = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
-        self.record(measured);
+        let peak_memory_bytes =
+            self.record_turn(format, (prompt.len() + generation.tokens.len(), prompt.len(), generation.reused_tokens))?;
         let loaded = self.loaded()?;
         // When the context limit cut the turn short this is `Length` too.
         let reason = generation.finish_reason;
