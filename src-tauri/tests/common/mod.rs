@@ -9,8 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Runs the `headroom` binary with a Hugging Face cache that holds nothing,
 /// so repo ids resolve the same on every machine, and a data folder of the
-/// call's own (`generate` records what its turn took there), never the
-/// user's, nor one two runs at once would create together.
+/// call's own (`generate` and `bench` record what their turns took there),
+/// never the user's nor another call's.
 pub fn headroom(args: &[&str]) -> Output {
     headroom_with(args, &[])
 }
