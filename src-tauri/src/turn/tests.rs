@@ -458,7 +458,13 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
         "{}",
         unloaded.message
     );
-    assert!(unloaded.freed_bytes.is_some_and(|b| b > 0), "{unloaded:?}");
+    // The figure is MLX's process-wide counters before and after: the other
+    // tests of this binary load and free models on their own engines at the
+    // same time, enough to hide the tiny demo model's 84 KB of weights (CI saw
+    // "gave back 0 MB"). The engine's own test measures it, on a model tens
+    // of MB large, under its lock; here it is only carried into the notice.
+    assert!(unloaded.freed_bytes.is_some(), "{unloaded:?}");
+    assert!(unloaded.message.contains(" and gave back "), "{}", unloaded.message);
     assert_eq!(state.away.notice(), Some(unloaded));
     assert_eq!(state.away.unloaded().map(|u| u.id), Some(crate::models::DEMO_MODEL_ID.to_owned()));
 
