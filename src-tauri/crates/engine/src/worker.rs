@@ -921,6 +921,9 @@ impl Worker {
         (context, prompt, reused): (usize, usize, usize),
     ) -> Result<PeakMeasurement> {
         let as_u64 = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+        // Active first: the peak read after it has seen it, so the pair is
+        // consistent (peak ≥ active) whatever is allocated in between.
+        let active = mlx_rs::memory::active_memory().op("active_memory")?;
         let peak = mlx_rs::memory::peak_memory().op("peak_memory")?;
         let resident_peak = self.meter.as_ref().and_then(|m| m.peak_resident_bytes());
         Ok(PeakMeasurement {
@@ -931,7 +934,7 @@ impl Worker {
             prompt_tokens: as_u64(prompt),
             reused_tokens: as_u64(reused),
             mlx_peak_bytes: as_u64(peak),
-            mlx_active_bytes: as_u64(mlx_rs::memory::active_memory().op("active_memory")?),
+            mlx_active_bytes: as_u64(active),
             resident_peak_bytes: resident_peak.zip(resident_before).map(|(peak, before)| peak.saturating_sub(before)),
             // Exact for a turn that reused nothing (the only calibration
             // points): it took no entry, so none shares its arrays.
