@@ -192,7 +192,7 @@ fn run_on_engine(
         let fill: Vec<u32> = ids.take(depth);
         metering.start()?;
         let g = run_once(model, &mut cache, &fill, 1, &mut sampler, cancel)?;
-        metering.finish_turn(kv, turn_tokens(&fill, &g))?;
+        metering.finish_turn(kv, &fill, &g)?;
         g.timings.first_token_at.unwrap_or_default()
     } else {
         Duration::ZERO
@@ -221,7 +221,7 @@ fn run_on_engine(
         if g.finish_reason != headroom_core::chat::FinishReason::Length {
             return Err(EngineError::BenchCancelled);
         }
-        let peak_memory_bytes = metering.finish_turn(kv, turn_tokens(&prompt, &g))?;
+        let peak_memory_bytes = metering.finish_turn(kv, &prompt, &g)?;
         let run = BenchRun {
             index,
             warmup: index == 0,
@@ -239,12 +239,6 @@ fn run_on_engine(
         send(BenchEvent::Run(run))?;
     }
     Ok(())
-}
-
-/// A pass's tokens as a measured turn counts them: the positions it held
-/// (the prompt and what it generated), the prompt, the reused prefix.
-fn turn_tokens(prompt: &[u32], g: &crate::generate::Generation) -> (usize, usize, usize) {
-    (prompt.len() + g.tokens.len(), prompt.len(), g.reused_tokens)
 }
 
 /// One pass of the real generation loop, EOS ignored, timed from the call.

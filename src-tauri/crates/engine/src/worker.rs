@@ -20,7 +20,7 @@ use crate::backend::backend_info;
 use crate::bench::{dtype_name, short_dtype_name};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
-use crate::generate::{generate, GenerateOptions, WallClock};
+use crate::generate::{generate, GenerateOptions, Generation, WallClock};
 use crate::loader::{materialize, stage};
 use crate::meter::{MeasuredKind, PeakMeasurement, SharedMeter};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
@@ -372,11 +372,11 @@ impl Metering<'_> {
         self.worker.start_measuring().map(drop)
     }
 
-    /// Ends it: hands the meter (if any) a turn of `tokens` (the positions
-    /// held, the prompt, the reused prefix) with the cache in `kv`, and
-    /// returns MLX's peak since [`Self::start`].
-    pub(crate) fn finish_turn(&self, kv: KvFormat, tokens: (usize, usize, usize)) -> Result<usize> {
-        self.worker.record_turn(kv, tokens)
+    /// Ends it: hands the meter (if any) the turn that generated
+    /// `generation` after `prompt`, with the cache in `kv`, and returns
+    /// MLX's peak since [`Self::start`].
+    pub(crate) fn finish_turn(&self, kv: KvFormat, prompt: &[u32], generation: &Generation) -> Result<usize> {
+        self.worker.record_turn(kv, prompt, generation)
     }
 }
 
@@ -943,10 +943,12 @@ impl Worker {
     }
 
     /// Ends a turn's measurement on the loaded model: hands the meter (if
-    /// any) a turn of `tokens` (positions held, prompt, reused prefix) with
-    /// the cache in `kv`; returns MLX's peak since [`Self::start_measuring`].
-    fn record_turn(&self, kv: KvFormat, tokens: (usize, usize, usize)) -> Result<usize> {
+    /// any) the turn that generated `generation` after `prompt`, with the
+    /// cache in `kv`; returns MLX's peak since [`Self::start_measuring`].
+    fn record_turn(&self, kv: KvFormat, prompt: &[u32], generation: &Generation) -> Result<usize> {
         let loaded = self.loaded()?;
+        // The positions it held (the prompt and what it generated), the prompt, the reused prefix.
+        let tokens = (prompt.len() + generation.tokens.len(), prompt.len(), generation.reused_tokens);
         let measured = self.measured(MeasuredKind::Turn, &loaded.fingerprint, kv, loaded.resident_before, tokens)?;
         let peak = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
         self.record(measured);
@@ -1056,8 +1058,7 @@ impl Worker {
         if !tail.is_empty() {
             let _ = events.send(EngineEvent::Text(tail));
         }
-        let peak_memory_bytes =
-            self.record_turn(format, (prompt.len() + generation.tokens.len(), prompt.len(), generation.reused_tokens))?;
+        let peak_memory_bytes = self.record_turn(format, &prompt, &generation)?;
         let loaded = self.loaded()?;
         // When the context limit cut the turn short this is `Length` too.
         let reason = generation.finish_reason;
