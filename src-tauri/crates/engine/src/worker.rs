@@ -1037,7 +1037,6 @@ impl Worker {
             ..GenerateOptions::default()
         };
         self.start_measuring()?;
-        let loaded = self.loaded()?;
         let mut detok = loaded.tokenizer.detokenizer();
         let mut detok_error = None;
         let generation =
@@ -1059,7 +1058,6 @@ impl Worker {
             let _ = events.send(EngineEvent::Text(tail));
         }
         let peak_memory_bytes = self.record_turn(format, &prompt, &generation)?;
-        let loaded = self.loaded()?;
         // When the context limit cut the turn short this is `Length` too.
         let reason = generation.finish_reason;
         let stats = TurnStats {
