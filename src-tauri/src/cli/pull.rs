@@ -87,7 +87,7 @@ fn pull(args: &PullArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), PullEr
     };
     // The first cache in huggingface_hub's precedence: where the model list looks first.
     let cache = env.hub_dirs().into_iter().next().ok_or(PullError::NoCache)?;
-    let client = HubClient::new(endpoint)?;
+    let client = HubClient::from_env(endpoint)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

@@ -48,6 +48,7 @@ impl From<HubError> for CommandError {
             E::HashMismatch { .. } | E::SizeMismatch { .. } => "DOWNLOAD_CORRUPT",
             E::Io { .. } => "IO",
             E::Cancelled { .. } => "PULL_CANCELLED",
+            E::Gated { .. } | E::TokenRefused { .. } | E::TokenFile { .. } | E::InvalidToken { .. } => "HUB_AUTH",
         };
         Self::new(code, e.to_string())
     }
@@ -67,7 +68,7 @@ async fn check_repo(
     revision: &str,
 ) -> Result<(HubClient, PullCheck), CommandError> {
     let repo = RepoId::parse(repo)?;
-    let client = HubClient::new(endpoint)?;
+    let client = HubClient::from_env(endpoint)?;
     let shape = headroom_engine::load_shape(headroom_engine::ComputeDtype::Native, state.quant_kernel());
     let model = inspect(&client, &repo, revision, &cache_root(state)?, shape).await?;
     let source = models::budget_source(state)?;

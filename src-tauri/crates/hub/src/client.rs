@@ -1,15 +1,19 @@
 //! The hub's HTTP endpoints this crate calls (see Cargo.toml for why not
 //! hf-hub): the revision API, HEAD on resolve URLs for the blob's ETag and
-//! size, and ranged GETs for headers and resumed downloads.
+//! size, and ranged GETs for headers and resumed downloads; with the
+//! user's token for gated repos, sent to the hub and nowhere else.
 
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, ACCEPT_ENCODING, CONTENT_LENGTH, CONTENT_RANGE, ETAG, LOCATION, RANGE};
-use reqwest::{redirect, Response, StatusCode};
+use reqwest::header::{
+    HeaderMap, ACCEPT_ENCODING, AUTHORIZATION, CONTENT_LENGTH, CONTENT_RANGE, ETAG, LOCATION, RANGE,
+};
+use reqwest::{redirect, RequestBuilder, Response, StatusCode};
 use serde::Deserialize;
 
 use crate::error::{HubError, Result};
 use crate::repo::{encode_path, is_safe_file_path, Endpoint, RepoId};
+use crate::token::HfToken;
 
 /// How long to wait for a connection and for each read before calling the hub unreachable.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -56,6 +60,8 @@ pub struct HubClient {
     meta: reqwest::Client,
     /// GETs follow redirects (the hub sends LFS bytes from a CDN).
     data: reqwest::Client,
+    /// Sent only on requests to `endpoint` (see [`HubClient::authorize`]); its Debug is redacted.
+    token: Option<HfToken>,
 }
 
 impl HubClient {
@@ -69,7 +75,31 @@ impl HubClient {
                 .build()
                 .map_err(|source| HubError::Http { url: endpoint.to_string(), source })
         };
-        Ok(Self { meta: build(redirect::Policy::none())?, data: build(redirect::Policy::limited(10))?, endpoint })
+        Ok(Self {
+            meta: build(redirect::Policy::none())?,
+            data: build(redirect::Policy::limited(10))?,
+            endpoint,
+            token: None,
+        })
+    }
+
+    /// A client with the user's token where huggingface_hub finds it
+    /// (`HF_TOKEN`, the file `huggingface-cli login` writes; see
+    /// [`HfToken::from_lookup`]), or none: what the CLI and the app pull with.
+    pub fn from_env(endpoint: Endpoint) -> Result<Self> {
+        Ok(Self::new(endpoint)?.with_token(HfToken::from_env()?))
+    }
+
+    /// Sends `token` to the endpoint with every request (gated and private repos).
+    #[must_use]
+    pub fn with_token(mut self, token: Option<HfToken>) -> Self {
+        self.token = token;
+        self
+    }
+
+    /// The token this client sends, if any.
+    pub fn token(&self) -> Option<&HfToken> {
+        self.token.as_ref()
     }
 
     pub fn endpoint(&self) -> &Endpoint {
@@ -80,26 +110,75 @@ impl HubClient {
         format!("{}/{repo}/resolve/{revision}/{}", self.endpoint, encode_path(file))
     }
 
+    fn get(&self, url: &str) -> RequestBuilder {
+        self.authorize(self.data.get(url))
+    }
+
+    fn head(&self, url: &str) -> RequestBuilder {
+        self.authorize(self.meta.head(url))
+    }
+
+    /// Adds the token. Every URL this client builds is on the endpoint, so
+    /// the token goes to the hub; it must not follow a redirect to the CDN
+    /// that serves LFS bytes (another host, which has no use for it).
+    /// reqwest 0.13 drops `Authorization` on a redirect that changes host,
+    /// port or scheme (`redirect::remove_sensitive_headers`); the test
+    /// `a_gated_repo_pulls_with_the_token_which_goes_to_the_hub_and_not_to_the_cdn`
+    /// holds it to that.
+    fn authorize(&self, req: RequestBuilder) -> RequestBuilder {
+        match &self.token {
+            Some(token) => req.header(AUTHORIZATION, token.bearer().clone()),
+            None => req,
+        }
+    }
+
+    /// The error for a 401/403 from the hub: what to do about a gated repo,
+    /// or that the token we sent was refused.
+    fn refused(&self, repo: &RepoId, status: StatusCode) -> Option<HubError> {
+        if !matches!(status, StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) {
+            return None;
+        }
+        let page = format!("{}/{repo}", self.endpoint);
+        Some(match &self.token {
+            Some(token) => HubError::TokenRefused {
+                repo: repo.to_string(),
+                page,
+                endpoint: self.endpoint.to_string(),
+                status: status.as_u16(),
+                origin: token.origin().to_string(),
+            },
+            None => HubError::Gated { repo: repo.to_string(), page, status: status.as_u16() },
+        })
+    }
+
     /// `GET /api/models/{repo}/revision/{rev}`: the commit and its files.
     pub async fn revision(&self, repo: &RepoId, revision: &str) -> Result<Revision> {
         let url = format!("{}/api/models/{repo}/revision/{revision}", self.endpoint);
-        let resp = send(&url, self.data.get(&url)).await?;
+        let resp = send(&url, self.get(&url)).await?;
         let status = resp.status();
-        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::NOT_FOUND) {
-            let code = resp.headers().get("x-error-code").and_then(|v| v.to_str().ok()).unwrap_or_default();
-            return Err(if code == "RevisionNotFound" {
-                HubError::RevisionNotFound {
-                    repo: repo.to_string(),
-                    revision: revision.to_owned(),
-                    endpoint: self.endpoint.to_string(),
-                }
-            } else {
-                HubError::RepoNotFound {
-                    repo: repo.to_string(),
-                    endpoint: self.endpoint.to_string(),
-                    status: status.as_u16(),
-                }
+        let code = header_str(resp.headers(), "x-error-code").unwrap_or_default();
+        if matches!(status, StatusCode::UNAUTHORIZED | StatusCode::NOT_FOUND) && code == "RevisionNotFound" {
+            return Err(HubError::RevisionNotFound {
+                repo: repo.to_string(),
+                revision: revision.to_owned(),
+                endpoint: self.endpoint.to_string(),
             });
+        }
+        // Without a token the hub answers 401 for a missing repo and a
+        // private one alike; with one, a 401 without `RepoNotFound` is the
+        // token itself refused ("Invalid credentials in Authorization header").
+        let missing = status == StatusCode::NOT_FOUND
+            || (status == StatusCode::UNAUTHORIZED
+                && (code == "RepoNotFound" || (self.token.is_none() && code != "GatedRepo")));
+        if missing {
+            return Err(HubError::RepoNotFound {
+                repo: repo.to_string(),
+                endpoint: self.endpoint.to_string(),
+                status: status.as_u16(),
+            });
+        }
+        if let Some(e) = self.refused(repo, status) {
+            return Err(e);
         }
         if !status.is_success() {
             return Err(HubError::Status { url, status: status.as_u16() });
@@ -128,7 +207,7 @@ impl HubClient {
     pub async fn file_meta(&self, repo: &RepoId, commit: &str, file: &str) -> Result<FileMeta> {
         let mut url = self.resolve_url(repo, commit, file);
         for _ in 0..5 {
-            let resp = send(&url, self.meta.head(&url).header(ACCEPT_ENCODING, "identity")).await?;
+            let resp = send(&url, self.head(&url).header(ACCEPT_ENCODING, "identity")).await?;
             let status = resp.status();
             let headers = resp.headers();
             if status == StatusCode::NOT_FOUND {
@@ -137,6 +216,9 @@ impl HubClient {
                     revision: commit.to_owned(),
                     file: file.to_owned(),
                 });
+            }
+            if let Some(e) = self.refused(repo, status) {
+                return Err(e);
             }
             let linked = headers.get("x-linked-etag").is_some();
             if status.is_redirection() && !linked {
@@ -173,7 +255,10 @@ impl HubClient {
     /// A whole small file (config.json, the shard index), at most [`MAX_SMALL_FILE`] bytes.
     pub async fn get_small(&self, repo: &RepoId, commit: &str, file: &str) -> Result<Vec<u8>> {
         let url = self.resolve_url(repo, commit, file);
-        let resp = send(&url, self.data.get(&url)).await?;
+        let resp = send(&url, self.get(&url)).await?;
+        if let Some(e) = self.refused(repo, resp.status()) {
+            return Err(e);
+        }
         if resp.status() == StatusCode::NOT_FOUND {
             return Err(HubError::FileNotFound {
                 repo: repo.to_string(),
@@ -195,10 +280,13 @@ impl HubClient {
             return Ok(Vec::new());
         }
         let range = format!("bytes={start}-{}", start + len - 1);
-        let mut resp = send(&url, self.data.get(&url).header(RANGE, range)).await?;
+        let mut resp = send(&url, self.get(&url).header(RANGE, range)).await?;
         let skip = match resp.status() {
             StatusCode::PARTIAL_CONTENT => 0,
             StatusCode::OK => start,
+            s @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+                return Err(self.refused(repo, s).unwrap_or(HubError::Status { url, status: s.as_u16() }))
+            }
             s => return Err(HubError::Status { url, status: s.as_u16() }),
         };
         let mut out = Vec::new();
@@ -226,7 +314,7 @@ impl HubClient {
     /// Range (206), 0 if it sent the whole file (200).
     pub async fn get_from(&self, repo: &RepoId, commit: &str, file: &str, offset: u64) -> Result<(Response, u64)> {
         let url = self.resolve_url(repo, commit, file);
-        let mut req = self.data.get(&url).header(ACCEPT_ENCODING, "identity");
+        let mut req = self.get(&url).header(ACCEPT_ENCODING, "identity");
         if offset > 0 {
             req = req.header(RANGE, format!("bytes={offset}-"));
         }
@@ -244,6 +332,9 @@ impl HubClient {
                 Ok((resp, offset))
             }
             StatusCode::OK => Ok((resp, 0)),
+            s @ (StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN) => {
+                Err(self.refused(repo, s).unwrap_or(HubError::Status { url, status: s.as_u16() }))
+            }
             StatusCode::NOT_FOUND => Err(HubError::FileNotFound {
                 repo: repo.to_string(),
                 revision: commit.to_owned(),

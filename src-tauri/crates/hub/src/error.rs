@@ -14,9 +14,30 @@ pub enum HubError {
     InvalidEndpoint { endpoint: String },
     /// The hub answers 401/404 alike for a missing and a private repo.
     #[error(
-        "repository {repo} was not found at {endpoint} (HTTP {status}); check the id (it may also be private or gated)"
+        "repository {repo} was not found at {endpoint} (HTTP {status}); check the id (if it is private or gated, log in with `huggingface-cli login` or set HF_TOKEN)"
     )]
     RepoNotFound { repo: String, endpoint: String, status: u16 },
+    /// 401/403 without a token: a gated repo (Llama, Gemma, Mistral …) or a private one.
+    #[error(
+        "{repo} is gated: the hub refused it without a Hugging Face token (HTTP {status}). Accept the license on the model's page ({page}), then log in with `huggingface-cli login` or set HF_TOKEN, and pull again"
+    )]
+    Gated { repo: String, page: String, status: u16 },
+    /// 401/403 although a token was sent: expired, revoked, without read
+    /// access, or the license not (yet) accepted for this account.
+    #[error(
+        "the hub refused {repo} (HTTP {status}) although a Hugging Face token was sent (from {origin}): check that the token is valid and can read ({endpoint}/settings/tokens) and that your access request on {page} was accepted"
+    )]
+    TokenRefused { repo: String, page: String, endpoint: String, status: u16, origin: String },
+    /// The token file exists but cannot be read (a missing file is no token).
+    #[error("cannot read the Hugging Face token file {}: {source}", path.display())]
+    TokenFile {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// A token that cannot go into an HTTP header; `origin` names where it came from, never the token.
+    #[error("the Hugging Face token from {origin} cannot be used: {reason}")]
+    InvalidToken { origin: String, reason: &'static str },
     #[error("revision `{revision}` of {repo} was not found at {endpoint}")]
     RevisionNotFound { repo: String, revision: String, endpoint: String },
     #[error("{file} was not found in {repo} at revision {revision}")]

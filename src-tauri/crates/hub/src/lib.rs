@@ -10,11 +10,13 @@ pub mod pull;
 pub mod repo;
 #[cfg(any(test, feature = "test-server"))]
 pub mod testserver;
+pub mod token;
 
 pub use client::HubClient;
 pub use error::{HubError, Result};
 pub use pull::{download, inspect, PullEvent, PullOutcome, RemoteFile, RemoteModel, Verified};
 pub use repo::{Endpoint, RepoId, DEFAULT_ENDPOINT};
+pub use token::{HfToken, TokenOrigin};
 pub use tokio_util::sync::CancellationToken;
 #[cfg(test)]
 mod tests;

@@ -1,13 +1,14 @@
 //! The pull against the loopback test hub: header-only inspection, a full
 //! pull into the HF cache layout, resume after a cut transfer and after a
-//! cancel, a missing repo, a corrupted download.
+//! cancel, a missing repo, a corrupted download, a gated repo with and
+//! without the user's token (which the CDN never sees).
 
 use std::path::{Path, PathBuf};
 
 use headroom_core::format::LoadShape;
 
 use crate::testserver::{Fault, TestHub};
-use crate::{download, inspect, CancellationToken, Endpoint, HubClient, HubError, PullEvent, RepoId};
+use crate::{download, inspect, CancellationToken, Endpoint, HfToken, HubClient, HubError, PullEvent, RepoId};
 
 const MODEL: &str = "model.safetensors";
 
@@ -326,4 +327,61 @@ async fn hostile_configs_and_headers_are_refused_before_downloading() {
         fx.hub.log().iter().filter(|r| r.path.starts_with("/cdn/")).all(|r| r.range.is_some()),
         "only header ranges were fetched"
     );
+}
+
+const GATED: &str = "meta-llama/Tiny-gated";
+const TOKEN: &str = "hf_TestTokenThatMustNotLeak";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_repo_without_a_token_says_what_to_do_and_a_refused_token_says_so() {
+    let fx = fixture("gated-refused");
+    fx.hub.add_gated_repo(GATED, &fx.source, TOKEN).unwrap();
+    let gated = RepoId::parse(GATED).unwrap();
+    let page = format!("{}/{GATED}", fx.hub.endpoint());
+
+    let err = inspect(&fx.client, &gated, "main", &fx.cache, LoadShape::default()).await.unwrap_err();
+    assert!(matches!(&err, HubError::Gated { status: 401, .. }), "{err:?}");
+    let text = err.to_string();
+    for needed in ["is gated", "Accept the license on the model's page", &page, "huggingface-cli login", "HF_TOKEN"] {
+        assert!(text.contains(needed), "{needed:?} missing from: {text}");
+    }
+
+    // A token the hub does not accept for this repo: sent, refused, and never shown.
+    let client = fx.client.clone().with_token(Some(HfToken::new("hf_WrongTokenAlsoSecret").unwrap()));
+    let err = inspect(&client, &gated, "main", &fx.cache, LoadShape::default()).await.unwrap_err();
+    assert!(matches!(&err, HubError::TokenRefused { status: 403, .. }), "{err:?}");
+    let text = err.to_string();
+    assert!(text.contains("although a Hugging Face token was sent (from the token given to Headroom)"), "{text}");
+    assert!(text.contains(&page), "{text}");
+    let shown = format!("{text} {err:?} {client:?}");
+    assert!(!shown.contains("WrongToken"), "{shown}");
+    assert!(!fx.cache.exists(), "a refused pull writes nothing");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_repo_pulls_with_the_token_which_goes_to_the_hub_and_not_to_the_cdn() {
+    let fx = fixture("gated-pull");
+    // The CDN: another server (another port, so another origin) holding the same blobs.
+    let cdn = TestHub::start().unwrap();
+    cdn.add_repo("cdn/blobs", &fx.source).unwrap();
+    fx.hub.add_gated_repo(GATED, &fx.source, TOKEN).unwrap();
+    fx.hub.redirect_lfs_to(&cdn.endpoint());
+    let gated = RepoId::parse(GATED).unwrap();
+    // As a user with HF_TOKEN set would have it, from a fake environment.
+    let token = HfToken::from_lookup(|var| (var == "HF_TOKEN").then(|| TOKEN.into())).unwrap().unwrap();
+    let client = fx.client.clone().with_token(Some(token));
+
+    let model = inspect(&client, &gated, "main", &fx.cache, LoadShape::default()).await.unwrap();
+    let out = download(&client, &fx.cache, &model, &CancellationToken::new(), |_| {}).await.unwrap();
+    assert_eq!(std::fs::read(out.snapshot.join(MODEL)).ok(), std::fs::read(fx.source.join(MODEL)).ok());
+
+    let bearer = format!("Bearer {TOKEN}");
+    let hub_log = fx.hub.log();
+    assert!(!hub_log.is_empty() && hub_log.iter().all(|r| r.authorization.as_deref() == Some(bearer.as_str())));
+    // The weights came from the CDN (the header ranges and the download), without the token.
+    let cdn_log = cdn.log();
+    assert!(cdn_log.iter().any(|r| r.method == "GET" && r.range.is_none()), "{cdn_log:?}");
+    assert!(cdn_log.iter().all(|r| r.path.starts_with("/cdn/") && r.authorization.is_none()), "{cdn_log:?}");
+    let shown = format!("{client:?}");
+    assert!(shown.contains("redacted") && !shown.contains(TOKEN), "{shown}");
 }

@@ -1,7 +1,8 @@
 //! A hub-like HTTP server on loopback for tests (never the real hub): the
 //! revision API, resolve URLs (LFS files redirect to a CDN path, as the hub
 //! does) with HEAD, Range and the `X-Linked-*` headers, and faults on demand:
-//! a transfer cut off after N bytes, a stalled one, corrupted bytes.
+//! a transfer cut off after N bytes, a stalled one, corrupted bytes; gated
+//! repos that want a token, and LFS redirects to another server (a CDN).
 //!
 //! It runs on its own thread and runtime, so sync tests (which run the
 //! `headroom` binary) and async ones use it alike.
@@ -29,6 +30,8 @@ struct ServedFile {
 struct ServedRepo {
     commit: String,
     files: Vec<(String, ServedFile)>,
+    /// A gated repo: its files need `Authorization: Bearer <this>` (the listing does not, as on the hub).
+    gate: Option<String>,
 }
 
 /// Something to go wrong, once, on the next download of the file: a GET
@@ -58,6 +61,8 @@ pub struct Logged {
     pub method: String,
     pub path: String,
     pub range: Option<String>,
+    /// The `Authorization` header as received (tests check where a token went).
+    pub authorization: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -66,6 +71,8 @@ struct State {
     /// Faults still to fire, in order.
     faults: Vec<Fault>,
     log: Vec<Logged>,
+    /// Base URL LFS redirects point at; `None`: this server's own `/cdn/`.
+    cdn: Option<String>,
 }
 
 /// The running server; stops when dropped.
@@ -125,8 +132,25 @@ impl TestHub {
             files.push((rel, ServedFile { bytes: Arc::new(bytes), lfs, sha256 }));
         }
         let commit = sha256_hex(fingerprint.as_bytes())[..40].to_owned();
-        lock(&self.state).repos.insert(id.to_owned(), ServedRepo { commit: commit.clone(), files });
+        lock(&self.state).repos.insert(id.to_owned(), ServedRepo { commit: commit.clone(), files, gate: None });
         Ok(commit)
+    }
+
+    /// Serves `dir` as a gated repo: listed to anyone, its files only with
+    /// `Authorization: Bearer <token>` (401 without one, 403 with another),
+    /// with the hub's `X-Error-Code: GatedRepo`.
+    pub fn add_gated_repo(&self, id: &str, dir: &Path, token: &str) -> std::io::Result<String> {
+        let commit = self.add_repo(id, dir)?;
+        if let Some(repo) = lock(&self.state).repos.get_mut(id) {
+            repo.gate = Some(token.to_owned());
+        }
+        Ok(commit)
+    }
+
+    /// Points LFS redirects at `base` (another server's `endpoint()`, which
+    /// must hold the same files), as the hub points them at its CDN.
+    pub fn redirect_lfs_to(&self, base: &str) {
+        lock(&self.state).cdn = Some(base.trim_end_matches('/').to_owned());
     }
 
     /// Queues a fault for the next GET of its file's bytes.
@@ -169,7 +193,7 @@ async fn accept_loop(listener: TcpListener, state: Arc<Mutex<State>>) {
     }
 }
 
-/// A parsed request: method, path, Range header.
+/// A parsed request: method, path, Range and Authorization headers.
 async fn read_request(stream: &mut TcpStream) -> Option<Logged> {
     let mut buf = Vec::new();
     let mut byte = [0u8; 1024];
@@ -184,11 +208,11 @@ async fn read_request(stream: &mut TcpStream) -> Option<Logged> {
     let mut lines = text.split("\r\n");
     let mut first = lines.next()?.split(' ');
     let (method, path) = (first.next()?.to_owned(), first.next()?.to_owned());
-    let range = lines
-        .filter_map(|l| l.split_once(':'))
-        .find(|(k, _)| k.trim().eq_ignore_ascii_case("range"))
-        .map(|(_, v)| v.trim().to_owned());
-    Some(Logged { method, path, range })
+    let headers: Vec<(&str, &str)> = lines.filter_map(|l| l.split_once(':')).collect();
+    let header = |name: &str| {
+        headers.iter().find(|(k, _)| k.trim().eq_ignore_ascii_case(name)).map(|(_, v)| v.trim().to_owned())
+    };
+    Some(Logged { method, path, range: header("range"), authorization: header("authorization") })
 }
 
 /// The response head and the body (a slice of a file, or a small text).
@@ -284,11 +308,25 @@ fn route(s: &mut State, req: &Logged) -> Reply {
     }
     let file_name = file.replace("%20", " ");
     let Some((_, f)) = repo.files.iter().find(|(p, _)| *p == file_name) else { return not_found("EntryNotFound") };
+    if let Some(gate) = &repo.gate {
+        // The hub's answers for a gated repo's files: 401 without a token, 403 with one it refuses.
+        let status = match req.authorization.as_deref() {
+            None => "401 Unauthorized",
+            Some(a) if a.strip_prefix("Bearer ") != Some(gate.as_str()) => "403 Forbidden",
+            Some(_) => "",
+        };
+        if !status.is_empty() {
+            let code = ("X-Error-Code".to_owned(), "GatedRepo".to_owned());
+            let message = ("X-Error-Message".to_owned(), format!("Access to model {org}/{name} is restricted."));
+            return Reply::text(status, vec![code, message], "{\"error\":\"gated\"}");
+        }
+    }
     let commit = ("X-Repo-Commit".to_owned(), repo.commit.clone());
     if f.lfs {
         // The hub's answer for an LFS file: a redirect carrying the blob's sha256 and size.
         let mut r = Reply::text("302 Found", vec![commit], "");
-        r.headers.push(("Location".into(), format!("/cdn/{}", f.sha256)));
+        let cdn = s.cdn.as_deref().unwrap_or_default();
+        r.headers.push(("Location".into(), format!("{cdn}/cdn/{}", f.sha256)));
         r.headers.push(("X-Linked-Etag".into(), format!("\"{}\"", f.sha256)));
         r.headers.push(("X-Linked-Size".into(), f.bytes.len().to_string()));
         r.headers.push(("ETag".into(), "\"pointer-file-etag\"".into()));
