@@ -59,7 +59,9 @@ impl From<headroom_engine::EngineError> for CommandError {
 pub(crate) fn format_code(e: &headroom_core::format::FormatError) -> &'static str {
     use headroom_core::format::FormatError as F;
     match e {
-        F::UnknownModelType { .. } => "UNSUPPORTED_ARCHITECTURE",
+        F::UnknownModelType { .. } | F::UnsupportedGgufArchitecture { .. } => "UNSUPPORTED_ARCHITECTURE",
+        F::UnsupportedGgufType { .. } => "UNSUPPORTED_MODEL_FEATURE",
+        F::Gguf { .. } | F::GgufTensor { .. } | F::GgufTokenizer { .. } => "MODEL_WEIGHTS",
         F::UnsupportedQuantMode { .. } | F::UnsupportedRopeScaling { .. } | F::UnsupportedLayerType { .. } => {
             "UNSUPPORTED_MODEL_FEATURE"
         }

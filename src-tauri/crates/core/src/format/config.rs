@@ -352,14 +352,21 @@ pub struct ModelConfig {
 impl ModelConfig {
     /// Parses and checks the bytes of a config.json.
     pub fn parse(text: &[u8]) -> Result<Self> {
-        let obj = fields::object(text, CONFIG)?;
-        let top = Fields::new(&obj, CONFIG, "");
+        Self::from_object(&fields::object(text, CONFIG)?, CONFIG)
+    }
+
+    /// Reads and checks a config already parsed into an object, its errors
+    /// labelled with `file`: the GGUF reader writes a GGUF file's metadata
+    /// under config.json's names, so both formats share one set of defaults
+    /// and checks.
+    pub(crate) fn from_object(obj: &serde_json::Map<String, Value>, file: &'static str) -> Result<Self> {
+        let top = Fields::new(obj, file, "");
         let model_type = top.string("model_type")?.ok_or_else(|| FormatError::MissingField {
-            file: CONFIG,
+            file,
             field: "model_type".into(),
             model_type: "every model".into(),
         })?;
-        let f = Fields::new(&obj, CONFIG, model_type);
+        let f = Fields::new(obj, file, model_type);
         let model_type = ModelType::read(model_type, &f)?;
         let text = model_type.text().check()?;
         let quantization = Quantization::read(&f)?;

@@ -39,6 +39,22 @@ pub enum FormatError {
     /// A Hugging Face cache entry that does not follow the layout.
     #[error("Hugging Face cache: {reason}")]
     Cache { reason: String },
+    /// A GGUF header that cannot be right (magic, version, a count, a
+    /// length, a metadata value, the alignment).
+    #[error("GGUF: {reason}")]
+    Gguf { reason: String },
+    /// One tensor info of a GGUF file is wrong, or has no place in the model.
+    #[error("GGUF: tensor {tensor}: {reason}")]
+    GgufTensor { tensor: String, reason: String },
+    /// A GGUF tensor stored in a type MLX cannot load (K-quants, IQ-quants, …).
+    #[error("GGUF: tensor {tensor} is stored as {ggml_type}, which MLX cannot load (supported: {supported}); use a file quantized as one of those")]
+    UnsupportedGgufType { tensor: String, ggml_type: String, supported: String },
+    /// A `general.architecture` the engine does not run.
+    #[error("GGUF: unsupported architecture \"{architecture}\" (supported: {supported})")]
+    UnsupportedGgufArchitecture { architecture: String, supported: String },
+    /// The `tokenizer.*` metadata cannot be used with this model.
+    #[error("GGUF tokenizer: {reason}")]
+    GgufTokenizer { reason: String },
 }
 
 impl FormatError {

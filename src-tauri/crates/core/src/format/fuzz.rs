@@ -1,6 +1,6 @@
 //! Property tests (proptest, a fixed budget of cases per target so `cargo
-//! test` takes the same time on every run) of the two readers that take
-//! bytes from strangers: the safetensors header and config.json. For any
+//! test` takes the same time on every run) of the readers that take bytes
+//! from strangers: the safetensors header, config.json and GGUF. For any
 //! input they return a value or an error, never panic, and what they accept
 //! holds the invariants the engine and the fit check rely on.
 
@@ -8,6 +8,8 @@ use proptest::prelude::*;
 use serde_json::{json, Map, Value};
 
 use super::fields::limits;
+use super::gguf::write::TinyModel;
+use super::gguf::{read_gguf, GgmlType, GgufFile};
 use super::safetensors::{header_len, parse_header};
 use super::ModelConfig;
 
@@ -108,5 +110,85 @@ proptest! {
     #[test]
     fn the_config_reader_never_panics_on_bytes(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
         let _ = ModelConfig::parse(&bytes);
+    }
+}
+
+/// A small valid GGUF (one layer, every storage type the engine loads).
+fn small_gguf() -> Vec<u8> {
+    let tiny = TinyModel {
+        hidden: 32,
+        layers: 1,
+        heads: 2,
+        kv_heads: 1,
+        ff: 64,
+        vocab: 16,
+        matrix_type: GgmlType::Q4_1,
+        embed_type: GgmlType::Q8_0,
+        tied: false,
+        ..TinyModel::default()
+    };
+    tiny.writer().map(|w| w.to_bytes()).unwrap_or_default()
+}
+
+/// Reads a GGUF, then its model and tokenizer; what it accepts holds the
+/// invariants the loader relies on.
+fn gguf_holds(bytes: &[u8], claimed_len: u64) -> Result<(), TestCaseError> {
+    let Ok(file) = read_gguf(&mut &bytes[..], claimed_len) else { return Ok(()) };
+    check_gguf(&file, claimed_len)?;
+    if let Ok(m) = file.model() {
+        for t in m.header.tensors.values() {
+            prop_assert!(t.shape.iter().all(|&d| d >= 1 && d <= i32::MAX as u64));
+        }
+        prop_assert_eq!(m.arrays.len(), m.header.tensors.len());
+    }
+    let _ = file.vocab();
+    Ok(())
+}
+
+fn check_gguf(file: &GgufFile, len: u64) -> Result<(), TestCaseError> {
+    prop_assert!(file.alignment.is_power_of_two() && file.data_offset.is_multiple_of(file.alignment));
+    prop_assert!(file.data_offset <= len);
+    let mut spans: Vec<(u64, u64)> = Vec::new();
+    for t in &file.tensors {
+        prop_assert!((1..=4).contains(&t.dims.len()));
+        prop_assert!(t.dims.iter().all(|&d| d >= 1 && d <= i32::MAX as u64));
+        prop_assert!(t.offset >= file.data_offset && t.offset.is_multiple_of(file.alignment));
+        prop_assert!(t.offset + t.nbytes <= len);
+        spans.push((t.offset, t.offset + t.nbytes));
+    }
+    spans.sort_unstable();
+    prop_assert!(spans.windows(2).all(|w| w[0].1 <= w[1].0));
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: CASES / 4, ..config() })]
+
+    #[test]
+    fn the_gguf_reader_never_panics_on_mutations(
+        edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>()), 1..8),
+        words in proptest::collection::vec((any::<prop::sample::Index>(), prop_oneof![Just(0u64), Just(1), Just(u64::MAX), Just(1 << 32), Just(1 << 62), any::<u64>()]), 0..3),
+    ) {
+        let mut bytes = small_gguf();
+        prop_assert!(!bytes.is_empty());
+        for (at, b) in edits {
+            let i = at.index(bytes.len());
+            bytes[i] = b;
+        }
+        // Counts and lengths are u64s: overwrite whole words too, where they lie.
+        for (at, w) in words {
+            let i = at.index(bytes.len() - 8);
+            bytes[i..i + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        gguf_holds(&bytes, bytes.len() as u64)?;
+    }
+
+    #[test]
+    fn the_gguf_reader_never_panics_on_truncations(cut in any::<prop::sample::Index>(), lie in 0u64..4096) {
+        let bytes = small_gguf();
+        let end = cut.index(bytes.len());
+        // The reader is told the true length, or a longer one it then cannot read.
+        gguf_holds(&bytes[..end], end as u64)?;
+        gguf_holds(&bytes[..end], end as u64 + lie)?;
     }
 }

@@ -7,6 +7,8 @@
 //!   architecture ([`qwen2`], [`qwen3`], [`llama`], [`qwen3_moe`],
 //!   [`gemma3_text`], [`qwen3_5`]: HF field names, mlx-lm
 //!   0.32.2's defaults) and the sizes their decoder shares;
+//! - [`gguf`]: a GGUF file's header, metadata and tokenizer, and the model
+//!   they describe as MLX will load it;
 //! - [`quant`]: the quantization block as mlx-lm reads it;
 //! - [`footprint`]: what the fit check consumes;
 //! - [`hf_cache`]: the Hugging Face cache layout, read and written.
@@ -19,6 +21,7 @@ mod error;
 mod fields;
 pub mod footprint;
 pub mod gemma3_text;
+pub mod gguf;
 pub mod hf_cache;
 pub mod llama;
 pub mod quant;
