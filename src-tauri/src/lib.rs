@@ -8,6 +8,7 @@ pub(crate) mod away;
 mod bench;
 pub mod cli;
 mod commands;
+pub mod default_model;
 mod desktop;
 mod error;
 pub mod fit;
@@ -79,7 +80,7 @@ pub fn run(logs: logging::Logs) -> ExitCode {
         tracing::warn!("memory readings are unavailable: {e}");
     }
     away::start(app.handle());
-    bundle_demo_model(&app);
+    start_default_model(&app);
     app.run(|app, event| match event {
         // Hiding the last window must not end a menu-bar app; only Quit
         // (an explicit exit code) does.
@@ -119,16 +120,16 @@ fn start_desktop<R: Runtime>(app: &App<R>, state: &AppState) {
     }
 }
 
-/// Off the UI thread: writes and loads the bundled demo model when there is
+/// Off the UI thread: sets up and loads the default model when there is
 /// no model of the app's own, then tells the UI to refresh its list.
-fn bundle_demo_model<R: Runtime>(app: &App<R>) {
+fn start_default_model<R: Runtime>(app: &App<R>) {
     let state = AppState::clone(&app.state::<AppState>());
     let handle = app.handle().clone();
-    let spawned = std::thread::Builder::new().name("headroom-demo-model".into()).spawn(move || {
-        match models::ensure_demo_model(&state) {
-            Ok(true) => tracing::info!("loaded the bundled demo model"),
+    let spawned = std::thread::Builder::new().name("headroom-default-model".into()).spawn(move || {
+        match models::ensure_default_model(&state) {
+            Ok(true) => tracing::info!("loaded the default model"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(code = e.code, "bundled demo model: {}", e.message),
+            Err(e) => tracing::warn!(code = e.code, "default model: {}", e.message),
         }
         if let Err(e) = handle.emit(MODELS_CHANGED_EVENT, ()) {
             tracing::warn!("could not tell the UI about the models: {e}");
@@ -223,7 +224,7 @@ pub(crate) fn test_state(tag: &str) -> AppState {
     let _ = std::fs::remove_dir_all(&data_dir);
     let engine = headroom_engine::worker::EngineHandle::spawn().unwrap();
     let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap();
-    AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default() }, store)
+    AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default(), default_model: None }, store)
 }
 
 #[cfg(test)]
@@ -242,7 +243,7 @@ mod tests {
         let (app, window) = app_with_window_in("models");
         assert_eq!(invoke(&window, "models_list", json!({})).ok(), Some(json!([])));
         let state = app.state::<crate::AppState>();
-        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(crate::models::ensure_default_model(&state).ok(), Some(true));
         let list = invoke(&window, "models_list", json!({})).unwrap();
         assert_eq!(list[0]["id"], crate::models::DEMO_MODEL_ID);
         assert_eq!(list[0]["loaded"], true);
@@ -324,7 +325,7 @@ mod tests {
         assert_eq!(err.map(|e| e["code"].clone()), Some(json!("MODEL_TOO_LARGE")));
 
         // Only a model too big to load: the demo model is still written and loaded beside it.
-        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(crate::models::ensure_default_model(&state).ok(), Some(true));
         assert_eq!(state.loaded_model().map(|m| m.id), Some(crate::models::DEMO_MODEL_ID.to_owned()));
         let list = invoke(&window, "models_list", json!({})).unwrap();
         assert_eq!(
@@ -338,7 +339,7 @@ mod tests {
     fn model_load_reports_its_context_and_timings_and_memory_history_starts_empty() {
         let (app, window) = app_with_window_in("loadctx");
         let state = app.state::<crate::AppState>();
-        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(crate::models::ensure_default_model(&state).ok(), Some(true));
         let id = crate::models::DEMO_MODEL_ID;
         let r = invoke(&window, "model_load", json!({ "id": id, "contextLimit": 1024 })).unwrap();
         assert_eq!(
@@ -370,7 +371,7 @@ mod tests {
 
         let (app, window) = app_with_window_in("hostile");
         let state = app.state::<crate::AppState>();
-        assert_eq!(crate::models::ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(crate::models::ensure_default_model(&state).ok(), Some(true));
         let demo = crate::models::DEMO_MODEL_ID;
         let corpus = write_hostile_corpus(&state.locations.data_dir.join(crate::models::MODELS_DIR))
             .unwrap_or_else(|e| panic!("{e}"));

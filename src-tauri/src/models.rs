@@ -12,12 +12,14 @@ use headroom_core::format::CONFIG_FILE;
 use headroom_core::kv::KvFormat;
 use headroom_core::remedies::{Candidate, Remedy};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use headroom_engine::source::{ModelFiles, GGUF_EXTENSION};
 use headroom_engine::{mlx_memory, ComputeDtype, EngineError, QuantKernel};
 use headroom_store::Store;
 use serde::Serialize;
 
 pub use headroom_core::format::hf_cache::HubEnv;
 
+use crate::default_model::DEFAULT_MODEL_ID;
 use crate::error::CommandError;
 use crate::fit::{self, BudgetSource};
 use crate::state::{AppState, LoadedModel};
@@ -142,7 +144,7 @@ fn snapshot_of(repo_id: &str, repo: &RepoFolder) -> Result<PathBuf, ModelsError>
     Ok(snapshot)
 }
 
-/// Every model folder (one with a config.json) in `<data>/models` and the HF
+/// Every model folder (one with a config.json, or one GGUF file) in `<data>/models` and the HF
 /// caches, smallest first, each read with `kernel` (which the footprint
 /// depends on); the first cache in precedence order wins a duplicate id. A
 /// folder whose files cannot be used is listed with its `problem`; a cache
@@ -182,7 +184,7 @@ fn subdirs(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathBuf, kernel: QuantKernel) {
-    if !path.join(CONFIG_FILE).is_file() {
+    if !path.join(CONFIG_FILE).is_file() && ModelFiles::locate(&path).gguf().is_none() {
         return;
     }
     // Headers only: safe on a folder of any size or any content.
@@ -198,7 +200,7 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
         .into_iter()
         .flatten()
         .flatten()
-        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors"))
+        .filter(|e| e.path().extension().is_some_and(|x| x == "safetensors" || x == GGUF_EXTENSION))
         // metadata() follows the HF cache's symlinks into blobs/.
         .filter_map(|e| std::fs::metadata(e.path()).ok())
         .map(|m| m.len())
@@ -457,12 +459,14 @@ fn millis(d: std::time::Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
 }
 
-/// The bundled demo model: when nothing is loaded and no model in the app's
-/// models folder fits this Mac (e.g. a fresh install, or only models too big
-/// to load), writes the tiny random-weight qwen2 4-bit model there (unless it
-/// is there already) and loads it if it is the only own model that fits, so
-/// the app chats at once. Returns whether it loaded it.
-pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
+/// The model a fresh install talks with: when nothing is loaded and no model
+/// in the app's models folder fits this Mac (a fresh install, or only models
+/// too big to load), the bundled real model (`crate::default_model`, when
+/// `state.locations` names one) is linked into the models folder, or else
+/// the tiny random-weight qwen2 4-bit demo model is written there (tests,
+/// and a checkout without `make setup`); it is loaded if it is the only
+/// own model that fits, so the app chats at once. Returns whether it loaded it.
+pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
     if state.loaded_model().is_some() {
         return Ok(false);
     }
@@ -486,18 +490,42 @@ pub fn ensure_demo_model(state: &AppState) -> Result<bool, CommandError> {
         .filter(|m| m.problem.is_none() && m.fit.as_ref().is_none_or(|r| !r.verdict.refuses()))
         .collect()
     };
-    let demo_dir = data_dir.join(MODELS_DIR).join(DEMO_MODEL_ID);
-    if fitting().is_empty() && !demo_dir.join("config.json").is_file() {
-        write_demo_model(&demo_dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))?;
+    let models_dir = data_dir.join(MODELS_DIR);
+    let starter = match &state.locations.default_model {
+        Some(_) => DEFAULT_MODEL_ID,
+        None => DEMO_MODEL_ID,
+    };
+    if fitting().is_empty() {
+        match &state.locations.default_model {
+            Some(file) => {
+                crate::default_model::install(file, &models_dir).map_err(|e| {
+                    CommandError::new(
+                        "IO",
+                        format!(
+                            "The bundled model {} could not be set up in {}: {e}",
+                            file.display(),
+                            models_dir.display()
+                        ),
+                    )
+                })?;
+            }
+            None if !models_dir.join(DEMO_MODEL_ID).join(CONFIG_FILE).is_file() => {
+                write_demo_model(
+                    &models_dir.join(DEMO_MODEL_ID),
+                    &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four),
+                )?;
+            }
+            None => {}
+        }
     }
     match fitting().as_slice() {
-        [demo] if demo.id == DEMO_MODEL_ID => {
-            // Its heads are 16 wide, too narrow for MLX to quantize with
-            // group 64: with a quantized KV setting it keeps a float cache.
+        [only] if only.id == starter => {
+            // The demo's heads are 16 wide, too narrow for MLX to quantize
+            // with group 64: with a quantized KV setting it keeps a float cache.
             let kv = state.kv_format();
-            let head_dim = demo.footprint.as_ref().map_or(0, |f| f.head_dim);
+            let head_dim = only.footprint.as_ref().map_or(0, |f| f.head_dim);
             let kv = if kv.check_head_dim(head_dim).is_ok() { kv } else { KvFormat::Float };
-            load(state, &demo.id, None, Some(kv), false)?;
+            load(state, &only.id, None, Some(kv), false)?;
             Ok(true)
         }
         _ => Ok(false),
@@ -585,7 +613,7 @@ mod tests {
     #[test]
     fn the_demo_model_is_written_and_loaded_once_into_an_empty_data_folder() {
         let state = crate::test_state("demo");
-        assert_eq!(ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(ensure_default_model(&state).ok(), Some(true));
         let list = entries(&state);
         assert_eq!(list.len(), 1, "{list:?}");
         assert_eq!(
@@ -593,7 +621,7 @@ mod tests {
             (DEMO_MODEL_ID, Some("qwen2"), Some(4), true)
         );
         assert!(list[0].size_bytes > 0);
-        assert_eq!(ensure_demo_model(&state).ok(), Some(false), "already loaded");
+        assert_eq!(ensure_default_model(&state).ok(), Some(false), "already loaded");
         let err = load(&state, "nobody/nothing", None, None, false).err();
         assert_eq!(err.map(|e| e.code), Some("MODEL_NOT_FOUND"));
     }
@@ -648,7 +676,7 @@ mod tests {
     #[test]
     fn a_switch_waits_for_one_already_under_way() {
         let state = crate::test_state("switch-lock");
-        assert_eq!(ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(ensure_default_model(&state).ok(), Some(true));
         state.set_loaded(None);
         state.engine.unload().unwrap_or_else(|e| panic!("{e}"));
         // Another switch (the server's, say) holds the lock…
@@ -671,7 +699,7 @@ mod tests {
     #[test]
     fn switching_confirms_the_old_model_memory_came_back_and_reports_both_times() {
         let state = crate::test_state("switch");
-        assert_eq!(ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(ensure_default_model(&state).ok(), Some(true));
         // bf16 `small`: about 20 MB of weights, well above the tolerance.
         let small = state.locations.data_dir.join(MODELS_DIR).join("small-bf16");
         write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen))

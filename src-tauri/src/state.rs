@@ -27,6 +27,10 @@ pub struct Locations {
     /// `$HEADROOM_DATA_DIR`, else Tauri's app data folder.
     pub data_dir: PathBuf,
     pub hub: HubEnv,
+    /// The real model a fresh install starts with (`crate::default_model`);
+    /// `None` where there is none, and in tests, which start from the
+    /// random-weight demo model.
+    pub default_model: Option<PathBuf>,
 }
 
 impl Locations {
@@ -36,7 +40,7 @@ impl Locations {
             Some(dir) => PathBuf::from(dir),
             None => app_data_dir()?,
         };
-        Ok(Self { data_dir, hub: HubEnv::from_process() })
+        Ok(Self { data_dir, hub: HubEnv::from_process(), default_model: crate::default_model::bundled() })
     }
 }
 
@@ -110,7 +114,7 @@ impl LoadedModel {
         if let Some(t) = self.tokenizer.get() {
             return Ok(Arc::clone(t));
         }
-        let read = Arc::new(Tokenizer::from_dir(&self.path)?);
+        let read = Arc::new(Tokenizer::for_model(&self.path)?);
         Ok(Arc::clone(self.tokenizer.get_or_init(|| read)))
     }
 }

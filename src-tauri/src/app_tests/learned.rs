@@ -31,7 +31,7 @@ fn turn(app: &tauri::App<MockRuntime>, session: &str, text: &str) {
 fn a_turn_in_the_app_is_measured_and_the_picker_and_the_cli_rest_on_it() {
     let (app, window) = app_with_window_in("learned");
     let state = state_of(&app);
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let demo = |window: &WebviewWindow<MockRuntime>| -> Value {
         let list = invoke(window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
         let entries = list.as_array().cloned().unwrap_or_default();

@@ -90,7 +90,7 @@ fn the_app_and_the_cli_route_explain_and_cache_alike() {
     // The app, with the demo model loaded and its cloud.
     let (app, _window) = app_with_window_in("parity-app");
     let state = state_of(&app);
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let app_cloud = Stub::start(vec![answer(&["fine"])]).unwrap_or_else(|e| panic!("{e}"));
     let settings = use_cloud(&state, &app_cloud);
     let model_dir = state.loaded_model().map(|m| m.path).unwrap_or_else(|| panic!("no model"));

@@ -122,7 +122,7 @@ fn a_cache_hit_sends_nothing_and_a_chat_with_secrets_is_never_cached() {
 fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
     let (app, _window) = app_with_window_in("privacy-summary");
     let state = state_of(&app);
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let cloud = stub();
     let settings = Settings { summarise_for_cloud: true, ..use_cloud(&state, &cloud) };
     block_on(state.store.set_settings(&settings)).unwrap_or_else(|e| panic!("{e}"));

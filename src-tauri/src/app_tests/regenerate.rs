@@ -69,7 +69,7 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
     // The local model would swap at the context the chat needs.
     block_on(state.store.set_settings(&Settings { cloud_base_url: None, cloud_model: None, ..settings.clone() }))
         .unwrap_or_else(|e| panic!("{e}"));
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let before = dump();
     state.apply_settings(&Settings { os_headroom_gb: 1024.0, ..Settings::default() });
     assert_eq!(regenerate(&app, "s", None).err().as_deref(), Some("TURN_WOULD_SWAP"));

@@ -18,7 +18,7 @@ use headroom_memory::bandwidth::{self, BandwidthOptions};
 use headroom_store::Store;
 
 use super::fit::{check_model_for, BudgetArgs};
-use super::hub::{resolve_model, HubEnv};
+use super::hub::{model_label, resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
 use super::CliError;
@@ -27,8 +27,9 @@ use crate::runtime::block_on;
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
-    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
-    pub model: String,
+    /// A model folder, a .gguf file, or a repo id (org/name) already in the
+    /// local Hugging Face cache; the default model (SmolLM2-135M-Instruct) when omitted.
+    pub model: Option<String>,
     /// Prompt tokens prefilled per run (random ids), after the depth.
     #[arg(short = 'p', long = "prompt-tokens", default_value_t = 512)]
     pub prompt_tokens: usize,
@@ -111,12 +112,12 @@ pub(crate) fn bench(
             });
         }
     }
-    let dir = resolve_model(&args.model, env)?;
+    let dir = resolve_model(args.model.as_deref(), env)?;
     let kv = args.kv.format()?;
     let report = check_model_for(&dir, plan.context(), args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
     if report.verdict.refuses() {
         if !args.override_fit {
-            return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
+            return Err(CliError::WouldNotFit { model: model_label(args.model.as_deref()), report: Box::new(report) });
         }
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
@@ -135,7 +136,7 @@ pub(crate) fn bench(
     let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, settings)?;
     let cancel = Arc::new(AtomicBool::new(false));
-    let report = run_plan(&engine, &args.model, &dir, &plan, bandwidth, &cancel, |p| {
+    let report = run_plan(&engine, &model_label(args.model.as_deref()), &dir, &plan, bandwidth, &cancel, |p| {
         let what = if p.run == 0 { "warm-up".to_owned() } else { format!("run {}/{}", p.run, p.runs) };
         let tps = p.decode_tps.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"));
         let _ = writeln!(err, "depth {}: {what}: decode {tps} tok/s", p.depth);

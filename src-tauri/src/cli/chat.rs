@@ -17,7 +17,7 @@ use headroom_store::Store;
 use serde_json::json;
 
 use super::fit::{check_model_for, BudgetArgs};
-use super::hub::resolve_model;
+use super::hub::{model_label, resolve_model};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
 use super::CliError;
@@ -27,8 +27,9 @@ use crate::turn::{self, Ask, ChatEvent, Done, RouteInfo, RouteTarget, TurnOption
 
 #[derive(Debug, Clone, Args)]
 pub struct ChatArgs {
-    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
-    pub model: String,
+    /// A model folder, a .gguf file, or a repo id (org/name) already in the
+    /// local Hugging Face cache; the default model (SmolLM2-135M-Instruct) when omitted.
+    pub model: Option<String>,
     /// The session to continue, or to create with this id if there is none.
     #[arg(long)]
     pub session: String,
@@ -234,13 +235,13 @@ fn load_and_chat(
 /// allocated (refused unless --override-fit), loaded, and its load's report
 /// kept with it for the turn's labels.
 fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) -> Result<(), CliError> {
-    let dir = resolve_model(&args.model, &state.locations.hub)?;
+    let dir = resolve_model(args.model.as_deref(), &state.locations.hub)?;
     let kv = args.kv.format()?;
     let learned = Some(&state.store);
     let report = check_model_for(&dir, context, ComputeDtype::Native, args.kernel, kv, &args.budget, learned)?;
     if report.verdict.refuses() {
         if !args.override_fit {
-            return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
+            return Err(CliError::WouldNotFit { model: model_label(args.model.as_deref()), report: Box::new(report) });
         }
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
@@ -254,7 +255,7 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
     );
     let kernel = settings.kernel;
     let info = state.engine.load(&dir, settings)?;
-    state.set_loaded(Some(LoadedModel::new(&args.model, dir, info, report.footprint, kernel)));
+    state.set_loaded(Some(LoadedModel::new(&model_label(args.model.as_deref()), dir, info, report.footprint, kernel)));
     Ok(())
 }
 
@@ -370,7 +371,7 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("headroom-cli-chat-{tag}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let store = block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"));
-        (Locations { data_dir: dir, hub: HubEnv::default() }, store)
+        (Locations { data_dir: dir, hub: HubEnv::default(), default_model: None }, store)
     }
 
     fn parse(extra: &[&str]) -> ChatArgs {

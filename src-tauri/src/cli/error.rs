@@ -26,6 +26,9 @@ pub enum CliError {
         display_paths(searched)
     )]
     ModelNotFound { model: String, searched: Vec<PathBuf> },
+    /// No MODEL was given and the default model is not installed.
+    #[error("no model given, and the default model is not installed (expected at {}): run `make setup`, or name a model folder, a .gguf file or a repo id", expected.display())]
+    NoDefaultModel { expected: PathBuf },
     /// A repo in the HF cache whose `refs/main` points at no snapshot.
     #[error("model `{model}` is in the Hugging Face cache at {repo_dir} but has no usable snapshot ({reason})")]
     BrokenCacheEntry { model: String, repo_dir: PathBuf, reason: String },

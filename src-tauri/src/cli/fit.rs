@@ -64,7 +64,7 @@ fn gb_to_bytes(gb: f64) -> u64 {
 
 #[derive(Debug, Clone, Args)]
 pub struct FitArgs {
-    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
+    /// A model folder, a .gguf file, or a repo id (org/name) already in the local Hugging Face cache.
     pub model: String,
     /// Context length in tokens (prompt + reply) the verdict is for.
     #[arg(long, default_value_t = DEFAULT_CONTEXT_LIMIT)]
@@ -158,7 +158,7 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 
 /// The command with what this machine measured (`learned`) and its output injected.
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &mut dyn Write) -> Result<(), CliError> {
-    let dir = resolve_model(&args.model, env)?;
+    let dir = resolve_model(Some(&args.model), env)?;
     let kv = args.kv.format()?;
     let mut report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned)?;
     if !args.measured.is_empty() {
@@ -290,7 +290,7 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
     format!(
         "model: {model}\n\
          context: {ctx} tokens{beyond}\n\
-         \x20 weights          {w:>10}  (exact, from the safetensors headers){experts}\n\
+         \x20 weights          {w:>10}  (exact, from the weight headers){experts}\n\
          \x20 KV cache         {kv:>10}  {kv_label}: {kv_parts}\n\
          \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
          \x20 predicted peak   {peak:>10}  ({basis})\n\

@@ -12,15 +12,16 @@ use headroom_store::Store;
 use serde_json::json;
 
 use super::fit::{check_model_for, BudgetArgs};
-use super::hub::{resolve_model, HubEnv};
+use super::hub::{model_label, resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
 use super::CliError;
 
 #[derive(Debug, Clone, Args)]
 pub struct GenerateArgs {
-    /// A model folder, or a repo id (org/name) already in the local Hugging Face cache.
-    pub model: String,
+    /// A model folder, a .gguf file, or a repo id (org/name) already in the
+    /// local Hugging Face cache; the default model (SmolLM2-135M-Instruct) when omitted.
+    pub model: Option<String>,
     /// The user message.
     #[arg(long, required_unless_present = "prompt_file", conflicts_with = "prompt_file")]
     pub prompt: Option<String>,
@@ -127,14 +128,14 @@ pub(crate) fn generate(
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let dir = resolve_model(&args.model, env)?;
+    let dir = resolve_model(args.model.as_deref(), env)?;
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
     let kv = args.kv.format()?;
     let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
     if report.verdict.refuses() {
         if !args.override_fit {
-            return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
+            return Err(CliError::WouldNotFit { model: model_label(args.model.as_deref()), report: Box::new(report) });
         }
         writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
     }
@@ -309,7 +310,7 @@ mod tests {
     #[test]
     fn errors_are_typed_and_readable() {
         let mut args = parse(&[]);
-        args.model = "nobody/nothing".into();
+        args.model = Some("nobody/nothing".into());
         let (r, _, _) = call(&args);
         assert!(matches!(r, Err(CliError::ModelNotFound { .. })));
         let (r, _, _) = call(&GenerateArgs { temp: -2.0, ..parse(&[]) });

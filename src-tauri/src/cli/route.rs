@@ -121,8 +121,8 @@ fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
         };
         return Ok(decide_route(&inputs(local, None), &args.text, &[], choice)?);
     };
-    let dir = resolve_model(model, env)?;
-    let tokenizer = Tokenizer::from_dir(&dir)?;
+    let dir = resolve_model(Some(model), env)?;
+    let tokenizer = Tokenizer::for_model(&dir)?;
     // Headers and the OS's memory figures once; the verdict at any context is then arithmetic.
     let footprint = inspect_model_as(&dir, ComputeDtype::default())?;
     let budget = crate::fit::budget_inputs(budget_source(&args.budget))?;

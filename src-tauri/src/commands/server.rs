@@ -143,14 +143,14 @@ mod tests {
     fn the_toggle_serves_the_apps_loaded_model_and_stops() {
         let data_dir = std::env::temp_dir().join(format!("headroom-app-server-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&data_dir);
-        let locations = Locations { data_dir: data_dir.clone(), hub: models::HubEnv::default() };
+        let locations = Locations { data_dir: data_dir.clone(), hub: models::HubEnv::default(), default_model: None };
         let app = crate::run_app(mock_builder(), mock_context(noop_assets()), Some(locations))
             .unwrap_or_else(|e| panic!("app: {e}"));
         let window = WebviewWindowBuilder::new(&app, crate::MAIN_WINDOW, WebviewUrl::default())
             .build()
             .unwrap_or_else(|e| panic!("window: {e}"));
         let state = AppState::clone(&app.state::<AppState>());
-        assert_eq!(models::ensure_demo_model(&state).ok(), Some(true));
+        assert_eq!(models::ensure_default_model(&state).ok(), Some(true));
 
         assert_eq!(invoke(&window, "server_status", json!({})).ok(), Some(Value::Null));
         let info = invoke(&window, "server_start", json!({ "port": 0 })).unwrap_or_else(|e| panic!("{e}"));

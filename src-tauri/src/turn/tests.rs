@@ -177,7 +177,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
 #[test]
 fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
     let state = crate::test_state("turn");
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let settings = settings(None);
     let (running, events) = turn(&state, &settings, "s1", new("hello"), max(5));
     let id = running.run_id;
@@ -225,7 +225,7 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
 #[test]
 fn a_local_turn_reports_its_decode_rates_to_the_live_view() {
     let state = crate::test_state("turn-live");
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let options = TurnOptions { max_tokens: Some(400), ignore_eos: true, ..TurnOptions::default() };
     let (running, events) = turn(&state, &settings(None), "live", new("count"), options);
     assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
@@ -250,7 +250,7 @@ fn a_local_turn_reports_its_decode_rates_to_the_live_view() {
 #[test]
 fn a_stopped_turn_is_stored_interrupted_with_what_arrived() {
     let state = crate::test_state("cancel");
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: "c".into(), ask: new("count to a thousand"), options: max(4000) };
     let running =
@@ -280,7 +280,7 @@ fn short_or_sensitive_messages_stay_local_and_never_reach_the_cloud() {
     let state = crate::test_state("route-local");
     let stub = stub(answer(&["never"]));
     let settings = settings(Some(&stub));
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
 
     let (running, events) = turn(&state, &settings, "short", new("hello"), max(3));
     let route = route_of(&events);
@@ -433,7 +433,7 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
     use headroom_core::pressure::PressureLevel;
 
     let state = crate::test_state("away");
-    crate::models::ensure_demo_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
     let settings = settings(None);
     let (running, _) = turn(&state, &settings, "s1", new("hello"), max(3));
     let _ = stored(&state, "s1", &running);

@@ -1,4 +1,4 @@
-//! A model folder's `config.json`, read from disk. What it means is
+//! A model's config, read from disk: a folder's `config.json` or a GGUF file's metadata. What it means is
 //! `headroom_core::format` (one reader for the engine, the hub and the app);
 //! this only turns a missing or unreadable file into the engine's errors.
 
@@ -7,9 +7,14 @@ use std::path::Path;
 use headroom_core::format::{ModelConfig, CONFIG_FILE};
 
 use crate::error::{EngineError, Result};
+use crate::source::{read_gguf_model, ModelFiles};
 
-/// Reads and checks `<dir>/config.json`.
+/// Reads and checks `<dir>/config.json`, or the config a GGUF model's
+/// metadata gives (`dir` may be the `.gguf` file itself).
 pub(crate) fn read_config(dir: &Path) -> Result<ModelConfig> {
+    if let ModelFiles::Gguf(file) = ModelFiles::locate(dir) {
+        return read_gguf_model(&file).map(|(_, model)| model.config);
+    }
     let path = dir.join(CONFIG_FILE);
     let bytes = match std::fs::read(&path) {
         Ok(b) => b,

@@ -5,15 +5,20 @@
 //! the default matmul kernel), so this is safe to call on a model far too
 //! large for the machine.
 
-use std::path::Path;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+use std::time::SystemTime;
 
 use headroom_core::fit::ModelFootprint;
 use headroom_core::format::{footprint, Header, LoadShape, ModelConfig};
 
 use crate::backend::backend_info;
 use crate::config::read_config;
-use crate::error::Result;
+use crate::error::{EngineError, Result};
 use crate::quant::QuantKernel;
+use crate::source::ModelFiles;
+use crate::tokenizer::Tokenizer;
 use crate::weights::{read_headers, ComputeDtype};
 
 /// The footprint of the model in `dir` loaded with the engine's default dtype and kernel.
@@ -40,12 +45,49 @@ pub struct Inspection {
     pub footprint: ModelFootprint,
 }
 
-/// Reads and checks config.json and every weight header of `dir`.
+/// Reads and checks config.json and every weight header of `dir`, and that
+/// the tokenizer's ids have rows in the embedding (as the loader checks it,
+/// so the fit, the model list and a load agree on what cannot load).
 pub fn inspect(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<Inspection> {
     let config = read_config(dir)?;
     let headers: Vec<Header> = read_headers(dir)?.into_iter().map(|(_, h)| h).collect();
+    check_tokenizer_fits(dir, &config)?;
     let footprint = footprint(&config, &headers, load_shape(dtype, kernel));
     Ok(Inspection { config, footprint })
+}
+
+/// A tokenizer that can produce an id past the embedding's rows cannot run
+/// with this model (an out-of-bounds read in MLX's `take`).
+pub(crate) fn check_vocab_rows(dir: &Path, max_token_id: u32, rows: i32) -> Result<()> {
+    if i64::from(max_token_id) >= i64::from(rows) {
+        return Err(EngineError::VocabMismatch { dir: dir.to_owned(), max_token_id, embedding_rows: rows });
+    }
+    Ok(())
+}
+
+/// [`check_vocab_rows`] for a folder's tokenizer.json, when it has one (a
+/// missing one is the loader's to report). A GGUF file's vocabulary was
+/// checked against its embedding by the format reader. The largest id is
+/// kept per file (path, length and modification time), so the model list
+/// parses a large tokenizer.json once, not every time it opens.
+fn check_tokenizer_fits(dir: &Path, config: &ModelConfig) -> Result<()> {
+    /// tokenizer.json's path, length and modification time.
+    type FileId = (PathBuf, u64, Option<SystemTime>);
+    static MAX_IDS: Mutex<BTreeMap<FileId, u32>> = Mutex::new(BTreeMap::new());
+    let ModelFiles::Folder(folder) = ModelFiles::locate(dir) else { return Ok(()) };
+    let file = folder.join("tokenizer.json");
+    let Ok(meta) = std::fs::metadata(&file) else { return Ok(()) };
+    let key = (file, meta.len(), meta.modified().ok());
+    let known = MAX_IDS.lock().unwrap_or_else(PoisonError::into_inner).get(&key).copied();
+    let max_token_id = match known {
+        Some(id) => id,
+        None => {
+            let id = Tokenizer::from_dir(&folder)?.max_token_id();
+            MAX_IDS.lock().unwrap_or_else(PoisonError::into_inner).insert(key, id);
+            id
+        }
+    };
+    check_vocab_rows(dir, max_token_id, config.text.vocab_size)
 }
 
 /// What the footprint needs to know about a load: for callers that read a

@@ -26,6 +26,7 @@ mod models;
 pub mod prompt_cache;
 mod quant;
 mod sampler;
+pub mod source;
 #[cfg(test)]
 mod testutil;
 pub mod tokenizer;

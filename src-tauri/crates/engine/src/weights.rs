@@ -17,6 +17,7 @@ use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::{Embedding, Linear, LinearWeight, RmsNorm};
 use crate::models::moe::SwitchLinear;
 use crate::quant::{QuantKernel, QuantizedMatrix};
+use crate::source::{read_gguf_model, ModelFiles};
 
 /// Which float dtype the model computes in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -46,8 +47,12 @@ pub(crate) fn read_header(file: &Path) -> Result<Header> {
     parse_header(&json, file_len).map_err(corrupt)
 }
 
-/// The weight files of a folder, in a fixed order (file names sorted).
+/// The weight files of a model, in a fixed order (file names sorted): the
+/// GGUF file itself for a GGUF model.
 pub(crate) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
+    if let ModelFiles::Gguf(file) = ModelFiles::locate(dir) {
+        return Ok(vec![file]);
+    }
     let index = dir.join(INDEX_FILE);
     if index.is_file() {
         let text = std::fs::read(&index).map_err(|source| EngineError::Io { path: index.clone(), source })?;
@@ -65,8 +70,13 @@ pub(crate) fn weight_files(dir: &Path) -> Result<Vec<PathBuf>> {
     Err(EngineError::MissingWeights { dir: dir.to_owned() })
 }
 
-/// Every weight file's checked header, in the engine's order.
+/// Every weight file's checked header, in the engine's order. A GGUF
+/// file's is its tensor table as MLX will hold it, under Hugging Face names.
 pub(crate) fn read_headers(dir: &Path) -> Result<Vec<(PathBuf, Header)>> {
+    if let ModelFiles::Gguf(file) = ModelFiles::locate(dir) {
+        let (_, model) = read_gguf_model(&file)?;
+        return Ok(vec![(file, model.header)]);
+    }
     weight_files(dir)?.into_iter().map(|f| read_header(&f).map(|h| (f, h))).collect()
 }
 
@@ -115,8 +125,12 @@ impl Weights {
         }
         entries.retain(|name, _| !config.is_dropped(name));
         for (file, _) in &headers {
-            let arrays = Array::load_safetensors(file)
-                .map_err(|e| EngineError::CorruptWeights { file: file.clone(), reason: e.to_string() })?;
+            let arrays = if ModelFiles::locate(dir).gguf().is_some() {
+                gguf_arrays(file)?
+            } else {
+                Array::load_safetensors(file)
+                    .map_err(|e| EngineError::CorruptWeights { file: file.clone(), reason: e.to_string() })?
+            };
             for (name, array) in arrays {
                 if let Some(entry) = entries.get_mut(&name) {
                     entry.array = Some(array);
@@ -253,4 +267,52 @@ impl Weights {
             None => Ok(()),
         }
     }
+}
+
+/// Every tensor of a GGUF file, read by MLX (all at once: its GGUF reader is
+/// not lazy) after the header was checked, under Hugging Face names, with
+/// llama.cpp's rotary row permutation of q and k undone.
+fn gguf_arrays(file: &Path) -> Result<HashMap<String, Array>> {
+    let corrupt = |reason: String| EngineError::CorruptWeights { file: file.to_owned(), reason };
+    let (_, model) = read_gguf_model(file)?;
+    let gguf = mlx_rs::io::GgufFile::load(file).map_err(|e| corrupt(e.to_string()))?;
+    let mut out = HashMap::with_capacity(model.arrays.len());
+    for name in &model.arrays {
+        let array = gguf
+            .get_array(&name.mlx)
+            .map_err(|e| corrupt(e.to_string()))?
+            .ok_or_else(|| corrupt(format!("MLX did not return tensor {} listed in the header", name.mlx)))?;
+        out.insert(name.hf.clone(), array);
+    }
+    for (hf, heads) in &model.unpermute {
+        if let Some(a) = out.remove(hf) {
+            out.insert(hf.clone(), unpermute_rows(&a, *heads)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Undoes llama.cpp's permutation of a q or k projection's rows: its
+/// converter regroups each head's rows from (2, head_dim/2) to
+/// (head_dim/2, 2) order so rope can run on interleaved pairs. Whole rows
+/// move (a packed weight's, its scales' and biases' alike), so nothing is
+/// requantized and the result is exactly the Hugging Face layout.
+fn unpermute_rows(a: &Array, heads: i32) -> Result<Array> {
+    let shape = a.shape().to_vec();
+    let bad = || EngineError::Shape {
+        what: "GGUF q/k projection",
+        expected: format!("rows divisible into {heads} heads of an even width"),
+        found: shape.clone(),
+    };
+    let [rows, cols] = shape[..] else { return Err(bad()) };
+    if heads <= 0 || rows % (2 * heads) != 0 {
+        return Err(bad());
+    }
+    let half = rows / heads / 2;
+    a.reshape(&[heads, half, 2, cols])
+        .op("reshape")?
+        .transpose_axes(&[0, 2, 1, 3])
+        .op("transpose")?
+        .reshape(&[rows, cols])
+        .op("reshape")
 }

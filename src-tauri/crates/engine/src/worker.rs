@@ -19,16 +19,19 @@ use headroom_core::stats::{Rates, TurnTimings};
 use crate::backend::backend_info;
 use crate::bench::{dtype_name, short_dtype_name};
 use crate::cache::KvCache;
+use crate::config::read_config;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, Generation, WallClock};
+use crate::inspect::check_vocab_rows;
 use crate::loader::{materialize, stage};
 use crate::meter::{MeasuredKind, PeakMeasurement, SharedMeter};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
-use crate::models::Model;
+use crate::models::{check_kv_format, Model};
 use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part};
 use crate::prompt_cache::{Entry, PromptCache, PromptCacheStats, Reuse};
 use crate::quant::QuantKernel;
 use crate::sampler::{Sampler, SamplingParams};
+use crate::source::ModelFiles;
 use crate::tokenizer::Tokenizer;
 use crate::weights::ComputeDtype;
 
@@ -847,7 +850,7 @@ impl Worker {
         // Checked while the old model still answers; a panic in a library
         // on a hostile file is an error like any other.
         let started = Instant::now();
-        let (model, tokenizer) =
+        let (staged, tokenizer) =
             catch_unwind(AssertUnwindSafe(|| check_and_stage(dir, &settings))).unwrap_or_else(|panic| {
                 Err(EngineError::Panicked { during: "checking the model", message: panic_message(&*panic) })
             })?;
@@ -864,11 +867,19 @@ impl Worker {
         replaced.confirm().map_err(none_loaded)?;
         let resident_before = self.start_measuring().map_err(none_loaded)?;
         let started = Instant::now();
-        catch_unwind(AssertUnwindSafe(|| materialize(&model, dir)))
-            .unwrap_or_else(|panic| {
-                Err(EngineError::Panicked { during: "reading the weights", message: panic_message(&*panic) })
-            })
-            .map_err(none_loaded)?;
+        let model = catch_unwind(AssertUnwindSafe(|| {
+            // A GGUF model is staged only now: MLX reads its tensors when it
+            // opens the file, so staging it earlier would hold two models.
+            let model = match staged {
+                Some(model) => model,
+                None => stage(dir, settings.dtype, settings.kernel)?,
+            };
+            materialize(&model, dir).map(|()| model)
+        }))
+        .unwrap_or_else(|panic| {
+            Err(EngineError::Panicked { during: "reading the weights", message: panic_message(&*panic) })
+        })
+        .map_err(none_loaded)?;
         let config = model.config();
         let info = ModelInfo {
             dir: dir.to_owned(),
@@ -1113,21 +1124,24 @@ fn write_states<'a>(
     out
 }
 
-/// Everything about the folder that can be checked without reading its
+/// Everything about the model that can be checked without reading its
 /// weights: the tokenizer (its ids within the embedding, its template
-/// compiling) and the model built lazily (config, headers, every tensor).
-fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Model, Tokenizer)> {
-    let tokenizer = Tokenizer::from_dir(dir)?;
+/// compiling), the KV format, and for a folder the model built lazily
+/// (config, headers, every tensor). A GGUF model is checked from its header
+/// (the same tensor checks, by the format reader) and staged after the
+/// unload (`None` here): MLX's GGUF reader is not lazy.
+fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Option<Model>, Tokenizer)> {
+    let tokenizer = Tokenizer::for_model(dir)?;
     tokenizer.check_template()?;
-    let model = stage(dir, settings.dtype, settings.kernel)?;
-    model.check_kv_format(settings.kv)?;
-    let rows = model.config().text.vocab_size;
-    // Every id is smaller than `rows` (positive, checked on reading): an id
-    // past the table would be an out-of-bounds read in MLX's `take`.
-    let max_token_id = tokenizer.max_token_id();
-    if i64::from(max_token_id) >= i64::from(rows) {
-        return Err(EngineError::VocabMismatch { dir: dir.to_owned(), max_token_id, embedding_rows: rows });
-    }
+    let (model, config) = if ModelFiles::locate(dir).gguf().is_some() {
+        (None, read_config(dir)?)
+    } else {
+        let model = stage(dir, settings.dtype, settings.kernel)?;
+        let config = model.config().clone();
+        (Some(model), config)
+    };
+    check_kv_format(&config, settings.kv)?;
+    check_vocab_rows(dir, tokenizer.max_token_id(), config.text.vocab_size)?;
     Ok((model, tokenizer))
 }
 

@@ -49,6 +49,22 @@ pub enum LayerKind {
     Recurrent,
 }
 
+impl LayerKind {
+    /// What each layer of the model `text` describes keeps, from its config
+    /// alone (what the architectures build: see their `layer_kinds`).
+    pub fn for_config(text: &headroom_core::format::TextConfig) -> Vec<Self> {
+        use headroom_core::format::LayerAttention;
+        text.layer_types
+            .iter()
+            .map(|t| match t {
+                LayerAttention::Full => Self::Full,
+                LayerAttention::Sliding => Self::Rotating { window: text.sliding_window.unwrap_or(0) },
+                LayerAttention::Linear => Self::Recurrent,
+            })
+            .collect()
+    }
+}
+
 /// One layer's cache.
 #[derive(Debug, Clone)]
 pub enum LayerCache {

@@ -18,8 +18,10 @@ use super::{write_demo_model, Arch, Bits, DemoError, DemoSpec, Preset};
 /// Where a problem is caught.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Caught {
-    /// In config.json or the weight files' headers: the fit check, the pull
-    /// check, the model list and the load all refuse the folder.
+    /// In config.json, the weight files' headers or (on disk) the
+    /// tokenizer's ids against the embedding: the fit check, the model list
+    /// and the load all refuse the folder (the pull check too, where it is
+    /// in config.json or the headers it reads before a download).
     Headers,
     /// Only by a load (the tokenizer, the chat template, each tensor's shape
     /// and dtype against the config): the fit check and the list, which read
@@ -457,7 +459,7 @@ fn cases() -> Vec<(&'static str, Arch, Edit, Caught, &'static str)> {
             "tokenizer-garbage",
             q3,
             |d| fs::write(d.join("tokenizer.json"), b"{\"model\": 17, \"added_tokens\": \"x\"}"),
-            Load,
+            Headers,
             "tokenizer",
         ),
         (
@@ -475,7 +477,7 @@ fn cases() -> Vec<(&'static str, Arch, Edit, Caught, &'static str)> {
                 vocab.insert("far-away".into(), json!(1_000_000));
                 write_json(&path, &t)
             },
-            Load,
+            Headers,
             "embedding",
         ),
         (
@@ -504,7 +506,7 @@ fn cases() -> Vec<(&'static str, Arch, Edit, Caught, &'static str)> {
             "tokenizer-config-garbage",
             q3,
             |d| fs::write(d.join("tokenizer_config.json"), "{"),
-            Load,
+            Headers,
             "tokenizer_config.json",
         ),
     ]

@@ -38,6 +38,16 @@ pub(crate) fn check_cache(cache: &KvCache, layers: usize) -> Result<()> {
     }
 }
 
+/// Whether the keys and values of the model `config` describes can be
+/// stored as `format` (checked before a model is built, from its config).
+pub(crate) fn check_kv_format(config: &ModelConfig, format: KvFormat) -> Result<()> {
+    let head_dim = u64::try_from(config.text.head_dim).unwrap_or(0);
+    format.check_head_dim(head_dim).map_err(|source| EngineError::KvFormat { source })?;
+    KvCache::with_format(&LayerKind::for_config(&config.text), format)
+        .map(drop)
+        .map_err(|source| EngineError::KvFormat { source })
+}
+
 /// Which positions' logits a forward pass returns.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Logits {
@@ -156,9 +166,7 @@ impl Model {
 
     /// Whether this model's keys and values can be stored as `format`.
     pub fn check_kv_format(&self, format: KvFormat) -> Result<()> {
-        let head_dim = u64::try_from(self.config().text.head_dim).unwrap_or(0);
-        format.check_head_dim(head_dim).map_err(|source| EngineError::KvFormat { source })?;
-        KvCache::with_format(&self.layer_kinds(), format).map(drop).map_err(|source| EngineError::KvFormat { source })
+        check_kv_format(self.config(), format)
     }
 
     /// The dtype activations (and so the KV cache) take on: the embedding's

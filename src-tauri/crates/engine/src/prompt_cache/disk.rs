@@ -28,6 +28,7 @@ use crate::cache::persist::StateMeta;
 use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::quant::QuantKernel;
+use crate::source::{read_gguf_header, ModelFiles};
 use crate::weights::{read_header, weight_files, ComputeDtype};
 
 const META_STATE: &str = "headroom.kv_state";
@@ -92,6 +93,9 @@ fn fnv(parts: &[&[u8]]) -> u64 {
 /// in `dir` loaded as `dtype` with `kernel`: config.json, the tokenizer's
 /// files, every weight file's header and length, the dtype and the kernel.
 pub fn model_fingerprint(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<String> {
+    if let ModelFiles::Gguf(file) = ModelFiles::locate(dir) {
+        return gguf_fingerprint(&file, dtype, kernel);
+    }
     let read = |name: &str| -> Result<Vec<u8>> {
         let path = dir.join(name);
         match fs::read(&path) {
@@ -111,6 +115,21 @@ pub fn model_fingerprint(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -
     parts.push(format!("{dtype:?};{}", kernel.as_str()).into_bytes());
     let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
     Ok(format!("{:016x}", fnv(&refs)))
+}
+
+/// A GGUF model's fingerprint: its header bytes (metadata, tokenizer and
+/// tensor table, everything before the tensor data), its length, the dtype
+/// and the kernel.
+fn gguf_fingerprint(file: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<String> {
+    use std::io::Read;
+    let header = read_gguf_header(file)?;
+    let io = |source| EngineError::Io { path: file.to_owned(), source };
+    let f = fs::File::open(file).map_err(io)?;
+    let len = f.metadata().map_err(io)?.len();
+    let mut bytes = Vec::new();
+    f.take(header.data_offset).read_to_end(&mut bytes).map_err(io)?;
+    let tail = format!("{len};{dtype:?};{}", kernel.as_str());
+    Ok(format!("{:016x}", fnv(&[&bytes, tail.as_bytes()])))
 }
 
 impl DiskTier {
