@@ -176,8 +176,8 @@ fn a_k_quant_or_hostile_gguf_is_refused_and_the_engine_keeps_answering() {
     let scratch = tempfile::tempdir().expect("scratch");
     let corpus = hostile_corpus();
     assert!(corpus.len() >= 20, "the corpus has {} files", corpus.len());
-    for case in &corpus {
-        let path = scratch.path().join(format!("{}.gguf", case.name));
+    for (i, case) in corpus.iter().enumerate() {
+        let path = scratch.path().join(format!("case-{i}.gguf"));
         std::fs::write(&path, &case.bytes).expect("write");
         let err = engine.load(&path, LoadSettings::default()).expect_err(case.name);
         assert!(
@@ -186,6 +186,14 @@ fn a_k_quant_or_hostile_gguf_is_refused_and_the_engine_keeps_answering() {
             "{}: not a typed format error: {err}",
             case.name
         );
+        if case.name.contains("Q4_K") {
+            let message = err.to_string();
+            assert!(
+                message.contains("blk.0.attn_q.weight") && message.contains("Q4_K") && message.contains("Q4_1"),
+                "{message}"
+            );
+        }
+        // Refused before the unload: the real model still answers, not reloaded.
         let out = engine
             .generate(GenerateRequest { max_tokens: 4, ..GenerateRequest::new(question()) })
             .and_then(|run| run.collect())

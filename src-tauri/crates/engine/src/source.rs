@@ -101,10 +101,3 @@ impl crate::tokenizer::Tokenizer {
         }
     }
 }
-
-// TEMPORARY stand-in until the GGUF tokenizer lands in tokenizer.rs.
-impl crate::tokenizer::Tokenizer {
-    pub fn from_gguf(file: &Path, _vocab: &headroom_core::format::gguf::GgufVocab) -> Result<Self> {
-        Err(EngineError::MissingTokenizer { dir: file.to_owned() })
-    }
-}

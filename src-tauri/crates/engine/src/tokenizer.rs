@@ -150,7 +150,9 @@ impl Tokenizer {
     }
 
     fn error(&self, source: tokenizers::Error) -> EngineError {
-        EngineError::Tokenizer { path: self.dir.join("tokenizer.json"), source }
+        // A GGUF file holds its tokenizer itself; a folder, in tokenizer.json.
+        let path = if crate::source::is_gguf(&self.dir) { self.dir.clone() } else { self.dir.join("tokenizer.json") };
+        EngineError::Tokenizer { path, source }
     }
 }
 
@@ -436,5 +438,6 @@ fn read_json_opt(path: &Path) -> Result<Option<Value>> {
         .map_err(|e| EngineError::InvalidConfig { path: path.to_owned(), reason: e.to_string() })
 }
 
+mod gguf;
 #[cfg(test)]
 mod tests;

@@ -1131,8 +1131,6 @@ fn write_states<'a>(
 /// (the same tensor checks, by the format reader) and staged after the
 /// unload (`None` here): MLX's GGUF reader is not lazy.
 fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Option<Model>, Tokenizer)> {
-    let tokenizer = Tokenizer::for_model(dir)?;
-    tokenizer.check_template()?;
     let (model, config) = if ModelFiles::locate(dir).gguf().is_some() {
         (None, read_config(dir)?)
     } else {
@@ -1140,6 +1138,8 @@ fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Option<Model>
         let config = model.config().clone();
         (Some(model), config)
     };
+    let tokenizer = Tokenizer::for_model(dir)?;
+    tokenizer.check_template()?;
     check_kv_format(&config, settings.kv)?;
     check_vocab_rows(dir, tokenizer.max_token_id(), config.text.vocab_size)?;
     Ok((model, tokenizer))

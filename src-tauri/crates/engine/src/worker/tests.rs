@@ -323,7 +323,7 @@ fn bad_input_gives_typed_errors_and_the_engine_keeps_working() {
     let e = EngineHandle::spawn().expect("spawn");
     assert!(matches!(e.generate(request(user("x"), 2)).expect("generate").collect(), Err(EngineError::NoModelLoaded)));
     let empty = temp_dir("worker-empty");
-    assert!(matches!(e.load(&empty, LoadSettings::default()), Err(EngineError::MissingTokenizer { .. })));
+    assert!(matches!(e.load(&empty, LoadSettings::default()), Err(EngineError::MissingConfig { .. })));
     // Bad sampling settings.
     e.load(demo_dir(), LoadSettings::default()).expect("load");
     let bad = GenerateRequest {
@@ -332,7 +332,7 @@ fn bad_input_gives_typed_errors_and_the_engine_keeps_working() {
     };
     assert!(matches!(e.generate(bad).expect("generate").collect(), Err(EngineError::InvalidSetting { .. })));
     // A folder that fails its checks leaves the loaded model answering.
-    assert!(matches!(e.load(&empty, LoadSettings::default()), Err(EngineError::MissingTokenizer { .. })));
+    assert!(matches!(e.load(&empty, LoadSettings::default()), Err(EngineError::MissingConfig { .. })));
     assert_eq!(e.generate(request(user("x"), 2)).expect("generate").collect().expect("run").token_ids.len(), 2);
     e.unload().expect("unload");
     // Loading again works, from another clone of the handle on another thread.

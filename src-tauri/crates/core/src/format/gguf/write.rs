@@ -484,8 +484,14 @@ impl TinyModel {
             w.meta_u32(&key("attention.value_length"), u32_of(self.head_dim())?);
         }
         let specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"];
+        // The last token is what the one merge ("t3 t4") makes, so the
+        // vocabulary builds as a byte-level BPE model.
         let tokens: Vec<String> = (0..self.vocab)
-            .map(|i| specials.get(i as usize).map_or_else(|| format!("t{i}"), |s| (*s).to_owned()))
+            .map(|i| match specials.get(i as usize) {
+                Some(s) => (*s).to_owned(),
+                None if i + 1 == self.vocab => "t3t4".to_owned(),
+                None => format!("t{i}"),
+            })
             .collect();
         let types: Vec<i32> = (0..self.vocab).map(|i| if i < 3 { 3 } else { 1 }).collect();
         w.meta_str("tokenizer.ggml.model", "gpt2")
