@@ -5,8 +5,9 @@
 //   DISPLAY=:99 node --test ui/e2e/app.e2e.mjs
 //
 // The app runs on a fresh data folder (HEADROOM_DATA_DIR, removed afterwards)
-// and an empty HF cache, so it writes and loads its bundled demo model (tiny,
-// random weights) and chats with that.
+// and an empty HF cache, so it sets up and loads its default model, the real
+// SmolLM2-135M-Instruct that `make setup` unpacks (a GGUF file), and chats
+// with that: answers are checked for their words, not just their shape.
 //
 // Env: HEADROOM_BIN (default ../../target/debug/headroom from here),
 //      HEADROOM_TEST_OUTPUT (default <repo>/test-output; files go to its e2e/),
@@ -38,14 +39,16 @@ const DRIVER =
   process.env.TAURI_DRIVER ||
   (existsSync(path.join(repo, '.deps/tools/bin/tauri-driver')) ? path.join(repo, '.deps/tools/bin/tauri-driver') : 'tauri-driver');
 
-const DEMO_MODEL_ID = 'headroom-demo-tiny';
+// The model a fresh install starts with (src-tauri/src/default_model.rs).
+const DEFAULT_MODEL_ID = 'SmolLM2-135M-Instruct';
+const DEFAULT_MODEL_FILE = 'SmolLM2-135M-Instruct.Q4_1.gguf';
 // A model whose weight header claims 200 GB (a sparse file: no data on
 // disk), put into the data folder before the app starts: too big to load.
 const HUGE_MODEL_ID = 'huge-demo';
 const HUGE_CLAIMED = 200_000_000_000;
 const WHOLE_FILE_MS = 240_000; // watchdog: the file may never take longer
-// The app's data folder and HF cache for this run: empty, so the app writes
-// its bundled demo model there.
+// The app's data folder and HF cache for this run: empty, so the app sets
+// up its default model there.
 const SCRATCH = mkdtempSync(path.join(os.tmpdir(), 'headroom-e2e-'));
 const DATA_DIR = path.join(SCRATCH, 'data');
 const HF_CACHE = path.join(SCRATCH, 'hf-cache');
@@ -576,28 +579,28 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     }
   }
 
-  test('the bundled demo model is written, loaded and offered in the picker', { timeout: 40_000 }, async () => {
+  test('the default model, a real one, is set up, loaded and offered in the picker', { timeout: 40_000 }, async () => {
     requireApp();
     const select = await session.byTestId('model-select');
-    await waitFor(async () => (await session.property(select, 'value')) === DEMO_MODEL_ID, {
+    await waitFor(async () => (await session.property(select, 'value')) === DEFAULT_MODEL_ID, {
       timeoutMs: 35_000,
       intervalMs: 250,
-      message: `model-select to show the loaded ${DEMO_MODEL_ID}`,
+      message: `model-select to show the loaded ${DEFAULT_MODEL_ID}`,
     });
     await session.click(select);
     const options = await session.allByTestId('model-option');
     const ids = await Promise.all(options.map((o) => session.attribute(o, 'data-model-id')));
-    assert.deepEqual(ids, [DEMO_MODEL_ID, HUGE_MODEL_ID], 'the data folder holds the demo model and the huge one, smallest first');
+    assert.deepEqual(ids, [DEFAULT_MODEL_ID, HUGE_MODEL_ID], 'the data folder holds the default model and the huge one, smallest first');
     // Loaded but never run: its figure is the formula's.
-    const basis = await session.text(await session.find(`[data-model-id="${DEMO_MODEL_ID}"] [data-testid="model-basis"]`));
-    assert.equal(basis.trim(), ', estimated', `the demo row says what its figure rests on: ${basis}`);
+    const basis = await session.text(await session.find(`[data-model-id="${DEFAULT_MODEL_ID}"] [data-testid="model-basis"]`));
+    assert.equal(basis.trim(), ', estimated', `the default row says what its figure rests on: ${basis}`);
     await session.click(select);
     await waitFor(async () => (await session.allByTestId('model-option')).length === 0, { timeoutMs: 5_000, message: 'the list to close' });
-    assert.ok(existsSync(path.join(DATA_DIR, 'models', DEMO_MODEL_ID, 'config.json')), 'the demo model is in HEADROOM_DATA_DIR');
-    assert.ok((await session.text(await session.byTestId('route-chip'))).includes(DEMO_MODEL_ID), 'the route chip names the model');
+    assert.ok(existsSync(path.join(DATA_DIR, 'models', DEFAULT_MODEL_ID, DEFAULT_MODEL_FILE)), 'the default model is in HEADROOM_DATA_DIR');
+    assert.ok((await session.text(await session.byTestId('route-chip'))).includes(DEFAULT_MODEL_ID), 'the route chip names the model');
   });
 
-  test('picking the huge model opens the swap warning with numbers; Cancel keeps the demo model', { timeout: 40_000 }, async () => {
+  test('picking the huge model opens the swap warning with numbers; Cancel keeps the default model', { timeout: 40_000 }, async () => {
     requireApp();
     // Choose it as a user would: open the list, click its row.
     await session.click(await session.byTestId('model-select'));
@@ -605,7 +608,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const verdicts = {};
     for (const o of options) verdicts[await session.attribute(o, 'data-model-id')] = await session.attribute(o, 'data-verdict');
     assert.equal(verdicts[HUGE_MODEL_ID], 'cannot_fit', `verdicts: ${JSON.stringify(verdicts)}`);
-    assert.ok(['fits', 'tight'].includes(verdicts[DEMO_MODEL_ID]), `verdicts: ${JSON.stringify(verdicts)}`);
+    assert.ok(['fits', 'tight'].includes(verdicts[DEFAULT_MODEL_ID]), `verdicts: ${JSON.stringify(verdicts)}`);
     const png0 = await session.screenshot(30_000);
     writeFileSync(path.join(OUT, 'model-list.png'), png0);
     await session.click(await session.find(`[data-testid="model-option"][data-model-id="${HUGE_MODEL_ID}"]`));
@@ -628,7 +631,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
 
     await session.click(cancel);
     await waitFor(async () => (await session.allByTestId('fit-warning')).length === 0, { timeoutMs: 5_000, message: 'the warning to close' });
-    assert.equal(await session.property(await session.byTestId('model-select'), 'value'), DEMO_MODEL_ID, 'the demo model stays loaded');
+    assert.equal(await session.property(await session.byTestId('model-select'), 'value'), DEFAULT_MODEL_ID, 'the default model stays loaded');
   });
 
   test('the live strip shows memory figures from the sampler', { timeout: 20_000 }, async () => {
@@ -648,8 +651,8 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
 
   test('"hello" streams an answer token by token, then a stats line with tok/s', { timeout: 45_000 }, async () => {
     requireApp();
-    // Greedy from here on: the seeded demo model then answers each prompt
-    // the same way every run (sampled, it now and then ended a streaming
+    // Greedy from here on: the model then answers each prompt the same way
+    // every run (sampled, a short answer now and then ended a streaming
     // test's answer after a token or two).
     await session.click(await session.byTestId('settings-button'));
     await setSetting('temperature', '0');
@@ -689,28 +692,39 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     await session.click(stats);
     const details = await session.waitForElement('[data-testid="turn-stats-details"]', 5_000);
     const all = await session.text(details);
-    for (const label of ['Time to first token', 'Prefill', 'Decode', 'End to end', 'Batch', 'Peak memory', DEMO_MODEL_ID]) {
+    for (const label of ['Time to first token', 'Prefill', 'Decode', 'End to end', 'Batch', 'Peak memory', DEFAULT_MODEL_ID]) {
       assert.ok(all.includes(label), `expanded stats name ${label}: ${all}`);
     }
     assert.deepEqual(await session.allByTestId('error'), [], 'no error is shown');
     await session.byTestId('send-button'); // Stop turned back into Send
 
-    // That turn was measured: the picker's figure for the demo model now rests on it.
+    // That turn was measured: the picker's figure for the model now rests on it.
     await session.click(await session.byTestId('model-select'));
-    const row = `[data-model-id="${DEMO_MODEL_ID}"] [data-testid="model-basis"]`;
+    const row = `[data-model-id="${DEFAULT_MODEL_ID}"] [data-testid="model-basis"]`;
     const measured = await waitFor(async () => {
       const t = (await session.text(await session.find(row))).trim();
       return t.startsWith(', measured here at ') && t;
-    }, { timeoutMs: 10_000, intervalMs: 250, message: 'the demo row to say its figure was measured here' });
+    }, { timeoutMs: 10_000, intervalMs: 250, message: 'the default row to say its figure was measured here' });
     assert.match(await session.attribute(await session.find(row), 'title'), /^measured here at \d+: [\d.]+ GB$/, measured);
     writeFileSync(path.join(OUT, 'picker-measured.png'), await session.screenshot(30_000));
     await session.click(await session.byTestId('model-select'));
     await waitFor(async () => (await session.allByTestId('model-option')).length === 0, { timeoutMs: 5_000, message: 'the list to close' });
   });
 
+  test('asked the capital of France, the default model answers Paris', { timeout: 45_000 }, async () => {
+    requireApp();
+    const before = (await answers()).length;
+    await sendMessage('What is the capital of France?');
+    const { el, reason } = await finishedAnswer(before + 1, 40_000);
+    assert.equal(reason, 'stop', 'the model ended its answer itself');
+    const text = (await session.text(el)).trim();
+    assert.match(text, /\bParis\b/, `the answer names Paris: ${text}`);
+    writeFileSync(path.join(OUT, 'paris.png'), await session.screenshot(30_000));
+  });
+
   test('Stop ends a long answer, which is marked stopped', { timeout: 45_000 }, async () => {
     requireApp();
-    // Ask for far more tokens than the demo model writes in the time we wait.
+    // Ask for far more tokens than the model writes in the time we wait.
     await session.click(await session.byTestId('settings-button'));
     await session.waitForElement('[data-testid="max-tokens"]', 5_000);
     await session.execute(`
@@ -900,7 +914,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       // Back in the chat, its messages load again: send once they are there.
       await waitFor(async () => (await answers()).length === before, { timeoutMs: 10_000, message: 'the chat to reload' });
 
-      // A private address: it stays on this Mac (the demo model answers).
+      // A private address: it stays on this Mac (the local model answers).
       await sendMessage('my NAS is at 10.0.0.5, remember it');
       await finishedAnswer(before + 1, 30_000);
       assert.equal(cloud.bodies.length, 0, 'nothing went to the cloud');
@@ -1238,7 +1252,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       const details = await session.waitForElement('[data-testid="turn-stats-details"]', 5_000);
       assert.match(await session.text(details), /8-bit/, 'the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm)');
     } finally {
-      // Back to the demo model and the default settings.
+      // Back to the default model and the default settings.
       await session.click(await session.byTestId('settings-button'));
       await setSetting('os-headroom', '4');
       await session.waitForElement('.saved', 5_000);
@@ -1246,11 +1260,11 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await session.waitForElement('.saved', 5_000);
       await session.click(await session.byTestId('settings-button'));
       await session.click(await session.byTestId('model-select'));
-      await session.click(await session.find(`[data-testid="model-option"][data-model-id="${DEMO_MODEL_ID}"]`));
-      await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === DEMO_MODEL_ID, {
+      await session.click(await session.find(`[data-testid="model-option"][data-model-id="${DEFAULT_MODEL_ID}"]`));
+      await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === DEFAULT_MODEL_ID, {
         timeoutMs: 30_000,
         intervalMs: 250,
-        message: 'the demo model to load again',
+        message: 'the default model to load again',
       });
     }
   });
