@@ -88,6 +88,11 @@ impl<'a> Fields<'a> {
         self.obj.get(key).filter(|v| !v.is_null())
     }
 
+    /// The value as written, `null` included (where null and absent differ).
+    pub(crate) fn raw(&self, key: &str) -> Option<&'a Value> {
+        self.obj.get(key)
+    }
+
     pub(crate) fn missing(&self, key: &str) -> FormatError {
         FormatError::MissingField { file: self.file, field: self.name(key), model_type: self.model_type.to_owned() }
     }

@@ -12,6 +12,7 @@
 use super::config::{Common, LayerAttention, LinearAttention, Moe, RopeScaling, TextConfig};
 use super::error::{FormatError, Result};
 use super::fields::{limits, Fields, CONFIG};
+use serde_json::Value;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct Config {
@@ -41,10 +42,24 @@ impl Config {
         if let Some(RopeScaling::Llama3 { .. }) = common.rope_scaling {
             return Err(FormatError::UnsupportedRopeScaling { rope_type: "llama3".into() });
         }
-        let rope = f.child("rope_parameters", "rope_parameters.")?;
-        let partial = match &rope {
-            Some(r) => r.positive("partial_rotary_factor", 1.0)?,
-            None => f.positive("partial_rotary_factor", 1.0)?,
+        // mlx-lm 0.32.2's rule (qwen3_5.TextModelArgs.__post_init__):
+        // `rope_parameters` decides rope_theta and partial_rotary_factor
+        // whenever it is a non-empty object, and a file without the key gets
+        // mlx-lm's default object (theta 100000, factor 0.25); top-level keys
+        // beside it are ignored. Only an explicit null or {} leaves the
+        // top-level keys in force.
+        let top_level = match f.raw("rope_parameters") {
+            Some(Value::Null) => true,
+            Some(Value::Object(o)) => o.is_empty(),
+            _ => false,
+        };
+        let (theta, partial) = if top_level {
+            (f.positive("rope_theta", l::ROPE_THETA)?, f.positive("partial_rotary_factor", 1.0)?)
+        } else {
+            match f.child("rope_parameters", "rope_parameters.")? {
+                Some(r) => (r.positive("rope_theta", l::ROPE_THETA)?, r.positive("partial_rotary_factor", 1.0)?),
+                None => (None, None),
+            }
         };
         let size = |key: &str, max: u64, default: i32| -> Result<i32> { Ok(f.size(key, max)?.unwrap_or(default)) };
         let num_experts = match f.get("num_experts") {
@@ -60,7 +75,7 @@ impl Config {
             attention_bias: f.boolean("attention_bias")?.unwrap_or(false),
             full_attention_interval: size("full_attention_interval", l::LAYERS, 4)?,
             partial_rotary_factor: partial.unwrap_or(0.25) as f32,
-            rope_theta: common.rope_theta.unwrap_or(100_000.0),
+            rope_theta: theta.map_or(100_000.0, |t| t as f32),
             linear: LinearAttention {
                 num_key_heads: size("linear_num_key_heads", l::HEADS, 16)?,
                 num_value_heads: size("linear_num_value_heads", l::HEADS, 64)?,
@@ -122,5 +137,36 @@ impl Config {
             }),
             ..c.text(self.num_key_value_heads, self.head_dim, self.rope_theta)
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::format::ModelConfig;
+
+    const BASE: &str = r#""model_type":"qwen3_5","hidden_size":64,"num_hidden_layers":4,"intermediate_size":128,
+        "num_attention_heads":4,"num_key_value_heads":2,"head_dim":16,"rms_norm_eps":1e-6,"vocab_size":256"#;
+
+    fn rope(extra: &str) -> (f32, i32) {
+        let text = format!("{{{BASE}{extra}}}");
+        let c = ModelConfig::parse(text.as_bytes()).expect("parses");
+        (c.text.rope_theta, c.text.rope_dims)
+    }
+
+    /// mlx-lm's rule, key by key (issue #30 measured a config carrying both,
+    /// 1e5 nested and 1e6 top-level, diverging from mlx-lm at the 2nd greedy
+    /// token while the top-level key won).
+    #[test]
+    fn rope_parameters_win_over_top_level_keys_as_in_mlx_lm() {
+        // Both: the nested object decides, the top-level keys are ignored.
+        let both = r#","rope_theta":1e6,"partial_rotary_factor":0.5,"rope_parameters":{"rope_theta":1e5,"partial_rotary_factor":0.25}"#;
+        assert_eq!(rope(both), (1e5, 4));
+        // No rope_parameters: mlx-lm's default object, not the top-level keys.
+        assert_eq!(rope(r#","rope_theta":1e6,"partial_rotary_factor":0.5"#), (1e5, 4));
+        // A nested object without the keys: mlx-lm's defaults again.
+        assert_eq!(rope(r#","rope_theta":1e6,"rope_parameters":{"type":"default"}"#), (1e5, 4));
+        // Only an explicit null or {} leaves the top-level keys in force.
+        assert_eq!(rope(r#","rope_theta":1e6,"partial_rotary_factor":0.5,"rope_parameters":null"#), (1e6, 8));
+        assert_eq!(rope(r#","rope_theta":1e6,"partial_rotary_factor":0.5,"rope_parameters":{}"#), (1e6, 8));
     }
 }
