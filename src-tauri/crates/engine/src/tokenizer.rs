@@ -250,6 +250,7 @@ fn template_env(source: &str) -> Result<Environment<'static>> {
     // Templates are Python-flavoured: message.content.strip(), dict.items() …
     env.set_unknown_method_callback(minijinja_contrib::pycompat::unknown_method_callback);
     env.add_function("raise_exception", raise_exception);
+    env.add_function("strftime_now", strftime_now);
     env.add_filter("tojson", tojson);
     env.add_template_owned("chat", source.to_owned()).map_err(|source| EngineError::TemplateRender { source })?;
     Ok(env)
@@ -280,6 +281,15 @@ impl std::io::Write for Bounded {
 /// transformers' `raise_exception(msg)`: templates use it to reject a conversation.
 fn raise_exception(msg: String) -> std::result::Result<JinjaValue, minijinja::Error> {
     Err(minijinja::Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// transformers' `strftime_now(format)`: today's date (UTC) as the template asks for it.
+#[allow(clippy::needless_pass_by_value)] // minijinja hands arguments over by value
+fn strftime_now(format: String) -> std::result::Result<JinjaValue, minijinja::Error> {
+    clock::Moment::now()
+        .format(&format)
+        .map(JinjaValue::from)
+        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, e))
 }
 
 /// transformers' `tojson`: `json.dumps(x, ensure_ascii=False, indent=…)`,
@@ -438,6 +448,7 @@ fn read_json_opt(path: &Path) -> Result<Option<Value>> {
         .map_err(|e| EngineError::InvalidConfig { path: path.to_owned(), reason: e.to_string() })
 }
 
+mod clock;
 mod gguf;
 #[cfg(test)]
 mod tests;
