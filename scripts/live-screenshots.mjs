@@ -1,12 +1,12 @@
 // Screenshots of the live graph for the README: the real app under Xvfb,
-// driven through tauri-driver like the E2E tests. A first session asks a few
+// driven through WebKitWebDriver like the E2E tests. A first session asks a few
 // long questions a while apart (each stopped after a few seconds) and
 // photographs the graph; a second session, on the same data folder after a
 // restart and in the dark theme, photographs what the store brought back.
 //
 //   node scripts/live-screenshots.mjs OUT_DIR [MINUTES_OF_ACTIVITY]
 //
-// Needs DISPLAY (an Xvfb), .deps/tools/bin/tauri-driver and target/debug/headroom.
+// Needs DISPLAY (an Xvfb), WebKitWebDriver (webkit2gtk-driver) and target/debug/headroom.
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';

@@ -1,12 +1,12 @@
 // The swap warning with its remedies, for the README: the real app under
-// Xvfb (driven through tauri-driver like the E2E tests) with a
+// Xvfb (driven through WebKitWebDriver like the E2E tests) with a
 // Qwen2.5-14B-shaped 8-bit model and its 4-bit sibling in the models folder
 // (sparse: headers only). Picking the 8-bit one opens the warning with what
 // would fit; the remedies depend on this machine's memory at that moment.
 //
 //   node scripts/remedies-screenshot.mjs OUT_DIR
 //
-// Needs DISPLAY (an Xvfb), .deps/tools/bin/tauri-driver and target/debug/headroom.
+// Needs DISPLAY (an Xvfb), WebKitWebDriver (webkit2gtk-driver) and target/debug/headroom.
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';

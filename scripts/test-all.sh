@@ -14,6 +14,10 @@ mkdir -p "$OUT"
 export HEADROOM_TEST_OUTPUT="$OUT"
 
 passed=0 failed=0 broken=()
+# Each step's and suite's wall time, for the table at the end.
+timings=()
+started_all=$SECONDS
+took() { timings+=("$(printf '%-12s %4d:%02d' "$1" $(($2 / 60)) $(($2 % 60)))"); }
 
 # suite NAME COMMAND...: runs it, tees its output to test-output/NAME.log and
 # adds the counts its runner printed (parsed by count_NAME-specific awk below).
@@ -21,9 +25,10 @@ suite() {
   local name="$1" parser="$2"
   shift 2
   printf '\n\033[1m== %s ==\033[0m\n' "$name"
-  local log="$OUT/$name.log"
+  local log="$OUT/$name.log" t0=$SECONDS
   "$@" 2>&1 | tee "$log"
   local rc=${PIPESTATUS[0]}
+  took "$name" $((SECONDS - t0))
   read -r p f < <("$parser" "$log")
   echo "-- $name: $p passed, $f failed (exit $rc)"
   passed=$((passed + p))
@@ -37,8 +42,10 @@ step() {
   local name="$1"
   shift
   printf '\n\033[1m== %s ==\033[0m\n' "$name"
+  local t0=$SECONDS
   "$@" 2>&1 | tee "$OUT/$name.log"
   local rc=${PIPESTATUS[0]}
+  took "$name" $((SECONDS - t0))
   if [ "$rc" -eq 0 ]; then
     passed=$((passed + 1))
     echo "-- $name: passed"
@@ -52,6 +59,10 @@ step() {
 
 summary() {
   echo
+  echo "wall time per step (m:ss):"
+  printf '  %s\n' "${timings[@]}"
+  took total $((SECONDS - started_all))
+  printf '  %s\n' "${timings[-1]}"
   if [ ${#broken[@]} -gt 0 ]; then
     echo "checks or suites that failed or ran no test: ${broken[*]}"
     echo "total: $passed passed, $failed failed"
@@ -59,6 +70,15 @@ summary() {
   fi
   echo "total: $passed passed, $failed failed"
 }
+
+# Set-up and the UI bundle first (timed, not counted: nothing can be tested
+# without them, so a failure here ends the run).
+for prep in "setup scripts/setup.sh" "ui-build bash -c 'cd ui && npm run --silent build >/dev/null'"; do
+  name="${prep%% *}" t0=$SECONDS
+  printf '\n\033[1m== %s ==\033[0m\n' "$name"
+  eval "${prep#* }" || { echo "$name failed: nothing can be tested"; exit 1; }
+  took "$name" $((SECONDS - t0))
+done
 
 # Style first (cheap, and the state is honest even when it fails), then the
 # macOS type-check and lint, then the build every suite below needs.
@@ -72,6 +92,8 @@ if ! step build cargo build -p headroom; then
   echo "the app did not build: no suite can run"
   summary
 fi
+# What `make run` starts: the E2E must drive this very binary.
+app_sha="$(sha256sum target/debug/headroom | cut -d' ' -f1)"
 
 # cargo test: "test result: ok. 12 passed; 0 failed; ..."
 cargo_counts() { awk '/^test result:/ { p += $4; f += $6 } END { print p+0, f+0 }' "$1"; }
@@ -102,6 +124,11 @@ fi
 
 suite rust cargo_counts cargo test --workspace --no-fail-fast
 suite ui-unit vitest_counts bash -c 'cd ui && npx vitest run'
+# `cargo test` builds the app again with its dev-dependencies' features
+# (tauri's `test`, tokio's `test-util`, the test servers) and leaves that
+# binary at target/debug/headroom. Put `make run`'s back (cargo has it:
+# nothing compiles) and check it is the one the build step made.
+step e2e-binary bash -c "cargo build -p headroom --quiet && echo \"$app_sha  target/debug/headroom\" | sha256sum --check"
 suite e2e node_counts node --test --test-reporter=spec ui/e2e/
 suite tray plain_counts bash tests/tray/tray.sh
 

@@ -16,8 +16,9 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 TARGET=aarch64-apple-darwin
 cd "$ROOT"
 
+# One pass: clippy type-checks everything `cargo check` would, then lints;
+# a separate `cargo check` first only did the type-check twice.
 if [ "$(uname -s)" = Darwin ]; then
-  cargo check --workspace --all-targets --target "$TARGET"
   exec cargo clippy --workspace --all-targets --target "$TARGET" -- -D warnings
 fi
 
@@ -33,6 +34,5 @@ export MLX_SYS_CHECK_ONLY=1
 export CC_aarch64_apple_darwin="$ROOT/scripts/check-macos/cc"
 export CXX_aarch64_apple_darwin="$ROOT/scripts/check-macos/cc"
 
-cargo check --workspace --all-targets --target "$TARGET"
 cargo clippy --workspace --all-targets --target "$TARGET" -- -D warnings
 echo "check-macos: the workspace type-checks and passes clippy for $TARGET"

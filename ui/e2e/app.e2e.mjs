@@ -1,5 +1,6 @@
-// End-to-end tests of the real app: tauri-driver + WebKitWebDriver drive the
-// popover of target/debug/headroom under an X display (Xvfb).
+// End-to-end tests of the real app: WebKitWebDriver drives the popover of
+// target/debug/headroom under an X display (Xvfb), started as tauri-driver
+// would start it (webdriver.mjs: NATIVE_DRIVER, DRIVER_ENV, appCapabilities).
 //
 //   DISPLAY=:99 node --test ui/e2e/            (e2e.test.mjs imports this file)
 //   DISPLAY=:99 node --test ui/e2e/app.e2e.mjs
@@ -11,7 +12,7 @@
 //
 // Env: HEADROOM_BIN (default ../../target/debug/headroom from here),
 //      HEADROOM_TEST_OUTPUT (default <repo>/test-output; files go to its e2e/),
-//      TAURI_DRIVER (default <repo>/.deps/tools/bin/tauri-driver, then PATH).
+//      WEBKIT_WEBDRIVER (default WebKitWebDriver on the PATH).
 // Without DISPLAY a private Xvfb is started for the run; a private D-Bus
 // session bus always is (the single-instance lock lives on it on Linux).
 // The app's `xdg-open` is a stand-in that writes down the URLs it is given,
@@ -29,15 +30,13 @@ import { after, before, describe, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { promisify } from 'node:util';
 
-import { Keys, Session, waitFor } from './webdriver.mjs';
+import { DRIVER_ENV, Keys, NATIVE_DRIVER, Session, appCapabilities, driverArgs, waitFor } from './webdriver.mjs';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
 const repo = path.resolve(here, '../..');
 const BIN = path.resolve(process.env.HEADROOM_BIN || path.join(here, '../../target/debug/headroom'));
 const OUT = path.join(path.resolve(process.env.HEADROOM_TEST_OUTPUT || path.join(repo, 'test-output')), 'e2e');
-const DRIVER =
-  process.env.TAURI_DRIVER ||
-  (existsSync(path.join(repo, '.deps/tools/bin/tauri-driver')) ? path.join(repo, '.deps/tools/bin/tauri-driver') : 'tauri-driver');
+const DRIVER = NATIVE_DRIVER;
 
 // The model a fresh install starts with (src-tauri/src/default_model.rs).
 const DEFAULT_MODEL_ID = 'SmolLM2-135M-Instruct';
@@ -133,8 +132,8 @@ async function killTree(child, graceMs = 3000) {
 }
 
 /**
- * tauri-driver runs under this small bash guard, in a process group of its
- * own (guard, tauri-driver, WebKitWebDriver, the app). The guard ends the
+ * The WebDriver server runs under this small bash guard, in a process group of its
+ * own (guard, WebKitWebDriver, the app). The guard ends the
  * group when this test process is gone, however it went: a signal or SIGKILL
  * to Node runs none of its handlers. $1: our pid; the rest: the command.
  */
@@ -270,8 +269,8 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
   let driver = null;
   let session = null;
   let expected = null; // { version, mlx_version, device, platform } from the binary itself
-  let driverUrl = null; // tauri-driver's URL, to open a second app session (the restart)
-  const driverLog = path.join(OUT, 'tauri-driver.log');
+  let driverUrl = null; // the WebDriver server's URL, to open a second app session (the restart)
+  const driverLog = path.join(OUT, 'webdriver.log');
 
   // Whatever happens (a hung hook, an uncaught error), nothing outlives us.
   const watchdog = setTimeout(() => {
@@ -330,17 +329,15 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     };
   }
 
-  /** Starts tauri-driver on free ports; resolves to its URL once it listens. */
+  /** Starts the WebDriver server on a free port; resolves to its URL once it listens. */
   async function startDriver() {
     const port = await freePort();
-    let nativePort = await freePort();
-    while (nativePort === port) nativePort = await freePort();
-    appendFileSync(driverLog, `--- ${new Date().toISOString()} ${DRIVER} --port ${port} --native-port ${nativePort}\n`);
+    appendFileSync(driverLog, `--- ${new Date().toISOString()} ${DRIVER} ${driverArgs(port).join(' ')}\n`);
     // The driver (and the app under it) write straight into the log file:
     // nothing to pipe, and the log stays complete even if Node dies first.
     const log = openSync(driverLog, 'a');
-    driver = spawn('bash', ['-c', GUARD, 'e2e-guard', String(process.pid), DRIVER, '--port', String(port), '--native-port', String(nativePort)], {
-      env: { ...appEnv(), HEADROOM_SHOW_WINDOW: '1' },
+    driver = spawn('bash', ['-c', GUARD, 'e2e-guard', String(process.pid), DRIVER, ...driverArgs(port)], {
+      env: { ...appEnv(), ...DRIVER_ENV, HEADROOM_SHOW_WINDOW: '1' },
       stdio: ['ignore', log, log],
       detached: true, // its own process group: killTree takes WebKitWebDriver and the app too
     });
@@ -353,12 +350,12 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     await waitFor(
       async () => {
         if (spawnError) throw new Error(`could not start ${DRIVER}: ${spawnError.message}`);
-        if (exited) throw new Error(`tauri-driver ${exited}`);
+        if (exited) throw new Error(`${DRIVER} ${exited}`);
         return canConnect(port);
       },
-      { timeoutMs: 15_000, intervalMs: 200, message: `tauri-driver to listen on port ${port}` },
+      { timeoutMs: 15_000, intervalMs: 200, message: `${DRIVER} to listen on port ${port}` },
     ).catch((e) => {
-      throw new Error(`${e.message}\n--- tauri-driver log (${driverLog}) ---\n${tail(driverLog)}`);
+      throw new Error(`${e.message}\n--- WebDriver log (${driverLog}) ---\n${tail(driverLog)}`);
     });
     return `http://127.0.0.1:${port}`;
   }
@@ -394,12 +391,12 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     try {
       return await Session.create(
         baseUrl,
-        { alwaysMatch: { 'tauri:options': { application: BIN } } },
+        appCapabilities(BIN),
         { timeoutMs: 40_000, requestTimeoutMs: 15_000, signal: giveUp.signal },
       );
     } catch (e) {
       const error = new Error(
-        `could not open a WebDriver session on ${BIN}: ${e.message}\n--- tauri-driver log (${driverLog}) ---\n${tail(driverLog)}`,
+        `could not open a WebDriver session on ${BIN}: ${e.message}\n--- WebDriver log (${driverLog}) ---\n${tail(driverLog)}`,
         { cause: e },
       );
       error.appDied = giveUp.signal.aborted;
@@ -479,7 +476,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       work.catch(() => {}); // still settles after a deadline: never unhandled
       let timer;
       const deadline = new Promise((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`set-up took over 85 s\n--- tauri-driver log ---\n${tail(driverLog)}`)), 85_000);
+        timer = setTimeout(() => reject(new Error(`set-up took over 85 s\n--- WebDriver log ---\n${tail(driverLog)}`)), 85_000);
       });
       try {
         await Promise.race([work, deadline]);
@@ -504,9 +501,9 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await killTree(dbus?.child, 1000);
       if (process.env.HEADROOM_E2E_KEEP) process.stderr.write(`e2e: kept ${SCRATCH}\n`);
       else rmSync(SCRATCH, { recursive: true, force: true });
-      // The guard's group: tauri-driver, WebKitWebDriver, the app and its web processes.
+      // The guard's group: WebKitWebDriver, the app and its web processes.
       const left = driver?.pid ? groupMembers(driver.pid) : [];
-      assert.deepEqual(left, [], 'processes left behind by tauri-driver and the app');
+      assert.deepEqual(left, [], 'processes left behind by the WebDriver server and the app');
     },
     { timeout: 20_000 },
   );
@@ -1249,7 +1246,11 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
         message: 'the new answer\'s stats line',
       });
       await session.click(stats);
-      const details = await session.waitForElement('[data-testid="turn-stats-details"]', 5_000);
+      // An earlier answer's details may still be open above: this answer's are the last.
+      const details = await waitFor(async () => (await session.allByTestId('turn-stats-details')).at(-1), {
+        timeoutMs: 5_000,
+        message: 'the new answer\'s details',
+      });
       assert.match(await session.text(details), /8-bit/, 'the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm)');
     } finally {
       // Back to the default model and the default settings.

@@ -2,6 +2,28 @@
 // on Node's built-in fetch, with a timeout on every request and errors that
 // carry the driver's own answer.
 
+/**
+ * The WebDriver server for a Tauri app on Linux is WebKitWebDriver itself
+ * (Debian's webkit2gtk-driver). tauri-driver only starts it with Tauri's
+ * automation switch and renames `tauri:options` to WebKitGTK's capability,
+ * so the tests do those two things here and need no tauri-driver (whose
+ * source build cost every fresh machine a whole HTTP stack).
+ */
+export const NATIVE_DRIVER = process.env.WEBKIT_WEBDRIVER || 'WebKitWebDriver';
+
+/** argv for the native driver listening on `port` (127.0.0.1 only). */
+export function driverArgs(port) {
+  return [`--port=${port}`, '--host=127.0.0.1'];
+}
+
+/** What the app needs in its environment to let a WebDriver drive its webview (Tauri 1 and 2 spellings). */
+export const DRIVER_ENV = Object.freeze({ TAURI_AUTOMATION: 'true', TAURI_WEBVIEW_AUTOMATION: 'true' });
+
+/** New-session capabilities that start the app at `binary` with `args`. */
+export function appCapabilities(binary, args = []) {
+  return { alwaysMatch: { 'webkitgtk:browserOptions': { binary, args } } };
+}
+
 /** The key under which W3C WebDriver returns an element reference. */
 export const ELEMENT_KEY = 'element-6066-11e4-a52e-4f735466cecf';
 
