@@ -25,7 +25,8 @@ use serde_json::Value;
 
 const QUESTION: &str = "What is the capital of France?";
 const TOKENS: usize = 12;
-const LOGIT_TOLERANCE: f32 = 2e-2;
+/// As the other parity tests (measured here: 0, bit for bit, on every file).
+const LOGIT_TOLERANCE: f32 = 1e-3;
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -77,6 +78,7 @@ fn the_real_model_answers_paris_token_for_token_like_mlx_lm() {
     assert_eq!(logits.len(), want_logits.len());
     assert_eq!(logits.len(), 49_152, "one logit per token of the vocabulary");
     let worst = logits.iter().zip(&want_logits).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    eprintln!("the real model's last-position logits differ from mlx-lm's by up to {worst}");
     assert!(worst <= LOGIT_TOLERANCE, "last-position logits differ from mlx-lm's by up to {worst}");
     drop(model);
 
@@ -150,6 +152,7 @@ fn every_architecture_and_tensor_type_matches_mlx_lm_on_tiny_gguf_files() {
             .zip(case["last_logits"].as_array().expect("logits"))
             .map(|(a, b)| (a - b.as_f64().expect("f") as f32).abs())
             .fold(0.0f32, f32::max);
+        eprintln!("{name}: logits differ from mlx-lm's by up to {worst}");
         assert!(worst <= LOGIT_TOLERANCE, "{name}: logits differ by up to {worst}");
     }
     assert_eq!(files.len(), 12);

@@ -1209,7 +1209,12 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const [float, q8] = [await peak([]), await peak(['--kv-bits', '8'])];
     assert.ok(float - q8 > 1.5 * 2 ** 30, `the 8-bit cache saves most of 2 GiB: ${float} vs ${q8}`);
     const available = Number(/MemAvailable:\s+(\d+) kB/.exec(readFileSync('/proc/meminfo', 'utf8'))[1]) * 1024;
-    const headroomGb = (available - (float + q8) / 2) / 2 ** 30;
+    // The app's budget also counts what unloading its loaded model would give
+    // back (MLX's arrays and buffer cache: after a real model's bench, more
+    // than this case's margin), so that figure is read from the app itself.
+    const listed = await session.execute("return window.__TAURI_INTERNALS__.invoke('models_list', {});");
+    const freed = listed.find((m) => m.loaded)?.fit?.budget?.freed_by_unload_bytes ?? 0;
+    const headroomGb = (available + freed - (float + q8) / 2) / 2 ** 30;
     assert.ok(headroomGb > 0.5, `this machine has room for the case: ${available} bytes free`);
     await session.click(await session.byTestId('settings-button'));
     await setSetting('context-limit', '65536');
