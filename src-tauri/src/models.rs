@@ -610,6 +610,34 @@ mod tests {
         assert!(matches!(resolve_repo("org/escape", &env), Err(ModelsError::BrokenCacheEntry { .. })));
     }
 
+    /// What a fresh install does: the real model `make setup` unpacked is
+    /// linked into the data folder, listed as a GGUF llama at 4 bits, and loaded.
+    #[test]
+    fn the_real_default_model_is_linked_and_loaded_into_an_empty_data_folder() {
+        let file = crate::default_model::checkout_copy();
+        assert!(file.is_file(), "{} is missing: run `make setup`", file.display());
+        let mut state = crate::test_state("default-model");
+        state.locations.default_model = Some(file);
+        assert_eq!(ensure_default_model(&state).ok(), Some(true));
+        let list = entries(&state);
+        assert_eq!(list.len(), 1, "{list:?}");
+        let m = &list[0];
+        assert_eq!(
+            (m.id.as_str(), m.arch.as_deref(), m.bits, m.quantization.as_deref(), m.loaded),
+            (DEFAULT_MODEL_ID, Some("llama"), Some(4), Some("4-bit, group 32"), true)
+        );
+        assert_eq!(m.size_bytes, 98_362_432, "the GGUF file's size");
+        let linked = state
+            .locations
+            .data_dir
+            .join(MODELS_DIR)
+            .join(DEFAULT_MODEL_ID)
+            .join(crate::default_model::DEFAULT_MODEL_FILE);
+        assert!(linked.is_file(), "{} links the bundled file", linked.display());
+        assert_eq!(ensure_default_model(&state).ok(), Some(false), "already loaded");
+        let _ = std::fs::remove_dir_all(&state.locations.data_dir);
+    }
+
     #[test]
     fn the_demo_model_is_written_and_loaded_once_into_an_empty_data_folder() {
         let state = crate::test_state("demo");
