@@ -4,8 +4,7 @@
 use std::ffi::OsStr;
 use std::path::PathBuf;
 
-mod common;
-use common::{headroom, headroom_with};
+use crate::common::{headroom, headroom_with};
 
 fn json(out: &std::process::Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));

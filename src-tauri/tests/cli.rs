@@ -3,8 +3,7 @@
 
 use std::path::PathBuf;
 
-mod common;
-use common::{headroom, headroom_with};
+use crate::common::{headroom, headroom_with};
 
 #[test]
 fn demo_model_then_generate_json_then_a_clear_error() {

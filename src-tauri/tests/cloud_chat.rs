@@ -19,8 +19,7 @@ use headroom_core::gate::{gate, Outbound, Part};
 use headroom_core::router::sensitive::ScanCache;
 use headroom_store::{MessageStatus, Route, Store};
 
-mod common;
-use common::{headroom, headroom_with};
+use crate::common::{headroom, headroom_with};
 
 fn temp_dir(tag: &str) -> PathBuf {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -2,8 +2,6 @@
 //! without a display in one line, and `headroom serve` refuses politely to
 //! start a second server on the port the app already serves.
 
-mod common;
-
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -39,7 +37,7 @@ fn serve_refuses_politely_where_the_app_already_serves() {
     let port = app_server.local_addr().unwrap().port();
     headroom::serve_marker::record(data.path(), port).unwrap();
 
-    let out = common::headroom_with(
+    let out = crate::common::headroom_with(
         &["serve", "--port", &port.to_string()],
         &[("HEADROOM_DATA_DIR", data.path().as_os_str())],
     );

@@ -12,8 +12,7 @@ use clap::Parser;
 use headroom::cli::{run, Cli};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 
-mod common;
-use common::headroom;
+use crate::common::headroom;
 
 const CLAIMED: u64 = 200_000_000_000;
 

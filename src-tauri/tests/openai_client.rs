@@ -7,8 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod common;
-use common::{headroom, headroom_with};
+use crate::common::{headroom, headroom_with};
 
 /// The context limit the server loads with: small, so the test's
 /// over-the-limit prompt is cheap.

@@ -9,8 +9,7 @@ use std::time::{Duration, Instant};
 
 use headroom_store::{MessageStatus, Store, StoredMessage};
 
-mod common;
-use common::headroom_with;
+use crate::common::headroom_with;
 
 /// A data folder and a tiny demo model of this test's own.
 fn setup(tag: &str) -> (PathBuf, String) {

@@ -8,8 +8,7 @@ use std::path::PathBuf;
 use headroom_engine::tokenizer::Tokenizer;
 use serde_json::Value;
 
-mod common;
-use common::headroom;
+use crate::common::headroom;
 
 fn json_of(args: &[&str]) -> Value {
     let out = headroom(args);

@@ -1,0 +1,17 @@
+//! The app crate's integration tests, compiled as one binary (one link of
+//! the app and its whole dependency graph instead of one per file): the CLI
+//! end to end, the bundle's configuration, routing, persistence, pulls, the
+//! local server and the fit guard.
+
+mod common;
+
+mod bench;
+mod bundle_config;
+mod cli;
+mod cloud_chat;
+mod desktop;
+mod fit_guard;
+mod openai_client;
+mod persist;
+mod pull;
+mod route;
