@@ -1202,6 +1202,19 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const id = 'kv-heavy-demo';
     const dir = path.join(DATA_DIR, 'models', id);
     await run(BIN, ['demo-model', dir, '--preset', 'kv-heavy', '--bits', '4'], { timeout: 60_000 });
+    // The budget counts what unloading the loaded model would give back: a
+    // real model's MLX arrays and buffer cache (after the bench) move by more
+    // than this case's margin from one reading to the next, so a tiny demo
+    // model (84 KB of weights) is loaded first, as when this case was made.
+    const tiny = 'headroom-demo-tiny';
+    await run(BIN, ['demo-model', path.join(DATA_DIR, 'models', tiny), '--preset', 'tiny', '--bits', '4'], { timeout: 60_000 });
+    await session.click(await session.byTestId('model-select'));
+    await session.click(await session.waitForElement(`[data-testid="model-option"][data-model-id="${tiny}"]`, 10_000));
+    await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === tiny, {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+      message: `${tiny} to load`,
+    });
     const peak = async (extra) => {
       const { stdout } = await run(BIN, ['fit', dir, '--context', '65536', '--json', ...extra], { timeout: 30_000, env: { ...process.env, HEADROOM_DATA_DIR: DATA_DIR } });
       return JSON.parse(stdout).estimate.predicted_peak_bytes;
@@ -1209,9 +1222,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const [float, q8] = [await peak([]), await peak(['--kv-bits', '8'])];
     assert.ok(float - q8 > 1.5 * 2 ** 30, `the 8-bit cache saves most of 2 GiB: ${float} vs ${q8}`);
     const available = Number(/MemAvailable:\s+(\d+) kB/.exec(readFileSync('/proc/meminfo', 'utf8'))[1]) * 1024;
-    // The app's budget also counts what unloading its loaded model would give
-    // back (MLX's arrays and buffer cache: after a real model's bench, more
-    // than this case's margin), so that figure is read from the app itself.
+    // The budget also counts what unloading the loaded (tiny) model would give back.
     const listed = await session.execute("return window.__TAURI_INTERNALS__.invoke('models_list', {});");
     const freed = listed.find((m) => m.loaded)?.fit?.budget?.freed_by_unload_bytes ?? 0;
     const headroomGb = (available + freed - (float + q8) / 2) / 2 ** 30;
@@ -1226,8 +1237,18 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       // The list is read again as it opens: the new folder and the new budget.
       await session.click(await session.byTestId('model-select'));
       const row = `[data-testid="model-option"][data-model-id="${id}"]`;
-      await waitFor(async () => (await session.allByTestId('model-option')).length === 3, { timeoutMs: 10_000, message: 'the new model in the list' });
-      assert.equal(await session.attribute(await session.find(row), 'data-verdict'), 'would_swap');
+      await waitFor(async () => (await session.allByTestId('model-option')).length === 4, { timeoutMs: 10_000, message: 'the new model in the list' });
+      // The list shows what it had while it reads again (the tiny model's
+      // switch opened it with these four rows): wait for the fresh verdict.
+      const verdict = await waitFor(async () => {
+        const v = await session.attribute(await session.find(row), 'data-verdict');
+        return v === 'would_swap' && v;
+      }, { timeoutMs: 10_000, intervalMs: 250, message: `${id}'s verdict to read would_swap` }).catch(async () => session.attribute(await session.find(row), 'data-verdict'));
+      if (verdict !== 'would_swap') {
+        const now = await session.execute("return window.__TAURI_INTERNALS__.invoke('models_list', {});");
+        const fit = now.find((m) => m.id === id)?.fit;
+        assert.fail(`verdict ${verdict}, expected would_swap: float ${float}, q8 ${q8}, MemAvailable ${available}, freed ${freed}, headroom ${headroomGb} GiB; the app: ${JSON.stringify({ budget: fit?.budget, peak: fit?.estimate?.predicted_peak_bytes })}`);
+      }
       await session.click(await session.find(row));
       const sheet = await session.waitForElement('[data-testid="fit-warning"]', 10_000);
       const remedy = await session.byTestId('fit-remedy-kv_cache');
@@ -1246,17 +1267,18 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       const statsBefore = (await session.allByTestId('turn-stats')).length;
       await sendMessage('hi');
       await finishedAnswer(before + 1, 60_000);
-      const stats = await waitFor(async () => (await session.allByTestId('turn-stats'))[statsBefore], {
-        timeoutMs: 10_000,
-        message: 'the new answer\'s stats line',
-      });
+      const stats = await waitFor(async () => {
+        const all = await session.allByTestId('turn-stats');
+        return all.length > statsBefore && all.at(-1);
+      }, { timeoutMs: 10_000, message: 'the new answer\'s stats line' });
+      // Earlier answers' details may be open too: this turn's are the ones the click opened.
+      const openBefore = new Set((await session.allByTestId('turn-stats-details')).map(Session.elementId));
       await session.click(stats);
-      // An earlier answer's details may still be open above: this answer's are the last.
-      const details = await waitFor(async () => (await session.allByTestId('turn-stats-details')).at(-1), {
-        timeoutMs: 5_000,
-        message: 'the new answer\'s details',
-      });
-      assert.match(await session.text(details), /8-bit/, 'the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm)');
+      const details = await waitFor(async () => {
+        const opened = (await session.allByTestId('turn-stats-details')).find((d) => !openBefore.has(Session.elementId(d)));
+        return opened ? session.text(opened) : false;
+      }, { timeoutMs: 5_000, message: 'the new answer\'s details' });
+      assert.match(details, /8-bit/, 'the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm)');
     } finally {
       // Back to the default model and the default settings.
       await session.click(await session.byTestId('settings-button'));
