@@ -15,6 +15,7 @@ pub mod pressure;
 pub mod remedies;
 pub mod router;
 pub mod settings;
+pub mod shelf;
 pub mod slowdown;
 pub mod stats;
 pub mod timeline;
