@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use headroom_core::fit::ModelFootprint;
-use headroom_core::format::safetensors::{header_len, parse_header, parse_index, INDEX_FILE, SINGLE_FILE};
+use headroom_core::format::safetensors::{header_len, parse_header, parse_index, Header, INDEX_FILE, SINGLE_FILE};
 use headroom_core::format::{footprint, LoadShape, ModelConfig, CONFIG_FILE};
 use serde::Serialize;
 use sha2::{Digest, Sha256};
@@ -52,6 +52,12 @@ pub struct RemoteModel {
     pub cached_bytes: u64,
     /// Weights, layers, heads… as the engine will load them: the fit check's input.
     pub footprint: ModelFootprint,
+    /// config.json as the hub served it (the starter shelf keeps it as a record).
+    #[serde(skip)]
+    pub config_bytes: Vec<u8>,
+    /// Every weight file's safetensors header, in the index's order.
+    #[serde(skip)]
+    pub headers: Vec<Header>,
 }
 
 /// Progress of [`download`], for `--json` lines and the app's Channel.
@@ -183,6 +189,8 @@ pub async fn inspect(
         cached_bytes,
         footprint: footprint(&config, &headers, shape),
         files,
+        config_bytes,
+        headers,
     })
 }
 
