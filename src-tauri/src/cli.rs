@@ -22,6 +22,7 @@ mod pull;
 mod route;
 mod serve;
 mod sessions;
+mod shelf;
 
 use std::process::ExitCode;
 
@@ -44,6 +45,7 @@ pub use pull::PullArgs;
 pub use route::RouteArgs;
 pub use serve::ServeArgs;
 pub use sessions::SessionsArgs;
+pub use shelf::ShelfArgs;
 
 /// Run local LLMs on a memory-tight Mac: fit checks before loading, honest
 /// speed figures, and a local/cloud router. With no subcommand, opens the
@@ -106,6 +108,10 @@ pub enum Command {
     /// Say where one message would run (the local model or the cloud) and
     /// why: sensitive content, input length, tools, web, fit. Sends nothing.
     Route(RouteArgs),
+    /// The starter shelf: real models people run on 16–32 GB Macs, each with
+    /// its fit verdict on this Mac (what fits first) before any download;
+    /// `headroom pull REPO` gets one.
+    Shelf(ShelfArgs),
     /// Serve the OpenAI-compatible API (/v1/models, /v1/chat/completions)
     /// on 127.0.0.1 until Ctrl-C, on the models the app knows.
     Serve(ServeArgs),
@@ -150,6 +156,7 @@ pub fn run(command: Command) -> ExitCode {
         Command::Pull(args) => pull::run(&args),
         Command::Route(args) => route::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Shelf(args) => report(shelf::run(&args)),
     }
 }
 

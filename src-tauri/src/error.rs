@@ -208,6 +208,21 @@ impl From<crate::desktop::DesktopError> for CommandError {
     }
 }
 
+impl From<crate::shelf::ShelfServiceError> for CommandError {
+    fn from(e: crate::shelf::ShelfServiceError) -> Self {
+        use crate::shelf::ShelfServiceError as E;
+        match e {
+            // The hub's own errors keep their codes (offline, gated, not found).
+            E::Hub { source, repo } => {
+                let mapped = CommandError::from(*source);
+                Self::new(mapped.code, format!("{repo}: {}", mapped.message))
+            }
+            E::Record(_) => Self::new("SHELF_RECORD", e.to_string()),
+            E::Write { .. } => Self::new("IO", e.to_string()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -22,6 +22,7 @@ mod runs;
 mod runtime;
 mod serve;
 pub mod serve_marker;
+pub mod shelf;
 mod state;
 mod tray;
 pub mod turn;
@@ -170,6 +171,8 @@ pub fn run_app<R: Runtime>(
             commands::pull::model_pull_check,
             commands::pull::model_pull,
             commands::pull::model_pull_cancel,
+            commands::shelf::shelf_list,
+            commands::shelf::shelf_refresh,
             commands::sessions::sessions_list,
             commands::sessions::session_create,
             commands::sessions::session_rename,

@@ -15,3 +15,4 @@ mod openai_client;
 mod persist;
 mod pull;
 mod route;
+mod shelf;

@@ -69,6 +69,29 @@ pub enum CliError {
     Output(#[from] std::io::Error),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
+    // Boxed, as `Engine` is: both carry a hub error with its repo and file.
+    #[error(transparent)]
+    Shelf(Box<crate::shelf::ShelfServiceError>),
+    #[error(transparent)]
+    Hub(Box<headroom_hub::HubError>),
+    /// The async runtime a network command needs could not start.
+    #[error("cannot start the async runtime: {0}")]
+    Runtime(std::io::Error),
+    /// `shelf --refresh` had nowhere to keep what it read.
+    #[error("no Hugging Face cache folder is known: set HF_HUB_CACHE, HF_HOME or HOME")]
+    NoHubCache,
+}
+
+impl From<crate::shelf::ShelfServiceError> for CliError {
+    fn from(e: crate::shelf::ShelfServiceError) -> Self {
+        Self::Shelf(Box::new(e))
+    }
+}
+
+impl From<headroom_hub::HubError> for CliError {
+    fn from(e: headroom_hub::HubError) -> Self {
+        Self::Hub(Box::new(e))
+    }
 }
 
 impl From<crate::fit::FitError> for CliError {

@@ -19,4 +19,5 @@ pub mod pull;
 pub mod route;
 pub mod server;
 pub mod sessions;
+pub mod shelf;
 pub mod window;

@@ -54,7 +54,7 @@ impl From<HubError> for CommandError {
     }
 }
 
-fn cache_root(state: &AppState) -> Result<PathBuf, CommandError> {
+pub(crate) fn cache_root(state: &AppState) -> Result<PathBuf, CommandError> {
     state.locations.hub.hub_dirs().into_iter().next().ok_or_else(|| {
         CommandError::new("NO_HF_CACHE", "No Hugging Face cache folder is known: set HF_HUB_CACHE, HF_HOME or HOME.")
     })

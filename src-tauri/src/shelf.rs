@@ -1,0 +1,293 @@
+//! The starter shelf as the app and the CLI both show it: real models people
+//! run on 16–32 GB Macs (`headroom_core::shelf`), each with its fit verdict
+//! on this Mac from the same fit code the picker uses, what fits first.
+//! Pulling one is the ordinary pull (`commands::pull`, `cli::pull`), which
+//! checks the fit again from the repo's real headers before downloading.
+//!
+//! The records are the repo's (`assets/shelf.json`) until [`refresh`] has
+//! read a repo from the hub; its record is then kept in the data folder
+//! (`shelf/<org>__<name>.json`) and wins over the recorded one.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use headroom_core::fit::{check_with, BudgetInputs, FitReport, Verdict, GIB, MIN_CONTEXT};
+use headroom_core::format::LoadShape;
+use headroom_core::kv::KvFormat;
+use headroom_core::remedies::{remedies, Remedy};
+use headroom_core::shelf::{self, ShelfError, ShelfModel, ShelfRecord};
+use headroom_engine::ComputeDtype;
+use headroom_hub::{inspect, HubClient, HubError, RepoId};
+use serde::Serialize;
+
+use crate::state::AppState;
+
+/// The folder under the app's data folder that holds refreshed records.
+pub const SHELF_DIR: &str = "shelf";
+
+/// Where a shelf entry's facts come from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum ShelfSource {
+    /// Recorded in the app (`assets/shelf.json`) on this day.
+    Recorded { on: String },
+    /// Read from the hub by [`refresh`].
+    Hub { commit: String },
+}
+
+/// One row of the shelf.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ShelfEntry {
+    pub repo: String,
+    pub name: String,
+    pub about: String,
+    pub license: String,
+    /// The repo asks for its terms to be accepted: a Hugging Face token is needed.
+    pub gated: bool,
+    /// HF `model_type`.
+    pub arch: String,
+    pub bits: Option<u32>,
+    /// "4-bit, group 64".
+    pub quantization: Option<String>,
+    /// Bytes a pull downloads, when known.
+    pub download_bytes: Option<u64>,
+    /// Weight bytes as the engine would hold them.
+    pub weight_bytes: u64,
+    /// Already in the model list (the HF cache or the app's models folder).
+    pub installed: bool,
+    /// The verdict at the app's context limit; `None` when this Mac's memory could not be read.
+    pub fit: Option<FitReport>,
+    /// What would make it fit (a shorter context, a quantized KV cache) when `fit` refuses.
+    pub remedies: Vec<Remedy>,
+    /// Why it does not fit, in one sentence; `None` when it fits.
+    pub why: Option<String>,
+    pub source: ShelfSource,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ShelfServiceError {
+    #[error("a starter shelf record cannot be read: {0}")]
+    Record(#[from] ShelfError),
+    #[error("{repo} could not be read from the hub: {source}")]
+    Hub {
+        repo: String,
+        // Boxed: a hub error is large, and every shelf result carries this enum.
+        #[source]
+        source: Box<HubError>,
+    },
+    #[error("the shelf record for {repo} could not be written to {}: {source}", path.display())]
+    Write {
+        repo: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// What the shelf's verdicts are computed against.
+#[derive(Debug, Clone, Copy)]
+pub struct ShelfFit {
+    pub shape: LoadShape,
+    pub kv: KvFormat,
+    pub context: u64,
+    /// `None`: no budget (memory unreadable); the entries carry no verdict.
+    pub inputs: Option<BudgetInputs>,
+}
+
+/// The shelf's models: each recorded one, or its refreshed record from
+/// `data_dir` where one was written and still reads.
+pub fn models(data_dir: &Path) -> Result<Vec<(ShelfModel, ShelfSource)>, ShelfServiceError> {
+    let recorded = shelf::parse_shelf(shelf::RECORDED)?;
+    let mut out = Vec::with_capacity(recorded.models.len());
+    for record in recorded.models {
+        let refreshed = std::fs::read_to_string(record_path(data_dir, &record.repo))
+            .ok()
+            .and_then(|text| shelf::parse_record(&text).ok())
+            .filter(|r| r.repo == record.repo)
+            .and_then(|r| {
+                let commit = r.source.strip_prefix("hub ").unwrap_or(&r.source).to_owned();
+                r.check().ok().map(|m| (m, ShelfSource::Hub { commit }))
+            });
+        match refreshed {
+            Some(found) => out.push(found),
+            None => out.push((record.check()?, ShelfSource::Recorded { on: recorded.recorded_on.clone() })),
+        }
+    }
+    Ok(out)
+}
+
+/// The shelf with a verdict for each model, what fits first (then tight,
+/// then what would swap, then what cannot fit), smaller before larger
+/// within each; `installed` lists the ids already in the model list.
+pub fn entries(data_dir: &Path, installed: &[String], fit: ShelfFit) -> Result<Vec<ShelfEntry>, ShelfServiceError> {
+    let mut list: Vec<ShelfEntry> = models(data_dir)?
+        .into_iter()
+        .map(|(model, source)| {
+            let footprint = model.footprint(fit.shape);
+            let report = fit.inputs.map(|inputs| check_with(&footprint, fit.context, fit.kv, inputs, &[]));
+            let quant = model.config.quantization.as_ref().map(|q| q.default);
+            ShelfEntry {
+                installed: installed.iter().any(|id| id == &model.record.repo),
+                arch: model.config.model_type_name().to_owned(),
+                bits: quant.and_then(|q| u32::try_from(q.bits).ok()),
+                quantization: quant.map(|q| q.label()),
+                weight_bytes: footprint.weight_bytes,
+                remedies: report.as_ref().map(|r| remedies(r, fit.kv, 0, &[])).unwrap_or_default(),
+                why: report.as_ref().and_then(why),
+                fit: report,
+                source,
+                repo: model.record.repo,
+                name: model.record.name,
+                about: model.record.about,
+                license: model.record.license,
+                gated: model.record.gated,
+                download_bytes: model.record.download_bytes,
+            }
+        })
+        .collect();
+    list.sort_by_key(|e| (e.fit.as_ref().map_or(4, |r| rank(r.verdict)), e.weight_bytes));
+    Ok(list)
+}
+
+fn rank(v: Verdict) -> u8 {
+    match v {
+        Verdict::Fits => 0,
+        Verdict::Tight => 1,
+        Verdict::WouldSwap { .. } => 2,
+        Verdict::CannotFit { .. } => 3,
+    }
+}
+
+fn gb(bytes: u64) -> String {
+    format!("{:.1} GB", bytes as f64 / GIB as f64)
+}
+
+/// Why a model does not fit, with its numbers; `None` when it fits. (The
+/// row already says what it needs; this says by how much that is too much,
+/// and what would fit.)
+pub fn why(r: &FitReport) -> Option<String> {
+    let (budget, context) = (gb(r.budget.budget_bytes), r.estimate.context_tokens);
+    match r.verdict {
+        Verdict::Fits | Verdict::Tight => None,
+        Verdict::WouldSwap { by_bytes } => Some(match r.largest_context_that_fits {
+            Some(n) => format!(
+                "{} over this Mac's {budget} budget at {context} tokens; fits with up to {n} tokens",
+                gb(by_bytes)
+            ),
+            None => format!("{} over this Mac's {budget} budget at {context} tokens", gb(by_bytes)),
+        }),
+        Verdict::CannotFit { by_bytes } => Some(format!(
+            "{} over this Mac's {budget} budget even at the shortest context ({MIN_CONTEXT} tokens)",
+            gb(by_bytes)
+        )),
+    }
+}
+
+fn record_path(data_dir: &Path, repo: &str) -> PathBuf {
+    data_dir.join(SHELF_DIR).join(format!("{}.json", repo.replace('/', "__")))
+}
+
+/// How long a record read from the hub stands before the app's own refresh
+/// reads it again (`headroom shelf --refresh` always does).
+pub const FRESH_FOR: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// What [`refresh`] did with one repo.
+#[derive(Debug)]
+pub enum Refreshed {
+    /// Read from the hub at this commit, and kept.
+    Read { commit: String },
+    /// Its kept record is younger than `fresh_for`: not asked.
+    StillFresh,
+    /// The hub could not give it (offline, gated without a token): its older record stays.
+    Failed(ShelfServiceError),
+}
+
+/// Reads every shelf repo's config.json and weight headers from the hub
+/// (nothing else is downloaded) and keeps each as the repo's record in
+/// `data_dir`, so the verdicts follow the repos as they change; a repo
+/// whose kept record is younger than `fresh_for` is skipped. One repo
+/// failing keeps its older record; the others still refresh.
+pub async fn refresh(
+    client: &HubClient,
+    data_dir: &Path,
+    cache_root: &Path,
+    fresh_for: Option<Duration>,
+) -> Result<Vec<(String, Refreshed)>, ShelfServiceError> {
+    let recorded = shelf::parse_shelf(shelf::RECORDED)?;
+    let mut outcomes = Vec::with_capacity(recorded.models.len());
+    for record in recorded.models {
+        let repo = record.repo.clone();
+        let age = std::fs::metadata(record_path(data_dir, &repo))
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok());
+        let outcome = if fresh_for.zip(age).is_some_and(|(fresh, age)| age < fresh) {
+            Refreshed::StillFresh
+        } else {
+            match refresh_one(client, data_dir, cache_root, record).await {
+                Ok(commit) => Refreshed::Read { commit },
+                Err(e) => Refreshed::Failed(e),
+            }
+        };
+        outcomes.push((repo, outcome));
+    }
+    Ok(outcomes)
+}
+
+async fn refresh_one(
+    client: &HubClient,
+    data_dir: &Path,
+    cache_root: &Path,
+    record: ShelfRecord,
+) -> Result<String, ShelfServiceError> {
+    let hub = |source| ShelfServiceError::Hub { repo: record.repo.clone(), source: Box::new(source) };
+    let id = RepoId::parse(&record.repo).map_err(hub)?;
+    // The shape does not matter here: the record keeps dtypes and shapes, not the footprint.
+    let remote = inspect(client, &id, "main", cache_root, LoadShape::default()).await.map_err(hub)?;
+    let tensors = remote
+        .headers
+        .iter()
+        .flat_map(|h| h.tensors.iter())
+        .map(|(name, t)| (name.clone(), t.dtype.as_str().to_owned(), t.shape.clone()))
+        .collect();
+    let config = serde_json::from_slice(&remote.config_bytes)
+        .map_err(|e| ShelfError::Json { reason: format!("{}: config.json: {e}", record.repo) })?;
+    let fresh = ShelfRecord {
+        download_bytes: Some(remote.total_bytes),
+        hub_files_gb: None,
+        source: format!("hub {}", remote.commit),
+        config,
+        layers: 0,
+        tensors,
+        ..record
+    };
+    // A record that would not read back is not kept (the recorded one stays).
+    fresh.clone().check()?;
+    let path = record_path(data_dir, &fresh.repo);
+    let write = |source| ShelfServiceError::Write { repo: fresh.repo.clone(), path: path.clone(), source };
+    let text = serde_json::to_string(&fresh).map_err(|e| write(std::io::Error::other(e)))?;
+    std::fs::create_dir_all(data_dir.join(SHELF_DIR)).map_err(write)?;
+    // Written aside and renamed: a reader never sees half a record.
+    let partial = path.with_extension("json.partial");
+    std::fs::write(&partial, text).map_err(write)?;
+    std::fs::rename(&partial, &path).map_err(write)?;
+    Ok(remote.commit)
+}
+
+/// The shelf against the app's settings (kernel, KV format, context limit)
+/// and the budget the picker uses now (what unloading the loaded model frees included).
+pub fn for_app(state: &AppState) -> Result<Vec<ShelfEntry>, ShelfServiceError> {
+    let kernel = state.quant_kernel();
+    let installed: Vec<String> = crate::models::list_models(&state.locations.data_dir, &state.locations.hub, kernel)
+        .into_iter()
+        .map(|m| m.id)
+        .collect();
+    let inputs = crate::models::budget_source(state).ok().and_then(|s| crate::fit::budget_inputs(s).ok());
+    let fit = ShelfFit {
+        shape: headroom_engine::load_shape(ComputeDtype::Native, kernel),
+        kv: state.kv_format(),
+        context: u64::try_from(state.context_limit()).unwrap_or(u64::MAX),
+        inputs,
+    };
+    entries(&state.locations.data_dir, &installed, fit)
+}
