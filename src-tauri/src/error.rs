@@ -116,6 +116,7 @@ impl From<headroom_cloud::KeyError> for CommandError {
         let code = match &e {
             E::EmptyKey => "CLOUD_KEY_EMPTY",
             E::InvalidUrl(_) => "CLOUD_BAD_URL",
+            E::EnvKeyWithoutUrl { .. } => "CLOUD_KEY_ENV",
             E::File { .. } | E::CorruptFile { .. } | E::Keychain(_) => "CLOUD_KEY_STORE",
         };
         Self::new(code, format!("The API key could not be used: {e}"))

@@ -120,7 +120,9 @@ fn chat_cloud(data: &Path, model: &Path, url: &str, extra: &[&str], key: Option<
         ("DBUS_SESSION_BUS_ADDRESS", "unix:path=/nonexistent/headroom-test-bus".as_ref()),
     ];
     if let Some(key) = key {
+        // The environment's key goes to the URL it is bound to, and nowhere else.
         env.push(("HEADROOM_CLOUD_API_KEY", key.as_ref()));
+        env.push(("HEADROOM_CLOUD_API_KEY_URL", url.as_ref()));
     }
     headroom_with(&args, &env)
 }
@@ -273,8 +275,14 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     env_args.extend(["--route", "auto"]);
     let m = model.to_string_lossy();
     let args = [&["chat", &*m, "--cloud-url", &url, "--cloud-model", "default_model"], env_args.as_slice()].concat();
-    let out =
-        headroom_with(&args, &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())]);
+    let out = headroom_with(
+        &args,
+        &[
+            ("HEADROOM_DATA_DIR", data.as_os_str()),
+            ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
+            ("HEADROOM_CLOUD_API_KEY_URL", url.as_ref()),
+        ],
+    );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("--route auto: the cloud"), "{}", stderr(&out));
     assert_eq!(String::from_utf8_lossy(&out.stdout), "routed\n");
@@ -318,7 +326,11 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
             "--cloud-model",
             "x",
         ],
-        &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())],
+        &[
+            ("HEADROOM_DATA_DIR", data.as_os_str()),
+            ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
+            ("HEADROOM_CLOUD_API_KEY_URL", url.as_ref()),
+        ],
     );
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("went as a summary made on this Mac"), "{}", stderr(&out));
@@ -402,7 +414,14 @@ fn the_cli_never_sends_an_earlier_secret_and_allow_sensitive_names_what_it_sends
             extra,
         ]
         .concat();
-        headroom_with(&args, &[("HEADROOM_DATA_DIR", data.as_os_str()), ("HEADROOM_CLOUD_API_KEY", "k".as_ref())])
+        headroom_with(
+            &args,
+            &[
+                ("HEADROOM_DATA_DIR", data.as_os_str()),
+                ("HEADROOM_CLOUD_API_KEY", "k".as_ref()),
+                ("HEADROOM_CLOUD_API_KEY_URL", cloud.base_url.as_ref()),
+            ],
+        )
     };
 
     // The report itself: forcing the cloud with an ID number keeps it here.

@@ -76,7 +76,8 @@ pub struct ChatArgs {
     pub allow_sensitive: bool,
     /// The cloud endpoint's base URL, e.g. https://api.openai.com/v1
     /// (default: the stored setting). The key comes from
-    /// $HEADROOM_CLOUD_API_KEY, else `headroom cloud-key set`.
+    /// $HEADROOM_CLOUD_API_KEY when $HEADROOM_CLOUD_API_KEY_URL is this URL
+    /// (it is sent nowhere else), else `headroom cloud-key set`.
     #[arg(long)]
     pub cloud_url: Option<String>,
     /// The model to ask at the cloud endpoint (default: the stored setting).

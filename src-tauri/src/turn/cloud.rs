@@ -10,8 +10,8 @@ use std::sync::mpsc::Receiver;
 use std::sync::Arc;
 
 use headroom_cloud::{
-    run_turn, ApiKey, CancellationToken, ChatParams, CloudClient, CloudConfig, CloudEvent, CloudStats, KeyError,
-    KeyStore,
+    normalize_base_url, run_turn, ApiKey, CancellationToken, ChatParams, CloudClient, CloudConfig, CloudEvent,
+    CloudStats, KeyError, KeyStore,
 };
 use headroom_core::chat::FinishReason;
 use headroom_core::gate::GatedMessages;
@@ -26,17 +26,40 @@ use super::{cache, gate, summary, Plan, Running, TurnError};
 use crate::runs::{RunKind, Stopper};
 use crate::state::{AppState, ModelLabels};
 
-/// Overrides the stored key (CI, scripts); otherwise the key stored for the
-/// endpoint's base URL is used.
+/// Overrides the stored key (CI, scripts) for one URL, the one
+/// [`API_KEY_URL_ENV`] names; otherwise the key stored for the endpoint's
+/// base URL is used.
 pub const API_KEY_ENV: &str = "HEADROOM_CLOUD_API_KEY";
 
-/// The key for `base_url`: `$HEADROOM_CLOUD_API_KEY` if set, else the one
-/// stored for it in `data_dir`'s key store.
+/// The base URL [`API_KEY_ENV`]'s key may be sent to, and the only one: a
+/// key in the environment would otherwise go to whatever endpoint a setting
+/// or a flag names.
+pub const API_KEY_URL_ENV: &str = "HEADROOM_CLOUD_API_KEY_URL";
+
+/// The key for `base_url`: `$HEADROOM_CLOUD_API_KEY` if set and
+/// `$HEADROOM_CLOUD_API_KEY_URL` is this URL, else the one stored for it in
+/// `data_dir`'s key store.
 pub fn api_key(base_url: &str, data_dir: &Path) -> Result<Option<ApiKey>, KeyError> {
-    match std::env::var(API_KEY_ENV).ok().filter(|k| !k.trim().is_empty()) {
-        Some(key) => Ok(Some(ApiKey::new(key.trim()))),
-        None => Ok(KeyStore::new(data_dir).get(base_url)?.map(|(key, _)| key)),
+    api_key_from(base_url, data_dir, |name| std::env::var(name).ok())
+}
+
+fn api_key_from(
+    base_url: &str,
+    data_dir: &Path,
+    var: impl Fn(&str) -> Option<String>,
+) -> Result<Option<ApiKey>, KeyError> {
+    let url = normalize_base_url(base_url).map_err(|e| KeyError::InvalidUrl(e.to_string()))?;
+    if let Some(key) = var(API_KEY_ENV).filter(|k| !k.trim().is_empty()) {
+        let bound = var(API_KEY_URL_ENV)
+            .filter(|u| !u.trim().is_empty())
+            .ok_or(KeyError::EnvKeyWithoutUrl { key_var: API_KEY_ENV, url_var: API_KEY_URL_ENV })?;
+        let bound = normalize_base_url(&bound).map_err(|e| KeyError::InvalidUrl(format!("{API_KEY_URL_ENV}: {e}")))?;
+        if bound == url {
+            return Ok(Some(ApiKey::new(key.trim())));
+        }
+        tracing::info!(%url, %bound, "{API_KEY_ENV} is for another URL: not sent; the key store decides");
     }
+    Ok(KeyStore::new(data_dir).get(&url)?.map(|(key, _)| key))
 }
 
 /// The endpoint and model from the settings, the key from
@@ -205,6 +228,28 @@ mod tests {
 
         let none = turn_stats(&CloudStats::new(None, Some(Duration::from_millis(100)), None, 5, 1));
         assert_eq!((none.generated_tokens, none.rates.decode_tps), (0, None));
+    }
+
+    #[test]
+    fn the_environment_key_goes_to_its_own_url_only() {
+        let dir = std::env::temp_dir().join(format!("headroom-env-key-{}", std::process::id()));
+        let env = |url: Option<&'static str>| {
+            move |name: &str| match name {
+                API_KEY_ENV => Some("sk-env".to_owned()),
+                API_KEY_URL_ENV => url.map(str::to_owned),
+                _ => None,
+            }
+        };
+        let key = |base: &str, url| api_key_from(base, &dir, env(url)).map(|k| k.map(|k| k.expose().to_owned()));
+        // Bound to this URL (spelled with a trailing slash): sent.
+        assert_eq!(key("http://127.0.0.1:8080/v1", Some("http://127.0.0.1:8080/v1/")).unwrap(), Some("sk-env".into()));
+        // Another URL: not sent; the (empty) key store decides.
+        assert_eq!(key("https://elsewhere.example/v1", Some("http://127.0.0.1:8080/v1")).unwrap(), None);
+        // Bound to nothing: an error that says what to set, never a guess.
+        let err = key("http://127.0.0.1:8080/v1", None).unwrap_err();
+        assert!(matches!(err, KeyError::EnvKeyWithoutUrl { .. }), "{err}");
+        assert!(err.to_string().contains(API_KEY_URL_ENV), "{err}");
+        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

@@ -66,8 +66,13 @@ impl CloudClient {
         if config.model.trim().is_empty() {
             return Err(CloudError::InvalidConfig { what: "the model name is empty".into() });
         }
-        let http =
-            reqwest::Client::builder().connect_timeout(config.timeouts.connect).build().map_err(CloudError::Client)?;
+        // No redirects: a POST carries the approved conversation, and a 307/308
+        // would send it on to wherever the server says (status_error names it).
+        let http = reqwest::Client::builder()
+            .connect_timeout(config.timeouts.connect)
+            .redirect(reqwest::redirect::Policy::none())
+            .build()
+            .map_err(CloudError::Client)?;
         Ok(Self { http, config })
     }
 
@@ -97,6 +102,9 @@ impl CloudClient {
             Ok(Ok(resp)) => resp,
         };
         let status = resp.status();
+        if status.is_redirection() {
+            return Err(redirected(&url, &resp));
+        }
         if !status.is_success() {
             let body = body_excerpt(resp, timeout).await;
             return Err(status_error(&url, &self.config.model, status, 1, body));
@@ -285,6 +293,9 @@ impl Run {
             let status = resp.status();
             if status.is_success() {
                 return Ok(Connected::Stream(resp));
+            }
+            if status.is_redirection() {
+                return Err(redirected(&self.url, &resp));
             }
             let retriable = status == StatusCode::TOO_MANY_REQUESTS || status.is_server_error();
             let retries_done = self.acc.attempts - 1;
@@ -483,6 +494,12 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
         .ok()
         .map(Duration::from_secs)
         .or_else(|| value.parse::<f64>().ok().filter(|s| s.is_finite() && *s >= 0.0).map(Duration::from_secs_f64))
+}
+
+/// The error for a 3xx, naming where it pointed.
+fn redirected(url: &str, resp: &reqwest::Response) -> CloudError {
+    let location = resp.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
+    CloudError::Redirected { url: url.to_owned(), status: resp.status().as_u16(), location }
 }
 
 /// The error for a non-2xx status that is final.

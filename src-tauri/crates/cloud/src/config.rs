@@ -127,6 +127,14 @@ pub fn normalize_base_url(raw: &str) -> Result<String> {
     if rest.contains(char::is_whitespace) {
         return Err(invalid("contains spaces"));
     }
+    // `user:secret@host` would put a secret in settings, logs and error
+    // messages; the key store is where a key belongs.
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return Err(invalid(
+            "holds a user name or password (user:secret@): remove it, and store the key with `headroom cloud-key set` or in Settings",
+        ));
+    }
     Ok(url.to_owned())
 }
 
@@ -156,6 +164,8 @@ mod tests {
             ("ftp://x/v1", "must start with http"),
             ("http:///v1", "has no host"),
             ("http://a b/v1", "contains spaces"),
+            ("https://user:sk-secret@api.example.com/v1", "holds a user name or password"),
+            ("http://me@127.0.0.1:8080", "holds a user name or password"),
         ] {
             match normalize_base_url(bad) {
                 Err(CloudError::InvalidConfig { what }) => {

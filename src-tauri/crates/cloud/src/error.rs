@@ -48,6 +48,11 @@ pub enum CloudError {
     #[error("unexpected answer from {url}: {what}")]
     BadResponse { url: String, what: String },
 
+    /// A 3xx: redirects are not followed (the conversation would go wherever
+    /// they point, `http://` included); the configured URL should be the final one.
+    #[error("the server at {url} redirected the request (HTTP {status}) to {}; redirects are not followed: set the base URL to where the API really is", .location.as_deref().unwrap_or("no stated place"))]
+    Redirected { url: String, status: u16, location: Option<String> },
+
     #[error("could not set up the HTTP client: {0}")]
     Client(#[source] reqwest::Error),
 }
@@ -90,6 +95,7 @@ impl CloudError {
             Self::MalformedStream { .. } => "CLOUD_MALFORMED_STREAM",
             Self::StreamCut { .. } => "CLOUD_STREAM_CUT",
             Self::BadResponse { .. } => "CLOUD_BAD_RESPONSE",
+            Self::Redirected { .. } => "CLOUD_REDIRECTED",
             Self::Client(_) => "CLOUD_CLIENT",
         }
     }
@@ -112,6 +118,10 @@ pub enum KeyError {
 
     #[error("the OS keychain failed: {0}")]
     Keychain(#[source] keyring::Error),
+
+    /// An API key from the environment with no URL to bind it to: it is sent nowhere.
+    #[error("{key_var} is set but {url_var} is not: set {url_var} to the base URL the key is for (it is sent to that URL only)")]
+    EnvKeyWithoutUrl { key_var: &'static str, url_var: &'static str },
 }
 
 pub type Result<T, E = CloudError> = std::result::Result<T, E>;

@@ -312,3 +312,28 @@ async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
     assert_eq!(r.text, "one");
     assert!(matches!(r.end, Ok(headroom_cloud::Finished { reason: FinishReason::Cancelled, .. })), "{:?}", r.end);
 }
+
+#[tokio::test]
+async fn a_redirect_is_not_followed_and_the_error_names_where_it_pointed() {
+    // Where a 307/308 would carry the approved conversation: it must get nothing.
+    let elsewhere = started(vec![answer_reply()]);
+    for status in ["307 Temporary Redirect", "308 Permanent Redirect", "302 Found"] {
+        let target = format!("{}/chat/completions", elsewhere.base_url);
+        let stub = started(vec![json_reply(status, &format!("Location: {target}\r\n"), "")]);
+        let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
+        assert!(events.is_empty(), "{status}: {events:?}");
+        match err {
+            Some(CloudError::Redirected { status: code, location, .. }) => {
+                assert_eq!(code.to_string(), status[..3]);
+                assert_eq!(location.as_deref(), Some(target.as_str()));
+            }
+            other => panic!("{status}: expected Redirected, got {other:?}"),
+        }
+        assert_eq!(stub.requests().len(), 1, "{status}: asked once, not retried");
+    }
+    assert!(elsewhere.requests().is_empty(), "nothing reached the redirect's target");
+}
+
+fn answer_reply() -> Reply {
+    headroom_cloud::testserver::answer(&["never"])
+}
