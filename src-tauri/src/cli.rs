@@ -23,6 +23,7 @@ mod route;
 mod serve;
 mod sessions;
 mod shelf;
+mod terminal;
 
 use std::process::ExitCode;
 

@@ -5,7 +5,7 @@
 //! the answer to stdout and says on stderr where it ran and why. Ctrl-C
 //! stops it; what arrived is stored as `interrupted`.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use clap::{Args, ValueEnum};
 use headroom_core::chat::FinishReason;
@@ -144,7 +144,13 @@ pub fn run(args: &ChatArgs) -> Result<(), CliError> {
     let locations = locations()?;
     let store = block_on(Store::open(&locations.data_dir))?;
     let stdout = std::io::stdout();
-    chat(args, locations, store, &mut stdout.lock(), &mut std::io::stderr())
+    // On a terminal, the model's control characters are dropped (super::terminal).
+    let mut out: Box<dyn Write> = if stdout.is_terminal() {
+        Box::new(super::terminal::TerminalText(stdout.lock()))
+    } else {
+        Box::new(stdout.lock())
+    };
+    chat(args, locations, store, &mut out, &mut std::io::stderr())
 }
 
 /// The command with its store and outputs injected, so tests can read them.

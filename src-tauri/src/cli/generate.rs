@@ -1,7 +1,7 @@
 //! `headroom generate`: one chat turn with a local model through the engine
 //! thread, the reply streamed to stdout, then the turn's stats.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 
 use clap::Args;
 use headroom_core::chat::{FinishReason, Message, Role};
@@ -111,10 +111,16 @@ pub fn run(args: &GenerateArgs) -> Result<(), CliError> {
     // What this machine measured calibrates the guard; a run that gets past
     // it is measured and kept like every turn (the database is created then,
     // not for a refusal). A database that cannot be opened costs only that.
-    let stdout = std::io::stdout();
     let learned = super::chat::existing_store();
     let keep = super::chat::store_to_measure_in;
-    generate(args, &HubEnv::from_process(), learned, keep, &mut stdout.lock(), &mut std::io::stderr())
+    let stdout = std::io::stdout();
+    // On a terminal, the model's control characters are dropped (super::terminal).
+    let mut out: Box<dyn Write> = if stdout.is_terminal() {
+        Box::new(super::terminal::TerminalText(stdout.lock()))
+    } else {
+        Box::new(stdout.lock())
+    };
+    generate(args, &HubEnv::from_process(), learned, keep, &mut out, &mut std::io::stderr())
 }
 
 /// The command with what this machine measured (`learned`, for the guard),
