@@ -106,10 +106,13 @@ impl ModelProvider for AppModels {
                     .map_err(|source| ProvideError::KvFormat { model: entry.id.clone(), source })?;
             }
             // Already loaded (by the server or the popover): used as it is
-            // unless the request's KV format needs more than its load was approved for.
+            // when the request's KV format needs no more than its load was
+            // approved for. Otherwise refused: reloading it would pull the
+            // model from under the popover's chat and every queued request.
             if kv.is_none_or(|kv| within_approved(m, kv)) {
                 return Ok(ReadyModel { id: entry.id });
             }
+            return Err(ProvideError::KvFormatInUse { model: entry.id, loaded: m.info.kv_label.clone() });
         }
         let failed = |reason: String| ProvideError::LoadFailed { model: id.to_owned(), reason };
         let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
@@ -192,5 +195,32 @@ mod tests {
         assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
         // Loaded already: nothing to do, the same answer.
         assert_eq!(provider.ensure_loaded("tiny", None, None).ok(), Some(ready));
+    }
+
+    #[test]
+    fn a_request_for_a_larger_kv_format_than_the_loaded_models_is_refused_not_reloaded() {
+        let state = crate::test_state("serve-kv-in-use");
+        let dir = state.locations.data_dir.join(models::MODELS_DIR).join("kv");
+        let spec = headroom_engine::demo::DemoSpec::new(
+            headroom_engine::demo::Arch::Qwen2,
+            headroom_engine::demo::Preset::KvHeavy,
+            headroom_engine::demo::Bits::Four,
+        );
+        headroom_engine::demo::write_demo_model(&dir, &spec).unwrap();
+        let provider = AppModels::new(state.clone());
+        let q8 = KvFormat::quantized(8, 64, 0).unwrap();
+        let ready = provider.ensure_loaded("kv", Some(8192), Some(q8)).unwrap();
+        let loaded = state.loaded_model().unwrap();
+        assert_eq!(loaded.info.kv_format, q8);
+        // A model whose KV cache is most of its memory: a float cache needs more.
+        let peak = |kv| estimate(&loaded.footprint, 8192, kv).predicted_peak_bytes;
+        assert!(peak(KvFormat::Float) > peak(q8), "{} vs {}", peak(KvFormat::Float), peak(q8));
+        // Reloading would take the model from under the popover and the queue.
+        let err = provider.ensure_loaded("kv", None, Some(KvFormat::Float)).err();
+        assert!(matches!(err, Some(ProvideError::KvFormatInUse { ref model, .. }) if model == "kv"), "{err:?}");
+        assert_eq!(state.loaded_model().map(|m| m.info.kv_format), Some(q8), "not reloaded");
+        // What needs no more memory is served by the model as it is.
+        assert_eq!(provider.ensure_loaded("kv", None, Some(q8)).ok(), Some(ready.clone()));
+        assert_eq!(provider.ensure_loaded("kv", None, None).ok(), Some(ready));
     }
 }

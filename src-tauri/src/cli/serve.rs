@@ -12,7 +12,8 @@ use clap::Args;
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
 use headroom_engine::EngineError;
 use headroom_server::{
-    ModelProvider, ProvideError, ServeConfig, Server, ServerError, DEFAULT_MAX_TOKENS, DEFAULT_PORT,
+    ModelProvider, ProvideError, ServeConfig, Server, ServerError, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS,
+    DEFAULT_PORT,
 };
 
 use super::kernel::KernelArgs;
@@ -47,6 +48,10 @@ pub struct ServeArgs {
     /// Max new tokens for a request that sets none.
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
+    /// Chat completions admitted at once, the one running and those waiting
+    /// for it; one more is answered 429 with Retry-After.
+    #[arg(long, default_value_t = DEFAULT_MAX_REQUESTS)]
+    pub max_requests: usize,
     /// Accept clients from other machines (with --host 0.0.0.0 or a LAN address).
     #[arg(long, requires = "api_key_env")]
     pub allow_remote: bool,
@@ -120,6 +125,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         api_key,
         context_limit: Some(args.context),
         default_max_tokens: args.max_tokens,
+        max_requests: args.max_requests,
     };
     let addr = SocketAddr::new(args.host, args.port);
     // Refused before a model is loaded: a misconfigured server costs nothing.

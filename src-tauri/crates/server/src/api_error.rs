@@ -45,8 +45,11 @@ impl ApiError {
         self
     }
 
+    /// 500 `server_error`. Its message comes from inside (the engine, a
+    /// load), so the folders it names are cut to their last part: a client
+    /// learns what failed, not where this Mac keeps its files.
     pub fn server(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", without_paths(&message.into()))
     }
 
     /// The JSON body.
@@ -68,6 +71,44 @@ impl ApiError {
     pub fn sse_data(&self) -> String {
         self.body().to_string()
     }
+}
+
+/// `message` with every absolute path (`/…`, `~/…`) cut to `…/` and its
+/// last part. A path may hold spaces (`~/Library/Application Support/…`):
+/// a following word that holds a `/` and does not start a path of its own
+/// is taken as its continuation. Model ids (`org/name`) and URLs do not
+/// start with `/` or `~/`, so they stay.
+pub fn without_paths(message: &str) -> String {
+    const OPENERS: &str = "`'\"([{<";
+    const CLOSERS: &str = "`'\")]}>.,:;";
+    let words: Vec<&str> = message.split(' ').collect();
+    let starts_path = |w: &str| {
+        let rest = w.trim_start_matches(|c| OPENERS.contains(c));
+        (rest.starts_with('/') || rest.starts_with("~/")) && rest.matches('/').count() >= 2
+    };
+    let mut out: Vec<String> = Vec::with_capacity(words.len());
+    let mut i = 0;
+    while i < words.len() {
+        let word = words[i];
+        i += 1;
+        if !starts_path(word) {
+            out.push(word.to_owned());
+            continue;
+        }
+        let mut path = word.to_owned();
+        while let Some(next) = words.get(i).filter(|w| w.contains('/') && !starts_path(w) && !w.contains("://")) {
+            path.push(' ');
+            path.push_str(next);
+            i += 1;
+        }
+        let body = path.trim_start_matches(|c| OPENERS.contains(c));
+        let before = &path[..path.len() - body.len()];
+        let inner = body.trim_end_matches(|c| CLOSERS.contains(c));
+        let after = &body[inner.len()..];
+        let last = inner.trim_end_matches('/').rsplit('/').next().unwrap_or_default();
+        out.push(format!("{before}…/{last}{after}"));
+    }
+    out.join(" ")
 }
 
 impl IntoResponse for ApiError {
@@ -92,12 +133,20 @@ impl From<ProvideError> for ApiError {
             .param("model")
             .code("model_not_found"),
             ProvideError::WouldNotFit { model, report } => would_not_fit(&model, &report),
+            // `server` cuts the folders the reason names.
             ProvideError::LoadFailed { model, reason } => {
                 ApiError::server(format!("The model `{model}` could not be loaded: {reason}")).code("model_load_failed")
             }
             e @ ProvideError::KvFormat { .. } => {
                 ApiError::invalid(format!("{e}.")).param("kv_group_size").code("invalid_value")
             }
+            e @ ProvideError::KvFormatInUse { .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                format!("{e}. Leave out kv_bits to use it as it is."),
+            )
+            .param("kv_bits")
+            .code("kv_format_in_use"),
         }
     }
 }
@@ -198,6 +247,20 @@ mod tests {
     use headroom_core::fit::{check, BudgetInputs, ModelFootprint};
 
     use super::*;
+
+    #[test]
+    fn folders_in_a_server_error_are_cut_to_their_last_part() {
+        let e = ApiError::server(
+            "cannot read /Users/ana/Library/Application Support/app.headroom/models/x/config.json: denied \
+             (`/home/ana/m/w.safetensors`, ~/private/notes.gguf.) for org/model at http://127.0.0.1:8080/v1",
+        );
+        assert_eq!(
+            e.message,
+            "cannot read …/config.json: denied \
+             (`…/w.safetensors`, …/notes.gguf.) for org/model at http://127.0.0.1:8080/v1"
+        );
+        assert_eq!(without_paths("no path here, /v1 alone"), "no path here, /v1 alone");
+    }
 
     #[test]
     fn bodies_have_openais_four_fields_and_no_retry_header() {

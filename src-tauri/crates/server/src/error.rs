@@ -70,6 +70,11 @@ pub enum ProvideError {
         #[source]
         source: headroom_core::kv::KvFormatError,
     },
+    /// The model is loaded with a KV format that needs less memory than the
+    /// one asked for: serving the request would mean reloading it under
+    /// whoever is using it (the popover, queued requests); refused.
+    #[error("the model `{model}` is loaded with its KV cache as {loaded}; a request for a larger KV format would reload it under the other users of this model")]
+    KvFormatInUse { model: String, loaded: String },
 }
 
 pub type Result<T, E = ServerError> = std::result::Result<T, E>;

@@ -17,7 +17,9 @@ pub use api::{HeadroomStats, Usage, MAX_TOKENS_LIMIT};
 pub use api_error::ApiError;
 pub use error::{ProvideError, ServerError};
 pub use provider::{ModelCard, ModelProvider, ReadyModel};
-pub use server::{ServeConfig, Server, ServerStats, DEFAULT_MAX_TOKENS, DEFAULT_PORT};
+pub use server::{
+    ServeConfig, Server, ServerStats, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS, DEFAULT_PORT, STOP_DEADLINE,
+};
 
 #[cfg(test)]
 mod tests;

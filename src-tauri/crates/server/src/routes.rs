@@ -7,10 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use std::time::Duration;
+
 use axum::body::Bytes;
-use axum::extract::rejection::BytesRejection;
 use axum::extract::{Path, Request, State};
-use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::middleware::{self, Next};
 use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
@@ -34,6 +35,8 @@ pub struct Ctx {
     /// Held from "make the model ready" until its run is queued, so another
     /// request's load cannot slip in between (the engine runs jobs in order).
     pub turn: Arc<tokio::sync::Mutex<()>>,
+    /// Places for chat completions (`ServeConfig::max_requests`), running or queued.
+    pub admission: Arc<tokio::sync::Semaphore>,
     pub tally: Arc<Tally>,
     /// Only Host headers naming a loopback address are served.
     pub loopback_only: bool,
@@ -159,9 +162,38 @@ async fn get_model(State(ctx): State<Ctx>, Path(id): Path<String>) -> Result<Jso
     }
 }
 
-async fn chat(State(ctx): State<Ctx>, headers: HeaderMap, body: Result<Bytes, BytesRejection>) -> Response {
+/// The largest request body read (a long conversation is well under it).
+pub const MAX_BODY_BYTES: usize = 8 << 20;
+/// How long a client has to send its whole body once its headers are in.
+pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+/// What a 429 asks the client to wait: about one short answer.
+const RETRY_AFTER_SECS: u64 = 2;
+
+async fn chat(State(ctx): State<Ctx>, request: Request) -> Response {
     ctx.tally.requests.fetch_add(1, Ordering::Relaxed);
-    match chat_response(&ctx, &headers, body).await {
+    // Admission first, before the body is read: a full queue costs nothing.
+    let Ok(permit) = Arc::clone(&ctx.admission).try_acquire_owned() else {
+        ctx.tally.refused.fetch_add(1, Ordering::Relaxed);
+        let mut response = ApiError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "rate_limit_error",
+            format!(
+                "This server runs one answer at a time and already has {} requests running or waiting. Retry after {RETRY_AFTER_SECS} s.",
+                ctx.config.max_requests
+            ),
+        )
+        .code("server_busy")
+        .into_response();
+        response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(RETRY_AFTER_SECS));
+        response.headers_mut().insert("x-should-retry", HeaderValue::from_static("true"));
+        return response;
+    };
+    let (parts, body) = request.into_parts();
+    // A declared length over the limit is refused before a byte is read.
+    let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    let body =
+        if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) { Err(too_large()) } else { read_body(body).await };
+    match chat_response(&ctx, &parts.headers, body, permit).await {
         Ok(response) => response,
         Err(e) => {
             tracing::debug!(status = e.status.as_u16(), code = e.code, "{}", e.message);
@@ -170,10 +202,47 @@ async fn chat(State(ctx): State<Ctx>, headers: HeaderMap, body: Result<Bytes, By
     }
 }
 
+/// The whole body, within [`BODY_TIMEOUT`] and [`MAX_BODY_BYTES`].
+async fn read_body(body: axum::body::Body) -> Result<Bytes, ApiError> {
+    match tokio::time::timeout(BODY_TIMEOUT, axum::body::to_bytes(body, MAX_BODY_BYTES)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(e)) if is_too_large(&e) => Err(too_large()),
+        Ok(Err(e)) => Err(ApiError::invalid(format!("The request body could not be read: {e}."))),
+        Err(_) => Err(ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            format!("The request body did not arrive within {} s.", BODY_TIMEOUT.as_secs()),
+        )
+        .code("body_timeout")),
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "invalid_request_error",
+        format!("The request body is over {} MB.", MAX_BODY_BYTES >> 20),
+    )
+    .code("body_too_large")
+}
+
+/// Whether reading the body stopped at [`MAX_BODY_BYTES`].
+fn is_too_large(e: &axum::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(s) = source {
+        if s.is::<http_body_util::LengthLimitError>() {
+            return true;
+        }
+        source = s.source();
+    }
+    false
+}
+
 async fn chat_response(
     ctx: &Ctx,
     headers: &HeaderMap,
-    body: Result<Bytes, BytesRejection>,
+    body: Result<Bytes, ApiError>,
+    permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     // Requiring JSON also keeps browsers from posting here without a CORS
     // preflight (which this server never approves).
@@ -186,7 +255,7 @@ async fn chat_response(
         )
         .code("unsupported_media_type"));
     }
-    let body = body.map_err(|r| ApiError::new(r.status(), "invalid_request_error", r.body_text()))?;
+    let body = body?;
     let request = parse_request(&body, ctx.config.default_max_tokens)?;
     let ChatRequest { model, stream, include_usage, generate } = request;
 
@@ -203,6 +272,7 @@ async fn chat_response(
     };
     let (ready, run) = run;
     let mut guard = RunGuard::new(ctx.engine.clone(), run.id, Arc::clone(&ctx.tally));
+    guard.hold(permit);
     let meta = Meta { id: format!("chatcmpl-{:x}{:04x}", ctx.epoch, run.id.0), created: unix_now(), model: ready.id };
     let mut rx = bridge(run, ctx.engine.clone());
 

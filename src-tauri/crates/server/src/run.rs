@@ -25,6 +25,8 @@ pub struct Tally {
     pub requests: AtomicU64,
     pub completed: AtomicU64,
     pub cancelled: AtomicU64,
+    /// Answered 429: the admitted requests were all taken.
+    pub refused: AtomicU64,
     active: Mutex<HashSet<RunId>>,
 }
 
@@ -50,12 +52,20 @@ pub struct RunGuard {
     id: RunId,
     tally: Arc<Tally>,
     finished: bool,
+    /// The request's place among those admitted: held until its response
+    /// ends (a streamed one's too), then given to the next.
+    admitted: Option<tokio::sync::OwnedSemaphorePermit>,
 }
 
 impl RunGuard {
     pub fn new(engine: EngineHandle, id: RunId, tally: Arc<Tally>) -> Self {
         tally.active.lock().unwrap_or_else(PoisonError::into_inner).insert(id);
-        Self { engine, id, tally, finished: false }
+        Self { engine, id, tally, finished: false, admitted: None }
+    }
+
+    /// Keeps `permit` until this guard is dropped.
+    pub fn hold(&mut self, permit: tokio::sync::OwnedSemaphorePermit) {
+        self.admitted = Some(permit);
     }
 
     /// The run ended on its own (finished or failed): nothing to cancel.

@@ -4,6 +4,7 @@
 //! [`Server::stop`] (or dropping it) cancels the runs in flight, stops
 //! accepting and joins the thread.
 
+use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -23,6 +24,12 @@ pub const DEFAULT_PORT: u16 = 8080;
 pub const DEFAULT_MAX_TOKENS: usize = 512;
 /// How long stopping waits for work already on the blocking threads (a load).
 const STOP_GRACE: Duration = Duration::from_secs(2);
+/// Chat completions admitted at once, running or waiting for the engine
+/// (which runs one at a time); one more is answered 429 with Retry-After.
+pub const DEFAULT_MAX_REQUESTS: usize = 4;
+/// How long open connections get to end after a stop: a client holding a
+/// half-sent request cannot keep the server (or `headroom serve`) alive.
+pub const STOP_DEADLINE: Duration = Duration::from_secs(3);
 
 /// How the server behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,11 +42,19 @@ pub struct ServeConfig {
     /// provider's default). A model already loaded keeps its own.
     pub context_limit: Option<usize>,
     pub default_max_tokens: usize,
+    /// Chat completions admitted at once (running or queued); at least 1.
+    pub max_requests: usize,
 }
 
 impl Default for ServeConfig {
     fn default() -> Self {
-        Self { allow_non_loopback: false, api_key: None, context_limit: None, default_max_tokens: DEFAULT_MAX_TOKENS }
+        Self {
+            allow_non_loopback: false,
+            api_key: None,
+            context_limit: None,
+            default_max_tokens: DEFAULT_MAX_TOKENS,
+            max_requests: DEFAULT_MAX_REQUESTS,
+        }
     }
 }
 
@@ -48,6 +63,13 @@ impl ServeConfig {
     pub fn check(&self, addr: SocketAddr) -> Result<()> {
         if self.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
             return Err(ServerError::EmptyApiKey);
+        }
+        if self.max_requests == 0 {
+            return Err(ServerError::InvalidSetting {
+                name: "max_requests",
+                value: "0".into(),
+                reason: "at least one request must be admitted",
+            });
         }
         if !addr.ip().is_loopback() {
             if !self.allow_non_loopback {
@@ -84,6 +106,8 @@ pub struct ServerStats {
     pub completed: u64,
     /// Runs cancelled because the client went away (or the server stopped).
     pub cancelled: u64,
+    /// Requests answered 429 because every admitted place was taken.
+    pub refused: u64,
     /// Runs queued or generating now.
     pub active: usize,
 }
@@ -116,6 +140,7 @@ impl Server {
         listener.set_nonblocking(true).map_err(|source| ServerError::Bind { addr, source })?;
 
         let tally = Arc::new(Tally::default());
+        let admission = Arc::new(tokio::sync::Semaphore::new(config.max_requests));
         let epoch = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let ctx = Ctx {
             engine: engine.clone(),
@@ -123,6 +148,7 @@ impl Server {
             loopback_only: !config.allow_non_loopback,
             config: Arc::new(config),
             turn: Arc::default(),
+            admission,
             tally: Arc::clone(&tally),
             epoch,
         };
@@ -154,11 +180,26 @@ impl Server {
                         }
                     };
                     let _ = ready_tx.send(Ok(tokio::runtime::Handle::current()));
-                    axum::serve(listener, router(ctx))
-                        .with_graceful_shutdown(async move {
-                            let _ = shutdown_rx.await;
-                        })
-                        .await
+                    let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
+                    let serve = axum::serve(listener, router(ctx)).with_graceful_shutdown(async move {
+                        let _ = shutdown_rx.await;
+                        let _ = stopping_tx.send(());
+                    });
+                    // A graceful stop waits for every open connection, a
+                    // half-sent request's included: it gets STOP_DEADLINE.
+                    let deadline = async move {
+                        match stopping_rx.await {
+                            Ok(()) => tokio::time::sleep(STOP_DEADLINE).await,
+                            Err(_) => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        served = serve.into_future() => served,
+                        () = deadline => {
+                            tracing::warn!("connections still open {} s after the stop: closed", STOP_DEADLINE.as_secs());
+                            Ok(())
+                        }
+                    }
                 });
                 if let Err(e) = served {
                     tracing::error!("the server stopped: {e}");
@@ -196,6 +237,7 @@ impl Server {
             requests: self.tally.requests.load(Ordering::Relaxed),
             completed: self.tally.completed.load(Ordering::Relaxed),
             cancelled: self.tally.cancelled.load(Ordering::Relaxed),
+            refused: self.tally.refused.load(Ordering::Relaxed),
             active: self.tally.active(),
         }
     }

@@ -447,3 +447,67 @@ fn a_resent_conversation_reports_its_cached_prefix() {
     }
     server.stop().unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Sends a chat request's headers and the first half of its body, and
+/// returns the open connection (the rest is `rest`).
+fn half_sent(addr: SocketAddr, text: &str) -> (TcpStream, String) {
+    let raw = request(
+        addr,
+        "POST",
+        "/v1/chat/completions",
+        &[JSON],
+        &chat("demo", text, &json!({"max_tokens": 4})).to_string(),
+    );
+    let split = raw.find("\r\n\r\n").unwrap() + 4 + 10;
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(&raw.as_bytes()[..split]).unwrap();
+    (s, raw[split..].to_owned())
+}
+
+#[test]
+fn beyond_its_bound_the_server_answers_429_admitted_requests_complete_and_a_stop_beats_a_half_sent_body() {
+    let (server, _provider) = serve(ServeConfig { max_requests: 2, ..ServeConfig::default() });
+    let addr = server.addr();
+    // Two clients take both places and hold them, their bodies half sent.
+    let (mut first, first_rest) = half_sent(addr, "one");
+    let (_second, _) = half_sent(addr, "two");
+    std::thread::sleep(Duration::from_millis(500));
+
+    // A third is turned away at once, told when to come back; so is a fourth.
+    for _ in 0..2 {
+        let t = Instant::now();
+        let busy = post(addr, &chat("demo", "three", &json!({"max_tokens": 4})));
+        assert_error(&busy, 429, Some("server_busy"), None);
+        assert_eq!(busy.header("retry-after"), Some("2"), "{busy:?}");
+        assert!(t.elapsed() < Duration::from_secs(5), "refused without waiting: {:?}", t.elapsed());
+    }
+    assert_eq!(server.stats().refused, 2);
+
+    // The first finishes its body: it is answered in full.
+    first.write_all(first_rest.as_bytes()).unwrap();
+    let mut bytes = Vec::new();
+    first.read_to_end(&mut bytes).unwrap();
+    let text = String::from_utf8_lossy(&bytes);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    // Its place is free again: the next request is admitted and completes.
+    let next = post(addr, &chat("demo", "four", &json!({"max_tokens": 4})));
+    assert_eq!(next.status, 200, "{next:?}");
+
+    // The second still holds its half-sent body: the stop does not wait for it.
+    let t = Instant::now();
+    server.stop().unwrap();
+    assert!(t.elapsed() < crate::STOP_DEADLINE + Duration::from_secs(3), "stopped after {:?}", t.elapsed());
+}
+
+#[test]
+fn a_body_over_the_limit_is_413_before_it_is_read() {
+    let (server, _provider) = serve(ServeConfig::default());
+    let addr = server.addr();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{{",
+        crate::routes::MAX_BODY_BYTES + 1
+    );
+    let reply = send_raw(addr, &head);
+    assert_error(&reply, 413, Some("body_too_large"), None);
+}
