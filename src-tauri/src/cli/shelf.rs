@@ -105,7 +105,8 @@ fn table(list: &[ShelfEntry], context: usize) -> String {
             };
             [
                 format!("{}{mark}", e.repo),
-                e.download_bytes.map_or_else(|| "?".into(), gb),
+                // Unknown until refreshed: the weights are nearly all of it.
+                e.download_bytes.map_or_else(|| format!("~{}", gb(e.weight_bytes)), gb),
                 gb(e.weight_bytes),
                 e.fit.as_ref().map_or_else(|| "?".into(), |f| gb(f.estimate.predicted_peak_bytes)),
                 e.fit.as_ref().map_or_else(|| "unknown".into(), verdict_line),
