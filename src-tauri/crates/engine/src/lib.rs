@@ -13,6 +13,7 @@ pub mod bench;
 mod cache;
 mod config;
 pub mod demo;
+mod dtype;
 mod error;
 mod ffi;
 mod generate;

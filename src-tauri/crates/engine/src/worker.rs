@@ -17,9 +17,9 @@ use headroom_core::kv::KvFormat;
 use headroom_core::stats::{Rates, TurnTimings};
 
 use crate::backend::backend_info;
-use crate::bench::{dtype_name, short_dtype_name};
 use crate::cache::KvCache;
 use crate::config::read_config;
+use crate::dtype::{dtype_name, short_dtype_name};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, Generation, WallClock};
 use crate::inspect::check_vocab_rows;

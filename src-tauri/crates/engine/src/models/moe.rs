@@ -13,59 +13,12 @@
 
 use mlx_rs::ops::indexing::{take_along_axis, TryIndexOp};
 use mlx_rs::ops::{self};
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
 use crate::error::{MlxContext, Result};
-use crate::layers::{Linear, Mlp, Params};
-use crate::quant::{QuantKernel, QuantizedMatrix};
+use crate::layers::{Linear, Mlp, Params, SwitchLinear};
 use crate::weights::Weights;
 use headroom_core::format::{Moe, TextConfig};
-
-/// Every expert's `[out, in]` projection, stacked: `[experts, out, in]`.
-#[derive(Debug)]
-pub enum SwitchLinear {
-    Dense(Array),
-    Quantized(QuantizedMatrix),
-}
-
-impl SwitchLinear {
-    /// `x · W[e]ᵀ` for each expert index `e` in `indices` (broadcast
-    /// against `x`'s leading axes); `sorted` says the indices are in order.
-    fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
-        match self {
-            Self::Dense(w) => {
-                ops::gather_mm(x, w.swap_axes(-1, -2).op("swapaxes")?, None, indices, sorted).op("gather_mm")
-            }
-            Self::Quantized(q) => {
-                let gather = |x: &Array, scales: &Array, biases: &Array| {
-                    ops::gather_qmm(x, &q.weight, scales, biases, None, indices, true, q.group_size, q.bits, sorted)
-                        .op("gather_qmm")
-                };
-                match q.kernel {
-                    QuantKernel::Fused => gather(x, &q.scales, &q.biases),
-                    // As the CPU kernel's decode path: MLX's CPU kernels have
-                    // no bf16 arithmetic, so multiply in f32 and round once.
-                    // Experts are never dequantized whole (that would be all
-                    // of them, for a few rows each).
-                    QuantKernel::CpuF32 { .. } if x.dtype() != Dtype::Float32 => {
-                        let f32 = |a: &Array| a.as_dtype(Dtype::Float32).op("cast to f32");
-                        gather(&f32(x)?, &f32(&q.scales)?, &f32(&q.biases)?)?.as_dtype(x.dtype()).op("cast back")
-                    }
-                    QuantKernel::CpuF32 { .. } => gather(x, &q.scales, &q.biases),
-                }
-            }
-        }
-    }
-}
-
-impl Params for SwitchLinear {
-    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
-        match self {
-            Self::Dense(w) => out.push(w),
-            Self::Quantized(q) => out.extend([&q.weight, &q.scales, &q.biases]),
-        }
-    }
-}
 
 /// The experts: `down(silu(gate(x)) * up(x))` per chosen expert.
 #[derive(Debug)]
