@@ -27,6 +27,7 @@ mod models;
 pub mod prompt_cache;
 mod quant;
 mod sampler;
+mod sizes;
 pub mod source;
 #[cfg(test)]
 mod testutil;
