@@ -1,6 +1,7 @@
 //! The decoder the Llama-layout architectures share: embedding -> blocks of
 //! (RMSNorm, attention, residual, RMSNorm, feed-forward, residual) ->
-//! RMSNorm -> head (tied to the embedding or not), all under `model.`.
+//! RMSNorm -> head (tied to the embedding, or `lm_head`), the rest under
+//! `model.`.
 //! An architecture on it picks its [`Attention`] and its [`FeedForward`]
 //! (`Decoder<A, F>`); biases and `head_dim` are per-arch config defaults
 //! (`headroom_core::format::<type>`).
