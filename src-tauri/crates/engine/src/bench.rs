@@ -18,6 +18,7 @@ use headroom_core::stats::{Rates, TurnTimings};
 use mlx_rs::Dtype;
 
 use crate::cache::KvCache;
+use crate::dtype::{dtype_bytes, dtype_name};
 use crate::error::{EngineError, Result};
 use crate::generate::{generate, GenerateOptions, WallClock};
 use crate::models::Model;
@@ -268,36 +269,6 @@ fn labels(model: &Model, cache: &KvCache) -> ModelLabels {
         kv_dtype: cache.label(dtype_name(kv_dtype)),
         quant_kernel: model.quant_kernel(),
         traffic: DecodeTraffic::of(c, model.weight_bytes(), dtype_bytes(kv_dtype), state_bytes, stored),
-    }
-}
-
-/// A float type as the KV labels spell it ("bf16", "f16", "f32").
-pub(crate) fn short_dtype_name(d: Dtype) -> &'static str {
-    match d {
-        Dtype::Bfloat16 => "bf16",
-        Dtype::Float16 => "f16",
-        Dtype::Float32 => "f32",
-        Dtype::Float64 => "f64",
-        _ => "other",
-    }
-}
-
-pub(crate) fn dtype_name(d: Dtype) -> &'static str {
-    match d {
-        Dtype::Bfloat16 => "bfloat16",
-        Dtype::Float16 => "float16",
-        Dtype::Float32 => "float32",
-        Dtype::Float64 => "float64",
-        _ => "other",
-    }
-}
-
-fn dtype_bytes(d: Dtype) -> u64 {
-    match d {
-        Dtype::Bfloat16 | Dtype::Float16 | Dtype::Int16 | Dtype::Uint16 => 2,
-        Dtype::Float64 | Dtype::Int64 | Dtype::Uint64 | Dtype::Complex64 => 8,
-        Dtype::Bool | Dtype::Int8 | Dtype::Uint8 => 1,
-        _ => 4,
     }
 }
 

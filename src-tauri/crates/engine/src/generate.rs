@@ -18,9 +18,8 @@ use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::models::Model;
 use crate::sampler::Sampler;
+use crate::sizes::PREFILL_CHUNK;
 
-/// mlx-lm's `prefill_step_size`.
-pub const PREFILL_CHUNK: usize = 2048;
 /// How often (in tokens) MLX's buffer cache is released during decode, as mlx-lm.
 const CLEAR_CACHE_EVERY: usize = 256;
 

@@ -145,12 +145,6 @@ mod tests {
     }
 
     #[test]
-    fn the_estimator_uses_the_engine_chunk_and_cache_step() {
-        assert_eq!(headroom_core::fit::PREFILL_CHUNK, crate::generate::PREFILL_CHUNK as u64);
-        assert_eq!(headroom_core::fit::KV_STEP, crate::cache::full::KV_STEP as u64);
-    }
-
-    #[test]
     fn untied_checkpoints_count_their_lm_head_like_the_loader() -> Result<()> {
         let spec = TinySpec { tied: false, ..TinySpec::new(Arch::Llama) };
         let dir = tiny_model("inspect-untied", &spec);

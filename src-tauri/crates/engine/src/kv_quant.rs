@@ -22,8 +22,8 @@
 use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
 use mlx_rs::{ops, Array, Dtype};
 
-use crate::cache::full::KV_STEP;
 use crate::error::{MlxContext, Result};
+use crate::sizes::KV_STEP;
 
 /// One of keys or values, quantized: `(packed, scales, biases)`, each `[B, kv_heads, positions, …]`.
 #[derive(Debug, Clone)]

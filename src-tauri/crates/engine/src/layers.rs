@@ -1,6 +1,6 @@
 //! The building blocks every architecture shares: linear layers (dense or
-//! affine-quantized), embeddings, RMSNorm, RoPE, the SwiGLU MLP and the
-//! attention core over the KV cache.
+//! affine-quantized), embeddings, RMSNorm, RoPE, the SwiGLU MLP, the
+//! experts' stacked projections and the attention core over the KV cache.
 //!
 //! Each op is the one mlx-lm's layer calls (`addmm` for a biased dense
 //! layer, `quantized_matmul` + bias, `fast::rms_norm`, `fast::rope`,
@@ -13,7 +13,7 @@ use mlx_rs::{Array, Dtype};
 
 use crate::cache::{AttentionMask, LayerCache};
 use crate::error::{MlxContext, Result};
-use crate::quant::QuantizedMatrix;
+use crate::quant::{QuantKernel, QuantizedMatrix};
 use headroom_core::format::{RopeScaling, TextConfig};
 
 /// The weight of a linear layer: dense `[out, in]` or packed as on disk.
@@ -206,6 +206,53 @@ impl Mlp {
         let gate = mlx_rs::nn::silu(self.gate_proj.forward(x)?).op("silu")?;
         let h = gate.multiply(self.up_proj.forward(x)?).op("swiglu")?;
         self.down_proj.forward(&h)
+    }
+}
+
+/// A mixture-of-experts projection (mlx-lm's `SwitchLinear`): every
+/// expert's `[out, in]` projection, stacked: `[experts, out, in]`.
+#[derive(Debug)]
+pub enum SwitchLinear {
+    Dense(Array),
+    Quantized(QuantizedMatrix),
+}
+
+impl SwitchLinear {
+    /// `x · W[e]ᵀ` for each expert index `e` in `indices` (broadcast
+    /// against `x`'s leading axes); `sorted` says the indices are in order.
+    pub(crate) fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
+        match self {
+            Self::Dense(w) => {
+                ops::gather_mm(x, w.swap_axes(-1, -2).op("swapaxes")?, None, indices, sorted).op("gather_mm")
+            }
+            Self::Quantized(q) => {
+                let gather = |x: &Array, scales: &Array, biases: &Array| {
+                    ops::gather_qmm(x, &q.weight, scales, biases, None, indices, true, q.group_size, q.bits, sorted)
+                        .op("gather_qmm")
+                };
+                match q.kernel {
+                    QuantKernel::Fused => gather(x, &q.scales, &q.biases),
+                    // As the CPU kernel's decode path: MLX's CPU kernels have
+                    // no bf16 arithmetic, so multiply in f32 and round once.
+                    // Experts are never dequantized whole (that would be all
+                    // of them, for a few rows each).
+                    QuantKernel::CpuF32 { .. } if x.dtype() != Dtype::Float32 => {
+                        let f32 = |a: &Array| a.as_dtype(Dtype::Float32).op("cast to f32");
+                        gather(&f32(x)?, &f32(&q.scales)?, &f32(&q.biases)?)?.as_dtype(x.dtype()).op("cast back")
+                    }
+                    QuantKernel::CpuF32 { .. } => gather(x, &q.scales, &q.biases),
+                }
+            }
+        }
+    }
+}
+
+impl Params for SwitchLinear {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        match self {
+            Self::Dense(w) => out.push(w),
+            Self::Quantized(q) => out.extend([&q.weight, &q.scales, &q.biases]),
+        }
     }
 }
 

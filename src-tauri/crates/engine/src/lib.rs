@@ -13,6 +13,7 @@ pub mod bench;
 mod cache;
 mod config;
 pub mod demo;
+mod dtype;
 mod error;
 mod ffi;
 mod generate;
@@ -26,6 +27,7 @@ mod models;
 pub mod prompt_cache;
 mod quant;
 mod sampler;
+mod sizes;
 pub mod source;
 #[cfg(test)]
 mod testutil;

@@ -8,13 +8,11 @@
 
 use std::path::Path;
 
-use headroom_core::format::ModelType;
-
 #[cfg(any(test, feature = "test-support"))]
 use crate::backend::backend_info;
 use crate::config::read_config;
 use crate::error::{EngineError, Result};
-use crate::models::{gemma3_text, llama, qwen2, qwen3, qwen3_5, qwen3_moe, Model};
+use crate::models::Model;
 use crate::quant::QuantKernel;
 use crate::weights::{ComputeDtype, Weights};
 
@@ -23,14 +21,7 @@ use crate::weights::{ComputeDtype, Weights};
 pub(crate) fn stage(dir: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Result<Model> {
     let config = read_config(dir)?;
     let mut weights = Weights::open(dir, &config, dtype, kernel)?;
-    let model = match &config.model_type {
-        ModelType::Qwen2(_) => Model::Qwen2(qwen2::Model::load(config, &mut weights)?),
-        ModelType::Qwen3(_) => Model::Qwen3(qwen3::Model::load(config, &mut weights)?),
-        ModelType::Llama(_) | ModelType::Mistral(_) => Model::Llama(llama::Model::load(config, &mut weights)?),
-        ModelType::Qwen3Moe(_) => Model::Qwen3Moe(qwen3_moe::Model::load(config, &mut weights)?),
-        ModelType::Gemma3Text(_) => Model::Gemma3(gemma3_text::Model::load(config, &mut weights)?),
-        ModelType::Qwen3_5(_) | ModelType::Qwen3_5Moe(_) => Model::Qwen3_5(qwen3_5::Model::load(config, &mut weights)?),
-    };
+    let model = Model::load(config, &mut weights)?;
     weights.finish()?;
     Ok(model)
 }

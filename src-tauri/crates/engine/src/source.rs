@@ -85,19 +85,3 @@ pub(crate) fn read_gguf_model(file: &Path) -> Result<(GgufFile, GgufModel)> {
     let model = header.model().map_err(|source| EngineError::Weights { file: file.to_owned(), source })?;
     Ok((header, model))
 }
-
-impl crate::tokenizer::Tokenizer {
-    /// The tokenizer of the model at `path`: a folder's tokenizer.json and
-    /// chat template, or the one a GGUF file's metadata describes.
-    pub fn for_model(path: &Path) -> Result<Self> {
-        match ModelFiles::locate(path) {
-            ModelFiles::Folder(dir) => Self::from_dir(&dir),
-            ModelFiles::Gguf(file) => {
-                let vocab = read_gguf_header(&file)?
-                    .vocab()
-                    .map_err(|source| EngineError::Weights { file: file.clone(), source })?;
-                Self::from_gguf(&file, &vocab)
-            }
-        }
-    }
-}

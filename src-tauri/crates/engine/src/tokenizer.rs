@@ -13,6 +13,7 @@ use minijinja::{context, Environment, ErrorKind, Value as JinjaValue};
 use serde_json::Value;
 
 use crate::error::{EngineError, Result};
+use crate::source::{read_gguf_header, ModelFiles};
 
 /// Where a chat template may live, in the order transformers looks.
 const TEMPLATE_FILE: &str = "chat_template.jinja";
@@ -42,6 +43,20 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
+    /// The tokenizer of the model at `path`: a folder's tokenizer.json and
+    /// chat template, or the one a GGUF file's metadata describes.
+    pub fn for_model(path: &Path) -> Result<Self> {
+        match ModelFiles::locate(path) {
+            ModelFiles::Folder(dir) => Self::from_dir(&dir),
+            ModelFiles::Gguf(file) => {
+                let vocab = read_gguf_header(&file)?
+                    .vocab()
+                    .map_err(|source| EngineError::Weights { file: file.clone(), source })?;
+                Self::from_gguf(&file, &vocab)
+            }
+        }
+    }
+
     /// Loads `tokenizer.json`, the chat template and the EOS ids of `dir`.
     pub fn from_dir(dir: &Path) -> Result<Self> {
         let path = dir.join("tokenizer.json");

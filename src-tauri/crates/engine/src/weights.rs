@@ -14,8 +14,7 @@ use headroom_core::format::{Dtype, Header, LayerQuant, ModelConfig, Quantization
 use mlx_rs::{Array, Dtype as MlxDtype};
 
 use crate::error::{EngineError, MlxContext, Result};
-use crate::layers::{Embedding, Linear, LinearWeight, RmsNorm};
-use crate::models::moe::SwitchLinear;
+use crate::layers::{Embedding, Linear, LinearWeight, RmsNorm, SwitchLinear};
 use crate::quant::{QuantKernel, QuantizedMatrix};
 use crate::source::{read_gguf_model, ModelFiles};
 

@@ -1,5 +1,5 @@
 //! A full-attention layer's cache: every position's keys and values,
-//! preallocated in steps of 256 positions.
+//! preallocated in steps of `KV_STEP` (256) positions.
 //!
 //! Like mlx-lm's `KVCache`, keys and values are written into a buffer that
 //! grows by whole steps (slice assignment), and attention reads the filled
@@ -11,9 +11,7 @@ use mlx_rs::{ops, Array};
 
 use crate::error::{EngineError, MlxContext, Result};
 use crate::kv_quant::{Quantized, QuantizedKv};
-
-/// Positions added to a layer's buffers each time they run out.
-pub const KV_STEP: i32 = 256;
+use crate::sizes::KV_STEP;
 
 /// Keys and values of one attention layer, `[B, kv_heads, capacity, head_dim]`,
 /// in the float type or, once converted, quantized (kv_quant.rs).

@@ -11,8 +11,8 @@
 use mlx_rs::ops::indexing::{Ellipsis, TryIndexMutOp, TryIndexOp};
 use mlx_rs::{ops, Array};
 
-use super::full::KV_STEP;
 use crate::error::{MlxContext, Result};
+use crate::sizes::KV_STEP;
 
 #[derive(Debug, Clone)]
 pub struct RotatingKv {

@@ -1,23 +1,23 @@
 //! The decoder the Llama-layout architectures share: embedding -> blocks of
-//! (RMSNorm, attention, residual, RMSNorm, SwiGLU MLP or experts, residual)
-//! -> RMSNorm -> head (tied to the embedding or not). The architectures
-//! differ only in their attention, which each `model_type` file defines,
-//! and in whether a layer's MLP is experts (the config's `moe`); biases and
-//! `head_dim` are per-arch config defaults.
+//! (RMSNorm, attention, residual, RMSNorm, feed-forward, residual) ->
+//! RMSNorm -> head (tied to the embedding, or `lm_head`), the rest under
+//! `model.`.
+//! An architecture on it picks its [`Attention`] and its [`FeedForward`]
+//! (`Decoder<A, F>`); biases and `head_dim` are per-arch config defaults
+//! (`headroom_core::format::<type>`).
 
 use mlx_rs::Array;
 
-use super::moe::FeedForward;
-use super::{check_cache, mlx, Logits};
+use super::{check_cache, mlx, Architecture, Logits};
 use crate::cache::{KvCache, LayerCache};
 use crate::error::Result;
-use crate::layers::{Embedding, Linear, Params, RmsNorm};
+use crate::layers::{Embedding, Linear, Mlp, Params, RmsNorm};
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::format::{ModelConfig, TextConfig};
 
-/// The part of a block that differs between architectures.
-pub(crate) trait Attention: Sized + std::fmt::Debug {
+/// A block's attention: what mixes positions.
+pub(crate) trait Attention: Sized + std::fmt::Debug + Send {
     /// Loads the weights under `prefix` (`model.layers.{i}.self_attn`).
     fn load(c: &TextConfig, w: &mut Weights, prefix: &str) -> Result<Self>;
     /// `x` is `[B, L, hidden]`; appends this step's keys/values to `cache`.
@@ -26,24 +26,59 @@ pub(crate) trait Attention: Sized + std::fmt::Debug {
     fn collect<'a>(&'a self, out: &mut Vec<&'a Array>);
 }
 
+/// A block's feed-forward part: what transforms each position on its own.
+pub(crate) trait FeedForward: Sized + std::fmt::Debug + Send {
+    /// Loads layer `i`'s weights under `prefix` (`model.layers.{i}.mlp`).
+    fn load(c: &TextConfig, w: &mut Weights, prefix: &str, i: i32) -> Result<Self>;
+    /// `x` is `[B, L, hidden]`.
+    fn forward(&self, x: &Array) -> Result<Array>;
+    /// Every weight array, for byte counts and evaluation.
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>);
+    /// The experts' arrays among them (none for a dense MLP).
+    fn expert_arrays(&self) -> Vec<&Array> {
+        Vec::new()
+    }
+}
+
+/// The dense SwiGLU MLP, `down(silu(gate(x)) * up(x))`, biased where the
+/// config's `mlp_bias` says.
+impl FeedForward for Mlp {
+    fn load(c: &TextConfig, w: &mut Weights, p: &str, _i: i32) -> Result<Self> {
+        let (h, m) = (c.hidden_size, c.intermediate_size);
+        Ok(Mlp {
+            gate_proj: w.linear(&format!("{p}.gate_proj"), h, m, c.mlp_bias)?,
+            up_proj: w.linear(&format!("{p}.up_proj"), h, m, c.mlp_bias)?,
+            down_proj: w.linear(&format!("{p}.down_proj"), m, h, c.mlp_bias)?,
+        })
+    }
+
+    fn forward(&self, x: &Array) -> Result<Array> {
+        Mlp::forward(self, x)
+    }
+
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        Params::collect(self, out);
+    }
+}
+
 #[derive(Debug)]
-pub struct Block<A> {
+pub struct Block<A, F> {
     pub self_attn: A,
-    pub mlp: FeedForward,
+    pub mlp: F,
     pub input_layernorm: RmsNorm,
     pub post_attention_layernorm: RmsNorm,
 }
 
-// The bound is crate-private on purpose (it takes the loader's `Weights`):
-// outside the crate, models are used through `models::Model`.
+// The bounds are crate-private on purpose (they take the loader's
+// `Weights`): outside the crate, models are used through `models::Model`.
 #[allow(private_bounds)]
-impl<A: Attention> Block<A> {
+impl<A: Attention, F: FeedForward> Block<A, F> {
     fn load(c: &TextConfig, w: &mut Weights, i: i32) -> Result<Self> {
         let p = format!("model.layers.{i}");
         let h = c.hidden_size;
         Ok(Self {
             self_attn: A::load(c, w, &format!("{p}.self_attn"))?,
-            mlp: FeedForward::load(c, w, &format!("{p}.mlp"), i)?,
+            mlp: F::load(c, w, &format!("{p}.mlp"), i)?,
             input_layernorm: w.rms_norm(&format!("{p}.input_layernorm"), h, c.rms_norm_eps)?,
             post_attention_layernorm: w.rms_norm(&format!("{p}.post_attention_layernorm"), h, c.rms_norm_eps)?,
         })
@@ -57,10 +92,10 @@ impl<A: Attention> Block<A> {
 }
 
 #[derive(Debug)]
-pub struct Decoder<A> {
+pub struct Decoder<A, F> {
     pub config: ModelConfig,
     pub embed_tokens: Embedding,
-    pub layers: Vec<Block<A>>,
+    pub layers: Vec<Block<A, F>>,
     pub norm: RmsNorm,
     /// `None` when the head is tied to the embeddings.
     pub lm_head: Option<Linear>,
@@ -68,9 +103,8 @@ pub struct Decoder<A> {
     pub kernel: QuantKernel,
 }
 
-#[allow(private_bounds)]
-impl<A: Attention> Decoder<A> {
-    pub(crate) fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
+impl<A: Attention, F: FeedForward> Architecture for Decoder<A, F> {
+    fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
         let c = &config.text;
         let embed_tokens = w.embedding("model.embed_tokens", c.vocab_size, c.hidden_size)?;
         let layers = (0..c.num_hidden_layers).map(|i| Block::load(c, w, i)).collect::<Result<_>>()?;
@@ -80,7 +114,7 @@ impl<A: Attention> Decoder<A> {
         Ok(Self { config, embed_tokens, layers, norm, lm_head, kernel: w.kernel() })
     }
 
-    pub(crate) fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
+    fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
         check_cache(cache, self.layers.len())?;
         let mut h = self.embed_tokens.forward(tokens)?;
         for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
@@ -89,12 +123,19 @@ impl<A: Attention> Decoder<A> {
         logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
     }
 
-    /// The experts' arrays (a subset of `collect`'s).
-    pub(crate) fn expert_arrays(&self) -> Vec<&Array> {
-        self.layers.iter().flat_map(|l| l.mlp.expert_arrays()).collect()
+    fn config(&self) -> &ModelConfig {
+        &self.config
     }
 
-    pub(crate) fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+    fn kernel(&self) -> QuantKernel {
+        self.kernel
+    }
+
+    fn embed_tokens(&self) -> &Embedding {
+        &self.embed_tokens
+    }
+
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
         self.embed_tokens.collect(out);
         for l in &self.layers {
             l.self_attn.collect(out);
@@ -106,5 +147,9 @@ impl<A: Attention> Decoder<A> {
         if let Some(h) = &self.lm_head {
             h.collect(out);
         }
+    }
+
+    fn expert_arrays(&self) -> Vec<&Array> {
+        self.layers.iter().flat_map(|l| l.mlp.expert_arrays()).collect()
     }
 }

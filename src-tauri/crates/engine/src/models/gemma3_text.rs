@@ -1,27 +1,33 @@
-//! Gemma 3's language model (`model_type: gemma3_text`): most layers attend
-//! over a sliding window of recent positions with their own RoPE base, and
-//! every `sliding_window_pattern`-th layer attends over everything (RoPE
-//! base `rope_theta`, with the config's scaling). What else sets it apart
-//! from Llama's layout: Gemma's RMSNorm scales by `1 + weight`; the
-//! embeddings are multiplied by `sqrt(hidden)` (rounded to bf16 first);
-//! queries and keys are normalized per head; scores are scaled by
-//! `query_pre_attn_scalar^-0.5`; the MLP is GELU-gated (tanh
-//! approximation); each block normalizes both the input and the output of
-//! its attention and of its MLP; an f16 residual is summed in f32 and
-//! clipped. mlx-lm 0.32.2's gemma3_text has no logit soft-capping, so
-//! neither has this.
+//! Gemma 3's language model (`model_type: gemma3_text`).
+//!
+//! - Attention: grouped-query with qk-norm (Gemma's norm over each query
+//!   and key head before RoPE), no biases, scores scaled by
+//!   `query_pre_attn_scalar^-0.5`. Local and global layers alternate: most
+//!   attend over a sliding window of the last `sliding_window` positions
+//!   (RoPE base `rope_local_base_freq`, a rotating cache,
+//!   `cache/rotating.rs`); every `sliding_window_pattern`-th layer attends
+//!   over everything (RoPE base `rope_theta` with the config's scaling, a
+//!   full cache). The window mask comes from each layer's cache.
+//! - Feed-forward: a GELU-gated MLP (GeGLU, tanh approximation),
+//!   `down(gelu(gate(x)) * up(x))`, unbiased.
+//! - Block and model, apart from Llama's layout: Gemma's RMSNorm scales by
+//!   `1 + weight`; each block normalizes both the input and the output of
+//!   its attention and of its MLP; an f16 residual is summed in f32 and
+//!   clipped; the embeddings are multiplied by `sqrt(hidden)` (rounded to
+//!   bf16 first); the head is tied exactly when the checkpoint has no
+//!   `lm_head`. mlx-lm 0.32.2's gemma3_text has no logit soft-capping, so
+//!   neither has this.
 //!
 //! Read top to bottom: the config (`headroom_core::format::gemma3_text::Config`),
-//! the norm, the attention, the MLP, the block, the model. The sliding
-//! layers keep a rotating cache (`cache/rotating.rs`), the global ones a
-//! full one; the window mask comes from each layer's cache.
+//! the norm, the attention, the MLP, the block, the model.
 
 use mlx_rs::{fast, ops, Array, Dtype};
 
-use super::{check_cache, Logits};
+use super::{check_cache, Architecture, Logits};
 use crate::cache::{KvCache, LayerCache, LayerKind};
 use crate::error::{MlxContext, Result};
 use crate::layers::{attend, gelu_approx, to_heads, Embedding, Linear, Params, Rope};
+use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::format::{gemma3_text, ModelConfig, ModelType, TextConfig};
 
@@ -173,11 +179,11 @@ pub struct Model {
     embed_scale: f32,
     window: i32,
     sliding: Vec<bool>,
-    pub kernel: crate::quant::QuantKernel,
+    pub kernel: QuantKernel,
 }
 
-impl Model {
-    pub(crate) fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
+impl Architecture for Model {
+    fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
         let ModelType::Gemma3Text(g) = &config.model_type else {
             return Err(crate::error::EngineError::Shape {
                 what: "gemma3_text config",
@@ -224,15 +230,7 @@ impl Model {
         })
     }
 
-    /// A rotating cache for each sliding layer, a full one for each global layer.
-    pub fn layer_kinds(&self) -> Vec<LayerKind> {
-        self.sliding
-            .iter()
-            .map(|s| if *s { LayerKind::Rotating { window: self.window } } else { LayerKind::Full })
-            .collect()
-    }
-
-    pub(crate) fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
+    fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
         check_cache(cache, self.layers.len())?;
         let h = self.embed_tokens.forward(tokens)?;
         let scale =
@@ -244,7 +242,27 @@ impl Model {
         logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
     }
 
-    pub(crate) fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn kernel(&self) -> QuantKernel {
+        self.kernel
+    }
+
+    fn embed_tokens(&self) -> &Embedding {
+        &self.embed_tokens
+    }
+
+    /// A rotating cache for each sliding layer, a full one for each global layer.
+    fn layer_kinds(&self) -> Vec<LayerKind> {
+        self.sliding
+            .iter()
+            .map(|s| if *s { LayerKind::Rotating { window: self.window } } else { LayerKind::Full })
+            .collect()
+    }
+
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
         self.embed_tokens.collect(out);
         for l in &self.layers {
             l.self_attn.collect(out);

@@ -1,23 +1,32 @@
-//! Llama 2/3/3.1/3.2 (`model_type: llama`) and Mistral (`mistral`, the same
-//! layout): optional biases (`attention_bias`, `mlp_bias`), `head_dim` from
-//! the config when given, Llama 3.1 RoPE scaling, tied or untied head.
-//! Qwen2 runs on this attention too (qwen2.rs).
+//! Llama 2/3/3.1/3.2 (`model_type: llama`) and Mistral (`mistral`: the
+//! same layout, which mlx-lm runs on its llama model too).
 //!
-//! Read top to bottom: the config (`headroom_core::format::llama::Config`, HF
-//! names and mlx-lm's defaults, reduced to the shared `TextConfig`), the
-//! attention, the model.
+//! - Attention: grouped-query (`num_key_value_heads` key/value heads shared
+//!   by the query heads), causal over the whole context (a config naming
+//!   sliding-window layers is refused when read), RoPE over the whole head
+//!   (base `rope_theta`, 1e4 by default; linear or Llama 3.1 scaling where
+//!   the config says). q/k/v/o are biased only with `attention_bias`;
+//!   `head_dim` is the config's when given, else `hidden / heads`.
+//! - Feed-forward: the dense SwiGLU MLP, biased only with `mlp_bias`.
+//! - Block and model: the shared pre-norm decoder (decoder.rs); the head is
+//!   tied to the embedding unless `tie_word_embeddings` is false.
+//!
+//! Read top to bottom: the config (`headroom_core::format::llama::Config`,
+//! HF names and mlx-lm's defaults, reduced to the shared `TextConfig`), the
+//! attention, the feed-forward, the model. Qwen2 (qwen2.rs) runs on this
+//! attention, and Qwen3's (qwen3.rs) builds on it.
 
 use mlx_rs::Array;
 
 use super::decoder::{self, Decoder};
 use crate::cache::LayerCache;
 use crate::error::Result;
-use crate::layers::{attend, to_heads, Linear, Params, Rope};
+use crate::layers::{attend, to_heads, Linear, Mlp, Params, Rope};
 use crate::weights::Weights;
 use headroom_core::format::TextConfig;
 
-pub type Model = Decoder<Attention>;
-
+/// `o(attend(rope(q(x)), rope(k(x)), v(x)))` over the cache, the query
+/// heads grouped over the key/value heads.
 #[derive(Debug)]
 pub struct Attention {
     pub q_proj: Linear,
@@ -60,3 +69,8 @@ impl decoder::Attention for Attention {
         }
     }
 }
+
+/// The dense SwiGLU MLP, `down(silu(gate(x)) * up(x))`.
+pub type FeedForward = Mlp;
+
+pub type Model = Decoder<Attention, FeedForward>;

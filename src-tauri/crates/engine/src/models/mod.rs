@@ -1,5 +1,8 @@
-//! The architectures, one file per `model_type` over one shared decoder
-//! (decoder.rs), behind one `Model` enum.
+//! The architectures: one file per `model_type`, each composing the shared
+//! building blocks (decoder.rs, moe.rs, `crate::layers`) into its model,
+//! and one line per file in [`architectures!`] below, the engine's only
+//! list of them. Everything else sees a [`Model`]: a loaded model of any
+//! architecture behind the [`Architecture`] trait.
 
 use mlx_rs::Array;
 
@@ -7,18 +10,88 @@ use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::layers::{last_position, Embedding, Linear};
 use crate::quant::QuantKernel;
+use crate::weights::Weights;
 use headroom_core::bench::WeightBytes;
-use headroom_core::format::ModelConfig;
+use headroom_core::format::{ModelConfig, ModelType};
 use headroom_core::kv::KvFormat;
 
 pub mod decoder;
-pub mod gemma3_text;
-pub mod llama;
 pub mod moe;
-pub mod qwen2;
-pub mod qwen3;
-pub mod qwen3_5;
-pub mod qwen3_moe;
+
+/// Declares the architectures, one line each: `file: ModelType variants`.
+/// It declares each `file` as a module and makes the registry's lookup
+/// ([`loader`]), a `match` over core's `ModelType`, so a model type that no
+/// file runs is a compile error here, not a runtime surprise.
+macro_rules! architectures {
+    ($($file:ident: $($variant:ident)|+),+ $(,)?) => {
+        $(pub mod $file;)+
+
+        /// The loader of the file that runs `model_type`.
+        fn loader(model_type: &ModelType) -> Loader {
+            match model_type {
+                $($(ModelType::$variant(_))|+ => load::<$file::Model>,)+
+            }
+        }
+    };
+}
+
+// The registry: adding an architecture is a new file and a line here.
+architectures! {
+    llama: Llama | Mistral,
+    qwen2: Qwen2,
+    qwen3: Qwen3,
+    qwen3_moe: Qwen3Moe,
+    gemma3_text: Gemma3Text,
+    qwen3_5: Qwen3_5 | Qwen3_5Moe,
+}
+
+/// What the engine needs of a model, whatever its architecture. Each
+/// `models/<type>.rs` implements it for its `Model`, last in the file (the
+/// shared decoder implements it for those built on it).
+pub(crate) trait Architecture: std::fmt::Debug + Send {
+    /// Builds the model from its config and the checkpoint's tensors (each
+    /// taken from `w` with its shape and dtype checked; `w` refuses any
+    /// left over).
+    fn load(config: ModelConfig, w: &mut Weights) -> Result<Self>
+    where
+        Self: Sized;
+
+    /// Runs `tokens` (`[B, L]` ids) after what `cache` holds, appending
+    /// their keys/values (or recurrent state) to it; returns `logits`' positions.
+    fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array>;
+
+    /// The config it was built from.
+    fn config(&self) -> &ModelConfig;
+
+    /// How its quantized matrices multiply (all share one).
+    fn kernel(&self) -> QuantKernel;
+
+    /// The token embedding: its dtype is the activations', and one decoded
+    /// token reads one row of it.
+    fn embed_tokens(&self) -> &Embedding;
+
+    /// What each layer keeps between forward passes, in order; by default
+    /// a full KV cache for every layer.
+    fn layer_kinds(&self) -> Vec<LayerKind> {
+        vec![LayerKind::Full; usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0)]
+    }
+
+    /// Every weight array.
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>);
+
+    /// The experts' arrays (a subset of `collect`'s): all resident, only
+    /// `k / experts` of them read per token. None by default.
+    fn expert_arrays(&self) -> Vec<&Array> {
+        Vec::new()
+    }
+}
+
+/// A registry entry: builds one architecture's model, boxed.
+type Loader = fn(ModelConfig, &mut Weights) -> Result<Box<dyn Architecture>>;
+
+fn load<A: Architecture + 'static>(config: ModelConfig, w: &mut Weights) -> Result<Box<dyn Architecture>> {
+    Ok(Box::new(A::load(config, w)?))
+}
 
 /// Wraps an MLX error with the op it came from (for `map_err`).
 pub(crate) fn mlx(op: &'static str) -> impl Fn(mlx_rs::error::Exception) -> EngineError {
@@ -87,16 +160,15 @@ impl Logits {
 
 /// A loaded model of any supported architecture.
 #[derive(Debug)]
-pub enum Model {
-    Qwen2(qwen2::Model),
-    Qwen3(qwen3::Model),
-    Llama(llama::Model),
-    Qwen3Moe(qwen3_moe::Model),
-    Gemma3(gemma3_text::Model),
-    Qwen3_5(qwen3_5::Model),
-}
+pub struct Model(Box<dyn Architecture>);
 
 impl Model {
+    /// Builds the model `config` describes with the architecture the
+    /// registry names for its `model_type`.
+    pub(crate) fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
+        loader(&config.model_type)(config, w).map(Self)
+    }
+
     /// Runs `tokens` (`[B, L]` ids) after what `cache` holds, appends their
     /// keys/values to it, and returns the logits of the last position, `[B, vocab]`.
     pub fn forward(&self, tokens: &Array, cache: &mut KvCache) -> Result<Array> {
@@ -104,14 +176,7 @@ impl Model {
     }
 
     pub fn forward_with(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
-        let out = match self {
-            Model::Qwen2(m) => m.forward(tokens, cache, logits),
-            Model::Qwen3(m) => m.forward(tokens, cache, logits),
-            Model::Llama(m) => m.forward(tokens, cache, logits),
-            Model::Qwen3Moe(m) => m.forward(tokens, cache, logits),
-            Model::Gemma3(m) => m.forward(tokens, cache, logits),
-            Model::Qwen3_5(m) => m.forward(tokens, cache, logits),
-        }?;
+        let out = self.0.forward(tokens, cache, logits)?;
         // After the model call, as mlx-lm's generate_step does: the pass
         // that reached the start ran over the float cache.
         cache.maybe_quantize()?;
@@ -119,36 +184,18 @@ impl Model {
     }
 
     pub fn config(&self) -> &ModelConfig {
-        match self {
-            Model::Qwen2(m) => &m.config,
-            Model::Qwen3(m) => &m.config,
-            Model::Llama(m) => &m.config,
-            Model::Qwen3Moe(m) => &m.config,
-            Model::Gemma3(m) => &m.config,
-            Model::Qwen3_5(m) => &m.config,
-        }
+        self.0.config()
     }
 
     /// How the quantized matrices multiply; `None` for an unquantized model.
     pub fn quant_kernel(&self) -> Option<QuantKernel> {
-        let kernel = match self {
-            Model::Qwen2(m) => m.kernel,
-            Model::Qwen3(m) => m.kernel,
-            Model::Llama(m) => m.kernel,
-            Model::Qwen3Moe(m) => m.kernel,
-            Model::Gemma3(m) => m.kernel,
-            Model::Qwen3_5(m) => m.kernel,
-        };
+        let kernel = self.0.kernel();
         self.config().quantization.as_ref().map(|_| kernel)
     }
 
     /// What each layer keeps between forward passes, in order.
     pub fn layer_kinds(&self) -> Vec<LayerKind> {
-        match self {
-            Model::Gemma3(m) => m.layer_kinds(),
-            Model::Qwen3_5(m) => m.layer_kinds(),
-            _ => vec![LayerKind::Full; usize::try_from(self.config().text.num_hidden_layers).unwrap_or(0)],
-        }
+        self.0.layer_kinds()
     }
 
     /// An empty float cache with one entry per layer of this model, each of the kind its layer needs.
@@ -172,42 +219,20 @@ impl Model {
     /// The dtype activations (and so the KV cache) take on: the embedding's
     /// float dtype, as in mlx-lm.
     pub fn activation_dtype(&self) -> mlx_rs::Dtype {
-        match self {
-            Model::Qwen2(m) => m.embed_tokens.dtype(),
-            Model::Qwen3(m) => m.embed_tokens.dtype(),
-            Model::Llama(m) => m.embed_tokens.dtype(),
-            Model::Qwen3Moe(m) => m.embed_tokens.dtype(),
-            Model::Gemma3(m) => m.embed_tokens.dtype(),
-            Model::Qwen3_5(m) => m.embed_tokens.dtype(),
-        }
+        self.0.embed_tokens().dtype()
     }
 
     /// Every weight array.
     pub fn parameters(&self) -> Vec<&Array> {
         let mut out = Vec::new();
-        match self {
-            Model::Qwen2(m) => m.collect(&mut out),
-            Model::Qwen3(m) => m.collect(&mut out),
-            Model::Llama(m) => m.collect(&mut out),
-            Model::Qwen3Moe(m) => m.collect(&mut out),
-            Model::Gemma3(m) => m.collect(&mut out),
-            Model::Qwen3_5(m) => m.collect(&mut out),
-        }
+        self.0.collect(&mut out);
         out
     }
 
     /// The model's weights by what one decoded token reads of them.
     pub fn weight_bytes(&self) -> WeightBytes {
-        let sum = |arrays: Vec<&Array>| arrays.iter().map(|a| a.nbytes() as u64).sum::<u64>();
-        let (embedding, experts) = match self {
-            Model::Qwen2(m) => (m.embed_tokens.nbytes(), 0),
-            Model::Qwen3(m) => (m.embed_tokens.nbytes(), 0),
-            Model::Llama(m) => (m.embed_tokens.nbytes(), 0),
-            Model::Qwen3Moe(m) => (m.embed_tokens.nbytes(), sum(m.expert_arrays())),
-            Model::Gemma3(m) => (m.embed_tokens.nbytes(), 0),
-            Model::Qwen3_5(m) => (m.embed_tokens.nbytes(), sum(m.expert_arrays())),
-        };
-        WeightBytes { resident: self.nbytes() as u64, embedding, experts }
+        let experts = self.0.expert_arrays().iter().map(|a| a.nbytes() as u64).sum::<u64>();
+        WeightBytes { resident: self.nbytes() as u64, embedding: self.0.embed_tokens().nbytes(), experts }
     }
 
     /// The next-token logits after `prompt` (fresh cache), as f32: what

@@ -13,59 +13,13 @@
 
 use mlx_rs::ops::indexing::{take_along_axis, TryIndexOp};
 use mlx_rs::ops::{self};
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
+use super::decoder::FeedForward;
 use crate::error::{MlxContext, Result};
-use crate::layers::{Linear, Mlp, Params};
-use crate::quant::{QuantKernel, QuantizedMatrix};
+use crate::layers::{Linear, Mlp, Params, SwitchLinear};
 use crate::weights::Weights;
 use headroom_core::format::{Moe, TextConfig};
-
-/// Every expert's `[out, in]` projection, stacked: `[experts, out, in]`.
-#[derive(Debug)]
-pub enum SwitchLinear {
-    Dense(Array),
-    Quantized(QuantizedMatrix),
-}
-
-impl SwitchLinear {
-    /// `x · W[e]ᵀ` for each expert index `e` in `indices` (broadcast
-    /// against `x`'s leading axes); `sorted` says the indices are in order.
-    fn forward(&self, x: &Array, indices: &Array, sorted: bool) -> Result<Array> {
-        match self {
-            Self::Dense(w) => {
-                ops::gather_mm(x, w.swap_axes(-1, -2).op("swapaxes")?, None, indices, sorted).op("gather_mm")
-            }
-            Self::Quantized(q) => {
-                let gather = |x: &Array, scales: &Array, biases: &Array| {
-                    ops::gather_qmm(x, &q.weight, scales, biases, None, indices, true, q.group_size, q.bits, sorted)
-                        .op("gather_qmm")
-                };
-                match q.kernel {
-                    QuantKernel::Fused => gather(x, &q.scales, &q.biases),
-                    // As the CPU kernel's decode path: MLX's CPU kernels have
-                    // no bf16 arithmetic, so multiply in f32 and round once.
-                    // Experts are never dequantized whole (that would be all
-                    // of them, for a few rows each).
-                    QuantKernel::CpuF32 { .. } if x.dtype() != Dtype::Float32 => {
-                        let f32 = |a: &Array| a.as_dtype(Dtype::Float32).op("cast to f32");
-                        gather(&f32(x)?, &f32(&q.scales)?, &f32(&q.biases)?)?.as_dtype(x.dtype()).op("cast back")
-                    }
-                    QuantKernel::CpuF32 { .. } => gather(x, &q.scales, &q.biases),
-                }
-            }
-        }
-    }
-}
-
-impl Params for SwitchLinear {
-    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
-        match self {
-            Self::Dense(w) => out.push(w),
-            Self::Quantized(q) => out.extend([&q.weight, &q.scales, &q.biases]),
-        }
-    }
-}
 
 /// The experts: `down(silu(gate(x)) * up(x))` per chosen expert.
 #[derive(Debug)]
@@ -191,59 +145,51 @@ impl Params for SparseMoe {
         self.gate.collect(out);
         self.switch_mlp.collect(out);
         if let Some(s) = &self.shared {
-            s.mlp.collect(out);
+            Params::collect(&s.mlp, out);
             s.gate.collect(out);
         }
     }
 }
 
-/// A block's feed-forward part: the dense SwiGLU MLP or the experts.
+/// A block's feed-forward part in a model with experts: the experts on
+/// the layers the config makes sparse, the dense SwiGLU MLP on the others.
 #[derive(Debug)]
-pub enum FeedForward {
+pub enum MoeMlp {
     Dense(Mlp),
     Moe(Box<SparseMoe>),
 }
 
-impl FeedForward {
+impl FeedForward for MoeMlp {
     /// The MLP of layer `i` under `p` (`model.layers.{i}.mlp`): experts
     /// where the config makes layer `i` sparse, else the dense MLP.
-    pub(crate) fn load(c: &TextConfig, w: &mut Weights, p: &str, i: i32) -> Result<Self> {
+    fn load(c: &TextConfig, w: &mut Weights, p: &str, i: i32) -> Result<Self> {
         let sparse = c.moe.as_ref().filter(|m| m.sparse_layers.get(usize::try_from(i).unwrap_or(0)) == Some(&true));
         match sparse {
             Some(m) => Ok(Self::Moe(Box::new(SparseMoe::load(c, m, w, p)?))),
-            None => {
-                let (h, m) = (c.hidden_size, c.intermediate_size);
-                Ok(Self::Dense(Mlp {
-                    gate_proj: w.linear(&format!("{p}.gate_proj"), h, m, c.mlp_bias)?,
-                    up_proj: w.linear(&format!("{p}.up_proj"), h, m, c.mlp_bias)?,
-                    down_proj: w.linear(&format!("{p}.down_proj"), m, h, c.mlp_bias)?,
-                }))
-            }
+            None => Ok(Self::Dense(<Mlp as FeedForward>::load(c, w, p, i)?)),
         }
     }
 
-    pub fn forward(&self, x: &Array) -> Result<Array> {
+    fn forward(&self, x: &Array) -> Result<Array> {
         match self {
             Self::Dense(m) => m.forward(x),
             Self::Moe(m) => m.forward(x),
         }
     }
 
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+        match self {
+            Self::Dense(m) => Params::collect(m, out),
+            Self::Moe(m) => m.collect(out),
+        }
+    }
+
     /// The arrays of the experts (all resident, `k / experts` of them read per token).
-    pub fn expert_arrays(&self) -> Vec<&Array> {
+    fn expert_arrays(&self) -> Vec<&Array> {
         let mut out = Vec::new();
         if let Self::Moe(m) = self {
             m.switch_mlp.collect(&mut out);
         }
         out
-    }
-}
-
-impl Params for FeedForward {
-    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
-        match self {
-            Self::Dense(m) => m.collect(out),
-            Self::Moe(m) => m.collect(out),
-        }
     }
 }

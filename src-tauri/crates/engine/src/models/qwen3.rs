@@ -1,9 +1,16 @@
-//! Qwen3 (`model_type: qwen3`): no projection biases, an explicit `head_dim`,
-//! and an RMSNorm over each query and key head before RoPE.
+//! Qwen3 (`model_type: qwen3`).
 //!
-//! Read top to bottom: the config (`headroom_core::format::qwen3::Config`, HF
-//! names and mlx-lm's defaults, reduced to the shared `TextConfig`), the
-//! attention, the model.
+//! - Attention: grouped-query with qk-norm: Llama's projections (no biases,
+//!   per the config's qwen3 defaults) and an RMSNorm over each query and
+//!   key head before RoPE; causal over the whole context, RoPE over the
+//!   whole head; an explicit `head_dim`.
+//! - Feed-forward: the dense SwiGLU MLP, unbiased.
+//! - Block and model: the shared pre-norm decoder (decoder.rs).
+//!
+//! Read top to bottom: the config (`headroom_core::format::qwen3::Config`,
+//! HF names and mlx-lm's defaults, reduced to the shared `TextConfig`), the
+//! attention, the feed-forward, the model. Qwen3 MoE (qwen3_moe.rs) runs on
+//! this attention.
 
 use mlx_rs::Array;
 
@@ -11,11 +18,9 @@ use super::decoder::{self, Decoder};
 use super::{llama, mlx};
 use crate::cache::LayerCache;
 use crate::error::Result;
-use crate::layers::{attend, split_heads, to_heads, Params, RmsNorm};
+use crate::layers::{attend, split_heads, to_heads, Mlp, Params, RmsNorm};
 use crate::weights::Weights;
 use headroom_core::format::TextConfig;
-
-pub type Model = Decoder<Attention>;
 
 /// Llama's attention (no biases: the config's qwen3 defaults) plus a norm
 /// over each query and key head.
@@ -53,3 +58,8 @@ impl decoder::Attention for Attention {
         self.k_norm.collect(out);
     }
 }
+
+/// The dense SwiGLU MLP, `down(silu(gate(x)) * up(x))`.
+pub type FeedForward = Mlp;
+
+pub type Model = Decoder<Attention, FeedForward>;

@@ -1,15 +1,27 @@
 //! Qwen3.5's language model (`model_type: qwen3_5`, and `qwen3_5_moe` with
-//! experts): a hybrid. Three of every four layers (the config's
-//! `full_attention_interval`) are gated delta nets, a linear attention whose
-//! memory of the past is one fixed-size state per head; the fourth is full
-//! attention with an output gate. Every layer's MLP is the dense SwiGLU, or
-//! the experts plus a gated shared expert (`moe.rs`).
+//! experts): a hybrid of linear and full attention.
+//!
+//! - Attention: every `full_attention_interval`-th layer (by default the
+//!   fourth) is full attention: grouped-query, qk-norm (an RMSNorm
+//!   over each query and key head), partial RoPE (over the first
+//!   `head_dim × partial_rotary_factor` of each head) and a sigmoid output
+//!   gate computed alongside the queries. The other layers are gated delta
+//!   nets, a linear attention whose memory of the past is one fixed-size
+//!   state per head: a causal depthwise convolution over q, k and v, then
+//!   the delta rule `S ← g·S + β·k·(v − S·k)`, read out as `S·q` through a
+//!   gated RMSNorm.
+//! - Feed-forward: the dense SwiGLU MLP (`qwen3_5`) or, with `num_experts`
+//!   (`qwen3_5_moe`), on every layer a mixture of SwiGLU experts (the
+//!   router's top `num_experts_per_tok`, moe.rs) plus an always-on shared
+//!   expert behind a sigmoid gate.
+//! - Block and model: pre-norm residual blocks as in Llama's layout; the
+//!   weights sit under `language_model.` (the layout mlx-lm saves this
+//!   model in), and its multi-token-prediction head is not loaded.
 //!
 //! Read top to bottom, as mlx-lm 0.32.2's `qwen3_5.py` / `qwen3_next.py` /
 //! `gated_delta.py`: the config (`headroom_core::format::qwen3_5::Config`),
 //! the gated norm, the gated delta net and its recurrence, the full
-//! attention, the block, the model. The weights sit under
-//! `language_model.` (the layout mlx-lm saves this model in).
+//! attention, the block, the model.
 //!
 //! The recurrence runs as mlx-lm runs it on MLX's CPU backend (its Metal
 //! kernel is Apple-only): one step per position, state in f32.
@@ -17,8 +29,9 @@
 use mlx_rs::ops::indexing::TryIndexOp;
 use mlx_rs::{fast, ops, Array, Dtype};
 
-use super::moe::FeedForward;
-use super::{check_cache, Logits};
+use super::decoder::FeedForward as _;
+use super::moe::MoeMlp;
+use super::{check_cache, Architecture, Logits};
 use crate::cache::{KvCache, LayerCache, LayerKind, RecurrentState};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::{attend_cached, split_heads, Embedding, Linear, Params, RmsNorm, Rope};
@@ -272,7 +285,7 @@ pub enum Mixer {
 #[derive(Debug)]
 pub struct Block {
     pub mixer: Mixer,
-    pub mlp: FeedForward,
+    pub mlp: MoeMlp,
     pub input_layernorm: RmsNorm,
     pub post_attention_layernorm: RmsNorm,
 }
@@ -299,8 +312,8 @@ pub struct Model {
     pub kernel: QuantKernel,
 }
 
-impl Model {
-    pub(crate) fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
+impl Architecture for Model {
+    fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
         let c = &config.text;
         let h = c.hidden_size;
         let lin = c.linear_attention.ok_or(EngineError::Shape {
@@ -319,7 +332,7 @@ impl Model {
             };
             layers.push(Block {
                 mixer,
-                mlp: FeedForward::load(c, w, &format!("{p}.mlp"), i32::try_from(i).unwrap_or(0))?,
+                mlp: MoeMlp::load(c, w, &format!("{p}.mlp"), i32::try_from(i).unwrap_or(0))?,
                 input_layernorm: w.rms_norm(&format!("{p}.input_layernorm"), h, c.rms_norm_eps)?,
                 post_attention_layernorm: w.rms_norm(&format!("{p}.post_attention_layernorm"), h, c.rms_norm_eps)?,
             });
@@ -334,8 +347,29 @@ impl Model {
         Ok(Self { embed_tokens, layers, norm, lm_head, kernel: w.kernel(), config })
     }
 
+    fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
+        check_cache(cache, self.layers.len())?;
+        let mut h = self.embed_tokens.forward(tokens)?;
+        for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
+            h = layer.forward(&h, c)?;
+        }
+        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
+    }
+
+    fn config(&self) -> &ModelConfig {
+        &self.config
+    }
+
+    fn kernel(&self) -> QuantKernel {
+        self.kernel
+    }
+
+    fn embed_tokens(&self) -> &Embedding {
+        &self.embed_tokens
+    }
+
     /// A recurrent state for each linear layer, a full cache for each attention layer.
-    pub fn layer_kinds(&self) -> Vec<LayerKind> {
+    fn layer_kinds(&self) -> Vec<LayerKind> {
         self.layers
             .iter()
             .map(|l| match l.mixer {
@@ -345,20 +379,7 @@ impl Model {
             .collect()
     }
 
-    pub(crate) fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
-        check_cache(cache, self.layers.len())?;
-        let mut h = self.embed_tokens.forward(tokens)?;
-        for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
-            h = layer.forward(&h, c)?;
-        }
-        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
-    }
-
-    pub(crate) fn expert_arrays(&self) -> Vec<&Array> {
-        self.layers.iter().flat_map(|l| l.mlp.expert_arrays()).collect()
-    }
-
-    pub(crate) fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
+    fn collect<'a>(&'a self, out: &mut Vec<&'a Array>) {
         self.embed_tokens.collect(out);
         for l in &self.layers {
             match &l.mixer {
@@ -373,5 +394,9 @@ impl Model {
         if let Some(h) = &self.lm_head {
             h.collect(out);
         }
+    }
+
+    fn expert_arrays(&self) -> Vec<&Array> {
+        self.layers.iter().flat_map(|l| l.mlp.expert_arrays()).collect()
     }
 }

@@ -1,14 +1,24 @@
 //! Worker tests on demo models: events, sessions, limits, cancel, bad input.
 
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock, PoisonError};
+use std::time::Duration;
 
 use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_core::kv::KvFormat;
 
 use super::*;
 use crate::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use crate::error::EngineError;
+use crate::meter::MeasuredKind;
+use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::prompt_cache::disk::DiskTier;
+use crate::prompt_cache::Reuse;
+use crate::sampler::SamplingParams;
 use crate::testutil::temp_dir;
+use crate::tokenizer::Tokenizer;
+use crate::weights::ComputeDtype;
 
 /// One demo model per test process (writing it trains the tokenizer).
 fn demo_dir() -> &'static PathBuf {
