@@ -260,9 +260,10 @@ impl AppState {
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
         self.prompt_cache_max.store(settings.prompt_cache_mb.saturating_mul(1 << 20), Ordering::Relaxed);
-        // Off (0 MB) keeps chats' states in memory only.
-        let tier = (settings.kv_disk_mb > 0)
-            .then(|| DiskTier { dir: self.kv_states_dir(), limit_bytes: settings.kv_disk_mb.saturating_mul(1 << 20) });
+        // Off (0 MB) keeps chats' states in memory only; the folder stays
+        // known, so deleting a chat still deletes what it saved when it was on.
+        let tier =
+            Some(DiskTier { dir: self.kv_states_dir(), limit_bytes: settings.kv_disk_mb.saturating_mul(1 << 20) });
         if let Err(e) = self.engine.set_disk_tier(tier) {
             tracing::warn!("could not set where chats' KV states are saved: {e}");
         }

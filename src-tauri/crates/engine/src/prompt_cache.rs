@@ -24,6 +24,14 @@
 //! Sessions (the app's chats, `headroom chat --session`) tag their entry,
 //! so the disk tier (prompt_cache/disk.rs) can keep it across restarts.
 //!
+//! Partitioned: a state is reused only by the partition that made it. Each
+//! chat is its own; requests outside any chat (the local server's, which has
+//! one key for all its clients, and `headroom generate`'s) share one. So a
+//! private chat cannot be read through the server guess by guess from
+//! `cached_tokens` or the time to the first token, and no output reports
+//! reuse from anyone else's state. The bound, the LRU order and the drop
+//! under pressure stay global: they say how much is kept, not who may use it.
+//!
 //! A cache that cannot step back (a sliding window that may rotate, a
 //! recurrent state) also leaves a checkpoint: its state once the prompt was
 //! in, before the answer. The next prompt re-words the answer whenever the
@@ -140,9 +148,10 @@ impl PromptCache {
             .entries
             .iter()
             .enumerate()
-            .filter(|(_, e)| e.cache.format() == format)
+            // Only the caller's own partition (module docs).
+            .filter(|(_, e)| e.cache.format() == format && e.session.as_deref() == session)
             .map(|(i, e)| {
-                let own = session.is_some() && e.session.as_deref() == session;
+                let own = session.is_some();
                 (e.cache.reusable(prompt), own, e.used, i)
             })
             .max()?;
@@ -196,7 +205,8 @@ impl PromptCache {
             let prefix = e.cache.format() == cache.format()
                 && tokens.starts_with(e.cache.tokens())
                 && cache.can_trim(tokens.len() - e.cache.tokens().len());
-            let dropped = same_session || (prefix && e.session.is_none());
+            // Another partition's prefix is not this state's to replace.
+            let dropped = same_session || (prefix && e.session.is_none() && session.is_none());
             !dropped
         });
         let used = self.tick();
@@ -316,6 +326,27 @@ mod tests {
         pc.put(None, fed(FULL, &[1, 2]), usize::MAX, false);
         assert!(pc.take(None, &[5, 6], KvFormat::Float).is_none());
         assert!(pc.take(None, &[1, 2, 3], KvFormat::bits_from_start(8)).is_none());
+    }
+
+    #[test]
+    fn a_state_serves_only_the_partition_that_made_it() {
+        let mut pc = PromptCache::default();
+        pc.set_limit(usize::MAX);
+        let secret = [1, 2, 3, 4, 5, 6];
+        pc.put(Some("private".into()), fed(FULL, &secret), usize::MAX, false);
+        // Another chat, or the server, sending the chat's exact tokens: a miss,
+        // so neither cached_tokens nor the first token's time tells them apart
+        // from a wrong guess.
+        assert!(pc.take(Some("other"), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).is_none());
+        assert!(pc.take(None, &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).is_none());
+        // The server's state is not a chat's either, and a chat's put leaves it be.
+        pc.put(None, fed(FULL, &[9, 9, 9]), usize::MAX, false);
+        assert!(pc.take(Some("private"), &[9, 9, 9, 1], KvFormat::Float).is_none());
+        pc.put(Some("b".into()), fed(FULL, &[9, 9, 9, 1]), usize::MAX, false);
+        assert_eq!(pc.len(), 3, "the server's prefix stays: it is not b's to replace");
+        // Each still reuses its own.
+        assert_eq!(pc.take(Some("private"), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).map(|(_, n)| n), Some(6));
+        assert_eq!(pc.take(None, &[9, 9, 9, 2], KvFormat::Float).map(|(_, n)| n), Some(3));
     }
 
     #[test]

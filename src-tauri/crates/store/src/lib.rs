@@ -61,12 +61,22 @@ pub fn now_ms() -> i64 {
     i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
 }
 
+/// Creates `dir` (and its missing parents) readable by this user only:
+/// it holds every chat, and the chats' KV states (their token ids).
+fn create_private_dir(dir: &Path) -> std::io::Result<()> {
+    let mut builder = std::fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir)
+}
+
 impl Store {
     /// Opens (creating if needed) `dir/headroom.db`, runs the migrations it
     /// lacks, and marks as `interrupted` any answer a dead process left
     /// `streaming`.
     pub async fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir { path: dir.to_owned(), source })?;
+        create_private_dir(dir).map_err(|source| StoreError::CreateDir { path: dir.to_owned(), source })?;
         let path = dir.join(DB_FILE);
         let store = {
             // Two processes opening a new database together (the app and a
@@ -221,6 +231,17 @@ mod tests {
         "rate_timeline",
         "slowdowns",
     ];
+
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_new_data_folder_is_this_users_only() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = temp_dir("private").join("data");
+        let _store = Store::open(&dir).await.unwrap();
+        let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "it holds every chat");
+        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
+    }
 
     async fn applied(store: &Store) -> Vec<i64> {
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")

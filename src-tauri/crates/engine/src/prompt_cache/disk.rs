@@ -62,11 +62,20 @@ impl Part {
     }
 }
 
-/// Where states go and how many bytes they may take.
+/// Where states go and how many bytes they may take. A limit of 0 is the
+/// tier turned off: nothing is written or read back, but a deleted chat's
+/// files (from when it was on) are still deleted.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DiskTier {
     pub dir: PathBuf,
     pub limit_bytes: u64,
+}
+
+impl DiskTier {
+    /// Whether states are written and read back (a limit above 0).
+    pub fn is_on(&self) -> bool {
+        self.limit_bytes > 0
+    }
 }
 
 /// Files and bytes in the folder.
@@ -166,6 +175,10 @@ impl DiskTier {
         .into();
         Array::save_safetensors(arrays.iter().map(|(k, a)| (k.as_str(), a)), &metadata, &partial)
             .map_err(|e| EngineError::Io { path: partial.clone(), source: std::io::Error::other(e.to_string()) })?;
+        // A state holds the conversation's token ids: this user's only.
+        #[cfg(unix)]
+        fs::set_permissions(&partial, std::os::unix::fs::PermissionsExt::from_mode(0o600))
+            .map_err(Self::io(&partial))?;
         fs::rename(&partial, &path).map_err(Self::io(&path))?;
         let bytes = fs::metadata(&path).map_err(Self::io(&path))?.len();
         self.trim_to_limit(&path)?;

@@ -184,6 +184,12 @@ fn a_chats_state_on_disk_continues_it_after_a_restart_exactly_and_never_for_anot
     assert_eq!(e.save_sessions(Duration::from_secs(3600)).expect("save").saved, 0);
     let saved = e.save_sessions(Duration::ZERO).expect("save");
     assert!(saved.saved == 1 && saved.bytes > 0, "{saved:?}");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(tier.path("s")).expect("saved").permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "a state holds the chat's token ids: this user's only");
+    }
     assert_eq!(e.save_sessions(Duration::ZERO).expect("save").saved, 0, "written once until it changes");
     drop(e);
 
@@ -209,6 +215,21 @@ fn a_chats_state_on_disk_continues_it_after_a_restart_exactly_and_never_for_anot
     assert!(tier.path("s").exists());
     f32.drop_session("s").expect("drop");
     assert_eq!(f32.prompt_cache_stats().expect("stats").disk_files, 0);
+
+    // Turned off (0 bytes): nothing is written or read back, and deleting a
+    // chat still deletes the state it saved while the tier was on.
+    f32.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    f32.save_sessions(Duration::ZERO).expect("save");
+    assert!(tier.path("s").exists());
+    let off = DiskTier { limit_bytes: 0, ..tier.clone() };
+    f32.set_disk_tier(Some(off)).expect("off");
+    f32.generate(in_session("u", user("Kept in memory only"), 4)).expect("generate").collect().expect("run");
+    assert_eq!(f32.save_sessions(Duration::ZERO).expect("save").saved, 0, "off: nothing written");
+    assert!(!tier.path("u").exists());
+    f32.drop_session("s").expect("drop");
+    // Jobs run in order: once this answers, the drop has run.
+    f32.prompt_cache_stats().expect("stats");
+    assert!(!tier.path("s").exists(), "the deleted chat's state is gone with the tier off");
     let _ = std::fs::remove_dir_all(&tier.dir);
 }
 
@@ -298,6 +319,38 @@ fn a_prompt_over_the_context_limit_is_refused_or_truncated() {
     assert!(matches!(e.generate(req).expect("generate").collect(), Err(EngineError::ContextOverflow { .. })));
     // And the engine still works.
     assert_eq!(e.generate(request(user("hi"), 3)).expect("generate").collect().expect("run").token_ids.len(), 3);
+}
+
+#[test]
+fn truncation_drops_the_fewest_oldest_messages_the_one_at_a_time_way_would() {
+    let tok = Tokenizer::for_model(demo_dir()).expect("tokenizer");
+    let mut msgs = vec![Message::new(Role::System, "Be brief.")];
+    for i in 0..20 {
+        msgs.push(Message::new(Role::User, format!("question number {i} about {}", "things ".repeat(i % 5))));
+        msgs.push(Message::new(Role::Assistant, format!("answer number {i}")));
+    }
+    msgs.push(Message::new(Role::User, "last"));
+    // The rule as it was first written: drop the oldest one at a time, encoding each time.
+    let one_at_a_time = |limit: usize| {
+        let mut m = msgs.clone();
+        loop {
+            let ids = tok.encode_chat(&m, true).expect("encode");
+            if ids.len() <= limit {
+                return Some(ids);
+            }
+            if m.len() <= 2 {
+                return None;
+            }
+            m.remove(1);
+        }
+    };
+    let mut checked = 0;
+    for limit in (10..700).step_by(23) {
+        let searched = super::thread::encode_within(&tok, &msgs, limit, OverflowPolicy::TruncateOldest).ok();
+        assert_eq!(searched, one_at_a_time(limit), "limit {limit}");
+        checked += 1;
+    }
+    assert!(checked >= 30, "{checked}");
 }
 
 #[test]
@@ -577,12 +630,29 @@ fn every_load_and_turn_is_measured_for_the_model_as_loaded() {
     assert!(t2.reused_tokens > 0 && t2.calibration_point().is_none(), "a reused prefix does not: {t2:?}");
     assert_eq!((t1.cached_bytes, t2.cached_bytes), (0, 0), "nothing else was kept");
     // Another chat's turn while the first chat's state is kept: that state
-    // is in MLX's peak, and said apart. (It shares the chat template's
-    // first tokens with it, so it is no calibration point either: only a
-    // turn that reused nothing is.)
+    // is in MLX's peak, and said apart. The chats share the template's first
+    // tokens, but a chat never reuses another's state (the prompt cache is
+    // partitioned), so this is a whole prefill: a calibration point whose
+    // peak leaves the other chat's state out.
     e.generate(in_session("n", user("Another chat entirely"), 2)).expect("generate").collect().expect("run");
     let t3 = meter.kept.lock().unwrap_or_else(PoisonError::into_inner)[3].clone();
-    assert!(t3.cached_bytes > 0 && t3.calibration_point().is_none(), "{t3:?}");
+    assert_eq!(t3.reused_tokens, 0, "{t3:?}");
+    assert!(t3.cached_bytes > 0, "{t3:?}");
+    let point = t3.calibration_point().expect("a whole prefill calibrates");
+    assert_eq!(point.peak_bytes, t3.mlx_peak_bytes.max(t3.resident_peak_bytes.unwrap_or(0)) - t3.cached_bytes);
+
+    // A cancelled turn is never a measurement: it may have stopped in its prefill.
+    let run = e.generate(in_session("c", user("Stop me"), 50)).expect("generate");
+    let id = run.id;
+    let out = run
+        .collect_with(|ev| {
+            if let EngineEvent::Started { .. } = ev {
+                e.cancel(id);
+            }
+        })
+        .expect("run");
+    assert_eq!(out.finish_reason, FinishReason::Cancelled);
+    assert_eq!(meter.kept.lock().unwrap_or_else(PoisonError::into_inner).len(), 4, "nothing recorded");
 
     // Without a meter nothing is measured, and turns still run.
     e.set_meter(None).expect("no meter");

@@ -173,6 +173,7 @@ impl Worker {
                 }
                 Job::DropSession { session } => {
                     self.prompts.remove_session(&session);
+                    // Off or on: a deleted chat leaves no state behind.
                     if let Some(disk) = &self.disk {
                         if disk.delete(&session).is_err() {
                             self.prompts.disk_error();
@@ -239,13 +240,14 @@ impl Worker {
     /// Writes `entries` that are chats' and not yet on disk (they are about
     /// to leave memory), when there is a disk tier and a model they are for.
     fn spill(&mut self, mut entries: Vec<Entry>) -> SavedSessions {
-        let out = write_states(self.disk.as_ref(), self.loaded.as_ref(), entries.iter_mut());
+        let out = write_states(self.disk.as_ref().filter(|d| d.is_on()), self.loaded.as_ref(), entries.iter_mut());
         self.count_disk_errors(out)
     }
 
     /// Writes chats' states unused for `idle` that the disk lacks; they stay in memory.
     fn save_sessions(&mut self, idle: Duration) -> SavedSessions {
-        let out = write_states(self.disk.as_ref(), self.loaded.as_ref(), self.prompts.unsaved(idle));
+        let out =
+            write_states(self.disk.as_ref().filter(|d| d.is_on()), self.loaded.as_ref(), self.prompts.unsaved(idle));
         self.count_disk_errors(out)
     }
 
@@ -462,7 +464,12 @@ impl Worker {
         let tokens = (prompt.len() + generation.tokens.len(), prompt.len(), generation.reused_tokens);
         let measured = self.measured(MeasuredKind::Turn, &loaded.fingerprint, kv, loaded.resident_before, tokens)?;
         let peak = usize::try_from(measured.mlx_peak_bytes).unwrap_or(usize::MAX);
-        self.record(measured);
+        // A cancelled turn (Stop, a client that hung up) may have stopped in
+        // its prefill: its peak is no whole prefill's, and recorded as one it
+        // would teach the fit to predict too little. Only complete evidence is kept.
+        if generation.finish_reason != FinishReason::Cancelled {
+            self.record(measured);
+        }
         Ok(peak)
     }
 
@@ -480,7 +487,7 @@ impl Worker {
     /// memory holds none for it (a state in memory is always the newer) and
     /// the disk's is for this model as loaded and saves at least a token.
     fn restore(&mut self, session: Option<&str>, prompt: &[u32], format: KvFormat) -> Result<Option<(KvCache, usize)>> {
-        let (Some(session), Some(disk)) = (session, &self.disk) else { return Ok(None) };
+        let (Some(session), Some(disk)) = (session, self.disk.as_ref().filter(|d| d.is_on())) else { return Ok(None) };
         if self.prompts.has_session(session) {
             return Ok(None);
         }
@@ -645,21 +652,47 @@ fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Option<Model>
     Ok((model, tokenizer))
 }
 
-/// The conversation as prompt ids, within `limit` tokens per `policy`.
-fn encode_within(tok: &Tokenizer, messages: &[Message], limit: usize, policy: OverflowPolicy) -> Result<Vec<u32>> {
-    let mut messages = messages.to_vec();
-    loop {
-        let ids = tok.encode_chat(&messages, true)?;
-        if ids.len() <= limit {
-            return Ok(ids);
-        }
-        let first_droppable = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
-        // Never drop the last message: it is what the user just asked.
-        if policy == OverflowPolicy::Error || first_droppable + 1 >= messages.len() {
-            return Err(EngineError::ContextOverflow { prompt_tokens: ids.len(), limit });
-        }
-        messages.remove(first_droppable);
+/// The conversation as prompt ids, within `limit` tokens per `policy`:
+/// under `TruncateOldest`, the fewest oldest messages dropped (never the
+/// system prompt, never the last message) that bring it within the limit.
+/// Found by a search over how many to drop (the prompt shrinks as more go),
+/// so a long chat is encoded about log2(n) times, not once per message.
+pub(super) fn encode_within(
+    tok: &Tokenizer,
+    messages: &[Message],
+    limit: usize,
+    policy: OverflowPolicy,
+) -> Result<Vec<u32>> {
+    let ids = tok.encode_chat(messages, true)?;
+    if ids.len() <= limit {
+        return Ok(ids);
     }
+    let first = usize::from(messages.first().is_some_and(|m| m.role == Role::System));
+    // Never drop the last message: it is what the user just asked.
+    let most = messages.len().saturating_sub(first + 1);
+    if policy == OverflowPolicy::Error || most == 0 {
+        return Err(EngineError::ContextOverflow { prompt_tokens: ids.len(), limit });
+    }
+    let without = |dropped: usize| {
+        let kept: Vec<Message> = messages[..first].iter().chain(&messages[first + dropped..]).cloned().collect();
+        tok.encode_chat(&kept, true)
+    };
+    let mut fits = without(most)?;
+    if fits.len() > limit {
+        return Err(EngineError::ContextOverflow { prompt_tokens: fits.len(), limit });
+    }
+    // `fits` is the prompt with `hi` dropped; the fewest that fit lie in lo..=hi.
+    let (mut lo, mut hi) = (1, most);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        let ids = without(mid)?;
+        if ids.len() <= limit {
+            (hi, fits) = (mid, ids);
+        } else {
+            lo = mid + 1;
+        }
+    }
+    Ok(fits)
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
