@@ -24,7 +24,7 @@ fn setup(tag: &str) -> (PathBuf, String) {
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap_or_else(|e| panic!("{e}"))
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
 }
 
 /// The session's messages as another process sees them, without recovering
@@ -53,7 +53,7 @@ fn spawn_chat(data: &Path, model: &str, session: &str, message: &str) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
+        .expect("cannot run headroom")
 }
 
 /// Waits until the answer in the database has some text, and returns it.
@@ -79,12 +79,12 @@ fn sigkill_mid_answer_keeps_the_question_and_the_partial_answer_as_interrupted()
     let rt = runtime();
     let mut child = spawn_chat(&data, &model, "k", "Tell me a long story");
     let seen = wait_for_partial(&rt, &mut child, &data, "k");
-    child.kill().unwrap_or_else(|e| panic!("{e}")); // SIGKILL on Unix
-    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    child.kill().unwrap(); // SIGKILL on Unix
+    let status = child.wait().unwrap();
     assert!(!status.success(), "it was killed, not finished: {status}");
 
-    let store = rt.block_on(Store::open(&data)).unwrap_or_else(|e| panic!("{e}"));
-    let msgs = rt.block_on(store.messages("k")).unwrap_or_else(|e| panic!("{e}"));
+    let store = rt.block_on(Store::open(&data)).unwrap();
+    let msgs = rt.block_on(store.messages("k")).unwrap();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert_eq!((msgs[0].content.as_str(), msgs[0].status), ("Tell me a long story", MessageStatus::Complete));
     let answer = &msgs[1];
@@ -105,9 +105,9 @@ fn ctrl_c_stops_the_answer_and_commits_it_interrupted_with_stats() {
     let rt = runtime();
     let mut child = spawn_chat(&data, &model, "c", "Count slowly");
     wait_for_partial(&rt, &mut child, &data, "c");
-    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap_or_else(|e| panic!("{e}"));
+    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(sent.success());
-    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(stderr.contains("saved as interrupted") && stderr.contains("| cancelled"), "{stderr}");
@@ -143,7 +143,7 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
             &env,
         );
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     let first = turn("Hello");
     let second = turn("And then?");
@@ -152,7 +152,7 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
     assert!(p1 > 0 && p2 > p1 + 4, "the second prompt holds the first turn: {p1} then {p2}");
 
     let out = headroom_with(&["sessions", "--json"], &env);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((list[0]["id"].as_str(), list[0]["messageCount"].as_i64()), (Some("m"), Some(4)), "{list}");
 
     let out = headroom_with(&["export", "m", "--format", "md"], &env);
@@ -165,7 +165,7 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
     let out = headroom_with(&["export", "m", "--format", "json"], &env);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let file = data.join("m.json");
-    std::fs::write(&file, &out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&file, &out.stdout).unwrap();
     let imported = headroom_with(&["import", &file.to_string_lossy()], &env);
     assert_eq!(String::from_utf8_lossy(&imported.stdout), "imported 4 messages as session `m-2` (Hello)\n");
     let again = headroom_with(&["export", "m-2", "--format", "json"], &env);
