@@ -2,6 +2,10 @@
 //! stream, and each failure a real endpoint can produce (401, 404, 429 then
 //! 200, 500s, a cut stream, garbage events, a refused connection, silence).
 
+// clippy.toml's allow-unwrap-in-tests covers `#[test]` functions only; the
+// helpers of this test binary read as plainly as the tests they serve.
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;

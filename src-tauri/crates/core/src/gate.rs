@@ -225,7 +225,7 @@ mod tests {
     fn a_sensitive_message_is_blocked_and_forcing_does_not_help_only_the_override_does() {
         let scans = ScanCache::default();
         let out = conversation(&[], "my id is 11010519491231002X");
-        let err = gate(out.clone(), false, &scans).err().expect("sent");
+        let err = gate(out.clone(), false, &scans).expect_err("sent");
         assert_eq!(err.part, Part::Message);
         let said = err.to_string();
         assert!(said.contains("PRC resident ID") && !said.contains("11010519491231002X"), "{said}");

@@ -384,7 +384,7 @@ mod tests {
     }
 
     fn err(v: &Value) -> ApiError {
-        parse(v).err().expect("accepted")
+        parse(v).expect_err("accepted")
     }
 
     #[test]
@@ -425,7 +425,7 @@ mod tests {
     #[test]
     fn each_bad_field_is_named() {
         let user = json!([{"role": "user", "content": "x"}]);
-        let e = parse_request(b"{\"model\": \"m\", ", 8).err().expect("accepted");
+        let e = parse_request(b"{\"model\": \"m\", ", 8).expect_err("accepted");
         assert!(e.message.starts_with("We could not parse the JSON body"), "{}", e.message);
         assert_eq!((e.status.as_u16(), e.param.clone()), (400, None));
         assert_eq!(err(&json!([1])).message, "The request body must be a JSON object.");
