@@ -8,19 +8,19 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_store::{MessageStatus, Store, StoredMessage};
+use headroom_test_support::Scratch;
 
 use crate::common::headroom_with;
 
-/// A data folder and a tiny demo model of this test's own.
-fn setup(tag: &str) -> (PathBuf, String) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("persist-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+/// A data folder and a tiny demo model of this test's own, in a folder
+/// that goes with the first value.
+fn setup(tag: &str) -> (Scratch, PathBuf, String) {
+    let root = headroom_test_support::scratch(&format!("persist-{tag}"));
     let model = root.join("model").to_string_lossy().into_owned();
     let out = headroom_with(&["demo-model", &model, "--arch", "qwen2", "--bits", "4"], &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (root.join("data"), model)
+    let data = root.join("data");
+    (root, data, model)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -75,7 +75,7 @@ fn wait_for_partial(rt: &tokio::runtime::Runtime, child: &mut Child, data: &Path
 
 #[test]
 fn sigkill_mid_answer_keeps_the_question_and_the_partial_answer_as_interrupted() {
-    let (data, model) = setup("kill");
+    let (_root, data, model) = setup("kill");
     let rt = runtime();
     let mut child = spawn_chat(&data, &model, "k", "Tell me a long story");
     let seen = wait_for_partial(&rt, &mut child, &data, "k");
@@ -96,12 +96,11 @@ fn sigkill_mid_answer_keeps_the_question_and_the_partial_answer_as_interrupted()
     );
     assert!(answer.stats.is_none(), "a killed turn never reached its stats");
     rt.block_on(store.close());
-    let _ = std::fs::remove_dir_all(data.parent().unwrap_or(&data));
 }
 
 #[test]
 fn ctrl_c_stops_the_answer_and_commits_it_interrupted_with_stats() {
-    let (data, model) = setup("int");
+    let (_root, data, model) = setup("int");
     let rt = runtime();
     let mut child = spawn_chat(&data, &model, "c", "Count slowly");
     wait_for_partial(&rt, &mut child, &data, "c");
@@ -117,12 +116,11 @@ fn ctrl_c_stops_the_answer_and_commits_it_interrupted_with_stats() {
     assert_eq!(msgs[1].status, MessageStatus::Interrupted, "committed by the process itself, not by a reopen");
     let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
     assert!(stats.generated_tokens > 0 && stats.generated_tokens < 30000, "{stats:?}");
-    let _ = std::fs::remove_dir_all(data.parent().unwrap_or(&data));
 }
 
 #[test]
 fn two_chat_calls_on_one_session_are_one_conversation() {
-    let (data, model) = setup("multi");
+    let (_root, data, model) = setup("multi");
     let env = [("HEADROOM_DATA_DIR", data.as_os_str())];
     let turn = |message: &str| {
         let out = headroom_with(
@@ -178,5 +176,4 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
     let out = headroom_with(&["export", "nope"], &env);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "headroom: no session `nope`\n");
-    let _ = std::fs::remove_dir_all(data.parent().unwrap_or(&data));
 }
