@@ -17,6 +17,7 @@ use headroom_engine::prompt_cache::disk::DiskTier;
 use headroom_engine::testing::load_model_with;
 use headroom_engine::worker::{EngineHandle, GenerateRequest, LoadSettings};
 use headroom_engine::{ComputeDtype, QuantKernel, Tokenizer};
+use headroom_test_support::scratch;
 use serde_json::Value;
 
 const TOKENS: usize = 64;
@@ -39,15 +40,6 @@ fn reference_python() -> PathBuf {
     python
 }
 
-/// A scratch folder removed when the test ends.
-struct Scratch(PathBuf);
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[derive(Debug)]
 struct Ours {
     prompt_ids: Vec<u32>,
@@ -66,15 +58,15 @@ fn messages() -> Vec<Message> {
 }
 
 fn ours(engine: &EngineHandle, dir: &Path) -> Ours {
-    let tok = Tokenizer::from_dir(dir).unwrap_or_else(|e| panic!("{e}"));
-    let prompt_ids = tok.encode_chat(&messages(), true).unwrap_or_else(|e| panic!("{e}"));
+    let tok = Tokenizer::from_dir(dir).unwrap();
+    let prompt_ids = tok.encode_chat(&messages(), true).unwrap();
 
     // Logits of a plain forward pass, as the reference computes them: with
     // the kernel mlx-lm uses (MLX's fused quantized matmul for every shape),
     // and with the one this device gets by default.
     let logits = |dtype, kernel| {
-        let model = load_model_with(dir, dtype, kernel).unwrap_or_else(|e| panic!("{e}"));
-        model.prompt_logits(&prompt_ids).unwrap_or_else(|e| panic!("{e}"))
+        let model = load_model_with(dir, dtype, kernel).unwrap();
+        model.prompt_logits(&prompt_ids).unwrap()
     };
     let last_logits = logits(ComputeDtype::Native, QuantKernel::Fused);
     let default_kernel_logits = logits(ComputeDtype::Native, LoadSettings::default().kernel);
@@ -83,7 +75,7 @@ fn ours(engine: &EngineHandle, dir: &Path) -> Ours {
     let f32_logits = logits(ComputeDtype::F32, QuantKernel::Fused);
 
     let settings = LoadSettings { kernel: QuantKernel::Fused, ..LoadSettings::default() };
-    engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
+    engine.load(dir, settings).unwrap();
     let request = GenerateRequest { max_tokens: TOKENS, ignore_eos: true, ..GenerateRequest::new(messages()) };
     let out =
         engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
@@ -118,7 +110,7 @@ fn run_reference_with(python: &Path, cases: &[(String, PathBuf)], extra: &[Strin
         output.status,
         String::from_utf8_lossy(&output.stderr)
     );
-    let reference: Value = serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("reference JSON: {e}"));
+    let reference: Value = serde_json::from_slice(&output.stdout).expect("reference JSON");
     assert_eq!(reference["mlx_lm_version"], "0.32.2", "the reference must be mlx-lm 0.32.2");
     reference
 }
@@ -179,19 +171,19 @@ fn compare(engine: &EngineHandle, cases: &[(String, PathBuf)], reference: &Value
 #[test]
 fn greedy_tokens_and_logits_match_mlx_lm() {
     let python = reference_python();
-    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-{}", std::process::id())));
+    let scratch = scratch("parity");
     let mut cases = Vec::new();
     for arch in Arch::ALL {
         for bits in Bits::ALL {
-            let dir = scratch.0.join(format!("{arch}-{bits}"));
-            write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap_or_else(|e| panic!("{e}"));
+            let dir = scratch.join(format!("{arch}-{bits}"));
+            write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap();
             cases.push((format!("{arch} {bits}-bit"), dir));
         }
     }
 
     let reference = run_reference(&python, &cases);
 
-    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let engine = EngineHandle::spawn().unwrap();
     let failures = compare(&engine, &cases, &reference);
     assert!(failures.is_empty(), "parity with mlx-lm 0.32.2 failed:\n{}", failures.join("\n"));
 }
@@ -218,16 +210,15 @@ const BUILT_BY_MLX_LM: &[(&str, u8)] = &[
 #[test]
 fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() {
     let python = reference_python();
-    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-archs-{}", std::process::id())));
+    let scratch = scratch("parity-archs");
     // The project's demo tokenizer (a real byte-level BPE with a chat template).
-    let tokenizer = scratch.0.join("tokenizer");
-    write_demo_model(&tokenizer, &DemoSpec::new(Arch::Qwen3, Preset::Tiny, Bits::Sixteen))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let vocab = Tokenizer::from_dir(&tokenizer).unwrap_or_else(|e| panic!("{e}")).vocab_size();
+    let tokenizer = scratch.join("tokenizer");
+    write_demo_model(&tokenizer, &DemoSpec::new(Arch::Qwen3, Preset::Tiny, Bits::Sixteen)).unwrap();
+    let vocab = Tokenizer::from_dir(&tokenizer).unwrap().vocab_size();
     let build = root().join("scripts/parity/mlx_lm_build.py");
     let mut cases = Vec::new();
     for (arch, bits) in BUILT_BY_MLX_LM {
-        let dir = scratch.0.join(format!("{arch}-{bits}"));
+        let dir = scratch.join(format!("{arch}-{bits}"));
         let out = Command::new(&python)
             .arg(&build)
             .args(["--arch", arch, "--bits", &bits.to_string(), "--vocab", &vocab.to_string(), "--tokenizer-from"])
@@ -239,19 +230,19 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
         cases.push((format!("{arch} {bits}-bit"), dir));
     }
     let reference = run_reference(&python, &cases);
-    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let engine = EngineHandle::spawn().unwrap();
     let mut failures = compare(&engine, &cases, &reference);
 
     // A session's second turn reuses what the cache can give back exactly
     // (for a wrapped window or a recurrent state that is nothing, and the
     // prompt is recomputed) and answers exactly as a fresh run: from the
     // prompt cache in memory, and from the state saved to disk.
-    let tier = DiskTier { dir: scratch.0.join("kv-states"), limit_bytes: 1 << 30 };
-    engine.set_disk_tier(Some(tier)).unwrap_or_else(|e| panic!("{e}"));
+    let tier = DiskTier { dir: scratch.join("kv-states"), limit_bytes: 1 << 30 };
+    engine.set_disk_tier(Some(tier)).unwrap();
     for (name, dir) in cases.iter().filter(|(n, _)| n.ends_with(" 4-bit")) {
         let settings =
             LoadSettings { kernel: QuantKernel::Fused, prompt_cache_bytes: 64 << 20, ..LoadSettings::default() };
-        engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
+        engine.load(dir, settings).unwrap();
         let turn = |messages: Vec<Message>, session: Option<&str>| {
             let request = GenerateRequest {
                 session: session.map(str::to_owned),
@@ -270,11 +261,11 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
         // dropped from memory (as under pressure), then continued from disk.
         let on_disk = format!("{name} on disk");
         turn(messages(), Some(&on_disk));
-        engine.save_sessions(std::time::Duration::ZERO).unwrap_or_else(|e| panic!("{e}"));
-        engine.drop_sessions().unwrap_or_else(|e| panic!("{e}"));
+        engine.save_sessions(std::time::Duration::ZERO).unwrap();
+        engine.drop_sessions().unwrap();
         let from_disk = turn(history.clone(), Some(&on_disk));
         // Cold: nothing cached anywhere a session-less run could find.
-        engine.drop_sessions().unwrap_or_else(|e| panic!("{e}"));
+        engine.drop_sessions().unwrap();
         let fresh = turn(history, None);
         assert_eq!(fresh.stats.reused_tokens, 0, "{name}: the cold run found a cache");
         for (how, reused) in [("from memory", &second), ("from disk", &from_disk)] {
@@ -306,24 +297,24 @@ fn greedy_tokens_match_mlx_lm_with_a_quantized_kv_cache() {
     use headroom_core::kv::{KvFormat, KvQuant};
 
     let python = reference_python();
-    let scratch = Scratch(std::env::temp_dir().join(format!("headroom-parity-kv-{}", std::process::id())));
+    let scratch = scratch("parity-kv");
     let mut cases = Vec::new();
     for arch in [Arch::Qwen2, Arch::Qwen3, Arch::Llama] {
         for bits in [Bits::Four, Bits::Sixteen] {
-            let dir = scratch.0.join(format!("{arch}-{bits}"));
-            write_demo_model(&dir, &DemoSpec::new(arch, Preset::TinyKv, bits)).unwrap_or_else(|e| panic!("{e}"));
+            let dir = scratch.join(format!("{arch}-{bits}"));
+            write_demo_model(&dir, &DemoSpec::new(arch, Preset::TinyKv, bits)).unwrap();
             cases.push((format!("{arch} {bits}-bit"), dir));
         }
     }
-    let tok = Tokenizer::from_dir(&cases[0].1).unwrap_or_else(|e| panic!("{e}"));
-    let prompt_len = tok.encode_chat(&messages(), true).unwrap_or_else(|e| panic!("{e}")).len() as u64;
+    let tok = Tokenizer::from_dir(&cases[0].1).unwrap();
+    let prompt_len = tok.encode_chat(&messages(), true).unwrap().len() as u64;
     let formats = [
         KvQuant { bits: 8, group_size: 64, start: 0 },
         KvQuant { bits: 4, group_size: 64, start: 0 },
         // Converted after the decode step that reaches it.
         KvQuant { bits: 8, group_size: 64, start: prompt_len + 20 },
     ];
-    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let engine = EngineHandle::spawn().unwrap();
     let mut failures = Vec::new();
     for q in formats {
         let extra: Vec<String> = [
@@ -340,7 +331,7 @@ fn greedy_tokens_match_mlx_lm_with_a_quantized_kv_cache() {
             let want = ids(&reference["models"][dir.to_string_lossy().as_ref()]["token_ids"]);
             assert_eq!(want.len(), TOKENS, "{name}: the reference produced {} tokens", want.len());
             let settings = LoadSettings { kernel: QuantKernel::Fused, ..LoadSettings::default() };
-            engine.load(dir, settings).unwrap_or_else(|e| panic!("{e}"));
+            engine.load(dir, settings).unwrap();
             let request = GenerateRequest {
                 max_tokens: TOKENS,
                 ignore_eos: true,

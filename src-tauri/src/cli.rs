@@ -184,7 +184,7 @@ mod tests {
 
     #[test]
     fn no_subcommand_means_the_app() {
-        let cli = Cli::try_parse_from(["headroom"]).unwrap_or_else(|e| panic!("{e}"));
+        let cli = Cli::try_parse_from(["headroom"]).unwrap();
         assert!(cli.command.is_none());
     }
 

@@ -230,7 +230,7 @@ pub fn refusal_details(report: &FitReport, remedies: &[Remedy]) -> serde_json::V
 pub(crate) fn write_sparse_model(dir: &Path, claimed: u64) {
     use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
     use std::io::Write;
-    write_demo_model(dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Sixteen)).unwrap_or_else(|e| panic!("{e}"));
+    write_demo_model(dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Sixteen)).unwrap();
     for f in ["model.safetensors.index.json", "model.safetensors"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
@@ -238,24 +238,19 @@ pub(crate) fn write_sparse_model(dir: &Path, claimed: u64) {
     let header = format!(
         r#"{{"model.embed_tokens.weight":{{"dtype":"BF16","shape":[{rows},1000000],"data_offsets":[0,{claimed}]}}}}"#
     );
-    let mut f = std::fs::File::create(dir.join("model.safetensors")).unwrap_or_else(|e| panic!("{e}"));
-    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    f.write_all(header.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    f.set_len(8 + header.len() as u64 + claimed).unwrap_or_else(|e| panic!("{e}"));
+    let mut f = std::fs::File::create(dir.join("model.safetensors")).unwrap();
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(header.as_bytes()).unwrap();
+    f.set_len(8 + header.len() as u64 + claimed).unwrap();
 }
 
 #[cfg(test)]
 mod tests {
     use headroom_core::fit::GIB;
     use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+    use headroom_test_support::scratch;
 
     use super::*;
-
-    fn scratch(tag: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("headroom-appfit-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
 
     /// `scripts/measure-fit.sh --archs-only`'s run (core::fit's module docs):
     /// the `small` demo of each architecture with experts, windows or linear
@@ -271,9 +266,10 @@ mod tests {
             (Arch::Qwen3_5Moe, [(262, 121_847_808), (4006, 469_598_208)]),
         ];
         for (arch, points) in runs {
-            let dir = scratch(&format!("rss-{arch}"));
+            let tmp = scratch(&format!("appfit-rss-{arch}"));
+            let dir = tmp.join("model");
             let spec = DemoSpec { sparse: true, ..DemoSpec::new(arch, Preset::Small, Bits::Four) };
-            write_demo_model(&dir, &spec).unwrap_or_else(|e| panic!("{e}"));
+            write_demo_model(&dir, &spec).unwrap();
             let footprint =
                 inspect(&dir, ComputeDtype::F32, QuantKernel::CPU).unwrap_or_else(|e| panic!("{arch}: {e}")).footprint;
             for (positions, rss) in points {
@@ -287,16 +283,16 @@ mod tests {
                     error * 100.0
                 );
             }
-            let _ = std::fs::remove_dir_all(dir);
         }
     }
 
     #[test]
     fn a_sparse_huge_model_cannot_fit_and_the_details_carry_every_number() {
-        let dir = scratch("huge");
+        let tmp = scratch("appfit-huge");
+        let dir = tmp.join("model");
         write_sparse_model(&dir, 200_000_000_000);
         let source = BudgetSource { available_bytes: Some(16 * GIB), ..BudgetSource::default() };
-        let report = check_model(&dir, 8192, source).unwrap_or_else(|e| panic!("{e}"));
+        let report = check_model(&dir, 8192, source).unwrap();
         assert!(matches!(report.verdict, Verdict::CannotFit { .. }), "{:?}", report.verdict);
         assert_eq!(report.budget.budget_bytes, 12 * GIB);
         // Nothing would make it fit: no KV cache, no context, so no remedy is offered.
@@ -312,27 +308,27 @@ mod tests {
         assert!(d["largestContextThatFits"].is_null());
         assert_eq!(d["contextTokens"], 8192);
         assert!(d["kvCacheBytes"].as_u64().is_some_and(|kv| kv > 0));
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn what_unloading_frees_counts_toward_the_budget() {
-        let dir = scratch("freed");
+        let tmp = scratch("appfit-freed");
+        let dir = tmp.join("model");
         write_sparse_model(&dir, 10_000_000_000);
         let tight = BudgetSource { available_bytes: Some(8 * GIB), ..BudgetSource::default() };
-        let report = check_model(&dir, 8192, tight).unwrap_or_else(|e| panic!("{e}"));
+        let report = check_model(&dir, 8192, tight).unwrap();
         assert!(report.verdict.refuses(), "{:?}", report.verdict);
         let freed = BudgetSource { freed_by_unload_bytes: 12 * GIB, ..tight };
-        let report = check_model(&dir, 8192, freed).unwrap_or_else(|e| panic!("{e}"));
+        let report = check_model(&dir, 8192, freed).unwrap();
         assert_eq!(report.budget.budget_bytes, 16 * GIB);
         assert_eq!(report.verdict, Verdict::Fits);
         assert_eq!(over_by(&report), 0);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn the_gpu_working_set_caps_the_budget_when_it_is_lower() {
-        let dir = scratch("gpu");
+        let tmp = scratch("appfit-gpu");
+        let dir = tmp.join("model");
         write_sparse_model(&dir, 10_000_000_000);
         // 24 GB available − 4 GB headroom = 20 GB from memory; a Mac whose
         // GPU may keep only 12 GB resident gets 12 GB, and the 10 GB model
@@ -342,14 +338,13 @@ mod tests {
             gpu_working_set_bytes: Some(12 * GIB),
             ..BudgetSource::default()
         };
-        let report = check_model(&dir, 8192, source).unwrap_or_else(|e| panic!("{e}"));
+        let report = check_model(&dir, 8192, source).unwrap();
         assert_eq!(report.budget.from_memory_bytes, 20 * GIB);
         assert_eq!(
             (report.budget.budget_bytes, report.budget.limited_by),
             (12 * GIB, headroom_core::fit::BudgetLimit::GpuWorkingSet)
         );
-        let roomy = check_model(&dir, 8192, BudgetSource { gpu_working_set_bytes: Some(30 * GIB), ..source })
-            .unwrap_or_else(|e| panic!("{e}"));
+        let roomy = check_model(&dir, 8192, BudgetSource { gpu_working_set_bytes: Some(30 * GIB), ..source }).unwrap();
         assert_eq!(
             (roomy.budget.budget_bytes, roomy.budget.limited_by),
             (20 * GIB, headroom_core::fit::BudgetLimit::Memory)
@@ -358,12 +353,11 @@ mod tests {
         // Off macOS nothing is read: the default has no GPU limit.
         #[cfg(not(target_os = "macos"))]
         assert_eq!(BudgetSource::default().gpu_working_set_bytes, None);
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
     fn a_missing_model_is_a_model_error() {
-        let err = check_model(&scratch("absent"), 8192, BudgetSource::default()).err();
+        let err = check_model(&scratch("appfit-absent").join("absent"), 8192, BudgetSource::default()).err();
         assert!(matches!(err, Some(FitError::Model(_))), "{err:?}");
     }
 }

@@ -376,8 +376,7 @@ mod tests {
         let state = app.state::<crate::AppState>();
         assert_eq!(crate::models::ensure_default_model(&state).ok(), Some(true));
         let demo = crate::models::DEMO_MODEL_ID;
-        let corpus = write_hostile_corpus(&state.locations.data_dir.join(crate::models::MODELS_DIR))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let corpus = write_hostile_corpus(&state.locations.data_dir.join(crate::models::MODELS_DIR)).unwrap();
         assert!(corpus.len() >= 40, "{} cases", corpus.len());
         let answers = || {
             let request = GenerateRequest { max_tokens: 2, ignore_eos: true, ..GenerateRequest::new(vec![]) };
@@ -388,7 +387,7 @@ mod tests {
             state.engine.generate(request).and_then(|r| r.collect()).map(|o| o.token_ids.len())
         };
 
-        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let list = invoke(&window, "models_list", json!({})).unwrap();
         let listed = list.as_array().cloned().unwrap_or_default();
         assert_eq!(listed.len(), corpus.len() + 1, "every folder is listed: {list}");
         for case in &corpus {
@@ -423,7 +422,7 @@ mod tests {
             );
             assert_eq!(answers().ok(), Some(2), "{}: the demo model stopped answering", case.name);
         }
-        let list = invoke(&window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let list = invoke(&window, "models_list", json!({})).unwrap();
         let loaded: Vec<&Value> = list.as_array().into_iter().flatten().filter(|m| m["loaded"] == true).collect();
         assert_eq!(loaded.len(), 1);
         assert_eq!(loaded[0]["id"], demo);

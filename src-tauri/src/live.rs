@@ -515,6 +515,7 @@ mod tests {
 
     use headroom_core::pressure::PressureLevel;
     use headroom_core::timeline::MemoryPoint;
+    use headroom_test_support::{fresh_store, FreshStore};
 
     use super::*;
 
@@ -522,21 +523,9 @@ mod tests {
     const GIB: u64 = 1 << 30;
 
     /// A store in a scratch folder of its own, removed on drop.
-    struct Scratch(std::path::PathBuf, Store);
-
-    impl Drop for Scratch {
-        fn drop(&mut self) {
-            let _ = std::fs::remove_dir_all(&self.0);
-        }
-    }
-
-    fn scratch(tag: &str) -> Scratch {
-        static N: AtomicU64 = AtomicU64::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let dir = std::env::temp_dir().join(format!("headroom-live-{tag}-{}-{n}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = tauri::async_runtime::block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"));
-        Scratch(dir, store)
+    /// A store on a new database, removed with its folder after the test.
+    fn store(tag: &str) -> FreshStore {
+        tauri::async_runtime::block_on(fresh_store(&format!("live-{tag}")))
     }
 
     /// Swap (MiB) set by the test as it goes; pressure normal.
@@ -561,10 +550,10 @@ mod tests {
 
     #[test]
     fn a_slowdown_while_swap_grows_is_reported_stored_and_shown() {
-        let s = scratch("swap");
+        let s = store("swap");
         let swap = Arc::new(AtomicU64::new(100));
         let live = scripted(&swap);
-        live.attach_store(s.1.clone());
+        live.attach_store(Store::clone(&s));
         let mut run = live.begin_run("demo");
         assert_eq!(live.activity().runs, 1, "a streaming answer keeps the sampler fast");
         // 6 s at 20 tok/s, then 6 s at 4 tok/s while swap grows 150 MiB a second.
@@ -575,7 +564,7 @@ mod tests {
         });
         let points = run.points().len();
         assert!((10..=13).contains(&points), "about one point a second: {points}");
-        let note = run.finish().unwrap_or_else(|| panic!("the slowdown was not blamed"));
+        let note = run.finish().expect("the slowdown was not blamed");
         assert!(note.sentence.starts_with("slowed by swap: 20.0 → 4.0 tok/s while swap grew"), "{}", note.sentence);
         assert!(note.stretch.swap_growth_bytes() >= 600 * MIB, "{:?}", note.stretch);
         assert_eq!(live.activity().runs, 0);
@@ -585,10 +574,10 @@ mod tests {
         assert_eq!(rates.len(), points + 1, "and the tail at finish");
         assert!(rates.iter().all(|r| r.model_id == "demo" && r.point.tps > 0.0));
         assert_eq!(slowdowns.len(), 1);
-        let stored = tauri::async_runtime::block_on(s.1.rate_timeline(0)).unwrap_or_default();
+        let stored = tauri::async_runtime::block_on(s.rate_timeline(0)).unwrap_or_default();
         assert_eq!(stored.len(), rates.len());
         assert!(stored.iter().filter(|r| r.slowed).count() >= 4, "the slow seconds are marked");
-        let kept = tauri::async_runtime::block_on(s.1.slowdowns(0)).unwrap_or_default();
+        let kept = tauri::async_runtime::block_on(s.slowdowns(0)).unwrap_or_default();
         assert_eq!(kept.iter().map(|k| k.sentence.clone()).collect::<Vec<_>>(), vec![note.sentence]);
     }
 
@@ -613,10 +602,10 @@ mod tests {
 
     #[test]
     fn the_models_own_history_is_the_reference_and_survives_a_restart() {
-        let s = scratch("history");
+        let s = store("history");
         let swap = Arc::new(AtomicU64::new(0));
         let first = scripted(&swap);
-        first.attach_store(s.1.clone());
+        first.attach_store(Store::clone(&s));
         let mut run = first.begin_run("big-model");
         tokens(&mut run, 0.0, 8.0, 30.0, &mut |_| {});
         assert_eq!(run.finish(), None);
@@ -624,14 +613,14 @@ mod tests {
         // Another process (a restart): an answer that runs at 9 tok/s from its
         // first second while swap grows is slow only against the stored history.
         let second = scripted(&swap);
-        second.attach_store(s.1.clone());
+        second.attach_store(Store::clone(&s));
         let mut run = second.begin_run("big-model");
         assert!(run.history.len() >= 7, "read from the store: {:?}", run.history);
         let grow = Arc::clone(&swap);
         tokens(&mut run, 0.0, 6.0, 9.0, &mut |_| {
             grow.fetch_add(100, Ordering::Relaxed);
         });
-        let note = run.finish().unwrap_or_else(|| panic!("not judged against the model's history"));
+        let note = run.finish().expect("not judged against the model's history");
         assert!(note.sentence.starts_with("slowed by swap: 30.0 → 9.0 tok/s"), "{}", note.sentence);
         // Another model has no history: the same answer is just its rate.
         let mut other = second.begin_run("small-model");
@@ -675,16 +664,16 @@ mod tests {
 
     #[test]
     fn the_view_joins_the_store_and_this_process_each_reading_once() {
-        let s = scratch("view");
+        let s = store("view");
         let now = unix_ms();
         // Stored: a row from 4 minutes ago (before this process) and one the
         // sampler also holds.
         for p in [MemoryPoint { span_ms: 60_000, ..reading(now - 240_000, 6 * GIB) }, reading(now - 30_000, 7 * GIB)] {
-            tauri::async_runtime::block_on(s.1.record_memory(&p)).unwrap_or_else(|e| panic!("{e}"));
+            tauri::async_runtime::block_on(s.record_memory(&p)).unwrap();
         }
         let recent: Vec<MemoryPoint> = (0..30).map(|k| reading(now - 30_000 + k * 1000, 7 * GIB)).collect();
         let live = Live::with_memory(Policy::default(), || Some((0, PressureLevel::Normal)));
-        live.attach_store(s.1.clone());
+        live.attach_store(Store::clone(&s));
         let mut run = live.begin_run("demo");
         run.origin_ms = now - 20_000;
         tokens(&mut run, 0.0, 3.0, 10.0, &mut |_| {});
@@ -696,7 +685,7 @@ mod tests {
             os_headroom_bytes: 4 * GIB,
             style: headroom_charts::ChartStyle::live(headroom_charts::Theme::Dark),
         };
-        let view = tauri::async_runtime::block_on(view(&s.1, &live, &req)).unwrap_or_else(|e| panic!("{e}"));
+        let view = tauri::async_runtime::block_on(view(&s, &live, &req)).unwrap();
         assert_eq!(view.memory.len(), 31, "the old stored row, then the sampler's readings (not the stored copy)");
         assert_eq!(view.rates.len(), 3, "each rate once, though both the store and memory hold it");
         assert_eq!(view.budget_bytes, Some(20 * GIB));

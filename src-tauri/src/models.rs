@@ -536,62 +536,56 @@ pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
 mod tests {
     use super::*;
     use headroom_core::fit::MIN_BUFFER_CACHE_BYTES;
+    use headroom_test_support::scratch;
 
     #[test]
     fn the_settings_context_and_os_headroom_shape_the_budget() {
         let state = crate::test_state("settings-budget");
-        let before = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
+        let before = budget_source(&state).unwrap();
         assert_eq!(before.os_headroom_bytes, headroom_core::fit::DEFAULT_OS_HEADROOM);
         let settings =
             headroom_core::settings::Settings { os_headroom_gb: 6.5, context_limit: 4096, ..Default::default() };
         state.apply_settings(&settings);
-        let after = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
+        let after = budget_source(&state).unwrap();
         assert_eq!(after.os_headroom_bytes, 6 * headroom_core::fit::GIB + headroom_core::fit::GIB / 2);
         assert_eq!(state.context_limit(), 4096);
     }
 
-    fn scratch(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("headroom-models-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        dir
-    }
-
     fn fake_model(dir: &Path, config: &str, weights: usize) {
-        std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(dir.join("config.json"), config).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(dir.join("model.safetensors"), vec![0u8; weights]).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(dir).unwrap();
+        std::fs::write(dir.join("config.json"), config).unwrap();
+        std::fs::write(dir.join("model.safetensors"), vec![0u8; weights]).unwrap();
     }
 
     fn cached_repo(hub: &Path, id: &str, sha: &str) -> PathBuf {
         let repo = hub.join(format!("models--{}", id.replace('/', "--")));
         let snap = repo.join("snapshots").join(sha);
-        std::fs::create_dir_all(&snap).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::create_dir_all(repo.join("refs")).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(repo.join("refs/main"), format!("{sha}\n")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&snap).unwrap();
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), format!("{sha}\n")).unwrap();
         snap
     }
 
     #[test]
     fn lists_own_models_and_the_hf_cache_smallest_first_and_bad_folders_with_their_problem() {
-        let root = scratch("list");
+        let root = scratch("models-list");
         let data = root.join("data");
         let demo = |dir: &Path, arch, bits| {
-            write_demo_model(dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap_or_else(|e| panic!("{e}"));
+            write_demo_model(dir, &DemoSpec::new(arch, Preset::Tiny, bits)).unwrap();
         };
         demo(&data.join("models/tiny"), Arch::Qwen2, Bits::Four);
-        std::fs::create_dir_all(data.join("models/not-a-model")).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(data.join("models/not-a-model")).unwrap();
         // A hostile config: listed with its problem, hiding nothing.
         fake_model(&data.join("models/hostile"), r#"{"model_type":"llama","head_dim":-2147483648}"#, 10);
         let hub = root.join("hub");
         let snap = cached_repo(&hub, "mlx-community/Big-8bit", "abc");
         demo(&snap, Arch::Llama, Bits::Eight);
         let broken = cached_repo(&hub, "org/broken", "def");
-        std::fs::remove_dir_all(broken).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::remove_dir_all(broken).unwrap();
         // A ref that tries to leave the repo folder is no snapshot.
         let escaping = cached_repo(&hub, "org/escape", "x");
         std::fs::write(escaping.join("../../refs/main"), "../../models--mlx-community--Big-8bit/snapshots/abc")
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let env = HubEnv { hf_hub_cache: Some(hub.clone().into()), ..HubEnv::default() };
 
         let list = list_models(&data, &env, QuantKernel::CPU);
@@ -656,7 +650,7 @@ mod tests {
 
     #[test]
     fn repo_ids_resolve_through_refs_main_in_precedence_order() {
-        let root = scratch("order");
+        let root = scratch("models-order");
         let home = root.join("home");
         let in_home = cached_repo(&home.join(".cache/huggingface/hub"), "org/m", "abc123");
         let env = HubEnv { home: Some(home.into()), ..HubEnv::default() };
@@ -667,17 +661,18 @@ mod tests {
         let err = resolve_repo("org/absent", &env).err().map(|e| e.to_string()).unwrap_or_default();
         assert!(err.contains("org/absent") && err.contains("hubcache"), "{err}");
         let snap = cached_repo(&root.join("hubcache"), "org/broken", "aaa");
-        std::fs::remove_dir_all(snap).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::remove_dir_all(snap).unwrap();
         assert!(matches!(resolve_repo("org/broken", &env), Err(ModelsError::BrokenCacheEntry { .. })));
     }
 
     #[test]
     fn the_buffer_and_prompt_caches_share_what_the_budget_leaves_after_the_peak_but_never_below_the_floor() {
-        let dir = scratch("cachelimit").join("demo");
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        let tmp = scratch("models-cachelimit");
+        let dir = tmp.join("demo");
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         let at = |available: u64| {
             let source = BudgetSource { available_bytes: Some(available), ..BudgetSource::default() };
-            fit::check_model(&dir, 1024, source).unwrap_or_else(|e| panic!("{e}"))
+            fit::check_model(&dir, 1024, source).unwrap()
         };
         let settings = |report: &FitReport, prompt_cache_max: u64| {
             let s = fit::load_settings(
@@ -706,7 +701,7 @@ mod tests {
         let state = crate::test_state("switch-lock");
         assert_eq!(ensure_default_model(&state).ok(), Some(true));
         state.set_loaded(None);
-        state.engine.unload().unwrap_or_else(|e| panic!("{e}"));
+        state.engine.unload().unwrap();
         // Another switch (the server's, say) holds the lock…
         let held = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
         let (tx, rx) = std::sync::mpsc::channel();
@@ -719,7 +714,7 @@ mod tests {
         assert!(rx.recv_timeout(std::time::Duration::from_millis(500)).is_err(), "the load ran during another switch");
         assert!(state.loaded_model().is_none());
         drop(held);
-        let loaded = rx.recv().unwrap_or_else(|e| panic!("{e}"));
+        let loaded = rx.recv().unwrap();
         assert_eq!(loaded.ok().as_deref(), Some(DEMO_MODEL_ID));
         popover.join().unwrap_or_else(|_| panic!("the loading thread panicked"));
     }
@@ -730,17 +725,16 @@ mod tests {
         assert_eq!(ensure_default_model(&state).ok(), Some(true));
         // bf16 `small`: about 20 MB of weights, well above the tolerance.
         let small = state.locations.data_dir.join(MODELS_DIR).join("small-bf16");
-        write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen))
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen)).unwrap();
 
-        let to_small = load(&state, "small-bf16", Some(1024), None, false).unwrap_or_else(|e| panic!("{e:?}"));
+        let to_small = load(&state, "small-bf16", Some(1024), None, false).unwrap();
         // The demo model it replaced: its weights had to come back.
         assert!(to_small.expected_freed_bytes > 0, "{to_small:?}");
         assert!(to_small.rss_before_unload_bytes > 0 && to_small.rss_after_unload_bytes > 0, "{to_small:?}");
-        let small_weights = headroom_engine::inspect_model(&small).unwrap_or_else(|e| panic!("{e}")).weight_bytes;
+        let small_weights = headroom_engine::inspect_model(&small).unwrap().weight_bytes;
         assert!(small_weights > 16 << 20, "{small_weights}");
 
-        let back = load(&state, DEMO_MODEL_ID, Some(1024), None, false).unwrap_or_else(|e| panic!("{e:?}"));
+        let back = load(&state, DEMO_MODEL_ID, Some(1024), None, false).unwrap();
         // Expected = what the engine held: exactly the small model's weights
         // (no session was opened), and MLX gave (at least about) that back.
         assert_eq!(back.expected_freed_bytes, small_weights, "{back:?}");
@@ -767,20 +761,19 @@ mod tests {
     fn the_kv_cache_remedy_turns_a_refusal_into_a_load() {
         let state = crate::test_state("kv-remedy");
         let dir = state.locations.data_dir.join(MODELS_DIR).join("tiny-kv");
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::TinyKv, Bits::Four))
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::TinyKv, Bits::Four)).unwrap();
         // A long-context model: the config's ceiling is what the fit caps at.
-        let config = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap_or_else(|e| panic!("{e}"));
+        let config = std::fs::read_to_string(dir.join(CONFIG_FILE)).unwrap();
         let config = config.replace("\"max_position_embeddings\": 4096", "\"max_position_embeddings\": 131072");
         assert!(config.contains("131072"), "{config}");
-        std::fs::write(dir.join(CONFIG_FILE), config).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(dir.join(CONFIG_FILE), config).unwrap();
         let context = 131_072;
         let q8 = KvFormat::quantized(8, 64, 0).unwrap_or_default();
         // The budget halfway between the two peaks: the float cache swaps, 8 bits fit.
         let peak = |kv| {
-            let source = budget_source(&state).unwrap_or_else(|e| panic!("{e:?}"));
+            let source = budget_source(&state).unwrap();
             let r = fit::check_model_with(&dir, context, ComputeDtype::Native, state.quant_kernel(), kv, source, None);
-            r.unwrap_or_else(|e| panic!("{e}")).estimate.predicted_peak_bytes
+            r.unwrap().estimate.predicted_peak_bytes
         };
         let (float_peak, q8_peak) = (peak(KvFormat::Float), peak(q8));
         // The float cache's extra bytes over the 8-bit one's: 2 layers × 2 KV
@@ -792,7 +785,7 @@ mod tests {
         let kind = |r: &Remedy| std::mem::discriminant(r);
         let mut refused_with = None;
         for _ in 0..5 {
-            let available = headroom_memory::read().unwrap_or_else(|e| panic!("{e}")).available;
+            let available = headroom_memory::read().unwrap().available;
             let headroom = available.saturating_sub(float_peak / 2 + q8_peak / 2);
             assert!(headroom > GIB, "not enough memory free here for this test: {available}");
             let settings = headroom_core::settings::Settings {
@@ -819,10 +812,10 @@ mod tests {
                 break;
             }
         }
-        let remedies = refused_with.unwrap_or_else(|| panic!("never refused with an 8-bit KV remedy"));
+        let remedies = refused_with.expect("never refused with an 8-bit KV remedy");
         let Some(Remedy::KvCache { bits: 8, group_size, start, .. }) = remedies.first() else { panic!("{remedies:?}") };
         let kv = KvFormat::quantized(8, u64::from(*group_size), *start).unwrap_or_default();
-        let loaded = load(&state, "tiny-kv", None, Some(kv), false).unwrap_or_else(|e| panic!("{e:?}"));
+        let loaded = load(&state, "tiny-kv", None, Some(kv), false).unwrap();
         assert_eq!(loaded.kv_cache, "8-bit (group 64)");
         assert_eq!(state.loaded_model().map(|m| m.id), Some("tiny-kv".to_owned()));
         let _ = std::fs::remove_dir_all(&state.locations.data_dir);

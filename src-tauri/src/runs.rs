@@ -145,8 +145,7 @@ mod tests {
         let runs = Runs::default();
         assert!(!runs.cancel(1) && !runs.any(), "nothing runs yet");
         let flag = Arc::new(AtomicBool::new(false));
-        let bench =
-            runs.register_only(RunKind::Bench, Stopper::Flag(Arc::clone(&flag))).unwrap_or_else(|e| panic!("{e}"));
+        let bench = runs.register_only(RunKind::Bench, Stopper::Flag(Arc::clone(&flag))).unwrap();
         assert_eq!(
             runs.register_only(RunKind::Bench, Stopper::Flag(Arc::default())).err(),
             Some(AlreadyRunning { kind: RunKind::Bench })

@@ -173,8 +173,8 @@ mod tests {
                 headroom_engine::demo::Bits::Four,
             ),
         )
-        .unwrap_or_else(|e| panic!("{e}"));
-        std::fs::create_dir_all(outside.join("not-a-model")).unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
+        std::fs::create_dir_all(outside.join("not-a-model")).unwrap();
 
         let mut provider = AppModels::new(state.clone());
         assert_eq!(provider.add_models_dir(&outside).ok(), Some(1));
@@ -190,7 +190,7 @@ mod tests {
         assert_eq!((model.as_str(), report.estimate.weight_bytes), ("huge-demo", 200_000_000_000));
         assert!(state.loaded_model().is_none(), "nothing was loaded");
 
-        let ready = provider.ensure_loaded("tiny", Some(512), None).unwrap_or_else(|e| panic!("{e}"));
+        let ready = provider.ensure_loaded("tiny", Some(512), None).unwrap();
         assert_eq!(ready.id, "tiny");
         assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
         // Loaded already: nothing to do, the same answer.

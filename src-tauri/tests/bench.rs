@@ -2,7 +2,6 @@
 //! tiny demo model with tiny shapes: the structure, the counts, the labels.
 
 use std::ffi::OsStr;
-use std::path::PathBuf;
 
 use crate::common::{headroom, headroom_with};
 
@@ -13,7 +12,8 @@ fn json(out: &std::process::Output) -> serde_json::Value {
 
 #[test]
 fn bench_json_has_raw_runs_a_summary_labels_and_the_roofline_and_is_saved() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-bench-bin-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("bench-bin");
+    let dir = tmp.join("data");
     let data = dir.join("data");
     let model = dir.join("model");
     let m = model.to_string_lossy().into_owned();
@@ -79,12 +79,12 @@ fn bench_json_has_raw_runs_a_summary_labels_and_the_roofline_and_is_saved() {
         stderr.starts_with("headroom: invalid generation setting prompt tokens (-p) = 0: must be at least 1"),
         "{stderr}"
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn bench_text_output_is_a_table_with_the_roofline() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-bench-text-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("bench-text");
+    let dir = tmp.join("data");
     let m = dir.to_string_lossy().into_owned();
     assert!(headroom(&["demo-model", &m, "--preset", "tiny", "--bits", "4"]).status.success());
     let out = headroom_with(
@@ -96,7 +96,6 @@ fn bench_text_output_is_a_table_with_the_roofline() {
     assert!(text.starts_with("| model | quant | KV | batch | depth | test |"), "{text}");
     assert!(text.contains("| qwen2 | 4-bit g64 | bfloat16 | 1 | 0 | pp8 tg3 |"), "{text}");
     assert!(text.contains("roofline depth 0:") && text.contains("at 20.0 GB/s (given with --bandwidth)"), "{text}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

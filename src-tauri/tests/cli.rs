@@ -1,20 +1,19 @@
 //! The `headroom` binary end to end: demo-model, then generate on it; errors
 //! give one line on stderr and exit code 1.
 
-use std::path::PathBuf;
-
 use crate::common::{headroom, headroom_with};
 
 #[test]
 fn demo_model_then_generate_json_then_a_clear_error() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-cli-bin-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("cli-bin");
+    let dir = tmp.join("data");
     let d = dir.to_string_lossy().into_owned();
     let out = headroom(&["demo-model", &d, "--arch", "qwen3", "--bits", "16"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let out = headroom(&["generate", &d, "--prompt", "Hello", "--max-tokens", "7", "--ignore-eos", "--json"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["token_ids"].as_array().map(Vec::len), Some(7));
     assert_eq!(v["stats"]["generated_tokens"], 7);
 
@@ -28,7 +27,6 @@ fn demo_model_then_generate_json_then_a_clear_error() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("headroom: model `mlx-community/absent-model` not found"), "{stderr}");
     assert!(out.stdout.is_empty());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// The process ends cleanly after a model was loaded: the engine thread frees
@@ -37,7 +35,8 @@ fn demo_model_then_generate_json_then_a_clear_error() {
 /// corruption on every run (a 2-layer one was usually quick enough).
 #[test]
 fn a_run_on_a_deeper_model_exits_cleanly() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-cli-small-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("cli-small");
+    let dir = tmp.join("data");
     let d = dir.to_string_lossy().into_owned();
     let out = headroom(&["demo-model", &d, "--preset", "small", "--arch", "qwen2", "--bits", "4"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -45,21 +44,21 @@ fn a_run_on_a_deeper_model_exits_cleanly() {
         let out = headroom(&["generate", &d, "--prompt", "Hi", "--max-tokens", "2", "--ignore-eos", "--json"]);
         assert_eq!(out.status.code(), Some(0), "ended by {:?}: {}", out.status, String::from_utf8_lossy(&out.stderr));
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// `headroom models` finds the app's models folder through HEADROOM_DATA_DIR,
 /// as the app does, and lists each model with its size and verdict.
 #[test]
 fn models_lists_the_data_folder_with_verdicts() {
-    let data: PathBuf = std::env::temp_dir().join(format!("headroom-cli-models-bin-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("cli-models-bin");
+    let data = tmp.join("data");
     let model = data.join("models").join("demo");
     let out = headroom(&["demo-model", &model.to_string_lossy()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let run = |args: &[&str]| headroom_with(args, &[("HEADROOM_DATA_DIR", data.as_os_str())]);
     let out = run(&["models", "--json", "--available-gb", "16"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v.as_array().map(Vec::len), Some(1), "{v}");
     assert_eq!(v[0]["id"], "demo");
     assert!(v[0]["size_bytes"].as_u64().is_some_and(|b| b > 0), "{v}");
@@ -69,7 +68,6 @@ fn models_lists_the_data_folder_with_verdicts() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.lines().any(|l| l.starts_with("demo ") && l.contains("GB")), "{text}");
-    let _ = std::fs::remove_dir_all(&data);
 }
 
 /// A few folders of the hostile corpus through the binary: one line on
@@ -79,7 +77,8 @@ fn models_lists_the_data_folder_with_verdicts() {
 /// `src/cli/hostile_tests.rs` and through the app in `src/lib.rs`.
 #[test]
 fn hostile_folders_fail_with_one_line_naming_the_problem() {
-    let root: PathBuf = std::env::temp_dir().join(format!("headroom-cli-hostile-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("cli-hostile");
+    let root = tmp.join("data");
     let out = headroom(&["demo-model", "--hostile", &root.to_string_lossy()]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let listing = String::from_utf8_lossy(&out.stdout).into_owned();
@@ -112,5 +111,4 @@ fn hostile_folders_fail_with_one_line_naming_the_problem() {
         assert!(stderr.contains(needle) && !stderr.contains("panicked"), "{name}: {stderr}");
         assert!(out.stdout.is_empty(), "{name}");
     }
-    let _ = std::fs::remove_dir_all(&root);
 }

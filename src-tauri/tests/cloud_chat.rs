@@ -21,21 +21,9 @@ use headroom_store::{MessageStatus, Route, Store};
 
 use crate::common::{headroom, headroom_with};
 
-fn temp_dir(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("cloud-chat-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    dir
-}
-
 /// A port nothing listens on right now.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .unwrap_or_else(|e| panic!("no free port: {e}"))
+    TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map(|a| a.port()).expect("no free port")
 }
 
 /// `mlx_lm.server` on loopback; killed when dropped.
@@ -56,7 +44,7 @@ impl MlxServer {
         // An empty HF cache: /v1/models scans it and fails without one; offline
         // so nothing is ever downloaded.
         let hub = scratch.join("hf-hub");
-        std::fs::create_dir_all(&hub).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&hub).unwrap();
         let child = Command::new(&python)
             .args(["-m", "mlx_lm.server", "--host", "127.0.0.1", "--port", &port.to_string(), "--model"])
             .arg(model)
@@ -65,7 +53,7 @@ impl MlxServer {
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
-            .unwrap_or_else(|e| panic!("cannot start mlx_lm.server: {e}"));
+            .expect("cannot start mlx_lm.server");
         let server = Self { child, base_url: format!("http://127.0.0.1:{port}/v1") };
         server.wait_ready(port);
         server
@@ -105,8 +93,8 @@ fn demo_model(dir: &Path) -> PathBuf {
 
 fn stored(data: &Path, session: &str) -> Vec<headroom_store::StoredMessage> {
     tauri::async_runtime::block_on(async {
-        let store = Store::open(data).await.unwrap_or_else(|e| panic!("{e}"));
-        store.messages(session).await.unwrap_or_else(|e| panic!("{e}"))
+        let store = Store::open(data).await.unwrap();
+        store.messages(session).await.unwrap()
     })
 }
 
@@ -129,31 +117,30 @@ fn chat_cloud(data: &Path, model: &Path, url: &str, extra: &[&str], key: Option<
 
 #[test]
 fn streaming_chat_against_mlx_lm_server_end_to_end() {
-    let dir = temp_dir("e2e");
+    let dir = headroom_test_support::scratch("cloud-chat-e2e");
     let model = demo_model(&dir);
     let server = MlxServer::start(&model, &dir);
 
     // The client alone: structure, not content (the demo model's tokens are random).
-    let client =
-        CloudClient::new(CloudConfig::new(&server.base_url, "default_model")).unwrap_or_else(|e| panic!("{e}"));
+    let client = CloudClient::new(CloudConfig::new(&server.base_url, "default_model")).unwrap();
     let (models, events) = tauri::async_runtime::block_on(async {
-        let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
+        let models = client.list_models().await.unwrap();
         let msgs = gate(
             vec![Outbound::new(Part::Message, Message::new(Role::User, "Hello there"))],
             false,
             &ScanCache::default(),
         )
-        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap()
         .messages;
         let params = ChatParams { max_tokens: Some(8), temperature: Some(0.0), ..ChatParams::default() };
         let r =
             headroom_cloud::run_turn(&client, &msgs, &params, headroom_cloud::CancellationToken::new(), |_| true).await;
         (models, r)
     });
-    let canonical = model.canonicalize().unwrap_or_else(|e| panic!("{e}"));
+    let canonical = model.canonicalize().unwrap();
     assert!(models.iter().any(|m| Path::new(m) == canonical), "{models:?}");
-    let finished = events.end.unwrap_or_else(|e| panic!("the turn failed: {e}"));
-    let usage = finished.stats.usage.unwrap_or_else(|| panic!("mlx_lm.server reports usage when asked"));
+    let finished = events.end.expect("the turn failed");
+    let usage = finished.stats.usage.expect("mlx_lm.server reports usage when asked");
     assert!(usage.prompt_tokens > 0);
     assert!((1..=8).contains(&usage.completion_tokens), "{usage:?}");
     assert_eq!(finished.reason == FinishReason::Length, usage.completion_tokens == 8, "{finished:?}");
@@ -173,7 +160,7 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
         Some("k"),
     );
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["status"], "complete", "{v}");
     let generated = v["stats"]["generatedTokens"].as_i64().unwrap_or(0);
     assert!((1..=6).contains(&generated), "{v}");
@@ -199,7 +186,7 @@ fn streaming_chat_against_mlx_lm_server_end_to_end() {
 }
 
 fn stub(replies: Vec<headroom_cloud::testserver::Reply>) -> Stub {
-    Stub::start(replies).unwrap_or_else(|e| panic!("stub: {e}"))
+    Stub::start(replies).expect("stub")
 }
 
 /// A stub that answers 401 unless the bearer key is `key`: the first
@@ -210,7 +197,7 @@ fn unauthorized() -> headroom_cloud::testserver::Reply {
 
 #[test]
 fn failures_give_their_clear_error_and_keep_the_users_text() {
-    let dir = temp_dir("errors");
+    let dir = headroom_test_support::scratch("cloud-chat-errors");
     // The cloud route never loads MODEL; any folder name does.
     let model = dir.join("unused-model");
     let data = dir.join("data");
@@ -246,9 +233,9 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
-    set.stdin.take().map(|mut s| s.write_all(b"right-key\n")).transpose().unwrap_or_else(|e| panic!("{e}"));
-    let set = set.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
+    set.stdin.take().map(|mut s| s.write_all(b"right-key\n")).transpose().unwrap();
+    let set = set.wait_with_output().unwrap();
     assert!(set.status.success());
     assert!(String::from_utf8_lossy(&set.stdout).contains("readable only by you"));
     let out = chat_cloud(&data, &model, &url, &["--session", "auth", "--message", "again"], None);
@@ -291,22 +278,22 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     // "Summarise for cloud" on: the local model condenses the older turns,
     // the request carries the summary, and the route note says so.
     tauri::async_runtime::block_on(async {
-        let store = Store::open(&data).await.unwrap_or_else(|e| panic!("{e}"));
-        let mut settings = store.settings().await.unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open(&data).await.unwrap();
+        let mut settings = store.settings().await.unwrap();
         settings.summarise_for_cloud = true;
-        store.set_settings(&settings).await.unwrap_or_else(|e| panic!("{e}"));
+        store.set_settings(&settings).await.unwrap();
         for i in 0..3 {
             let t = store
                 .begin_turn("sum", &format!("question {i}: {}", "lorem ipsum ".repeat(350)), None, Route::Cloud)
                 .await
-                .unwrap_or_else(|e| panic!("{e}"));
+                .unwrap();
             let answer = headroom_store::TurnOutcome {
                 content: format!("answer {i}: {}", "dolor sit amet ".repeat(280)),
                 status: MessageStatus::Complete,
                 error: None,
                 stats: None,
             };
-            store.finish_turn(t.assistant_message_id, &answer).await.unwrap_or_else(|e| panic!("{e}"));
+            store.finish_turn(t.assistant_message_id, &answer).await.unwrap();
         }
     });
     let recording = stub(vec![answer(&["short"])]);
@@ -365,7 +352,7 @@ const SECRETS: [&str; 10] = [
 /// between harmless ones.
 fn secret_history(data: &Path, session: &str) {
     tauri::async_runtime::block_on(async {
-        let store = Store::open(data).await.unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open(data).await.unwrap();
         let turns = [
             ("what is a monad?".to_owned(), "A monoid in the category of endofunctors.".to_owned()),
             (format!("call me on {} or {}", SECRETS[0], SECRETS[1]), "Noted.".to_owned()),
@@ -376,13 +363,10 @@ fn secret_history(data: &Path, session: &str) {
             ("thanks!".to_owned(), "You are welcome.".to_owned()),
         ];
         for (q, a) in turns {
-            let t = store
-                .begin_turn(session, &q, Some("local-model"), Route::Local)
-                .await
-                .unwrap_or_else(|e| panic!("{e}"));
+            let t = store.begin_turn(session, &q, Some("local-model"), Route::Local).await.unwrap();
             let done =
                 headroom_store::TurnOutcome { content: a, status: MessageStatus::Complete, error: None, stats: None };
-            store.finish_turn(t.assistant_message_id, &done).await.unwrap_or_else(|e| panic!("{e}"));
+            store.finish_turn(t.assistant_message_id, &done).await.unwrap();
         }
     });
 }
@@ -401,7 +385,7 @@ fn leaked(bodies: &[String]) -> Vec<&'static str> {
 /// the endpoint unless `--allow-sensitive` says so, which names it.
 #[test]
 fn the_cli_never_sends_an_earlier_secret_and_allow_sensitive_names_what_it_sends() {
-    let dir = temp_dir("privacy");
+    let dir = headroom_test_support::scratch("cloud-chat-privacy");
     let model = demo_model(&dir);
     let data = dir.join("data");
     let cloud = stub(vec![answer(&["fine"])]);

@@ -11,16 +11,19 @@ use std::process::ExitCode;
 use clap::Parser;
 use headroom::cli::{run, Cli};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use headroom_test_support::Scratch;
 
 use crate::common::headroom;
 
 const CLAIMED: u64 = 200_000_000_000;
 
 /// A demo model folder whose single weight file claims `CLAIMED` bytes of
-/// bf16 embedding, made sparse with `set_len` so it takes no disk.
-fn sparse_huge_model() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("headroom-sparse-huge-{}", std::process::id()));
-    write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Sixteen)).unwrap_or_else(|e| panic!("{e}"));
+/// bf16 embedding, made sparse with `set_len` so it takes no disk; the
+/// folder it is in goes with the first value.
+fn sparse_huge_model() -> (Scratch, PathBuf) {
+    let tmp = headroom_test_support::scratch("sparse-huge");
+    let dir = tmp.join("model");
+    write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Sixteen)).unwrap();
     for f in ["model.safetensors.index.json", "model.safetensors"] {
         let _ = std::fs::remove_file(dir.join(f));
     }
@@ -29,11 +32,11 @@ fn sparse_huge_model() -> PathBuf {
         r#"{{"model.embed_tokens.weight":{{"dtype":"BF16","shape":[{rows},1000000],"data_offsets":[0,{CLAIMED}]}}}}"#
     );
     let path = dir.join("model.safetensors");
-    let mut f = File::create(&path).unwrap_or_else(|e| panic!("{e}"));
-    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    f.write_all(header.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
-    f.set_len(8 + header.len() as u64 + CLAIMED).unwrap_or_else(|e| panic!("{e}"));
-    dir
+    let mut f = File::create(&path).unwrap();
+    f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
+    f.write_all(header.as_bytes()).unwrap();
+    f.set_len(8 + header.len() as u64 + CLAIMED).unwrap();
+    (tmp, dir)
 }
 
 fn disk_usage(path: &Path) -> u64 {
@@ -51,15 +54,15 @@ fn disk_usage(path: &Path) -> u64 {
 
 #[test]
 fn a_refused_load_allocates_nothing_and_says_why() {
-    let dir = sparse_huge_model();
+    let (_tmp, dir) = sparse_huge_model();
     assert!(disk_usage(&dir.join("model.safetensors")) < 1 << 20, "the fixture must be sparse");
     let d = dir.to_string_lossy().into_owned();
 
     // In this process: RSS before and after the refused `generate`.
-    let cli = Cli::try_parse_from(["headroom", "generate", &d, "--prompt", "Hello"]).unwrap_or_else(|e| panic!("{e}"));
-    let before = headroom_memory::process_rss().unwrap_or_else(|e| panic!("{e}"));
-    let code = run(cli.command.unwrap_or_else(|| panic!("a subcommand")));
-    let after = headroom_memory::process_rss().unwrap_or_else(|e| panic!("{e}"));
+    let cli = Cli::try_parse_from(["headroom", "generate", &d, "--prompt", "Hello"]).unwrap();
+    let before = headroom_memory::process_rss().unwrap();
+    let code = run(cli.command.expect("a subcommand"));
+    let after = headroom_memory::process_rss().unwrap();
     assert_eq!(format!("{code:?}"), format!("{:?}", ExitCode::FAILURE));
     let grew = after.saturating_sub(before);
     assert!(grew < 8 << 20, "RSS grew by {grew} bytes during a refused load ({before} -> {after})");
@@ -75,25 +78,24 @@ fn a_refused_load_allocates_nothing_and_says_why() {
     // `fit --json` has every part; the weights are exactly what the header claims.
     let out = headroom(&["fit", &d, "--json", "--context", "4096"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["estimate"]["weight_bytes"], CLAIMED);
     assert_eq!(v["estimate"]["context_tokens"], 4096);
     assert_eq!(v["verdict"]["kind"], "cannot_fit");
     assert!(v["largest_context_that_fits"].is_null());
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn an_override_loads_a_model_the_guard_refused() {
-    let dir = std::env::temp_dir().join(format!("headroom-guard-override-{}", std::process::id()));
-    write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+    let tmp = headroom_test_support::scratch("guard-override");
+    let dir = tmp.join("data");
+    write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four)).unwrap();
     let d = dir.to_string_lossy().into_owned();
     let base = ["generate", &d, "--prompt", "Hi", "--max-tokens", "3", "--ignore-eos", "--json", "--available-gb", "1"];
     let out = headroom(&base);
     assert_eq!(out.status.code(), Some(1), "{}", String::from_utf8_lossy(&out.stderr));
     let out = headroom(&[&base[..], &["--override-fit"]].concat());
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["stats"]["generated_tokens"], 3);
-    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -3,6 +3,10 @@
 //! end to end, the bundle's configuration, routing, persistence, pulls, the
 //! local server and the fit guard.
 
+// clippy.toml's allow-unwrap-in-tests covers `#[test]` functions only; the
+// helpers of this test binary read as plainly as the tests they serve.
+#![allow(clippy::unwrap_used)]
+
 mod common;
 
 mod bench;

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use headroom_test_support::Scratch;
+
 use crate::common::{headroom, headroom_with};
 
 /// The context limit the server loads with: small, so the test's
@@ -43,9 +45,8 @@ fn python() -> PathBuf {
 /// named for `tag`, with `env` set: the folder, the server, and its URL (the
 /// first line it prints). The server's stdout stays open with the server
 /// (closed, its next line would fail to write).
-fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (PathBuf, Running, String) {
-    let root = std::env::temp_dir().join(format!("headroom-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (Scratch, Running, String) {
+    let root = headroom_test_support::scratch(tag);
     let model = root.join("demo-tiny");
     let out = headroom(&["demo-model", &model.to_string_lossy(), "--preset", "tiny"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
@@ -59,11 +60,11 @@ fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (PathBuf, Running, String) {
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run headroom serve: {e}"));
+        .expect("cannot run headroom serve");
     let mut server = Running(child, None);
-    let mut stdout = BufReader::new(server.0.stdout.take().unwrap_or_else(|| panic!("no stdout")));
+    let mut stdout = BufReader::new(server.0.stdout.take().expect("no stdout"));
     let mut url = String::new();
-    stdout.read_line(&mut url).unwrap_or_else(|e| panic!("{e}"));
+    stdout.read_line(&mut url).unwrap();
     let url = url.trim().to_owned();
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"), "first line: {url:?}");
     server.1 = Some(stdout);
@@ -73,7 +74,7 @@ fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (PathBuf, Running, String) {
 #[test]
 fn the_official_openai_client_talks_to_headroom_serve() {
     let python = python();
-    let (root, mut server, url) = serve_demo("openai-client", &[]);
+    let (_root, mut server, url) = serve_demo("openai-client", &[]);
 
     let started = Instant::now();
     let client = Command::new(&python)
@@ -99,11 +100,11 @@ fn the_official_openai_client_talks_to_headroom_serve() {
 
     // Ctrl-C: the server stops, joins the engine and exits 0.
     let pid = server.0.id().to_string();
-    let sent = Command::new("kill").args(["-INT", &pid]).status().unwrap_or_else(|e| panic!("kill: {e}"));
+    let sent = Command::new("kill").args(["-INT", &pid]).status().expect("kill");
     assert!(sent.success());
     let deadline = Instant::now() + Duration::from_secs(20);
     let status = loop {
-        match server.0.try_wait().unwrap_or_else(|e| panic!("{e}")) {
+        match server.0.try_wait().unwrap() {
             Some(status) => break status,
             None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(50)),
             None => panic!("headroom serve did not stop within 20 s of Ctrl-C"),
@@ -115,7 +116,6 @@ fn the_official_openai_client_talks_to_headroom_serve() {
     }
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("stopping the server"), "{stderr}");
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 #[test]
@@ -131,7 +131,8 @@ fn serve_refuses_a_non_loopback_address_without_opt_in_and_key() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("HEADROOM_TEST_UNSET_KEY") && stderr.contains("not set"), "{stderr}");
 
-    let empty = std::env::temp_dir().join(format!("headroom-serve-empty-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("serve-empty");
+    let empty = tmp.join("data");
     let out = headroom_with(
         &["serve", "--port", "0", "--model", "nobody/nothing"],
         &[("HEADROOM_DATA_DIR", empty.as_os_str())],
@@ -154,11 +155,11 @@ fn serve_refuses_a_non_loopback_address_without_opt_in_and_key() {
 /// request loads it again (fit-checked) and is answered.
 #[test]
 fn headroom_serve_unloads_when_idle_and_the_next_request_loads_again() {
-    let (root, mut server, url) = serve_demo("serve-idle", &[("HEADROOM_AWAY_IDLE_SECONDS", "2")]);
+    let (_root, mut server, url) = serve_demo("serve-idle", &[("HEADROOM_AWAY_IDLE_SECONDS", "2")]);
     let addr = url.trim_start_matches("http://").trim_end_matches("/v1").to_owned();
     // stderr, line by line, as it comes.
     let (tx, lines) = std::sync::mpsc::channel::<String>();
-    let stderr = server.0.stderr.take().unwrap_or_else(|| panic!("no stderr"));
+    let stderr = server.0.stderr.take().expect("no stderr");
     std::thread::spawn(move || {
         for line in BufReader::new(stderr).lines().map_while(Result::ok) {
             let _ = tx.send(line);
@@ -167,15 +168,15 @@ fn headroom_serve_unloads_when_idle_and_the_next_request_loads_again() {
     let ask = || {
         use std::io::Write;
         let body = r#"{"model":"demo-tiny","messages":[{"role":"user","content":"hi"}],"max_tokens":2}"#;
-        let mut s = std::net::TcpStream::connect(&addr).unwrap_or_else(|e| panic!("{e}"));
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
         write!(
             s,
             "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let mut reply = String::new();
-        s.read_to_string(&mut reply).unwrap_or_else(|e| panic!("{e}"));
+        s.read_to_string(&mut reply).unwrap();
         reply
     };
     let wait_for = |needle: &str, within: Duration| -> String {
@@ -198,5 +199,4 @@ fn headroom_serve_unloads_when_idle_and_the_next_request_loads_again() {
     let pid = server.0.id().to_string();
     let _ = Command::new("kill").args(["-INT", &pid]).status();
     let _ = server.0.wait();
-    let _ = std::fs::remove_dir_all(&root);
 }

@@ -8,23 +8,23 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use headroom_store::{MessageStatus, Store, StoredMessage};
+use headroom_test_support::Scratch;
 
 use crate::common::headroom_with;
 
-/// A data folder and a tiny demo model of this test's own.
-fn setup(tag: &str) -> (PathBuf, String) {
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("persist-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&root);
+/// A data folder and a tiny demo model of this test's own, in a folder
+/// that goes with the first value.
+fn setup(tag: &str) -> (Scratch, PathBuf, String) {
+    let root = headroom_test_support::scratch(&format!("persist-{tag}"));
     let model = root.join("model").to_string_lossy().into_owned();
     let out = headroom_with(&["demo-model", &model, "--arch", "qwen2", "--bits", "4"], &[]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    (root.join("data"), model)
+    let data = root.join("data");
+    (root, data, model)
 }
 
 fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap_or_else(|e| panic!("{e}"))
+    tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap()
 }
 
 /// The session's messages as another process sees them, without recovering
@@ -53,7 +53,7 @@ fn spawn_chat(data: &Path, model: &str, session: &str, message: &str) -> Child {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
+        .expect("cannot run headroom")
 }
 
 /// Waits until the answer in the database has some text, and returns it.
@@ -75,16 +75,16 @@ fn wait_for_partial(rt: &tokio::runtime::Runtime, child: &mut Child, data: &Path
 
 #[test]
 fn sigkill_mid_answer_keeps_the_question_and_the_partial_answer_as_interrupted() {
-    let (data, model) = setup("kill");
+    let (_root, data, model) = setup("kill");
     let rt = runtime();
     let mut child = spawn_chat(&data, &model, "k", "Tell me a long story");
     let seen = wait_for_partial(&rt, &mut child, &data, "k");
-    child.kill().unwrap_or_else(|e| panic!("{e}")); // SIGKILL on Unix
-    let status = child.wait().unwrap_or_else(|e| panic!("{e}"));
+    child.kill().unwrap(); // SIGKILL on Unix
+    let status = child.wait().unwrap();
     assert!(!status.success(), "it was killed, not finished: {status}");
 
-    let store = rt.block_on(Store::open(&data)).unwrap_or_else(|e| panic!("{e}"));
-    let msgs = rt.block_on(store.messages("k")).unwrap_or_else(|e| panic!("{e}"));
+    let store = rt.block_on(Store::open(&data)).unwrap();
+    let msgs = rt.block_on(store.messages("k")).unwrap();
     assert_eq!(msgs.len(), 2, "{msgs:?}");
     assert_eq!((msgs[0].content.as_str(), msgs[0].status), ("Tell me a long story", MessageStatus::Complete));
     let answer = &msgs[1];
@@ -96,18 +96,17 @@ fn sigkill_mid_answer_keeps_the_question_and_the_partial_answer_as_interrupted()
     );
     assert!(answer.stats.is_none(), "a killed turn never reached its stats");
     rt.block_on(store.close());
-    let _ = std::fs::remove_dir_all(data.parent().unwrap_or(&data));
 }
 
 #[test]
 fn ctrl_c_stops_the_answer_and_commits_it_interrupted_with_stats() {
-    let (data, model) = setup("int");
+    let (_root, data, model) = setup("int");
     let rt = runtime();
     let mut child = spawn_chat(&data, &model, "c", "Count slowly");
     wait_for_partial(&rt, &mut child, &data, "c");
-    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap_or_else(|e| panic!("{e}"));
+    let sent = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap();
     assert!(sent.success());
-    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{:?}: {stderr}", out.status);
     assert!(stderr.contains("saved as interrupted") && stderr.contains("| cancelled"), "{stderr}");
@@ -117,12 +116,11 @@ fn ctrl_c_stops_the_answer_and_commits_it_interrupted_with_stats() {
     assert_eq!(msgs[1].status, MessageStatus::Interrupted, "committed by the process itself, not by a reopen");
     let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
     assert!(stats.generated_tokens > 0 && stats.generated_tokens < 30000, "{stats:?}");
-    let _ = std::fs::remove_dir_all(data.parent().unwrap_or(&data));
 }
 
 #[test]
 fn two_chat_calls_on_one_session_are_one_conversation() {
-    let (data, model) = setup("multi");
+    let (_root, data, model) = setup("multi");
     let env = [("HEADROOM_DATA_DIR", data.as_os_str())];
     let turn = |message: &str| {
         let out = headroom_with(
@@ -143,7 +141,7 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
             &env,
         );
         assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap_or_else(|e| panic!("{e}"))
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     let first = turn("Hello");
     let second = turn("And then?");
@@ -152,7 +150,7 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
     assert!(p1 > 0 && p2 > p1 + 4, "the second prompt holds the first turn: {p1} then {p2}");
 
     let out = headroom_with(&["sessions", "--json"], &env);
-    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let list: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!((list[0]["id"].as_str(), list[0]["messageCount"].as_i64()), (Some("m"), Some(4)), "{list}");
 
     let out = headroom_with(&["export", "m", "--format", "md"], &env);
@@ -165,7 +163,7 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
     let out = headroom_with(&["export", "m", "--format", "json"], &env);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let file = data.join("m.json");
-    std::fs::write(&file, &out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&file, &out.stdout).unwrap();
     let imported = headroom_with(&["import", &file.to_string_lossy()], &env);
     assert_eq!(String::from_utf8_lossy(&imported.stdout), "imported 4 messages as session `m-2` (Hello)\n");
     let again = headroom_with(&["export", "m-2", "--format", "json"], &env);
@@ -178,5 +176,4 @@ fn two_chat_calls_on_one_session_are_one_conversation() {
     let out = headroom_with(&["export", "nope"], &env);
     assert_eq!(out.status.code(), Some(1));
     assert_eq!(String::from_utf8_lossy(&out.stderr), "headroom: no session `nope`\n");
-    let _ = std::fs::remove_dir_all(data.parent().unwrap_or(&data));
 }

@@ -12,17 +12,8 @@ use headroom_hub::testserver::{Fault, TestHub};
 
 const REPO: &str = "mlx-community/Demo-Tiny-4bit";
 
-fn scratch(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("pull-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    dir
-}
-
 fn demo(dir: &Path, spec: &DemoSpec) {
-    write_demo_model(dir, spec).unwrap_or_else(|e| panic!("{e}"));
+    write_demo_model(dir, spec).unwrap();
 }
 
 /// The binary with a private HF cache and data folder.
@@ -36,14 +27,14 @@ fn headroom(root: &Path, args: &[&str]) -> Command {
 }
 
 fn run(root: &Path, args: &[&str]) -> Output {
-    headroom(root, args).output().unwrap_or_else(|e| panic!("cannot run headroom: {e}"))
+    headroom(root, args).output().expect("cannot run headroom")
 }
 
 /// `headroom models --json` at a fixed budget: (id, verdict kind) of each model.
 fn listed(root: &Path) -> Vec<(String, String)> {
     let out = run(root, &["models", "--json", "--available-gb", "16"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     v.as_array()
         .into_iter()
         .flatten()
@@ -65,10 +56,10 @@ fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
 
 #[test]
 fn a_pulled_model_is_listed_with_its_verdict_and_a_refused_one_is_not_downloaded() {
-    let root = scratch("full");
+    let root = headroom_test_support::scratch("pull-full");
     demo(&root.join("source"), &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four));
-    let hub = TestHub::start().unwrap_or_else(|e| panic!("{e}"));
-    hub.add_repo(REPO, &root.join("source")).unwrap_or_else(|e| panic!("{e}"));
+    let hub = TestHub::start().unwrap();
+    hub.add_repo(REPO, &root.join("source")).unwrap();
     let endpoint = hub.endpoint();
 
     // No room: refused after the header check, before any weight byte.
@@ -78,7 +69,9 @@ fn a_pulled_model_is_listed_with_its_verdict_and_a_refused_one_is_not_downloaded
     assert!(stderr.starts_with(&format!("headroom: refusing to download `{REPO}`: it cannot fit")), "{stderr}");
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("verdict: cannot fit") && stdout.contains("nothing downloaded yet"), "{stdout}");
-    assert!(hub.log().iter().filter(|r| r.path.starts_with("/cdn/")).all(|r| r.range.is_some()), "{:?}", hub.log());
+    let cdn: Vec<_> = hub.log().into_iter().filter(|r| r.path.starts_with("/cdn/")).collect();
+    assert!(!cdn.is_empty(), "the headers were read from the CDN: {:?}", hub.log());
+    assert!(cdn.iter().all(|r| r.range.is_some()), "only header ranges were fetched: {cdn:?}");
     assert!(listed(&root).is_empty());
 
     let out = run(&root, &["pull", REPO, "--endpoint", &endpoint, "--available-gb", "16", "--json"]);
@@ -89,7 +82,7 @@ fn a_pulled_model_is_listed_with_its_verdict_and_a_refused_one_is_not_downloaded
     assert_eq!(lines[0]["model"]["repo"], REPO);
     assert_eq!(lines[1]["event"], "started");
     assert!(lines.iter().any(|l| l["event"] == "progress" && l["bytes_per_sec"].as_f64().is_some()));
-    let last = lines.last().unwrap_or_else(|| panic!("no output"));
+    let last = lines.last().expect("no output");
     assert_eq!(last["event"], "finished");
     assert_eq!(listed(&root), [(REPO.to_owned(), "fits".to_owned())]);
 
@@ -113,12 +106,12 @@ fn a_pulled_model_is_listed_with_its_verdict_and_a_refused_one_is_not_downloaded
 
 #[test]
 fn a_pull_cancelled_with_ctrl_c_is_not_listed_and_the_next_one_resumes() {
-    let root = scratch("cancel");
+    let root = headroom_test_support::scratch("pull-cancel");
     demo(&root.join("source"), &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four));
     let weights = std::fs::metadata(root.join("source/model.safetensors")).map(|m| m.len()).unwrap_or(0);
     let stall_at = weights / 3;
-    let hub = TestHub::start().unwrap_or_else(|e| panic!("{e}"));
-    hub.add_repo(REPO, &root.join("source")).unwrap_or_else(|e| panic!("{e}"));
+    let hub = TestHub::start().unwrap();
+    hub.add_repo(REPO, &root.join("source")).unwrap();
     let endpoint = hub.endpoint();
     hub.add_fault(Fault::Stall { file: "model.safetensors".into(), after: stall_at });
 
@@ -126,7 +119,7 @@ fn a_pull_cancelled_with_ctrl_c_is_not_listed_and_the_next_one_resumes() {
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .spawn()
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
     // Wait until the transfer has stalled with part of the weights on disk.
     let blobs = root.join("hub/models--mlx-community--Demo-Tiny-4bit/blobs");
     let partial_len = || -> u64 {
@@ -146,9 +139,9 @@ fn a_pull_cancelled_with_ctrl_c_is_not_listed_and_the_next_one_resumes() {
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = child.id().to_string();
-    let status = Command::new("kill").args(["-INT", &pid]).status().unwrap_or_else(|e| panic!("{e}"));
+    let status = Command::new("kill").args(["-INT", &pid]).status().unwrap();
     assert!(status.success());
-    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e}"));
+    let out = child.wait_with_output().unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(130), "{stderr}");
     assert!(stderr.contains("was cancelled; nothing was added to the model list"), "{stderr}");

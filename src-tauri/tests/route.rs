@@ -3,8 +3,6 @@
 //! count is an estimate that says so; sensitive text stays local; errors are
 //! one line on stderr with exit code 1.
 
-use std::path::PathBuf;
-
 use headroom_engine::tokenizer::Tokenizer;
 use serde_json::Value;
 
@@ -24,13 +22,13 @@ fn codes(v: &Value) -> Vec<String> {
 
 #[test]
 fn route_counts_with_the_model_tokenizer_and_checks_its_fit() {
-    let dir: PathBuf = std::env::temp_dir().join(format!("headroom-route-bin-{}", std::process::id()));
+    let tmp = headroom_test_support::scratch("route-bin");
+    let dir = tmp.join("data");
     let d = dir.to_string_lossy().into_owned();
     let out = headroom(&["demo-model", &d]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let text = "Summarise the attached quarterly figures in three bullet points.";
-    let expected =
-        Tokenizer::from_dir(&dir).and_then(|t| t.encode(text, false)).unwrap_or_else(|e| panic!("{e}")).len();
+    let expected = Tokenizer::from_dir(&dir).and_then(|t| t.encode(text, false)).unwrap().len();
 
     // Roomy memory: short input stays on the local model, counted exactly.
     let v = json_of(&["route", text, "--model", &d, "--available-gb", "64", "--json"]);
@@ -76,7 +74,6 @@ fn route_counts_with_the_model_tokenizer_and_checks_its_fit() {
     let v = json_of(&["route", secret, "--model", &d, "--force", "cloud", "--allow-sensitive", "--json"]);
     assert_eq!(v["target"]["kind"], "cloud");
     assert!(codes(&v).contains(&"PRIVACY_OVERRIDDEN".to_owned()), "{v}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

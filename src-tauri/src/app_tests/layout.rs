@@ -91,11 +91,11 @@ fn imports_only_go_down_from_the_front_ends() {
 
 #[test]
 fn the_check_finds_a_climbing_import() {
-    let dir = std::env::temp_dir().join(format!("headroom-layout-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(dir.join("turn")).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::create_dir_all(dir.join("cli")).unwrap_or_else(|e| panic!("{e}"));
-    let write = |rel: &str, text: &str| std::fs::write(dir.join(rel), text).unwrap_or_else(|e| panic!("{e}"));
+    let tmp = headroom_test_support::scratch("layout");
+    let dir = tmp.join("data");
+    std::fs::create_dir_all(dir.join("turn")).unwrap();
+    std::fs::create_dir_all(dir.join("cli")).unwrap();
+    let write = |rel: &str, text: &str| std::fs::write(dir.join(rel), text).unwrap();
     write("turn/mod.rs", "//! Never `crate::commands` in a comment.\nuse crate::commands::chat::x;\n");
     write("cli/chat.rs", "use super::super::commands::y;\nuse crate::turn::start;\n");
     write("lib.rs", "use crate::commands::z;\n");
@@ -103,5 +103,4 @@ fn the_check_finds_a_climbing_import() {
     assert_eq!(found.len(), 2, "{found:?}");
     assert!(found.iter().any(|f| f.starts_with("turn/mod.rs: use crate::commands")), "{found:?}");
     assert!(found.iter().any(|f| f.starts_with("cli/chat.rs: use super::super::commands")), "{found:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

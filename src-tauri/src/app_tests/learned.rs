@@ -31,18 +31,17 @@ fn turn(app: &tauri::App<MockRuntime>, session: &str, text: &str) {
 fn a_turn_in_the_app_is_measured_and_the_picker_and_the_cli_rest_on_it() {
     let (app, window) = app_with_window_in("learned");
     let state = state_of(&app);
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
     let demo = |window: &WebviewWindow<MockRuntime>| -> Value {
-        let list = invoke(window, "models_list", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let list = invoke(window, "models_list", json!({})).unwrap();
         let entries = list.as_array().cloned().unwrap_or_default();
         let entry = entries.into_iter().find(|m| m["id"] == crate::models::DEMO_MODEL_ID);
         entry.unwrap_or_else(|| panic!("no demo model in {list}"))["fit"].clone()
     };
     // Loaded, never run: the load is kept, but it is no point of the curve.
     assert_eq!(demo(&window)["basis"], "estimated");
-    let loaded = state.loaded_model().unwrap_or_else(|| panic!("no model"));
-    let measured =
-        || block_on(state.store.peak_measurements(&loaded.info.fingerprint)).unwrap_or_else(|e| panic!("{e}"));
+    let loaded = state.loaded_model().expect("no model");
+    let measured = || block_on(state.store.peak_measurements(&loaded.info.fingerprint)).unwrap();
     assert_eq!(measured().iter().map(|m| m.kind).collect::<Vec<_>>(), [MeasuredKind::Load]);
 
     turn(&app, "s", "Tell me about caches.");
@@ -61,12 +60,10 @@ fn a_turn_in_the_app_is_measured_and_the_picker_and_the_cli_rest_on_it() {
     let context = state.context_limit().to_string();
     let dir = loaded.path.to_string_lossy().into_owned();
     let argv = ["headroom", "fit", &dir, "--context", &context, "--json"];
-    let Some(Command::Fit(args)) = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command else {
-        panic!("not fit")
-    };
+    let Some(Command::Fit(args)) = Cli::try_parse_from(argv).unwrap().command else { panic!("not fit") };
     let mut out = Vec::new();
-    crate::cli::fit::fit(&args, &state.locations.hub, Some(&state.store), &mut out).unwrap_or_else(|e| panic!("{e}"));
-    let cli: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+    crate::cli::fit::fit(&args, &state.locations.hub, Some(&state.store), &mut out).unwrap();
+    let cli: Value = serde_json::from_slice(&out).unwrap();
     assert_eq!(cli["basis"], fit["basis"]);
     assert_eq!(cli["estimate"]["predicted_peak_bytes"], fit["estimate"]["predicted_peak_bytes"]);
 

@@ -32,11 +32,8 @@ pub(crate) fn app_with_window() -> (tauri::App<MockRuntime>, WebviewWindow<MockR
 /// The app on a fresh data folder of its own, with an empty HF cache.
 pub(crate) fn app_with_window_in(tag: &str) -> (tauri::App<MockRuntime>, WebviewWindow<MockRuntime>) {
     let state = crate::test_state(tag);
-    let app = crate::run_app(mock_builder(), mock_context(noop_assets()), Some(state.locations))
-        .unwrap_or_else(|e| panic!("app: {e}"));
-    let window = WebviewWindowBuilder::new(&app, crate::MAIN_WINDOW, WebviewUrl::default())
-        .build()
-        .unwrap_or_else(|e| panic!("window: {e}"));
+    let app = crate::run_app(mock_builder(), mock_context(noop_assets()), Some(state.locations)).expect("app");
+    let window = WebviewWindowBuilder::new(&app, crate::MAIN_WINDOW, WebviewUrl::default()).build().expect("window");
     (app, window)
 }
 
@@ -58,12 +55,12 @@ pub(crate) fn invoke_from(
         cmd: cmd.into(),
         callback: CallbackFn(0),
         error: CallbackFn(1),
-        url: origin.parse().unwrap_or_else(|e| panic!("{e}")),
+        url: origin.parse().unwrap(),
         body: InvokeBody::Json(args),
         headers: Default::default(),
         invoke_key: INVOKE_KEY.to_string(),
     };
-    get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap_or_else(|e| panic!("{e}")))
+    get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap())
 }
 
 /// A channel id as the UI's `new Channel()` serializes it (the mock
@@ -127,7 +124,7 @@ pub(crate) fn use_cloud(state: &AppState, stub: &Stub) -> Settings {
         cloud_model: Some("gpt-x".into()),
         ..Settings::default()
     };
-    block_on(state.store.set_settings(&settings)).unwrap_or_else(|e| panic!("{e}"));
+    block_on(state.store.set_settings(&settings)).unwrap();
     state.apply_settings(&settings);
     settings
 }
@@ -136,9 +133,9 @@ pub(crate) fn use_cloud(state: &AppState, stub: &Stub) -> Settings {
 /// secrets on this Mac has them.
 pub(crate) fn stored_turns(store: &Store, session: &str, turns: &[(String, String)]) {
     for (q, a) in turns {
-        let t = block_on(store.begin_turn(session, q, Some("local"), Route::Local)).unwrap_or_else(|e| panic!("{e}"));
+        let t = block_on(store.begin_turn(session, q, Some("local"), Route::Local)).unwrap();
         let done = TurnOutcome { content: a.clone(), status: MessageStatus::Complete, error: None, stats: None };
-        block_on(store.finish_turn(t.assistant_message_id, &done)).unwrap_or_else(|e| panic!("{e}"));
+        block_on(store.finish_turn(t.assistant_message_id, &done)).unwrap();
     }
 }
 

@@ -90,21 +90,21 @@ fn the_app_and_the_cli_route_explain_and_cache_alike() {
     // The app, with the demo model loaded and its cloud.
     let (app, _window) = app_with_window_in("parity-app");
     let state = state_of(&app);
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
-    let app_cloud = Stub::start(vec![answer(&["fine"])]).unwrap_or_else(|e| panic!("{e}"));
+    crate::models::ensure_default_model(&state).unwrap();
+    let app_cloud = Stub::start(vec![answer(&["fine"])]).unwrap();
     let settings = use_cloud(&state, &app_cloud);
-    let model_dir = state.loaded_model().map(|m| m.path).unwrap_or_else(|| panic!("no model"));
+    let model_dir = state.loaded_model().map(|m| m.path).expect("no model");
     let app_model = crate::models::DEMO_MODEL_ID;
 
     // The CLI, on a data folder of its own with the same settings and model.
     let cli_state = crate::test_state("parity-cli");
-    let cli_cloud = Stub::start(vec![answer(&["fine"])]).unwrap_or_else(|e| panic!("{e}"));
+    let cli_cloud = Stub::start(vec![answer(&["fine"])]).unwrap();
     block_on(
         cli_state
             .store
             .set_settings(&Settings { cloud_base_url: Some(cli_cloud.base_url.clone()), ..settings.clone() }),
     )
-    .unwrap_or_else(|e| panic!("{e}"));
+    .unwrap();
     let cli_model = model_dir.to_string_lossy().into_owned();
 
     let mut failures = Vec::new();
@@ -168,9 +168,7 @@ fn cli_turn(locations: &Locations, store: &Store, cloud: &Stub, model: &str, ses
     if c.allow {
         argv.push("--allow-sensitive");
     }
-    let Some(Command::Chat(args)) = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command else {
-        panic!("not a chat command")
-    };
+    let Some(Command::Chat(args)) = Cli::try_parse_from(argv).unwrap().command else { panic!("not a chat command") };
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let result = crate::cli::chat::chat(&args, locations.clone(), store.clone(), &mut out, &mut err);
     assert!(result.is_ok(), "{}: {result:?}: {}", c.name, String::from_utf8_lossy(&err));

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::*;
 
 fn stub() -> Stub {
-    Stub::start(vec![answer(&["fine"])]).unwrap_or_else(|e| panic!("stub: {e}"))
+    Stub::start(vec![answer(&["fine"])]).expect("stub")
 }
 
 #[test]
@@ -47,7 +47,7 @@ fn the_app_sends_no_earlier_secret_forced_routed_or_regenerated_and_only_the_ove
     assert_eq!(leaked(&cloud), Vec::<&str>::new());
 
     // Regenerated: the last question again, with the same history rules.
-    let old_answer = block_on(state.store.messages("s")).unwrap_or_else(|e| panic!("{e}"))[n + 3].id;
+    let old_answer = block_on(state.store.messages("s")).unwrap()[n + 3].id;
     let again = invoke(&window, "chat_regenerate", json!({ "sessionId": "s", "force": "cloud", "onEvent": CHANNEL }));
     assert!(again.is_ok(), "{again:?}");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -64,7 +64,7 @@ fn the_app_sends_no_earlier_secret_forced_routed_or_regenerated_and_only_the_ove
     assert_eq!(leaked(&cloud), Vec::<&str>::new());
 
     // A secret in the message itself, the cloud forced, nothing local to run it: refused, nothing sent or stored.
-    let before = block_on(state.store.dump()).unwrap_or_else(|e| panic!("{e}"));
+    let before = block_on(state.store.dump()).unwrap();
     let refused = invoke(
         &window,
         "chat_send",
@@ -122,10 +122,10 @@ fn a_cache_hit_sends_nothing_and_a_chat_with_secrets_is_never_cached() {
 fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
     let (app, _window) = app_with_window_in("privacy-summary");
     let state = state_of(&app);
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
     let cloud = stub();
     let settings = Settings { summarise_for_cloud: true, ..use_cloud(&state, &cloud) };
-    block_on(state.store.set_settings(&settings)).unwrap_or_else(|e| panic!("{e}"));
+    block_on(state.store.set_settings(&settings)).unwrap();
     // Long harmless turns first (worth summarising), the secrets among them.
     let mut turns: Vec<(String, String)> = (0..4)
         .map(|i| {

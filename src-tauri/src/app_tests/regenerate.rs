@@ -29,7 +29,7 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
     let state = state_of(&app);
     stored_turns(&state.store, "s", &[("hello?".into(), "hi!".into()), ("what is a monad?".into(), "a monoid".into())]);
     stored_turns(&state.store, "id", &[("my id is 11010519491231002X".into(), "noted".into())]);
-    let dump = || block_on(state.store.dump()).unwrap_or_else(|e| panic!("{e}"));
+    let dump = || block_on(state.store.dump()).unwrap();
     let before = dump();
 
     // No model, no cloud.
@@ -40,7 +40,7 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
     assert_eq!(err.map(|e| e["code"].clone()), Some(json!("NOTHING_TO_REGENERATE")));
 
     // A sensitive question with the cloud forced, and nothing local to run it.
-    let cloud = Stub::start(vec![answer(&["new answer"])]).unwrap_or_else(|e| panic!("{e}"));
+    let cloud = Stub::start(vec![answer(&["new answer"])]).unwrap();
     let settings = use_cloud(&state, &cloud);
     let before = dump();
     assert_eq!(regenerate(&app, "id", Some(Force::Cloud)).err().as_deref(), Some("ROUTE_NO_LOCAL_MODEL"));
@@ -48,19 +48,18 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
 
     // The key store cannot be read.
     let keys = state.locations.data_dir.join(headroom_cloud::keys::KEY_FILE_NAME);
-    std::fs::write(&keys, "{ not json").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(&keys, "{ not json").unwrap();
     assert_eq!(regenerate(&app, "s", Some(Force::Cloud)).err().as_deref(), Some("CLOUD_KEY_STORE"));
     assert_eq!(dump(), before);
-    std::fs::remove_file(&keys).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::remove_file(&keys).unwrap();
 
     // The endpoint never answers: the run is handed out, then fails before
     // it starts; the old answer stays and the UI hears why.
-    let dead =
-        std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap_or_else(|e| panic!("{e}"));
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap();
     let gone = Settings { cloud_base_url: Some(format!("http://{dead}/v1")), ..settings.clone() };
-    block_on(state.store.set_settings(&gone)).unwrap_or_else(|e| panic!("{e}"));
+    block_on(state.store.set_settings(&gone)).unwrap();
     let before = dump();
-    let events = regenerate(&app, "s", Some(Force::Cloud)).unwrap_or_else(|e| panic!("{e}"));
+    let events = regenerate(&app, "s", Some(Force::Cloud)).unwrap();
     assert_eq!(events.last().map(|e| e["data"]["code"].clone()), Some(json!("CLOUD_CONNECTION_REFUSED")), "{events:?}");
     assert!(events.iter().all(|e| e["event"] != "started"), "{events:?}");
     std::thread::sleep(Duration::from_millis(200));
@@ -68,8 +67,8 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
 
     // The local model would swap at the context the chat needs.
     block_on(state.store.set_settings(&Settings { cloud_base_url: None, cloud_model: None, ..settings.clone() }))
-        .unwrap_or_else(|e| panic!("{e}"));
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+        .unwrap();
+    crate::models::ensure_default_model(&state).unwrap();
     let before = dump();
     state.apply_settings(&Settings { os_headroom_gb: 1024.0, ..Settings::default() });
     assert_eq!(regenerate(&app, "s", None).err().as_deref(), Some("TURN_WOULD_SWAP"));
@@ -77,8 +76,8 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
 
     // Allowed to run, it replaces the last exchange: same question, a new answer.
     state.apply_settings(&Settings::default());
-    block_on(state.store.set_settings(&settings)).unwrap_or_else(|e| panic!("{e}"));
-    let events = regenerate(&app, "s", Some(Force::Cloud)).unwrap_or_else(|e| panic!("{e}"));
+    block_on(state.store.set_settings(&settings)).unwrap();
+    let events = regenerate(&app, "s", Some(Force::Cloud)).unwrap();
     assert_eq!(events.last().map(|e| e["event"].clone()), Some(json!("finished")), "{events:?}");
     let msgs = settled(&state.store, "s", 4);
     let texts: Vec<&str> = msgs.iter().map(|m| m.content.as_str()).collect();

@@ -261,7 +261,7 @@ mod tests {
     use headroom_engine::QuantKernel;
 
     fn parse(argv: &[&str]) -> BenchArgs {
-        match Cli::try_parse_from([&["headroom", "bench"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
+        match Cli::try_parse_from([&["headroom", "bench"], argv].concat()).unwrap().command {
             Some(Command::Bench(args)) => args,
             other => panic!("{other:?}"),
         }

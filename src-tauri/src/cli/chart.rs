@@ -165,23 +165,21 @@ mod tests {
 
     use super::*;
     use crate::cli::{Cli, Command};
+    use headroom_test_support::{fresh_store, FreshStore};
 
-    fn store(tag: &str) -> Store {
-        let dir = std::env::temp_dir().join(format!("headroom-cli-chart-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"))
+    fn store(tag: &str) -> FreshStore {
+        block_on(fresh_store(&format!("cli-chart-{tag}")))
     }
 
     fn parse(argv: &[&str]) -> ChartArgs {
-        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+        match Cli::try_parse_from(argv).unwrap().command {
             Some(Command::Chart(args)) => args,
             other => panic!("not a chart command: {other:?}"),
         }
     }
 
     fn answered_turn(store: &Store, context_tokens: i64) {
-        let t =
-            block_on(store.begin_turn("demo", "Go on", Some("demo"), Route::Local)).unwrap_or_else(|e| panic!("{e}"));
+        let t = block_on(store.begin_turn("demo", "Go on", Some("demo"), Route::Local)).unwrap();
         let stats = TurnStatsRecord {
             model_id: "demo".into(),
             quantization: None,
@@ -207,7 +205,7 @@ mod tests {
         };
         let outcome =
             TurnOutcome { content: "…".into(), status: MessageStatus::Complete, error: None, stats: Some(stats) };
-        block_on(store.finish_turn(t.assistant_message_id, &outcome)).unwrap_or_else(|e| panic!("{e}"));
+        block_on(store.finish_turn(t.assistant_message_id, &outcome)).unwrap();
     }
 
     #[test]
@@ -217,8 +215,7 @@ mod tests {
             answered_turn(&s, ctx);
         }
         let mut out = Vec::new();
-        chart(&parse(&["headroom", "chart", "session", "demo", "--theme", "dark"]), &s, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        chart(&parse(&["headroom", "chart", "session", "demo", "--theme", "dark"]), &s, &mut out).unwrap();
         let svg = String::from_utf8_lossy(&out);
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"), "{svg}");
         assert_eq!(svg.matches("<circle").count(), 6, "three turns in two panels");
@@ -227,10 +224,9 @@ mod tests {
         let file = s.path().with_file_name("demo-chart.svg");
         let arg_file = file.display().to_string();
         let mut out = Vec::new();
-        chart(&parse(&["headroom", "chart", "session", "demo", "--out", &arg_file]), &s, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        chart(&parse(&["headroom", "chart", "session", "demo", "--out", &arg_file]), &s, &mut out).unwrap();
         assert_eq!(String::from_utf8_lossy(&out), format!("wrote {}\n", file.display()));
-        let written = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{e}"));
+        let written = std::fs::read_to_string(&file).unwrap();
         assert_eq!(written.matches("<circle").count(), 6);
         assert!(written.contains("fill=\"#FFFFFF\""), "light by default");
     }
@@ -254,18 +250,17 @@ mod tests {
                 process_rss_bytes: gib,
                 pressure: PressureLevel::Normal,
             };
-            block_on(s.record_memory(&p)).unwrap_or_else(|e| panic!("{e}"));
+            block_on(s.record_memory(&p)).unwrap();
         }
         let rates: Vec<RatePoint> = (0..5u64)
             .filter_map(|k| RatePoint::from_ms(now - 60_000 + k * 1000, now - 59_000 + k * 1000, 30))
             .collect();
         let rows: Vec<headroom_store::RateRow<'_>> =
             rates.iter().map(|&point| headroom_store::RateRow { model_id: "demo", point, slowed: false }).collect();
-        block_on(s.record_rates(&rows)).unwrap_or_else(|e| panic!("{e}"));
+        block_on(s.record_rates(&rows)).unwrap();
 
         let mut out = Vec::new();
-        chart_at(&parse(&["headroom", "chart", "live", "--theme", "dark"]), &s, now, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        chart_at(&parse(&["headroom", "chart", "live", "--theme", "dark"]), &s, now, &mut out).unwrap();
         let svg = String::from_utf8_lossy(&out);
         assert!(svg.starts_with("<svg") && svg.contains(r#"height="200""#), "{svg}");
         assert!(svg.contains(r#"data-series="memory-used" data-points="20""#), "{svg}");
@@ -274,8 +269,7 @@ mod tests {
         assert!(svg.contains(&format!(r#"data-series="budget" data-bytes="{}""#, 20 * gib)));
         // Thirty seconds later, one minute back: the three rows reaching into it, no rate (55–60 s older).
         let mut out = Vec::new();
-        chart_at(&parse(&["headroom", "chart", "live", "--minutes", "1"]), &s, now + 30_000, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        chart_at(&parse(&["headroom", "chart", "live", "--minutes", "1"]), &s, now + 30_000, &mut out).unwrap();
         let svg = String::from_utf8_lossy(&out);
         assert!(svg.contains(r#"data-series="tps" data-points="0""#), "older than the window");
         assert!(svg.contains(r#"data-series="memory-used" data-points="3""#), "{svg}");

@@ -360,6 +360,8 @@ mod tests {
     use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
     use headroom_store::MessageStatus;
 
+    use headroom_test_support::{fresh_store, FreshStore};
+
     use super::*;
     use crate::cli::{Cli, Command};
     use crate::models::HubEnv;
@@ -368,31 +370,28 @@ mod tests {
         static DIR: OnceLock<PathBuf> = OnceLock::new();
         DIR.get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("headroom-cli-chat-demo-{}", std::process::id()));
-            write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))
-                .unwrap_or_else(|e| panic!("{e}"));
+            write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
             dir
         })
     }
 
-    fn place(tag: &str) -> (Locations, Store) {
-        let dir = std::env::temp_dir().join(format!("headroom-cli-chat-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"));
-        (Locations { data_dir: dir, hub: HubEnv::default(), default_model: None }, store)
+    fn place(tag: &str) -> (Locations, FreshStore) {
+        let store = block_on(fresh_store(&format!("cli-chat-{tag}")));
+        (Locations { data_dir: store.dir().to_path_buf(), hub: HubEnv::default(), default_model: None }, store)
     }
 
     fn parse(extra: &[&str]) -> ChatArgs {
         let dir = demo_dir().to_string_lossy().into_owned();
         let argv = [&["headroom", "chat", dir.as_str(), "--session", "t"], extra].concat();
-        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+        match Cli::try_parse_from(argv).unwrap().command {
             Some(Command::Chat(args)) => args,
             other => panic!("{other:?}"),
         }
     }
 
-    fn call(args: &ChatArgs, place: &(Locations, Store)) -> (Result<(), CliError>, String, String) {
+    fn call(args: &ChatArgs, place: &(Locations, FreshStore)) -> (Result<(), CliError>, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let r = chat(args, place.0.clone(), place.1.clone(), &mut out, &mut err);
+        let r = chat(args, place.0.clone(), Store::clone(&place.1), &mut out, &mut err);
         (r, String::from_utf8_lossy(&out).into_owned(), String::from_utf8_lossy(&err).into_owned())
     }
 
@@ -402,7 +401,7 @@ mod tests {
         let store = &place.1;
         let (r, out, _) =
             call(&parse(&["--message", "Hello", "--max-tokens", "4", "--ignore-eos", "--temp", "0", "--json"]), &place);
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         let first: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
         assert_eq!((first["status"].as_str(), first["finish_reason"].as_str()), (Some("complete"), Some("length")));
         assert_eq!(first["stats"]["generatedTokens"], 4);
@@ -425,14 +424,14 @@ mod tests {
             ]),
             &place,
         );
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         assert!(err.contains("decode: 3 tokens") && err.contains("| length"), "{err}");
         assert!(err.contains("--route local: the local model"), "{err}");
         // The first process saved the chat's KV state, but for the CPU
         // kernel: computed another way, it is not used.
         assert!(err.contains(" (0 reused), "), "{err}");
 
-        let msgs = block_on(store.messages("t")).unwrap_or_else(|e| panic!("{e}"));
+        let msgs = block_on(store.messages("t")).unwrap();
         assert_eq!(msgs.len(), 4);
         assert_eq!(format!("{}\n", msgs[3].content), out, "what streamed is what was stored");
         assert_eq!(msgs[1].content, first["text"].as_str().unwrap_or_default());
@@ -458,9 +457,9 @@ mod tests {
             ]),
             &place,
         );
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         let third: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
-        let msgs = block_on(store.messages("t")).unwrap_or_else(|e| panic!("{e}"));
+        let msgs = block_on(store.messages("t")).unwrap();
         let second_prompt = msgs[3].stats.as_ref().map_or(0, |s| s.prompt_tokens);
         assert!(third["stats"]["reusedTokens"].as_i64() >= Some(second_prompt), "{third}");
     }

@@ -98,21 +98,20 @@ mod tests {
 
     #[test]
     fn set_status_delete_round_trip_without_printing_the_key() {
-        let dir = std::env::temp_dir().join(format!("headroom-cli-cloud-key-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = headroom_test_support::scratch("cli-cloud-key");
+        let dir = tmp.join("data");
         let store = KeyStore::file_only(&dir);
         let url = "http://127.0.0.1:9/v1".to_owned();
-        let said = call(&store, CloudKeyAction::Set { url: url.clone() }, "sk-abc\n").unwrap_or_else(|e| panic!("{e}"));
+        let said = call(&store, CloudKeyAction::Set { url: url.clone() }, "sk-abc\n").unwrap();
         assert!(said.contains("readable only by you") && !said.contains("sk-abc"), "{said}");
         assert_eq!(store.get(&url).ok().flatten().map(|(k, _)| k), Some(ApiKey::new("sk-abc")));
-        let said = call(&store, CloudKeyAction::Status { url: url.clone() }, "").unwrap_or_else(|e| panic!("{e}"));
+        let said = call(&store, CloudKeyAction::Status { url: url.clone() }, "").unwrap();
         assert!(said.starts_with("An API key for") && !said.contains("sk-abc"), "{said}");
-        let said = call(&store, CloudKeyAction::Delete { url: url.clone() }, "").unwrap_or_else(|e| panic!("{e}"));
+        let said = call(&store, CloudKeyAction::Delete { url: url.clone() }, "").unwrap();
         assert!(said.starts_with("Deleted"), "{said}");
-        let said = call(&store, CloudKeyAction::Delete { url: url.clone() }, "").unwrap_or_else(|e| panic!("{e}"));
+        let said = call(&store, CloudKeyAction::Delete { url: url.clone() }, "").unwrap();
         assert!(said.starts_with("No API key was stored"), "{said}");
         let r = call(&store, CloudKeyAction::Set { url }, " \n");
         assert!(matches!(r, Err(CliError::NoKeyOnStdin)), "{r:?}");
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -67,38 +67,34 @@ mod tests {
     use headroom_store::{MessageStatus, Route, TurnOutcome};
 
     use super::*;
+    use headroom_test_support::{fresh_store, FreshStore};
 
-    fn store(tag: &str) -> Store {
-        let dir = std::env::temp_dir().join(format!("headroom-cli-export-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"))
+    fn store(tag: &str) -> FreshStore {
+        block_on(fresh_store(&format!("cli-export-{tag}")))
     }
 
     #[test]
     fn export_json_then_import_into_another_database_round_trips() {
         let a = store("a");
-        let t = block_on(a.begin_turn("trip", "Where to?", Some("m"), Route::Local)).unwrap_or_else(|e| panic!("{e}"));
+        let t = block_on(a.begin_turn("trip", "Where to?", Some("m"), Route::Local)).unwrap();
         let done = TurnOutcome { content: "Lisbon.".into(), status: MessageStatus::Complete, error: None, stats: None };
-        block_on(a.finish_turn(t.assistant_message_id, &done)).unwrap_or_else(|e| panic!("{e}"));
+        block_on(a.finish_turn(t.assistant_message_id, &done)).unwrap();
 
         let mut json = Vec::new();
-        export(&ExportArgs { session: "trip".into(), format: ExportFormat::Json }, &a, &mut json)
-            .unwrap_or_else(|e| panic!("{e}"));
+        export(&ExportArgs { session: "trip".into(), format: ExportFormat::Json }, &a, &mut json).unwrap();
         let file = a.path().with_file_name("trip.json");
-        std::fs::write(&file, &json).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&file, &json).unwrap();
 
         let b = store("b");
         let mut out = Vec::new();
-        import(&ImportArgs { file: file.clone() }, &b, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        import(&ImportArgs { file: file.clone() }, &b, &mut out).unwrap();
         assert_eq!(String::from_utf8_lossy(&out), "imported 2 messages as session `trip` (Where to?)\n");
         let mut again = Vec::new();
-        export(&ExportArgs { session: "trip".into(), format: ExportFormat::Json }, &b, &mut again)
-            .unwrap_or_else(|e| panic!("{e}"));
+        export(&ExportArgs { session: "trip".into(), format: ExportFormat::Json }, &b, &mut again).unwrap();
         assert_eq!(String::from_utf8_lossy(&again), String::from_utf8_lossy(&json));
 
         let mut md = Vec::new();
-        export(&ExportArgs { session: "trip".into(), format: ExportFormat::Md }, &b, &mut md)
-            .unwrap_or_else(|e| panic!("{e}"));
+        export(&ExportArgs { session: "trip".into(), format: ExportFormat::Md }, &b, &mut md).unwrap();
         let md = String::from_utf8_lossy(&md);
         assert!(md.starts_with("# Where to?\n") && md.contains("\n\nLisbon.\n"), "{md}");
 

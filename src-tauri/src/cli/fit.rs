@@ -459,20 +459,21 @@ pub(crate) fn refusal(model: &str, r: &FitReport) -> String {
 mod tests {
     use clap::Parser;
     use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+    use headroom_test_support::{scratch, Scratch};
 
     use super::*;
     use crate::cli::{Cli, Command};
 
     fn parse(argv: &[&str]) -> FitArgs {
-        match Cli::try_parse_from([&["headroom", "fit"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
+        match Cli::try_parse_from([&["headroom", "fit"], argv].concat()).unwrap().command {
             Some(Command::Fit(args)) => args,
             other => panic!("{other:?}"),
         }
     }
 
-    fn demo(tag: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("headroom-fit-{tag}-{}", std::process::id()));
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+    fn demo(tag: &str) -> Scratch {
+        let dir = scratch(&format!("fit-{tag}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         dir
     }
 
@@ -481,8 +482,7 @@ mod tests {
         let dir = demo("text");
         let d = dir.to_string_lossy().into_owned();
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), None, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        fit(&parse(&[&d, "--context", "1024", "--available-gb", "8"]), &HubEnv::default(), None, &mut out).unwrap();
         let text = String::from_utf8_lossy(&out);
         for needle in [
             "context: 1024 tokens",
@@ -504,11 +504,9 @@ mod tests {
         // The tiny demo model is trained for 4096 positions: more fits in
         // memory but is said to be past what the model can do.
         let mut out = Vec::new();
-        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), None, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        fit(&parse(&[&d, "--context", "8192", "--available-gb", "8"]), &HubEnv::default(), None, &mut out).unwrap();
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("context: 8192 tokens (beyond the model's maximum of 4096"), "{text}");
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]
@@ -517,8 +515,8 @@ mod tests {
         let d = dir.to_string_lossy().into_owned();
         let mut out = Vec::new();
         fit(&parse(&[&d, "--json", "--available-gb", "4", "--headroom-gb", "4"]), &HubEnv::default(), None, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["verdict"]["kind"], "cannot_fit");
         assert_eq!(v["budget"]["budget_bytes"], 0);
         assert!(v["estimate"]["weight_bytes"].as_u64().is_some_and(|w| w > 0));
@@ -533,8 +531,8 @@ mod tests {
                 None,
                 &mut out,
             )
-            .unwrap_or_else(|e| panic!("{e}"));
-            serde_json::from_slice::<serde_json::Value>(&out).unwrap_or_else(|e| panic!("{e}"))
+            .unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
         };
         let (native, wide) = (json(&[]), json(&["--dtype", "f32"]));
         assert_eq!(
@@ -555,14 +553,13 @@ mod tests {
         assert!(same["basis"].as_str().is_some_and(|b| b.starts_with("measured here at 8K: ")), "{same}");
         let mut text = Vec::new();
         fit(&parse(&[d.as_str(), "--available-gb", "8", "--measured", &measured]), &HubEnv::default(), None, &mut text)
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let text = String::from_utf8_lossy(&text);
         assert!(text.contains("predicted peak") && text.contains("(measured here at 8K: "), "{text}");
         assert!(text.contains("; the formula alone: "), "{text}");
         for bad in ["8192", "0:5", "8192:0", "x:1", "1:-5"] {
             assert!(Cli::try_parse_from(["headroom", "fit", "m", "--measured", bad]).is_err(), "{bad}");
         }
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     #[test]

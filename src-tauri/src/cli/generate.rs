@@ -255,8 +255,7 @@ mod tests {
         static DIR: OnceLock<PathBuf> = OnceLock::new();
         DIR.get_or_init(|| {
             let dir = std::env::temp_dir().join(format!("headroom-cli-demo-{}", std::process::id()));
-            write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four))
-                .unwrap_or_else(|e| panic!("{e}"));
+            write_demo_model(&dir, &DemoSpec::new(Arch::Llama, Preset::Tiny, Bits::Four)).unwrap();
             dir
         })
     }
@@ -264,7 +263,7 @@ mod tests {
     fn parse(extra: &[&str]) -> GenerateArgs {
         let dir = demo_dir().to_string_lossy().into_owned();
         let argv = [&["headroom", "generate", dir.as_str(), "--prompt", "Hello"], extra].concat();
-        match Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command {
+        match Cli::try_parse_from(argv).unwrap().command {
             Some(Command::Generate(args)) => args,
             other => panic!("{other:?}"),
         }
@@ -279,7 +278,7 @@ mod tests {
     #[test]
     fn json_output_has_every_field() {
         let (r, out, _) = call(&parse(&["--max-tokens", "9", "--ignore-eos", "--json", "--system", "Be brief."]));
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
         assert_eq!(v["token_ids"].as_array().map(Vec::len), Some(9));
         assert_eq!(v["finish_reason"], "length");
@@ -305,10 +304,10 @@ mod tests {
     #[test]
     fn text_mode_streams_the_same_reply_then_a_stats_line() {
         let (r, json_out, _) = call(&parse(&["--max-tokens", "6", "--ignore-eos", "--json"]));
-        r.unwrap_or_else(|e| panic!("{e}"));
-        let v: serde_json::Value = serde_json::from_str(json_out.trim()).unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
+        let v: serde_json::Value = serde_json::from_str(json_out.trim()).unwrap();
         let (r, out, err) = call(&parse(&["--max-tokens", "6", "--ignore-eos"]));
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         assert_eq!(out, format!("{}\n", v["text"].as_str().unwrap_or_default()));
         assert!(err.contains("decode: 6 tokens") && err.contains("batch 1") && err.contains("| length"), "{err}");
     }
@@ -351,25 +350,25 @@ mod tests {
 
         let (r, out, err) =
             call(&parse(&["--available-gb", "0", "--max-tokens", "2", "--ignore-eos", "--override-fit", "--json"]));
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         assert!(err.contains("--override-fit: loading although it cannot fit"), "{err}");
-        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}"));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
         assert_eq!(v["stats"]["generated_tokens"], 2);
     }
 
     #[test]
     fn the_prompt_can_come_from_a_file_and_the_dtype_is_chosen() {
         let file = demo_dir().with_extension("prompt.txt");
-        std::fs::write(&file, "Hello").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&file, "Hello").unwrap();
         let (r, inline, _) = call(&parse(&["--max-tokens", "3", "--ignore-eos", "--json"]));
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         let from_file = GenerateArgs {
             prompt: None,
             prompt_file: Some(file.clone()),
             ..parse(&["--max-tokens", "3", "--ignore-eos", "--json"])
         };
         let (r, out, _) = call(&from_file);
-        r.unwrap_or_else(|e| panic!("{e}"));
+        r.unwrap();
         let ids = |s: &str| serde_json::from_str::<serde_json::Value>(s.trim()).map(|v| v["token_ids"].clone()).ok();
         assert_eq!(ids(&out), ids(&inline), "same prompt, same greedy tokens");
 
@@ -400,7 +399,7 @@ mod tests {
             "--bits",
             "8",
         ])
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         match cli.command {
             Some(Command::DemoModel(a)) => {
                 assert_eq!((a.preset, a.arch, a.bits), (Preset::Qwen25_7B, Arch::Mistral, Bits::Eight));

@@ -7,26 +7,20 @@
 
 use clap::Parser;
 use headroom_engine::demo::{write_hostile_corpus, Caught};
+use headroom_test_support::scratch;
 
 use super::{Cli, Command};
 use crate::models::HubEnv;
 
-fn scratch() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!("headroom-hostile-cli-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    dir
-}
-
 #[test]
 fn fit_and_generate_refuse_every_hostile_folder_with_the_reason() {
-    let root = scratch();
-    let corpus = write_hostile_corpus(&root).unwrap_or_else(|e| panic!("{e}"));
+    let root = scratch("hostile-cli");
+    let corpus = write_hostile_corpus(&root).unwrap();
     assert!(corpus.len() >= 40);
     for case in &corpus {
         let dir = case.dir.to_string_lossy().into_owned();
-        let Some(Command::Fit(fit)) = Cli::try_parse_from(["headroom", "fit", &dir, "--available-gb", "16"])
-            .unwrap_or_else(|e| panic!("{e}"))
-            .command
+        let Some(Command::Fit(fit)) =
+            Cli::try_parse_from(["headroom", "fit", &dir, "--available-gb", "16"]).unwrap().command
         else {
             panic!("not fit")
         };
@@ -40,8 +34,7 @@ fn fit_and_generate_refuse_every_hostile_folder_with_the_reason() {
         }
 
         let argv = ["headroom", "generate", &dir, "--prompt", "hi", "--max-tokens", "2", "--available-gb", "16"];
-        let Some(Command::Generate(generate)) = Cli::try_parse_from(argv).unwrap_or_else(|e| panic!("{e}")).command
-        else {
+        let Some(Command::Generate(generate)) = Cli::try_parse_from(argv).unwrap().command else {
             panic!("not generate")
         };
         let (mut out, mut err) = (Vec::new(), Vec::new());
@@ -51,5 +44,4 @@ fn fit_and_generate_refuse_every_hostile_folder_with_the_reason() {
         let message = e.to_string();
         assert!(message.contains(case.needle) && !message.contains("panicked"), "{}: {message}", case.name);
     }
-    let _ = std::fs::remove_dir_all(&root);
 }

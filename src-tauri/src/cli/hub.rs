@@ -37,16 +37,10 @@ pub fn model_label(model: Option<&str>) -> String {
 mod tests {
     use super::*;
 
-    fn scratch(tag: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("headroom-hub-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        dir
-    }
-
     #[test]
     fn a_folder_wins_and_cache_errors_keep_their_kind() {
-        let root = scratch("cli");
+        let tmp = headroom_test_support::scratch("hub-cli");
+        let root = tmp.to_path_buf();
         let env = HubEnv { hf_hub_cache: Some(root.clone().into()), ..HubEnv::default() };
         assert_eq!(resolve_model(root.to_str(), &env).ok(), Some(root.clone()));
 
@@ -56,9 +50,8 @@ mod tests {
         assert!(err.contains("not found"), "{err}");
 
         let repo = root.join("models--org--broken");
-        std::fs::create_dir_all(repo.join("refs")).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(repo.join("refs/main"), "aaa\n").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(repo.join("refs")).unwrap();
+        std::fs::write(repo.join("refs/main"), "aaa\n").unwrap();
         assert!(matches!(resolve_model(Some("org/broken"), &env), Err(CliError::BrokenCacheEntry { .. })));
-        let _ = std::fs::remove_dir_all(&root);
     }
 }

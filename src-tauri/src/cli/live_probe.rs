@@ -138,11 +138,12 @@ mod tests {
 
     #[test]
     fn each_answer_gets_its_rates_and_a_verdict() {
-        let dir = std::env::temp_dir().join(format!("headroom-live-probe-{}", std::process::id()));
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        let tmp = headroom_test_support::scratch("live-probe");
+        let dir = tmp.join("data");
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         let model = dir.to_string_lossy().into_owned();
         let args = match Cli::try_parse_from(["headroom", "live-probe", &model, "--runs", "2", "--max-tokens", "1500"])
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
             .command
         {
             Some(Command::LiveProbe(args)) => args,
@@ -150,7 +151,7 @@ mod tests {
         };
         let live = Live::with_memory(headroom_core::slowdown::Policy::default(), || None);
         let mut out = Vec::new();
-        probe(&args, &HubEnv::default(), &live, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        probe(&args, &HubEnv::default(), &live, &mut out).unwrap();
         let text = String::from_utf8_lossy(&out);
         let _ = std::fs::remove_dir_all(&dir);
         for n in [1, 2] {

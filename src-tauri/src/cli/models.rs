@@ -116,7 +116,7 @@ mod tests {
     use crate::cli::{Cli, Command};
 
     fn parse(argv: &[&str]) -> ModelsArgs {
-        match Cli::try_parse_from([&["headroom", "models"], argv].concat()).unwrap_or_else(|e| panic!("{e}")).command {
+        match Cli::try_parse_from([&["headroom", "models"], argv].concat()).unwrap().command {
             Some(Command::Models(args)) => args,
             other => panic!("{other:?}"),
         }
@@ -124,18 +124,17 @@ mod tests {
 
     #[test]
     fn lists_the_own_folder_with_size_and_verdict_as_a_table_and_json() {
-        let root = std::env::temp_dir().join(format!("headroom-cli-models-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
+        let tmp = headroom_test_support::scratch("cli-models");
+        let root = tmp.join("data");
         let data = root.join("data");
         let model = data.join(crate::models::MODELS_DIR).join("demo-tiny");
-        write_demo_model(&model, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))
-            .unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&model, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         let hub = root.join("empty-hub");
-        std::fs::create_dir_all(&hub).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::create_dir_all(&hub).unwrap();
         let env = HubEnv { hf_hub_cache: Some(hub.into()), ..HubEnv::default() };
 
         let mut out = Vec::new();
-        models(&parse(&["--available-gb", "16"]), &data, &env, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        models(&parse(&["--available-gb", "16"]), &data, &env, &mut out).unwrap();
         let text = String::from_utf8_lossy(&out);
         assert!(text.contains("8192 tokens"), "{text}");
         let row = text.lines().find(|l| l.starts_with("demo-tiny")).unwrap_or_else(|| panic!("{text}"));
@@ -144,8 +143,8 @@ mod tests {
         }
 
         let mut out = Vec::new();
-        models(&parse(&["--json", "--available-gb", "0"]), &data, &env, &mut out).unwrap_or_else(|e| panic!("{e}"));
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+        models(&parse(&["--json", "--available-gb", "0"]), &data, &env, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         let list = v.as_array().unwrap_or_else(|| panic!("{v}"));
         assert_eq!(list.len(), 1, "{v}");
         assert_eq!(
@@ -157,9 +156,7 @@ mod tests {
         assert_eq!(list[0]["fit"]["verdict"]["kind"], "cannot_fit");
 
         let mut out = Vec::new();
-        models(&parse(&["--available-gb", "16"]), &root.join("nowhere"), &env, &mut out)
-            .unwrap_or_else(|e| panic!("{e}"));
+        models(&parse(&["--available-gb", "16"]), &root.join("nowhere"), &env, &mut out).unwrap();
         assert!(String::from_utf8_lossy(&out).starts_with("no models found in"));
-        let _ = std::fs::remove_dir_all(root);
     }
 }

@@ -254,7 +254,7 @@ mod tests {
             "--endpoint",
             "http://127.0.0.1:1",
         ])
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let Some(Command::Pull(args)) = cli.command else { panic!("not pull") };
         assert_eq!(
             (args.repo.as_str(), args.revision.as_str(), args.context, args.override_fit, args.json),

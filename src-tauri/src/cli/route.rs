@@ -175,12 +175,12 @@ mod tests {
     fn args(argv: &[&str]) -> RouteArgs {
         let mut full = vec!["route"];
         full.extend_from_slice(argv);
-        Wrap::try_parse_from(full).unwrap_or_else(|e| panic!("{e}")).args
+        Wrap::try_parse_from(full).unwrap().args
     }
 
     fn text_of(a: &RouteArgs) -> String {
         let mut out = Vec::new();
-        decide_and_print(a, &HubEnv::default(), &mut out).unwrap_or_else(|e| panic!("{e}"));
+        decide_and_print(a, &HubEnv::default(), &mut out).unwrap();
         String::from_utf8(out).unwrap_or_default()
     }
 

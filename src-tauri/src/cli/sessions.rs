@@ -57,16 +57,16 @@ mod tests {
 
     #[test]
     fn lists_as_a_table_and_as_json() {
-        let dir = std::env::temp_dir().join(format!("headroom-cli-sessions-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"));
+        let tmp = headroom_test_support::scratch("cli-sessions");
+        let dir = tmp.join("data");
+        let store = block_on(Store::open(&dir)).unwrap();
         let mut out = Vec::new();
-        sessions(&SessionsArgs { json: false }, &store, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        sessions(&SessionsArgs { json: false }, &store, &mut out).unwrap();
         assert!(String::from_utf8_lossy(&out).starts_with("No sessions yet"));
 
-        block_on(store.begin_turn("work", "Plan the week", None, Route::Local)).unwrap_or_else(|e| panic!("{e}"));
+        block_on(store.begin_turn("work", "Plan the week", None, Route::Local)).unwrap();
         let mut out = Vec::new();
-        sessions(&SessionsArgs { json: false }, &store, &mut out).unwrap_or_else(|e| panic!("{e}"));
+        sessions(&SessionsArgs { json: false }, &store, &mut out).unwrap();
         let text = String::from_utf8_lossy(&out);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 2, "{text}");
@@ -74,8 +74,8 @@ mod tests {
         assert!(lines[1].starts_with("work         2  ") && lines[1].ends_with("UTC  Plan the week"), "{text}");
 
         let mut out = Vec::new();
-        sessions(&SessionsArgs { json: true }, &store, &mut out).unwrap_or_else(|e| panic!("{e}"));
-        let v: serde_json::Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{e}"));
+        sessions(&SessionsArgs { json: true }, &store, &mut out).unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(
             (v[0]["id"].as_str(), v[0]["title"].as_str(), v[0]["messageCount"].as_i64()),
             (Some("work"), Some("Plan the week"), Some(2))

@@ -93,11 +93,10 @@ mod tests {
 
     use super::*;
     use crate::runtime::block_on;
+    use headroom_test_support::{fresh_store, FreshStore};
 
-    fn store(tag: &str) -> Store {
-        let dir = std::env::temp_dir().join(format!("headroom-charts-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        block_on(Store::open(&dir)).unwrap_or_else(|e| panic!("{e}"))
+    fn store(tag: &str) -> FreshStore {
+        block_on(fresh_store(&format!("charts-{tag}")))
     }
 
     fn stats(context_tokens: i64, generated_tokens: i64, decode_tps: Option<f64>) -> TurnStatsRecord {
@@ -128,11 +127,10 @@ mod tests {
 
     /// Stores a turn; `stats: None` is an answer that failed.
     fn turn(store: &Store, session: &str, stats: Option<TurnStatsRecord>) {
-        let t = block_on(store.begin_turn(session, "Tell me more", Some("demo"), Route::Local))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let t = block_on(store.begin_turn(session, "Tell me more", Some("demo"), Route::Local)).unwrap();
         let status = if stats.is_some() { MessageStatus::Complete } else { MessageStatus::Error };
         let outcome = TurnOutcome { content: "More.".into(), status, error: None, stats };
-        block_on(store.finish_turn(t.assistant_message_id, &outcome)).unwrap_or_else(|e| panic!("{e}"));
+        block_on(store.finish_turn(t.assistant_message_id, &outcome)).unwrap();
     }
 
     #[test]
@@ -141,7 +139,7 @@ mod tests {
         turn(&s, "talk", Some(stats(0, 30, Some(25.0))));
         turn(&s, "talk", None);
         turn(&s, "talk", Some(stats(120, 1, None)));
-        let messages = block_on(s.messages("talk")).unwrap_or_else(|e| panic!("{e}"));
+        let messages = block_on(s.messages("talk")).unwrap();
         let points = turn_points(&messages);
         assert_eq!(
             points,
@@ -150,7 +148,7 @@ mod tests {
                 TurnPoint { turn: 3, context_tokens: 120, decode_tps: None, ttft_ms: Some(46.0) },
             ]
         );
-        let svg = block_on(session_chart_svg(&s, "talk", &ChartStyle::dark())).unwrap_or_else(|e| panic!("{e}"));
+        let svg = block_on(session_chart_svg(&s, "talk", &ChartStyle::dark())).unwrap();
         // Two panels, one circle per point in each.
         assert_eq!(svg.matches("<circle").count(), 4, "{svg}");
         assert!(svg.contains("decode (tok/s)") && svg.contains("TTFT (ms)"));
@@ -169,8 +167,8 @@ mod tests {
     #[test]
     fn a_session_without_answers_draws_the_empty_card() {
         let s = store("empty");
-        block_on(s.ensure_session("fresh", "Fresh")).unwrap_or_else(|e| panic!("{e}"));
-        let svg = block_on(session_chart_svg(&s, "fresh", &ChartStyle::light())).unwrap_or_else(|e| panic!("{e}"));
+        block_on(s.ensure_session("fresh", "Fresh")).unwrap();
+        let svg = block_on(session_chart_svg(&s, "fresh", &ChartStyle::light())).unwrap();
         assert!(svg.contains("No turns yet") && !svg.contains("<circle"));
     }
 }

@@ -72,7 +72,7 @@ mod tests {
         let dir = crate::test_state("cloud-keys").locations.data_dir;
         let url = "http://127.0.0.1:9/v1";
         assert_eq!(status(&dir, url).ok(), Some(KeyStatus { stored: false, storage: None }));
-        let storage = set(&dir, url, "  sk-test-123\n").unwrap_or_else(|e| panic!("{e:?}"));
+        let storage = set(&dir, url, "  sk-test-123\n").unwrap();
         assert_eq!(status(&dir, url).ok(), Some(KeyStatus { stored: true, storage: Some(storage) }));
         let stored = KeyStore::new(&dir).get(url).ok().flatten().map(|(k, _)| k.expose().to_owned());
         assert_eq!(stored.as_deref(), Some("sk-test-123"), "stored trimmed");

@@ -87,8 +87,8 @@ mod tests {
 
     #[test]
     fn exports_never_overwrite_a_file() -> std::io::Result<()> {
-        let dir = std::env::temp_dir().join(format!("headroom-export-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
+        let tmp = headroom_test_support::scratch("export");
+        let dir = tmp.join("data");
         let first = write_new(&dir, "Chat.md", "one")?;
         let second = write_new(&dir, "Chat.md", "two")?;
         assert_eq!(first.file_name().and_then(|n| n.to_str()), Some("Chat.md"));

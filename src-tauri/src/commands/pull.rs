@@ -168,15 +168,14 @@ mod tests {
     /// HF cache, after which the picker's list has the model with its badge.
     #[test]
     fn a_pulled_model_appears_in_the_picker_with_its_verdict() {
-        let root = std::env::temp_dir().join(format!("headroom-app-pull-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        write_demo_model(&root.join("source"), &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))
-            .unwrap_or_else(|e| panic!("{e}"));
-        let hub = TestHub::start().unwrap_or_else(|e| panic!("{e}"));
-        hub.add_repo("mlx-community/Demo-4bit", &root.join("source")).unwrap_or_else(|e| panic!("{e}"));
+        let tmp = headroom_test_support::scratch("app-pull");
+        let root = tmp.join("data");
+        write_demo_model(&root.join("source"), &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
+        let hub = TestHub::start().unwrap();
+        hub.add_repo("mlx-community/Demo-4bit", &root.join("source")).unwrap();
         let mut state = crate::test_state("pull");
         state.locations.hub = HubEnv { hf_hub_cache: Some(root.join("hub").into()), ..HubEnv::default() };
-        let endpoint = Endpoint::parse(&hub.endpoint()).unwrap_or_else(|e| panic!("{e}"));
+        let endpoint = Endpoint::parse(&hub.endpoint()).unwrap();
         assert!(models::entries(&state).is_empty());
 
         let mut events = Vec::new();
@@ -189,8 +188,8 @@ mod tests {
             &CancellationToken::new(),
             |e| events.push(e),
         ))
-        .unwrap_or_else(|e| panic!("{e:?}"));
-        let entry = result.entry.unwrap_or_else(|| panic!("not listed after the pull"));
+        .unwrap();
+        let entry = result.entry.expect("not listed after the pull");
         assert_eq!(
             (entry.id.as_str(), entry.arch.as_deref(), entry.bits),
             ("mlx-community/Demo-4bit", Some("qwen2"), Some(4))
@@ -201,6 +200,5 @@ mod tests {
 
         let err = tauri::async_runtime::block_on(check_repo(&state, endpoint, "mlx-community/nope", "main")).err();
         assert_eq!(err.map(|e| e.code), Some("REPO_NOT_FOUND"));
-        let _ = std::fs::remove_dir_all(&root);
     }
 }

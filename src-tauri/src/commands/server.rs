@@ -117,59 +117,56 @@ mod tests {
             cmd: cmd.into(),
             callback: CallbackFn(0),
             error: CallbackFn(1),
-            url: "tauri://localhost".parse().unwrap_or_else(|e| panic!("{e}")),
+            url: "tauri://localhost".parse().unwrap(),
             body: InvokeBody::Json(args),
             headers: Default::default(),
             invoke_key: INVOKE_KEY.to_string(),
         };
-        get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap_or_else(|e| panic!("{e}")))
+        get_ipc_response(window, request).map(|body| body.deserialize::<Value>().unwrap())
     }
 
     /// One HTTP/1.1 exchange; the body of the answer.
     fn http(url: &str, method: &str, path: &str, body: &str) -> String {
         let authority = url.trim_start_matches("http://").trim_end_matches("/v1");
-        let mut s = TcpStream::connect(authority).unwrap_or_else(|e| panic!("{e}"));
+        let mut s = TcpStream::connect(authority).unwrap();
         let head = format!(
             "{method} /v1{path} HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
-        s.write_all(format!("{head}{body}").as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+        s.write_all(format!("{head}{body}").as_bytes()).unwrap();
         let mut reply = String::new();
-        s.read_to_string(&mut reply).unwrap_or_else(|e| panic!("{e}"));
+        s.read_to_string(&mut reply).unwrap();
         reply.split_once("\r\n\r\n").map(|(_, b)| b.to_owned()).unwrap_or_default()
     }
 
     #[test]
     fn the_toggle_serves_the_apps_loaded_model_and_stops() {
-        let data_dir = std::env::temp_dir().join(format!("headroom-app-server-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data_dir);
+        let tmp = headroom_test_support::scratch("app-server");
+        let data_dir = tmp.join("data");
         let locations = Locations { data_dir: data_dir.clone(), hub: models::HubEnv::default(), default_model: None };
-        let app = crate::run_app(mock_builder(), mock_context(noop_assets()), Some(locations))
-            .unwrap_or_else(|e| panic!("app: {e}"));
-        let window = WebviewWindowBuilder::new(&app, crate::MAIN_WINDOW, WebviewUrl::default())
-            .build()
-            .unwrap_or_else(|e| panic!("window: {e}"));
+        let app = crate::run_app(mock_builder(), mock_context(noop_assets()), Some(locations)).expect("app");
+        let window =
+            WebviewWindowBuilder::new(&app, crate::MAIN_WINDOW, WebviewUrl::default()).build().expect("window");
         let state = AppState::clone(&app.state::<AppState>());
         assert_eq!(models::ensure_default_model(&state).ok(), Some(true));
 
         assert_eq!(invoke(&window, "server_status", json!({})).ok(), Some(Value::Null));
-        let info = invoke(&window, "server_start", json!({ "port": 0 })).unwrap_or_else(|e| panic!("{e}"));
+        let info = invoke(&window, "server_start", json!({ "port": 0 })).unwrap();
         let url = info["url"].as_str().unwrap_or_default().to_owned();
         assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"), "{info}");
         assert!(info["port"].as_u64().is_some_and(|p| p > 0), "{info}");
 
-        let list: Value = serde_json::from_str(&http(&url, "GET", "/models", "")).unwrap_or_else(|e| panic!("{e}"));
+        let list: Value = serde_json::from_str(&http(&url, "GET", "/models", "")).unwrap();
         assert!(list["data"].as_array().is_some_and(|d| d.iter().any(|m| m["id"] == DEMO_MODEL_ID)), "{list}");
         let body = json!({ "model": DEMO_MODEL_ID, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3 });
-        let reply: Value = serde_json::from_str(&http(&url, "POST", "/chat/completions", &body.to_string()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let reply: Value = serde_json::from_str(&http(&url, "POST", "/chat/completions", &body.to_string())).unwrap();
         assert_eq!(reply["object"], "chat.completion", "{reply}");
         // The popover's model answered: nothing was loaded beside it.
         assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
 
-        let again = invoke(&window, "server_start", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let again = invoke(&window, "server_start", json!({})).unwrap();
         assert_eq!(again["url"], url.as_str(), "a second start reports the running server");
-        let status = invoke(&window, "server_status", json!({})).unwrap_or_else(|e| panic!("{e}"));
+        let status = invoke(&window, "server_status", json!({})).unwrap();
         assert_eq!(
             (status["requests"].as_u64(), status["completed"].as_u64(), status["active"].as_u64()),
             (Some(1), Some(1), Some(0))
@@ -182,6 +179,5 @@ mod tests {
             TcpStream::connect(url.trim_start_matches("http://").trim_end_matches("/v1")).is_err(),
             "still listening"
         );
-        let _ = std::fs::remove_dir_all(&data_dir);
     }
 }

@@ -260,7 +260,7 @@ mod tests {
         let url_only = Settings { cloud_base_url: Some("http://127.0.0.1:9/v1".into()), ..Settings::default() };
         assert_eq!(code(&url_only), Some("CLOUD_NO_MODEL"));
         let both = Settings { cloud_model: Some("m".into()), ..url_only };
-        let c = config(&both, dir).unwrap_or_else(|e| panic!("{e:?}"));
+        let c = config(&both, dir).unwrap();
         assert_eq!((c.base_url.as_str(), c.model.as_str()), ("http://127.0.0.1:9/v1", "m"));
     }
 }

@@ -205,7 +205,7 @@ mod tests {
             ..Settings::default()
         };
         let web = Choice { needs_web: true, ..Choice::default() };
-        let d = for_state(&state, &settings, "latest news?", &[], web).unwrap_or_else(|e| panic!("{e:?}")).decision;
+        let d = for_state(&state, &settings, "latest news?", &[], web).unwrap().decision;
         assert!(d.is_cloud());
         assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
         assert!(!d.tokens_exact);
@@ -215,8 +215,7 @@ mod tests {
         assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some("ROUTE_NO_LOCAL_MODEL"));
         // An earlier sensitive exchange is left out of what the cloud gets.
         let history = [Message::new(Role::User, id), Message::new(Role::Assistant, "noted")];
-        let d =
-            for_state(&state, &settings, "latest news?", &history, web).unwrap_or_else(|e| panic!("{e:?}")).decision;
+        let d = for_state(&state, &settings, "latest news?", &history, web).unwrap().decision;
         assert!(d.is_cloud() && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
 
         let force = Choice { force: Some(Force::Cloud), ..Choice::default() };

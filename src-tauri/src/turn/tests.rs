@@ -32,7 +32,7 @@ pub(crate) fn settings(stub: Option<&Stub>) -> Settings {
 }
 
 fn stub(reply: Reply) -> Stub {
-    Stub::start(vec![reply]).unwrap_or_else(|e| panic!("stub: {e}"))
+    Stub::start(vec![reply]).expect("stub")
 }
 
 /// Starts a turn and collects its events (until its thread lets go of the sink).
@@ -45,7 +45,7 @@ fn turn(
 ) -> (Running, Vec<ChatEvent>) {
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: session.into(), ask, options };
-    let running = start(state, settings, request, move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+    let running = start(state, settings, request, move |e| tx.send(e).is_ok()).unwrap();
     let events = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
     (running, events)
 }
@@ -128,8 +128,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
     };
     let route = RouteInfo { target: RouteTarget::Local, model_or_provider: "demo".into(), reasons: Vec::new() };
     let labels = ModelLabels::cloud("demo");
-    let mut recorder = TurnRecorder::new(&state.store, "d", "hi", labels.clone(), Route::Local, None)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut recorder = TurnRecorder::new(&state.store, "d", "hi", labels.clone(), Route::Local, None).unwrap();
     let (tx, rx) = mpsc::channel();
     let mut sink: Sink = Box::new(move |e| tx.send(e).is_ok());
     let events = vec![
@@ -152,12 +151,11 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
     assert!(
         matches!(&got[3], ChatEvent::Stats { generated_tokens: 2, batch: 1, model, kv_cache, .. } if model == "demo" && kv_cache == "8-bit (group 64)")
     );
-    let ids = recorder.finish(&end).unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|| panic!("not stored"));
+    let ids = recorder.finish(&end).unwrap().expect("not stored");
     assert_eq!(block_on(state.store.message(ids.assistant)).map(|m| m.content).ok().as_deref(), Some("Hello"));
 
     // Nobody listens: the run is stopped once, the rest drained, the text kept.
-    let mut recorder =
-        TurnRecorder::new(&state.store, "d2", "hi", labels, Route::Local, None).unwrap_or_else(|e| panic!("{e}"));
+    let mut recorder = TurnRecorder::new(&state.store, "d2", "hi", labels, Route::Local, None).unwrap();
     let mut deaf: Sink = Box::new(|_| false);
     let stops = std::cell::Cell::new(0);
     let events =
@@ -166,8 +164,8 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
     assert_eq!((end.text.as_str(), end.reason, stops.get()), ("ab", Some(FinishReason::Cancelled), 1));
 
     // Events that stop without an end are an error, and what arrived is kept.
-    let mut recorder = TurnRecorder::new(&state.store, "d3", "hi", ModelLabels::cloud("x"), Route::Local, None)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut recorder =
+        TurnRecorder::new(&state.store, "d3", "hi", ModelLabels::cloud("x"), Route::Local, None).unwrap();
     let mut sink: Sink = Box::new(|_| true);
     let end = drive(2, &route, vec![RunEvent::Text("part".into())], &mut sink, &mut recorder, || {});
     assert_eq!((end.text.as_str(), end.reason), ("part", None));
@@ -177,7 +175,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
 #[test]
 fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
     let state = crate::test_state("turn");
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
     let settings = settings(None);
     let (running, events) = turn(&state, &settings, "s1", new("hello"), max(5));
     let id = running.run_id;
@@ -225,7 +223,7 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
 #[test]
 fn a_local_turn_reports_its_decode_rates_to_the_live_view() {
     let state = crate::test_state("turn-live");
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
     let options = TurnOptions { max_tokens: Some(400), ignore_eos: true, ..TurnOptions::default() };
     let (running, events) = turn(&state, &settings(None), "live", new("count"), options);
     assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
@@ -250,11 +248,10 @@ fn a_local_turn_reports_its_decode_rates_to_the_live_view() {
 #[test]
 fn a_stopped_turn_is_stored_interrupted_with_what_arrived() {
     let state = crate::test_state("cancel");
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: "c".into(), ask: new("count to a thousand"), options: max(4000) };
-    let running =
-        start(&state, &settings(None), request, move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+    let running = start(&state, &settings(None), request, move |e| tx.send(e).is_ok()).unwrap();
     let mut events = Vec::new();
     while let Ok(e) = rx.recv_timeout(Duration::from_secs(60)) {
         let token = matches!(e, ChatEvent::Token { .. });
@@ -280,7 +277,7 @@ fn short_or_sensitive_messages_stay_local_and_never_reach_the_cloud() {
     let state = crate::test_state("route-local");
     let stub = stub(answer(&["never"]));
     let settings = settings(Some(&stub));
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
 
     let (running, events) = turn(&state, &settings, "short", new("hello"), max(3));
     let route = route_of(&events);
@@ -348,7 +345,7 @@ fn a_cloud_turn_streams_is_stored_and_the_same_request_is_answered_from_the_cach
     );
     let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
     assert_eq!((stats.model_id.as_str(), stats.generated_tokens), ("cache:stub-model", 0));
-    let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
+    let cache = block_on(state.store.cache_stats()).unwrap();
     assert_eq!((cache.hits, cache.misses, cache.entries), (1, 1, 1));
 
     // The same words later in a conversation are another request.
@@ -388,7 +385,7 @@ fn sensitive_text_leaves_only_with_the_override_and_its_answer_is_not_cached() {
     assert_eq!(route_of(&events).target, RouteTarget::Cloud);
     drop(stored(&state, "t", &running));
     assert_eq!(stub.bodies().len(), 2, "not answered from a cache");
-    let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
+    let cache = block_on(state.store.cache_stats()).unwrap();
     assert_eq!((cache.entries, cache.hits), (0, 0));
 }
 
@@ -402,7 +399,7 @@ fn a_cloud_turn_stops_through_the_registry_and_keeps_what_arrived() {
     let settings = settings(Some(&stub));
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: "c".into(), ask: new("count slowly"), options: TurnOptions::default() };
-    let running = start(&state, &settings, request, move |e| tx.send(e).is_ok()).unwrap_or_else(|e| panic!("{e:?}"));
+    let running = start(&state, &settings, request, move |e| tx.send(e).is_ok()).unwrap();
     let mut events = Vec::new();
     while let Ok(e) = rx.recv_timeout(Duration::from_secs(30)) {
         let first_token = matches!(e, ChatEvent::Token { .. });
@@ -419,7 +416,7 @@ fn a_cloud_turn_stops_through_the_registry_and_keeps_what_arrived() {
     assert_eq!((msgs[1].route, msgs[1].status), (Route::Cloud, MessageStatus::Interrupted));
     assert!(msgs[1].content.starts_with("tick") && msgs[1].content.len() < 5 * 40, "{:?}", msgs[1].content);
     assert!(!state.runs.cancel(id), "over: nothing left to stop");
-    let cache = block_on(state.store.cache_stats()).unwrap_or_else(|e| panic!("{e}"));
+    let cache = block_on(state.store.cache_stats()).unwrap();
     assert_eq!(cache.entries, 0, "a cut answer is not cached");
 }
 
@@ -433,14 +430,14 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
     use headroom_core::pressure::PressureLevel;
 
     let state = crate::test_state("away");
-    crate::models::ensure_default_model(&state).unwrap_or_else(|e| panic!("{e:?}"));
+    crate::models::ensure_default_model(&state).unwrap();
     let settings = settings(None);
     let (running, _) = turn(&state, &settings, "s1", new("hello"), max(3));
     let _ = stored(&state, "s1", &running);
 
     let cause = Cause::Pressure { level: PressureLevel::Critical };
-    let dropped = crate::away::carry_out(&state, Action::DropSessions { cause })
-        .unwrap_or_else(|| panic!("the sessions were not dropped"));
+    let dropped =
+        crate::away::carry_out(&state, Action::DropSessions { cause }).expect("the sessions were not dropped");
     assert!(
         dropped
             .message
@@ -450,8 +447,7 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
     );
     assert!(state.loaded_model().is_some(), "the cheap step keeps the model");
 
-    let unloaded = crate::away::carry_out(&state, Action::Unload { cause })
-        .unwrap_or_else(|| panic!("the model was not unloaded"));
+    let unloaded = crate::away::carry_out(&state, Action::Unload { cause }).expect("the model was not unloaded");
     assert!(state.loaded_model().is_none());
     assert!(
         unloaded.message.contains(&format!("Headroom unloaded {}", crate::models::DEMO_MODEL_ID)),

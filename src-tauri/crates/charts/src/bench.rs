@@ -80,7 +80,7 @@ mod tests {
     #[test]
     fn a_single_depth_gets_distinct_depth_ticks() {
         let point = [DepthPoint { depth_tokens: 0, decode_tps: Some(379.1), prefill_tps: Some(1076.5) }];
-        let svg = bench_depth_svg(&point, &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let svg = bench_depth_svg(&point, &ChartStyle::light()).unwrap();
         let texts = svgtest::texts(&parse(&svg));
         // "0" once per axis (two y axes, one x axis): a window of one token
         // around depth 0 labelled the x ticks "0 0 1".
@@ -94,7 +94,7 @@ mod tests {
         let p = style.theme.palette();
         let mut points = depths(true);
         points[2].decode_tps = None;
-        let doc_text = bench_depth_svg(&points, &style).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = bench_depth_svg(&points, &style).unwrap();
         let doc = parse(&doc_text);
         assert_eq!(svgtest::filled(&doc, p.decode).len(), 3);
         assert_eq!(svgtest::rings(&doc, p.decode).len(), 1);
@@ -105,13 +105,14 @@ mod tests {
         }
         // Decode falls with depth: marks go down as they go right.
         let marks = svgtest::filled(&doc, p.decode);
+        assert_eq!(marks.len(), 3, "{marks:?}");
         assert!(marks.windows(2).all(|w| w[0].0 < w[1].0 && w[0].1 < w[1].1), "{marks:?}");
     }
 
     #[test]
     fn without_prefill_figures_there_is_one_panel() {
         let style = ChartStyle::dark();
-        let doc_text = bench_depth_svg(&depths(false), &style).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = bench_depth_svg(&depths(false), &style).unwrap();
         let doc = parse(&doc_text);
         assert_eq!(svgtest::filled(&doc, style.theme.palette().decode).len(), 4);
         assert_eq!(svgtest::circle_count(&doc), 4);
@@ -121,7 +122,7 @@ mod tests {
 
     #[test]
     fn empty_and_invalid_input() {
-        let doc_text = bench_depth_svg(&[], &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = bench_depth_svg(&[], &ChartStyle::light()).unwrap();
         assert!(svgtest::has_text(&parse(&doc_text), "No benchmark yet"));
         let mut points = depths(true);
         points[3].prefill_tps = Some(-1.0);

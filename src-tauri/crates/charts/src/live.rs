@@ -516,11 +516,10 @@ mod tests {
         let marks: Vec<MemoryMark> = memory.iter().map(MemoryMark::from).collect();
         let stretches = find_stretches(&[], &rates, &marks, &Policy::default());
         assert_eq!(stretches.len(), 1, "{stretches:?}");
-        let chart = live_chart(&data(&memory, &rates, &stretches), &ChartStyle::live(Theme::Light))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let chart = live_chart(&data(&memory, &rates, &stretches), &ChartStyle::live(Theme::Light)).unwrap();
         let doc = parse(&chart.svg);
 
-        let tps = group(&doc, "tps").unwrap_or_else(|| panic!("no tps group"));
+        let tps = group(&doc, "tps").expect("no tps group");
         let dots: Vec<_> = tps.children().filter(|n| n.has_tag_name("circle")).collect();
         assert_eq!(dots.len(), 130, "one dot per rate point");
         assert_eq!(tps.attribute("data-points"), Some("130"));
@@ -535,7 +534,7 @@ mod tests {
         assert!(dots.windows(2).all(|w| cx(&w[0]) <= cx(&w[1])));
         assert!(cy(&dots[129]) > cy(&dots[0]));
 
-        let used = group(&doc, "memory-used").unwrap_or_else(|| panic!("no memory group"));
+        let used = group(&doc, "memory-used").expect("no memory group");
         assert_eq!((used.attribute("data-points"), used.attribute("data-runs")), (Some("300"), Some("1")));
         assert_eq!(used.children().filter(|n| n.has_tag_name("polygon")).count(), 1, "one area");
         assert_eq!(
@@ -547,7 +546,7 @@ mod tests {
             Some((20 * GIB).to_string().as_str())
         );
 
-        let pressure = group(&doc, "pressure").unwrap_or_else(|| panic!("no pressure group"));
+        let pressure = group(&doc, "pressure").expect("no pressure group");
         assert_eq!(pressure.attribute("data-current"), Some("critical"));
         let levels: Vec<_> = pressure.children().filter_map(|n| n.attribute("data-level")).collect();
         assert_eq!(levels, vec!["normal", "warning", "critical"], "one band per run of a level");
@@ -557,8 +556,8 @@ mod tests {
             assert!(svgtest::has_text(&doc, word), "missing {word:?} in {:?}", svgtest::texts(&doc));
         }
 
-        let slow = group(&doc, "slowdown").unwrap_or_else(|| panic!("no slowdown group"));
-        let rect = slow.children().find(|n| n.has_tag_name("rect")).unwrap_or_else(|| panic!("no shading"));
+        let slow = group(&doc, "slowdown").expect("no slowdown group");
+        let rect = slow.children().find(|n| n.has_tag_name("rect")).expect("no shading");
         assert!(rect.attribute("data-sentence").is_some_and(|s| s.starts_with("slowed by swap: 20.0 → 4.0 tok/s")));
         // The plot box lies inside the chart, between the two axes.
         assert!(
@@ -579,15 +578,14 @@ mod tests {
             .iter()
             .filter_map(|&(s, n)| RatePoint::from_ms(T0 + s * 1000, T0 + (s + 1) * 1000, n))
             .collect();
-        let svg =
-            live_svg(&data(&memory, &rates, &[]), &ChartStyle::live(Theme::Dark)).unwrap_or_else(|e| panic!("{e}"));
+        let svg = live_svg(&data(&memory, &rates, &[]), &ChartStyle::live(Theme::Dark)).unwrap();
         let doc = parse(&svg);
-        let used = group(&doc, "memory-used").unwrap_or_else(|| panic!("no memory group"));
+        let used = group(&doc, "memory-used").expect("no memory group");
         assert_eq!(used.attribute("data-runs"), Some("2"));
         assert_eq!(used.children().filter(|n| n.has_tag_name("polygon")).count(), 2, "an area per run");
-        let swap = group(&doc, "swap").unwrap_or_else(|| panic!("no swap group"));
+        let swap = group(&doc, "swap").expect("no swap group");
         assert_eq!(swap.children().filter(|n| n.has_tag_name("polyline")).count(), 2);
-        let tps = group(&doc, "tps").unwrap_or_else(|| panic!("no tps group"));
+        let tps = group(&doc, "tps").expect("no tps group");
         assert_eq!(tps.children().filter(|n| n.has_tag_name("circle")).count(), 4);
         assert_eq!(svgtest::circle_count(&doc), 4, "no other circle: nothing stands for a missing rate");
         assert_eq!(svgtest::background(&doc).as_deref(), Some("#28282A"), "dark");
@@ -606,24 +604,24 @@ mod tests {
             mem(2110, 10, 12.5, 400, PressureLevel::Warning),
         ];
         let d = LiveData { end_ms: T0 + 3_700_000, window_ms: 3_600_000, ..data(&memory, &[], &[]) };
-        let svg = live_svg(&d, &ChartStyle::live(Theme::Light)).unwrap_or_else(|e| panic!("{e}"));
+        let svg = live_svg(&d, &ChartStyle::live(Theme::Light)).unwrap();
         let doc = parse(&svg);
-        let used = group(&doc, "memory-used").unwrap_or_else(|| panic!("no memory group"));
+        let used = group(&doc, "memory-used").expect("no memory group");
         assert_eq!((used.attribute("data-points"), used.attribute("data-runs")), (Some("4"), Some("1")));
         for tick in ["60m", "now"] {
             assert!(svgtest::has_text(&doc, tick), "{:?}", svgtest::texts(&doc));
         }
         // Ten minutes later the window starts at 1000 s: the first row (0–900 s) is out of it.
         let d = LiveData { end_ms: T0 + 4_600_000, ..d };
-        let svg = live_svg(&d, &ChartStyle::live(Theme::Light)).unwrap_or_else(|e| panic!("{e}"));
+        let svg = live_svg(&d, &ChartStyle::live(Theme::Light)).unwrap();
         let doc = parse(&svg);
-        let used = group(&doc, "memory-used").unwrap_or_else(|| panic!("no memory group"));
+        let used = group(&doc, "memory-used").expect("no memory group");
         assert_eq!(used.attribute("data-points"), Some("3"), "the first row ended before the window began");
     }
 
     #[test]
     fn nothing_to_draw_is_a_card_and_bad_input_is_a_typed_error() {
-        let svg = live_svg(&data(&[], &[], &[]), &ChartStyle::live(Theme::Dark)).unwrap_or_else(|e| panic!("{e}"));
+        let svg = live_svg(&data(&[], &[], &[]), &ChartStyle::live(Theme::Dark)).unwrap();
         let doc = parse(&svg);
         assert!(svgtest::has_text(&doc, "No readings yet"));
         assert_eq!(svgtest::circle_count(&doc), 0);

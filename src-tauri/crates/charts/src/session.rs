@@ -111,7 +111,7 @@ mod tests {
     fn one_mark_per_turn_in_each_panel_and_a_ring_for_a_missing_rate() {
         let style = ChartStyle::light();
         let p = style.theme.palette();
-        let svg = session_svg(&turns(12, &[5]), &style).unwrap_or_else(|e| panic!("{e}"));
+        let svg = session_svg(&turns(12, &[5]), &style).unwrap();
         let doc = parse(&svg);
         assert_eq!(svgtest::filled(&doc, p.decode).len(), 11);
         assert_eq!(svgtest::rings(&doc, p.decode).len(), 1, "turn 5 has no decode rate");
@@ -125,15 +125,17 @@ mod tests {
     fn marks_follow_the_values_and_the_ring_sits_on_the_axis() {
         let style = ChartStyle::dark();
         let p = style.theme.palette();
-        let doc_text = session_svg(&turns(8, &[4]), &style).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&turns(8, &[4]), &style).unwrap();
         let doc = parse(&doc_text);
         let decode = svgtest::filled(&doc, p.decode);
+        assert_eq!(decode.len(), 7, "eight turns, one without a decode rate: {decode:?}");
         // Context grows left to right and decode falls: y pixels grow.
         for pair in decode.windows(2) {
             assert!(pair[1].0 > pair[0].0 && pair[1].1 > pair[0].1, "{pair:?}");
         }
         // TTFT grows: y pixels shrink.
         let ttft = svgtest::filled(&doc, p.secondary_series);
+        assert_eq!(ttft.len(), 8, "{ttft:?}");
         for pair in ttft.windows(2) {
             assert!(pair[1].1 < pair[0].1, "{pair:?}");
         }
@@ -146,7 +148,7 @@ mod tests {
 
     #[test]
     fn axes_name_their_units_and_turns_are_labelled() {
-        let doc_text = session_svg(&turns(6, &[]), &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&turns(6, &[]), &ChartStyle::light()).unwrap();
         let doc = parse(&doc_text);
         for label in ["decode (tok/s)", "TTFT (ms)", "context at turn start (tokens) · numbers = turn"] {
             assert!(svgtest::has_text(&doc, label), "missing axis label {label:?}");
@@ -161,7 +163,7 @@ mod tests {
     fn slow_first_tokens_switch_ttft_to_seconds() {
         let mut t = turns(3, &[]);
         t[2].ttft_ms = Some(4_500.0);
-        let doc_text = session_svg(&t, &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&t, &ChartStyle::light()).unwrap();
         let doc = parse(&doc_text);
         assert!(svgtest::has_text(&doc, "TTFT (s)"));
         assert!(!svgtest::has_text(&doc, "TTFT (ms)"));
@@ -170,8 +172,8 @@ mod tests {
     #[test]
     fn light_and_dark_use_their_own_palettes() {
         let t = turns(4, &[]);
-        let light = session_svg(&t, &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
-        let dark = session_svg(&t, &ChartStyle::dark()).unwrap_or_else(|e| panic!("{e}"));
+        let light = session_svg(&t, &ChartStyle::light()).unwrap();
+        let dark = session_svg(&t, &ChartStyle::dark()).unwrap();
         assert_ne!(light, dark);
         let (l, d) = (parse(&light), parse(&dark));
         assert_eq!(svgtest::background(&l), Some("#FFFFFF".to_owned()));
@@ -184,16 +186,17 @@ mod tests {
     fn turns_are_drawn_in_turn_order_whatever_the_input_order() {
         let mut t = turns(5, &[]);
         t.reverse();
-        let doc_text = session_svg(&t, &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&t, &ChartStyle::light()).unwrap();
         let doc = parse(&doc_text);
         let xs: Vec<f64> =
             svgtest::filled(&doc, ChartStyle::light().theme.palette().decode).iter().map(|m| m.0).collect();
+        assert_eq!(xs.len(), 5, "{xs:?}");
         assert!(xs.windows(2).all(|w| w[0] < w[1]), "{xs:?}");
     }
 
     #[test]
     fn no_turns_draw_a_readable_card() {
-        let doc_text = session_svg(&[], &ChartStyle::dark()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&[], &ChartStyle::dark()).unwrap();
         let doc = parse(&doc_text);
         assert_eq!(svgtest::circle_count(&doc), 0);
         assert!(svgtest::has_text(&doc, "No turns yet"));
@@ -202,7 +205,7 @@ mod tests {
 
     #[test]
     fn a_single_turn_still_has_axes() {
-        let doc_text = session_svg(&turns(1, &[]), &ChartStyle::light()).unwrap_or_else(|e| panic!("{e}"));
+        let doc_text = session_svg(&turns(1, &[]), &ChartStyle::light()).unwrap();
         let doc = parse(&doc_text);
         assert_eq!(svgtest::circle_count(&doc), 2);
         assert!(svgtest::has_text(&doc, "decode (tok/s)"));

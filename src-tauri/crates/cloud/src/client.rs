@@ -589,7 +589,7 @@ mod tests {
     fn request_asks_for_a_stream_with_usage_and_only_the_params_given() {
         let msgs =
             gate(vec![Outbound::new(Part::Message, Message::new(Role::User, "hi"))], false, &ScanCache::default())
-                .unwrap_or_else(|e| panic!("{e}"))
+                .unwrap()
                 .messages;
         let body = request_body("m", &msgs, &ChatParams { max_tokens: Some(7), ..ChatParams::default() });
         assert_eq!(

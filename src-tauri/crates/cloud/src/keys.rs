@@ -192,20 +192,13 @@ fn no_keychain_service(may_be_absent: bool, e: &keyring::Error) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use headroom_test_support::scratch;
 
-    fn temp_dir(name: &str) -> PathBuf {
-        // Under target/ like the other crates' test folders.
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../target/test-tmp")
-            .join(format!("cloud-keys-{name}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
-    }
+    use super::*;
 
     #[test]
     fn file_store_sets_gets_replaces_and_deletes_per_url() {
-        let dir = temp_dir("roundtrip");
+        let dir = scratch("cloud-keys-roundtrip");
         let store = KeyStore::file_only(&dir);
         assert_eq!(store.get("http://a/v1").ok().flatten(), None);
         assert_eq!(store.set("http://a/v1/", &ApiKey::new(" k1 ")).ok(), Some(KeyStorage::File));
@@ -217,19 +210,17 @@ mod tests {
         assert_eq!(store.delete("http://a/v1").ok(), Some(false));
         assert_eq!(store.get("http://a/v1").ok().flatten(), None);
         assert_eq!(store.get("http://b/v1").ok().flatten().map(|(k, _)| k), Some(ApiKey::new("k2")));
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[cfg(unix)]
     #[test]
     fn key_file_is_readable_by_the_user_only() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = temp_dir("mode");
+        let dir = scratch("cloud-keys-mode");
         let store = KeyStore::file_only(&dir);
         store.set("http://a/v1", &ApiKey::new("k")).unwrap();
         let mode = std::fs::metadata(store.file_path()).map(|m| m.permissions().mode() & 0o777).unwrap_or(0);
         assert_eq!(mode, 0o600);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
@@ -250,7 +241,7 @@ mod tests {
 
     #[test]
     fn bad_input_is_refused_with_the_reason() {
-        let dir = temp_dir("bad");
+        let dir = scratch("cloud-keys-bad");
         let store = KeyStore::file_only(&dir);
         assert!(matches!(store.set("http://a/v1", &ApiKey::new("  ")), Err(KeyError::EmptyKey)));
         assert!(matches!(store.set("a/v1", &ApiKey::new("k")), Err(KeyError::InvalidUrl(_))));
@@ -262,6 +253,5 @@ mod tests {
             }
             other => panic!("expected CorruptFile, got {other:?}"),
         }
-        let _ = std::fs::remove_dir_all(&dir);
     }
 }

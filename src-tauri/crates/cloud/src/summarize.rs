@@ -154,7 +154,7 @@ mod tests {
     #[test]
     fn plans_the_older_turns_and_keeps_system_and_recent_ones() {
         let h = chat(8, 10); // system + 8 messages of 10 words
-        let p = plan(&h, &policy(3, 20), words).unwrap_or_else(|| panic!("expected a plan"));
+        let p = plan(&h, &policy(3, 20), words).expect("expected a plan");
         assert_eq!(p.keep_head, 1);
         // The last 3 start with an assistant message (index 6): the cut moves
         // back to the user message before it.
@@ -176,7 +176,7 @@ mod tests {
     #[test]
     fn apply_replaces_the_older_turns_and_reports_tokens_saved() {
         let h = chat(8, 10);
-        let p = plan(&h, &policy(3, 20), words).unwrap_or_else(|| panic!("expected a plan"));
+        let p = plan(&h, &policy(3, 20), words).expect("expected a plan");
         let mut seen = Vec::new();
         let out = apply(
             &h,
@@ -201,7 +201,7 @@ mod tests {
     #[test]
     fn a_useless_or_failed_summary_loses_nothing() {
         let h = chat(8, 10);
-        let p = plan(&h, &policy(3, 20), words).unwrap_or_else(|| panic!("expected a plan"));
+        let p = plan(&h, &policy(3, 20), words).expect("expected a plan");
         let long = vec!["x"; 100].join(" ");
         let out = apply(&h, &p, |_| Ok::<_, ()>(long.clone()), words).unwrap_or_else(|()| panic!());
         assert_eq!((out.messages.as_slice(), out.tokens_saved), (h.as_slice(), 0));

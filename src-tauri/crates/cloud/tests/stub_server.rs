@@ -2,6 +2,10 @@
 //! stream, and each failure a real endpoint can produce (401, 404, 429 then
 //! 200, 500s, a cut stream, garbage events, a refused connection, silence).
 
+// clippy.toml's allow-unwrap-in-tests covers `#[test]` functions only; the
+// helpers of this test binary read as plainly as the tests they serve.
+#![allow(clippy::unwrap_used)]
+
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -16,7 +20,7 @@ use headroom_core::router::sensitive::ScanCache;
 use tokio_util::sync::CancellationToken;
 
 fn started(replies: Vec<Reply>) -> Stub {
-    Stub::start(replies).unwrap_or_else(|e| panic!("stub: {e}"))
+    Stub::start(replies).expect("stub")
 }
 
 fn config(base_url: &str) -> CloudConfig {
@@ -38,12 +42,12 @@ fn history() -> GatedMessages {
         Outbound::new(Part::System, Message::new(Role::System, "be brief")),
         Outbound::new(Part::Message, Message::new(Role::User, "Say hello")),
     ];
-    gate(out, false, &ScanCache::default()).unwrap_or_else(|e| panic!("{e}")).messages
+    gate(out, false, &ScanCache::default()).unwrap().messages
 }
 
 /// Every event until the end, and the error that ended it, if any.
 async fn run(cfg: CloudConfig, cancel: CancellationToken) -> (Vec<CloudEvent>, Option<CloudError>) {
-    let client = CloudClient::new(cfg).unwrap_or_else(|e| panic!("client: {e}"));
+    let client = CloudClient::new(cfg).expect("client");
     let stream = client.chat_stream(&history(), &ChatParams { max_tokens: Some(16), ..ChatParams::default() }, cancel);
     futures_util::pin_mut!(stream);
     let mut events = Vec::new();
@@ -100,8 +104,8 @@ async fn a_stream_with_usage_gives_tokens_then_usage_then_stats_from_reported_co
     let req = &requests[0];
     assert!(req.starts_with("POST /v1/chat/completions "), "{req}");
     assert!(req.to_lowercase().contains("authorization: bearer sk-test-key"), "{req}");
-    let body: serde_json::Value = serde_json::from_str(req.split("\r\n\r\n").nth(1).unwrap_or_default())
-        .unwrap_or_else(|e| panic!("request body: {e}"));
+    let body: serde_json::Value =
+        serde_json::from_str(req.split("\r\n\r\n").nth(1).unwrap_or_default()).expect("request body");
     assert_eq!(body["stream"], true);
     assert_eq!(body["stream_options"]["include_usage"], true);
     assert_eq!(body["model"], "test-model");
@@ -127,7 +131,7 @@ async fn unauthorized_says_to_check_the_key_and_is_not_retried() {
     let stub = started(vec![json_reply("401 Unauthorized", "", r#"{"error":{"message":"bad key"}}"#)]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(events.is_empty());
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::Unauthorized { .. }), "{e:?}");
     assert!(e.to_string().contains("check the key"), "{e}");
     assert_eq!(stub.requests().len(), 1);
@@ -137,7 +141,7 @@ async fn unauthorized_says_to_check_the_key_and_is_not_retried() {
 async fn not_found_names_the_url_and_the_model() {
     let stub = started(vec![json_reply("404 Not Found", "", "{}")]);
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::NotFound { .. }), "{e:?}");
     let msg = e.to_string();
     assert!(msg.contains(&format!("{}/chat/completions", stub.base_url)) && msg.contains("test-model"), "{msg}");
@@ -161,7 +165,7 @@ async fn rate_limit_is_retried_after_the_servers_retry_after() {
 async fn a_retry_after_longer_than_we_wait_fails_at_once() {
     let stub = started(vec![json_reply("429 Too Many Requests", "Retry-After: 3600\r\n", "{}")]);
     let (_, err) = run(config(&stub.base_url), CancellationToken::new()).await;
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(
         matches!(e, CloudError::RateLimited { attempts: 1, retry_after: Some(d), .. } if d == Duration::from_secs(3600)),
         "{e:?}"
@@ -174,7 +178,7 @@ async fn server_errors_are_retried_then_reported_with_the_body() {
     let stub = started(vec![json_reply("500 Internal Server Error", "", r#"{"error":{"message":"model crashed"}}"#)]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert!(events.is_empty());
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::Server { status: 500, attempts: 3, .. }), "{e:?}");
     assert!(e.to_string().contains("model crashed"), "{e}");
     // max_retries = 2: three attempts in all.
@@ -187,7 +191,7 @@ async fn a_stream_cut_midway_keeps_the_text_so_far_and_says_how_far_it_got() {
     let stub = started(vec![once(format!("{SSE_HEAD}{}{}", chunk("par"), chunk("tial")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "partial");
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::StreamCut { chunks: 2, .. }), "{e:?}");
     assert!(e.to_string().contains("after 2"), "{e}");
 }
@@ -201,7 +205,7 @@ async fn a_chunked_body_cut_midway_is_a_stream_cut_not_a_parse_error() {
     let stub = started(vec![once(format!("{head}{body}"))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "one");
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::StreamCut { chunks: 1, .. }), "{e:?}");
 }
 
@@ -210,7 +214,7 @@ async fn garbage_events_are_malformed_at_their_position() {
     let stub = started(vec![once(format!("{SSE_HEAD}{}data: {{not json\n\n", chunk("fine")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "fine");
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::MalformedStream { event: 2, .. }), "{e:?}");
     assert!(e.to_string().contains("{not json"), "{e}");
 
@@ -225,24 +229,24 @@ async fn an_error_object_mid_stream_ends_the_turn_with_its_message() {
     let stub = started(vec![once(format!("{SSE_HEAD}{}{err_event}", chunk("a")))]);
     let (events, err) = run(config(&stub.base_url), CancellationToken::new()).await;
     assert_eq!(text_of(&events), "a");
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::StreamCut { chunks: 1, .. }) && e.to_string().contains("out of memory"), "{e}");
 }
 
 #[tokio::test]
 async fn a_server_that_is_down_is_connection_refused() {
     // Bind, learn the port, close: nothing listens there now.
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap_or_else(|e| panic!("{e}"));
-    let port = listener.local_addr().map(|a| a.port()).unwrap_or_else(|e| panic!("{e}"));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().map(|a| a.port()).unwrap();
     drop(listener);
     let url = format!("http://127.0.0.1:{port}/v1");
     let (events, err) = run(config(&url), CancellationToken::new()).await;
     assert!(events.is_empty());
-    let e = err.unwrap_or_else(|| panic!("expected an error"));
+    let e = err.expect("expected an error");
     assert!(matches!(e, CloudError::ConnectionRefused { .. }), "{e:?}");
     assert!(e.to_string().contains(&format!("127.0.0.1:{port}")), "{e}");
 
-    let client = CloudClient::new(config(&url)).unwrap_or_else(|e| panic!("{e}"));
+    let client = CloudClient::new(config(&url)).unwrap();
     assert!(matches!(client.list_models().await, Err(CloudError::ConnectionRefused { .. })));
 }
 
@@ -274,8 +278,8 @@ async fn a_silent_stream_times_out_and_a_cancel_ends_the_turn_quickly() {
 #[tokio::test]
 async fn models_are_listed_and_bad_config_is_refused() {
     let stub = started(vec![json_reply("200 OK", "", r#"{"object":"list","data":[{"id":"a"},{"id":"b/c"}]}"#)]);
-    let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
-    let models = client.list_models().await.unwrap_or_else(|e| panic!("{e}"));
+    let client = CloudClient::new(config(&stub.base_url)).unwrap();
+    let models = client.list_models().await.unwrap();
     assert_eq!(models, ["a", "b/c"]);
     assert!(stub.requests()[0].starts_with("GET /v1/models "));
 
@@ -288,7 +292,7 @@ async fn models_are_listed_and_bad_config_is_refused() {
 #[tokio::test]
 async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
     let stub = started(vec![once(format!("{SSE_HEAD}{}{}", chunk("kept "), chunk("text")))]);
-    let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
+    let client = CloudClient::new(config(&stub.base_url)).unwrap();
     let mut seen = 0;
     let r = headroom_cloud::run_turn(&client, &history(), &ChatParams::default(), CancellationToken::new(), |_| {
         seen += 1;
@@ -302,7 +306,7 @@ async fn run_turn_keeps_the_partial_text_and_cancels_when_nobody_listens() {
     // The listener goes away after the first token of a stream that would
     // otherwise stall for 30 s: the turn ends as cancelled, at once.
     let stub = started(vec![Reply::Stall(format!("{SSE_HEAD}{}", chunk("one")))]);
-    let client = CloudClient::new(config(&stub.base_url)).unwrap_or_else(|e| panic!("{e}"));
+    let client = CloudClient::new(config(&stub.base_url)).unwrap();
     let t0 = Instant::now();
     let r = headroom_cloud::run_turn(&client, &history(), &ChatParams::default(), CancellationToken::new(), |e| {
         !matches!(e, CloudEvent::Token { .. })

@@ -425,6 +425,7 @@ mod tests {
         assert!(matches!(s.at(1_000, Critical, IDLE), Some(Action::DropSessions { .. })));
         // The user asks something before the escalation: never mid-answer.
         let during = s.run(40_000, 1_000, Critical, BUSY);
+        assert!(!during.is_empty(), "the run is blamed");
         assert!(during.iter().all(|(_, a)| matches!(a, Action::BlameRun { .. })), "{during:?}");
         // After it, still critical, past the escalation time: unload.
         assert!(matches!(s.at(41_000, Critical, IDLE), Some(Action::Unload { .. })));
@@ -449,7 +450,7 @@ mod tests {
                 break;
             }
         }
-        let (t, action) = fired.unwrap_or_else(|| panic!("swap growth never acted"));
+        let (t, action) = fired.expect("swap growth never acted");
         assert_eq!(t, 56_000);
         assert_eq!(
             action,

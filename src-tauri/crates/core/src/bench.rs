@@ -330,7 +330,7 @@ mod tests {
     #[test]
     fn mean_and_sample_sd_are_exact() {
         // 2, 4, 4, 4, 5, 5, 7, 9: mean 5, sum of squares 32, sample variance 32/7.
-        let m = MeanSd::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).unwrap_or_else(|| panic!("values"));
+        let m = MeanSd::of(&[2.0, 4.0, 4.0, 4.0, 5.0, 5.0, 7.0, 9.0]).expect("values");
         assert_eq!(m.mean, 5.0);
         assert_eq!(m.n, 8);
         assert_eq!(m.sd, Some((32.0f64 / 7.0).sqrt()));
@@ -338,7 +338,7 @@ mod tests {
         assert_eq!(format!("{m:.1}"), "5.0 ± 2.1");
         assert!((m.relative_sd() - (32.0f64 / 7.0).sqrt() / 5.0).abs() < 1e-15);
 
-        let one = MeanSd::of(&[3.5]).unwrap_or_else(|| panic!("values"));
+        let one = MeanSd::of(&[3.5]).expect("values");
         assert_eq!((one.mean, one.sd, one.relative_sd()), (3.5, None, 0.0));
         assert_eq!(format!("{one}"), "3.50");
         assert_eq!(MeanSd::of(&[]), None);
@@ -370,7 +370,7 @@ mod tests {
         let bytes = 1_000_000_000.0 + 12_288.0 * 4671.5;
         assert_eq!(traffic.bytes_per_token(4671.5), bytes);
 
-        let r = Roofline::new(&traffic, &shape, 100e9, 40.0).unwrap_or_else(|| panic!("roofline"));
+        let r = Roofline::new(&traffic, &shape, 100e9, 40.0).expect("roofline");
         assert_eq!(r.bytes_per_token, bytes);
         assert_eq!(r.bound_tps, 100e9 / bytes);
         assert_eq!(r.achieved_percent, 100.0 * 40.0 / (100e9 / bytes));

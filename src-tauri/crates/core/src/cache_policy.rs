@@ -310,7 +310,7 @@ mod tests {
             cloud: Some("openai".into()),
             ..RouteContext::new(&words)
         };
-        let decide = |r: RouteRequest<'_>| route(&r, &ctx).unwrap_or_else(|e| panic!("{e}"));
+        let decide = |r: RouteRequest<'_>| route(&r, &ctx).unwrap();
 
         assert!(cacheable(&decide(RouteRequest { needs_web: true, ..RouteRequest::new("news today") })));
         assert!(!cacheable(&decide(RouteRequest::new("short, local"))), "local answers are not cloud answers");

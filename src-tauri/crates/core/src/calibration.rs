@@ -340,7 +340,7 @@ mod tests {
         // the measurement saw 60 MB: only 10 MB is slack of its own.
         let with = |c| Formula { beyond_mlx_bytes: 50 << 20, ..figures(c) };
         let seen = [Measured { slack_bytes: 60 << 20, ..point(4096, formula(4096) + (10 << 20)) }];
-        let cal = calibration(with, F, 4096, &seen).unwrap_or_else(|| panic!("calibrated"));
+        let cal = calibration(with, F, 4096, &seen).expect("calibrated");
         assert_eq!(cal.slack_bytes, 10 << 20);
         let grown = transient(8192) - transient(4096);
         let slack = ((10u64 << 20) as f64 / transient(4096) as f64 * grown as f64) as u64;

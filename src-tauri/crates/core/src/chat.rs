@@ -44,8 +44,7 @@ mod tests {
     fn roles_serialize_as_chat_templates_expect() {
         let m = Message::new(Role::Assistant, "hi");
         assert_eq!(serde_json::to_string(&m).unwrap_or_default(), r#"{"role":"assistant","content":"hi"}"#);
-        let back: Message =
-            serde_json::from_str(r#"{"role":"system","content":"x"}"#).unwrap_or_else(|e| panic!("{e}"));
+        let back: Message = serde_json::from_str(r#"{"role":"system","content":"x"}"#).unwrap();
         assert_eq!(back.role, Role::System);
     }
 }

@@ -225,11 +225,11 @@ mod tests {
     fn a_sensitive_message_is_blocked_and_forcing_does_not_help_only_the_override_does() {
         let scans = ScanCache::default();
         let out = conversation(&[], "my id is 11010519491231002X");
-        let err = gate(out.clone(), false, &scans).err().unwrap_or_else(|| panic!("sent"));
+        let err = gate(out.clone(), false, &scans).expect_err("sent");
         assert_eq!(err.part, Part::Message);
         let said = err.to_string();
         assert!(said.contains("PRC resident ID") && !said.contains("11010519491231002X"), "{said}");
-        let g = gate(out, true, &scans).unwrap_or_else(|e| panic!("{e}"));
+        let g = gate(out, true, &scans).unwrap();
         assert_eq!(sent(&g), ["my id is 11010519491231002X"]);
         assert_eq!(g.allowed.len(), 1);
 
@@ -248,7 +248,7 @@ mod tests {
             user("thanks"),
             assistant("the host at build01.corp is fine"),
         ];
-        let g = gate(conversation(&history, "what next?"), false, &scans).unwrap_or_else(|e| panic!("{e}"));
+        let g = gate(conversation(&history, "what next?"), false, &scans).unwrap();
         assert_eq!(sent(&g), ["hi", "hello", "what next?"]);
         let parts: Vec<Part> = g.withheld.iter().map(|w| w.part).collect();
         assert_eq!(parts, [Part::History(2), Part::History(3), Part::History(4), Part::History(5)]);
@@ -259,7 +259,7 @@ mod tests {
         );
 
         // With the override for this message, everything goes, and what was found is listed.
-        let g = gate(conversation(&history, "what next?"), true, &scans).unwrap_or_else(|e| panic!("{e}"));
+        let g = gate(conversation(&history, "what next?"), true, &scans).unwrap();
         assert_eq!(g.messages.as_slice().len(), 7);
         assert_eq!(g.allowed.len(), 2);
     }
@@ -271,7 +271,7 @@ mod tests {
             Outbound::new(Part::Summary, Message::new(Role::System, "Summary: they mailed a@b.co")),
             Outbound::new(Part::Message, user("go on")),
         ];
-        let g = gate(out, false, &scans).unwrap_or_else(|e| panic!("{e}"));
+        let g = gate(out, false, &scans).unwrap();
         assert_eq!(sent(&g), ["go on"]);
         assert_eq!(g.withheld.first().map(|w| w.part), Some(Part::Summary));
         assert_eq!(

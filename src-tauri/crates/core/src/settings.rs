@@ -275,9 +275,9 @@ mod tests {
 
     #[test]
     fn idle_unload_is_minutes_or_null_for_never() {
-        let never: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": null}"#).unwrap_or_else(|e| panic!("{e}"));
+        let never: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": null}"#).unwrap();
         assert_eq!((never.idle_unload_minutes, never.validate()), (None, Ok(())));
-        let five: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": 5}"#).unwrap_or_else(|e| panic!("{e}"));
+        let five: Settings = serde_json::from_str(r#"{"idleUnloadMinutes": 5}"#).unwrap();
         assert_eq!(five.idle_unload_minutes, Some(5));
         assert!(serde_json::from_str::<Settings>(r#"{"idleUnloadMinutes": -1}"#).is_err());
         assert_eq!(serde_json::to_value(&never).unwrap_or_default()["idleUnloadMinutes"], serde_json::Value::Null);
@@ -285,7 +285,7 @@ mod tests {
 
     #[test]
     fn the_kernel_is_spelled_as_the_cli_spells_it() {
-        let s: Settings = serde_json::from_str(r#"{"kernel": "fused"}"#).unwrap_or_else(|e| panic!("{e}"));
+        let s: Settings = serde_json::from_str(r#"{"kernel": "fused"}"#).unwrap();
         assert_eq!(s.kernel, KernelChoice::Fused);
         assert_eq!(serde_json::to_value(KernelChoice::Cpu).ok(), Some(serde_json::json!("cpu")));
         for k in KernelChoice::ALL {
@@ -296,8 +296,8 @@ mod tests {
 
     #[test]
     fn partial_json_takes_defaults_and_unknown_keys_are_refused() {
-        let s: Settings = serde_json::from_str(r#"{"maxTokens": 64, "cloudBaseUrl": "http://127.0.0.1:9/v1"}"#)
-            .unwrap_or_else(|e| panic!("{e}"));
+        let s: Settings =
+            serde_json::from_str(r#"{"maxTokens": 64, "cloudBaseUrl": "http://127.0.0.1:9/v1"}"#).unwrap();
         assert_eq!(s.max_tokens, 64);
         assert_eq!(s.context_limit, 8192);
         assert_eq!(s.validate(), Ok(()));

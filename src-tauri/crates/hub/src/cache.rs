@@ -93,18 +93,17 @@ mod tests {
 
     #[test]
     fn links_point_from_the_snapshot_into_blobs_at_any_depth() {
-        let root = std::env::temp_dir().join(format!("headroom-hub-cache-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&root);
-        let repo = RepoId::parse("org/m").unwrap_or_else(|e| panic!("{e}"));
+        let root = headroom_test_support::scratch("hub-cache");
+        let repo = RepoId::parse("org/m").unwrap();
         let cache = RepoCache::new(&root, &repo);
-        cache.create_blobs_dir().unwrap_or_else(|e| panic!("{e}"));
-        let blob = |e| cache.blob(e).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(blob("e1"), b"top").unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(blob("e2"), b"nested").unwrap_or_else(|e| panic!("{e}"));
-        let top = cache.link("c0ffee", "config.json", "e1").unwrap_or_else(|e| panic!("{e}"));
-        let nested = cache.link("c0ffee", "sub/dir/x.txt", "e2").unwrap_or_else(|e| panic!("{e}"));
+        cache.create_blobs_dir().unwrap();
+        let blob = |e| cache.blob(e).unwrap();
+        std::fs::write(blob("e1"), b"top").unwrap();
+        std::fs::write(blob("e2"), b"nested").unwrap();
+        let top = cache.link("c0ffee", "config.json", "e1").unwrap();
+        let nested = cache.link("c0ffee", "sub/dir/x.txt", "e2").unwrap();
         // Linking again replaces the link.
-        cache.link("c0ffee", "config.json", "e1").unwrap_or_else(|e| panic!("{e}"));
+        cache.link("c0ffee", "config.json", "e1").unwrap();
         assert_eq!(std::fs::read(top).ok().as_deref(), Some(&b"top"[..]));
         assert_eq!(std::fs::read(nested).ok().as_deref(), Some(&b"nested"[..]));
         #[cfg(unix)]
@@ -112,12 +111,11 @@ mod tests {
             std::fs::read_link(root.join("models--org--m/snapshots/c0ffee/sub/dir/x.txt")).ok(),
             Some(PathBuf::from("../../../../blobs/e2"))
         );
-        cache.write_ref("main", "c0ffee").unwrap_or_else(|e| panic!("{e}"));
+        cache.write_ref("main", "c0ffee").unwrap();
         assert_eq!(std::fs::read_to_string(root.join("models--org--m/refs/main")).ok().as_deref(), Some("c0ffee"));
         // A hostile commit or etag from a server never becomes a path outside the repo.
         assert!(matches!(cache.link("../../x", "config.json", "e1"), Err(HubError::CacheName { .. })));
         assert!(matches!(cache.link("c0ffee", "config.json", "../e1"), Err(HubError::CacheName { .. })));
         assert!(matches!(cache.write_ref("main", "../../etc"), Err(HubError::CacheName { .. })));
-        let _ = std::fs::remove_dir_all(&root);
     }
 }

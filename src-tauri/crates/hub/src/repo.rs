@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn repo_ids_are_checked_before_they_reach_a_url_or_a_path() {
-        let id = RepoId::parse("mlx-community/Qwen2.5-7B-Instruct-4bit").unwrap_or_else(|e| panic!("{e}"));
+        let id = RepoId::parse("mlx-community/Qwen2.5-7B-Instruct-4bit").unwrap();
         assert_eq!((id.org(), id.name()), ("mlx-community", "Qwen2.5-7B-Instruct-4bit"));
         assert_eq!(id.cache_folder(), "models--mlx-community--Qwen2.5-7B-Instruct-4bit");
         assert_eq!(id.to_string(), "mlx-community/Qwen2.5-7B-Instruct-4bit");

@@ -6,21 +6,12 @@
 use std::path::{Path, PathBuf};
 
 use headroom_core::format::LoadShape;
+use headroom_test_support::{scratch, Scratch};
 
 use crate::testserver::{Fault, TestHub};
 use crate::{download, inspect, CancellationToken, Endpoint, HfToken, HubClient, HubError, PullEvent, RepoId};
 
 const MODEL: &str = "model.safetensors";
-
-/// A scratch folder under the workspace's target/test-tmp.
-fn scratch(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../target/test-tmp")
-        .join(format!("hub-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
-    dir
-}
 
 /// Deterministic bytes (xorshift), so every file has its own hash.
 fn noise(n: usize, mut seed: u64) -> Vec<u8> {
@@ -44,9 +35,9 @@ fn write_model(dir: &Path) {
     let config = r#"{"model_type":"qwen2","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,
         "num_hidden_layers":2,"intermediate_size":128,"vocab_size":4000,"max_position_embeddings":2048,
         "rms_norm_eps":1e-6,"tie_word_embeddings":true}"#;
-    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.join("config.json"), config).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::write(dir.join("tokenizer.json"), noise(3000, 7)).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(dir).unwrap();
+    std::fs::write(dir.join("config.json"), config).unwrap();
+    std::fs::write(dir.join("tokenizer.json"), noise(3000, 7)).unwrap();
     let tensors: [(&str, &str, &[u64]); 4] = [
         ("model.embed_tokens.weight", "BF16", &[4000, 64]),
         ("model.layers.0.mlp.up_proj.weight", "BF16", &[128, 64]),
@@ -68,7 +59,7 @@ fn write_model(dir: &Path) {
     let mut file = (header.len() as u64).to_le_bytes().to_vec();
     file.extend_from_slice(header.as_bytes());
     file.extend(noise(usize::try_from(offset).unwrap_or(0), 42));
-    std::fs::write(dir.join(MODEL), file).unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(dir.join(MODEL), file).unwrap();
 }
 
 struct Fixture {
@@ -78,18 +69,19 @@ struct Fixture {
     cache: PathBuf,
     repo: RepoId,
     commit: String,
+    /// The folder `source` and `cache` are in, removed after the test.
+    _root: Scratch,
 }
 
 fn fixture(tag: &str) -> Fixture {
-    let root = scratch(tag);
+    let root = scratch(&format!("hub-{tag}"));
     let source = root.join("source");
     write_model(&source);
-    let hub = TestHub::start().unwrap_or_else(|e| panic!("{e}"));
-    let commit = hub.add_repo("mlx-community/Tiny-4bit", &source).unwrap_or_else(|e| panic!("{e}"));
-    let client = HubClient::new(Endpoint::parse(&hub.endpoint()).unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("{e}"));
-    let repo = RepoId::parse("mlx-community/Tiny-4bit").unwrap_or_else(|e| panic!("{e}"));
-    Fixture { hub, client, source, cache: root.join("hub"), repo, commit }
+    let hub = TestHub::start().unwrap();
+    let commit = hub.add_repo("mlx-community/Tiny-4bit", &source).unwrap();
+    let client = HubClient::new(Endpoint::parse(&hub.endpoint()).unwrap()).unwrap();
+    let repo = RepoId::parse("mlx-community/Tiny-4bit").unwrap();
+    Fixture { hub, client, source, cache: root.join("hub"), repo, commit, _root: root }
 }
 
 fn repo_dir(fx: &Fixture) -> PathBuf {
@@ -105,8 +97,7 @@ fn listed(fx: &Fixture) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspection_reads_the_headers_with_ranges_and_downloads_no_weights() {
     let fx = fixture("inspect");
-    let model =
-        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
     assert_eq!((model.commit.as_str(), model.arch.as_str(), model.bits), (fx.commit.as_str(), "qwen2", None));
     assert_eq!(model.footprint.weight_bytes, WEIGHT_BYTES, "the RoPE table is not counted");
     assert_eq!((model.footprint.head_dim, model.footprint.kv_heads, model.footprint.kv_bytes_per_element), (16, 2, 2));
@@ -127,12 +118,9 @@ async fn inspection_reads_the_headers_with_ranges_and_downloads_no_weights() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
     let fx = fixture("full");
-    let model =
-        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
     let mut events = Vec::new();
-    let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |e| events.push(e))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |e| events.push(e)).await.unwrap();
     assert_eq!(out.snapshot, repo_dir(&fx).join("snapshots").join(&fx.commit));
     assert_eq!(out.downloaded_bytes, model.total_bytes);
     for f in &model.files {
@@ -155,13 +143,10 @@ async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
     assert!(events.iter().any(|e| matches!(e, PullEvent::FileDone { file, verified: crate::Verified::Sha256, reused: false, .. } if file == MODEL)));
 
     // Again: everything is in the cache already; nothing is fetched.
-    let again =
-        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let again = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
     assert_eq!(again.cached_bytes, again.total_bytes);
     let before = fx.hub.log().len();
-    let out = download(&fx.client, &fx.cache, &again, &CancellationToken::new(), |_| {})
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = download(&fx.client, &fx.cache, &again, &CancellationToken::new(), |_| {}).await.unwrap();
     assert_eq!((out.downloaded_bytes, out.reused_bytes), (0, again.total_bytes));
     assert_eq!(fx.hub.log().len(), before, "no request for a cached pull");
 }
@@ -169,13 +154,10 @@ async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transfer_cut_off_midway_resumes_with_a_range_and_verifies() {
     let fx = fixture("cut");
-    let model =
-        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
     fx.hub.add_fault(Fault::CloseAfter { file: MODEL.into(), after: 300_000 });
     let mut events = Vec::new();
-    let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |e| events.push(e))
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |e| events.push(e)).await.unwrap();
     let retry = events.iter().find_map(|e| match e {
         PullEvent::Retrying { file, resume_from, .. } => Some((file.clone(), *resume_from)),
         _ => None,
@@ -191,10 +173,9 @@ async fn a_transfer_cut_off_midway_resumes_with_a_range_and_verifies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_pull_lists_nothing_and_the_next_one_resumes() {
     let fx = fixture("cancel");
-    let model =
-        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
     fx.hub.add_fault(Fault::Stall { file: MODEL.into(), after: 200_000 });
-    let etag = model.files.iter().find(|f| f.path == MODEL).unwrap_or_else(|| panic!("no weights")).etag.clone();
+    let etag = model.files.iter().find(|f| f.path == MODEL).expect("no weights").etag.clone();
     let partial = repo_dir(&fx).join("blobs").join(format!("{etag}.incomplete"));
     let cancel = CancellationToken::new();
     // Cancel once the transfer has stalled with 200 000 bytes on disk (the user's click).
@@ -215,9 +196,7 @@ async fn a_cancelled_pull_lists_nothing_and_the_next_one_resumes() {
     assert!(!listed(&fx) && !repo_dir(&fx).join("refs").exists() && !repo_dir(&fx).join("snapshots").exists());
     assert_eq!(std::fs::metadata(&partial).map(|m| m.len()).ok(), Some(200_000));
 
-    let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |_| {})
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+    let out = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |_| {}).await.unwrap();
     let resumed =
         fx.hub.log().into_iter().any(|r| r.path.starts_with("/cdn/") && r.range.as_deref() == Some("bytes=200000-"));
     assert!(resumed, "{:?}", fx.hub.log());
@@ -229,15 +208,14 @@ async fn a_cancelled_pull_lists_nothing_and_the_next_one_resumes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_corrupted_download_is_deleted_with_a_clear_error() {
     let fx = fixture("corrupt");
-    let model =
-        inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap_or_else(|e| panic!("{e}"));
+    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
     fx.hub.add_fault(Fault::Corrupt { file: MODEL.into() });
     let err = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |_| {}).await.err();
     let Some(err @ HubError::HashMismatch { .. }) = err else { panic!("{err:?}") };
     let text = err.to_string();
     assert!(text.starts_with("model.safetensors arrived with sha256") && text.contains("nothing was added"), "{text}");
     assert!(!listed(&fx));
-    let etag = &model.files.iter().find(|f| f.path == MODEL).unwrap_or_else(|| panic!("no weights")).etag;
+    let etag = &model.files.iter().find(|f| f.path == MODEL).expect("no weights").etag;
     let blobs: Vec<String> = std::fs::read_dir(repo_dir(&fx).join("blobs"))
         .into_iter()
         .flatten()
@@ -251,7 +229,7 @@ async fn a_corrupted_download_is_deleted_with_a_clear_error() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn missing_repos_revisions_and_weights_are_named() {
     let fx = fixture("missing");
-    let absent = RepoId::parse("mlx-community/absent").unwrap_or_else(|e| panic!("{e}"));
+    let absent = RepoId::parse("mlx-community/absent").unwrap();
     let err = inspect(&fx.client, &absent, "main", &fx.cache, LoadShape::default())
         .await
         .err()
@@ -268,16 +246,15 @@ async fn missing_repos_revisions_and_weights_are_named() {
     assert!(matches!(err, Some(HubError::InvalidRevision { .. })), "{err:?}");
 
     let no_weights = fx.source.with_file_name("no-weights");
-    std::fs::create_dir_all(&no_weights).unwrap_or_else(|e| panic!("{e}"));
-    std::fs::copy(fx.source.join("config.json"), no_weights.join("config.json")).unwrap_or_else(|e| panic!("{e}"));
-    fx.hub.add_repo("org/no-weights", &no_weights).unwrap_or_else(|e| panic!("{e}"));
-    let repo = RepoId::parse("org/no-weights").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::create_dir_all(&no_weights).unwrap();
+    std::fs::copy(fx.source.join("config.json"), no_weights.join("config.json")).unwrap();
+    fx.hub.add_repo("org/no-weights", &no_weights).unwrap();
+    let repo = RepoId::parse("org/no-weights").unwrap();
     let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
     assert!(matches!(err, Some(HubError::NoWeights { .. })), "{err:?}");
 
     // Nothing listens here: unreachable, with the URL in the message.
-    let dead = HubClient::new(Endpoint::parse("http://127.0.0.1:9").unwrap_or_else(|e| panic!("{e}")))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let dead = HubClient::new(Endpoint::parse("http://127.0.0.1:9").unwrap()).unwrap();
     let err = inspect(&dead, &fx.repo, "main", &fx.cache, LoadShape::default())
         .await
         .err()
@@ -297,12 +274,11 @@ async fn hostile_configs_and_headers_are_refused_before_downloading() {
     let fx = fixture("hostile");
     let hostile = fx.source.with_file_name("hostile");
     write_model(&hostile);
-    let config = std::fs::read_to_string(hostile.join("config.json")).unwrap_or_else(|e| panic!("{e}"));
+    let config = std::fs::read_to_string(hostile.join("config.json")).unwrap();
     let config = config.replace(r#""num_attention_heads":4"#, r#""num_attention_heads":4,"head_dim":-2147483648"#);
-    std::fs::write(hostile.join("config.json"), config.replace("\"qwen2\"", "\"llama\""))
-        .unwrap_or_else(|e| panic!("{e}"));
-    fx.hub.add_repo("org/hostile", &hostile).unwrap_or_else(|e| panic!("{e}"));
-    let repo = RepoId::parse("org/hostile").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(hostile.join("config.json"), config.replace("\"qwen2\"", "\"llama\"")).unwrap();
+    fx.hub.add_repo("org/hostile", &hostile).unwrap();
+    let repo = RepoId::parse("org/hostile").unwrap();
     let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
     assert!(
         matches!(&err, Some(HubError::Format { file, source, .. }) if file == "config.json" && source.field() == Some("head_dim")),
@@ -311,22 +287,21 @@ async fn hostile_configs_and_headers_are_refused_before_downloading() {
 
     let lying = fx.source.with_file_name("lying");
     write_model(&lying);
-    let mut bytes = std::fs::read(lying.join(MODEL)).unwrap_or_else(|e| panic!("{e}"));
+    let mut bytes = std::fs::read(lying.join(MODEL)).unwrap();
     let cut = bytes.len() - 10;
     bytes.truncate(cut);
-    std::fs::write(lying.join(MODEL), bytes).unwrap_or_else(|e| panic!("{e}"));
-    fx.hub.add_repo("org/lying", &lying).unwrap_or_else(|e| panic!("{e}"));
-    let repo = RepoId::parse("org/lying").unwrap_or_else(|e| panic!("{e}"));
+    std::fs::write(lying.join(MODEL), bytes).unwrap();
+    fx.hub.add_repo("org/lying", &lying).unwrap();
+    let repo = RepoId::parse("org/lying").unwrap();
     let err = inspect(&fx.client, &repo, "main", &fx.cache, LoadShape::default()).await.err();
     let message = err.as_ref().map(ToString::to_string).unwrap_or_default();
     assert!(
         matches!(&err, Some(HubError::Format { file, .. }) if file == MODEL) && message.contains("truncated"),
         "{message}"
     );
-    assert!(
-        fx.hub.log().iter().filter(|r| r.path.starts_with("/cdn/")).all(|r| r.range.is_some()),
-        "only header ranges were fetched"
-    );
+    let cdn: Vec<_> = fx.hub.log().into_iter().filter(|r| r.path.starts_with("/cdn/")).collect();
+    assert!(!cdn.is_empty(), "the header was read from the CDN");
+    assert!(cdn.iter().all(|r| r.range.is_some()), "only header ranges were fetched: {cdn:?}");
 }
 
 const GATED: &str = "meta-llama/Tiny-gated";

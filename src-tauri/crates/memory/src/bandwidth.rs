@@ -265,8 +265,7 @@ mod tests {
     fn a_small_measurement_gives_plausible_rates_and_says_how_it_was_made() {
         // Small arrays: this process's RSS test runs alongside and must not
         // see tens of MB come and go (real measurements use far larger ones).
-        let r = measure(&BandwidthOptions { array_bytes: Some(1 << 20), threads: Some(2), passes: 2 })
-            .unwrap_or_else(|e| panic!("{e}"));
+        let r = measure(&BandwidthOptions { array_bytes: Some(1 << 20), threads: Some(2), passes: 2 }).unwrap();
         assert_eq!((r.array_bytes, r.threads, r.passes, r.capped_by_memory), (1 << 20, 2, 2, false));
         // Any machine this runs on moves between 0.1 and 10 000 GB/s.
         for rate in [r.copy_gb_per_s, r.triad_gb_per_s] {
@@ -284,12 +283,12 @@ mod tests {
 
     #[test]
     fn the_sysfs_cache_reader_takes_the_highest_data_level() {
-        let dir = std::env::temp_dir().join(format!("headroom-llc-{}", std::process::id()));
+        let dir = headroom_test_support::scratch("llc");
         let write = |index: &str, level: &str, kind: &str, size: &str| {
             let d = dir.join(index);
-            std::fs::create_dir_all(&d).unwrap_or_else(|e| panic!("{e}"));
+            std::fs::create_dir_all(&d).unwrap();
             for (name, value) in [("level", level), ("type", kind), ("size", size)] {
-                std::fs::write(d.join(name), format!("{value}\n")).unwrap_or_else(|e| panic!("{e}"));
+                std::fs::write(d.join(name), format!("{value}\n")).unwrap();
             }
         };
         write("index0", "1", "Data", "48K");
@@ -300,13 +299,12 @@ mod tests {
         write("index4", "4", "Instruction", "64M");
         assert_eq!(linux_cache_bytes(&dir), Some(32 << 20), "an instruction cache is not where data streams");
         assert_eq!(linux_cache_bytes(&dir.join("absent")), None);
-        let _ = std::fs::remove_dir_all(&dir);
         assert_eq!((parse_size("1536"), parse_size("x")), (Some(1536), None));
     }
 
     #[test]
     fn the_machine_is_described() {
-        let m = machine_info().unwrap_or_else(|e| panic!("{e}"));
+        let m = machine_info().unwrap();
         assert!(m.cpu_cores >= 1 && m.total_memory_bytes > 0 && !m.os.is_empty(), "{m:?}");
     }
 }

@@ -112,7 +112,7 @@ mod tests {
 
     #[test]
     fn a_reading_is_self_consistent() {
-        let r = read().unwrap_or_else(|e| panic!("{e}"));
+        let r = read().unwrap();
         assert!(r.total > 0, "{r:?}");
         assert!(r.available <= r.total && r.used <= r.total, "{r:?}");
         assert!(r.swap_used <= r.swap_total, "{r:?}");
@@ -122,10 +122,11 @@ mod tests {
     #[test]
     fn rss_sees_memory_this_process_touches() {
         let _alone = RESIDENT_TESTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        let mut reader = Reader::new().unwrap_or_else(|e| panic!("{e}"));
+        let mut reader = Reader::new().unwrap();
         let before = reader.read().process_rss;
         let block = vec![1u8; 64 << 20];
         let after = reader.read().process_rss;
+        assert_eq!(block.len(), 64 << 20);
         assert!(block.iter().step_by(4096).all(|&b| b == 1));
         assert!(after >= before + (48 << 20), "before {before}, after {after}");
     }
@@ -133,29 +134,24 @@ mod tests {
     #[test]
     fn injected_signals_are_used() {
         let signals = FixedSignals { pressure: PressureLevel::Critical, swap: Some(SwapUsage { total: 8, used: 3 }) };
-        let r = Reader::with_signals(signals).unwrap_or_else(|e| panic!("{e}")).read();
+        let r = Reader::with_signals(signals).unwrap().read();
         assert_eq!((r.pressure, r.swap_total, r.swap_used), (PressureLevel::Critical, 8, 3));
     }
 
     #[cfg(not(target_os = "macos"))]
     #[test]
     fn linux_pressure_comes_from_the_psi_file() {
-        let dir = std::env::temp_dir().join(format!("headroom-mem-psi-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let dir = headroom_test_support::scratch("mem-psi");
         let file = dir.join("memory");
         std::fs::write(
             &file,
             "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=25.00 avg60=0.00 avg300=0.00 total=0\n",
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let signals = PlatformSignals { psi: psi::PsiSource::new(&file) };
-        let r = Reader::with_signals(signals).unwrap_or_else(|e| panic!("{e}")).read();
+        let r = Reader::with_signals(signals).unwrap().read();
         assert_eq!(r.pressure, PressureLevel::Critical);
         let signals = PlatformSignals { psi: psi::PsiSource::new(dir.join("absent")) };
-        assert_eq!(
-            Reader::with_signals(signals).unwrap_or_else(|e| panic!("{e}")).read().pressure,
-            PressureLevel::Unknown
-        );
-        let _ = std::fs::remove_dir_all(dir);
+        assert_eq!(Reader::with_signals(signals).unwrap().read().pressure, PressureLevel::Unknown);
     }
 }

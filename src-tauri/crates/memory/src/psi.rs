@@ -162,15 +162,13 @@ mod tests {
 
     #[test]
     fn a_missing_or_bad_file_is_unknown_not_an_error() {
-        let dir = std::env::temp_dir().join(format!("headroom-psi-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let dir = headroom_test_support::scratch("psi");
         assert_eq!(PsiSource::new(dir.join("absent")).level(), PressureLevel::Unknown);
         let bad = dir.join("bad");
-        std::fs::write(&bad, "not psi").unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&bad, "not psi").unwrap();
         assert_eq!(PsiSource::new(&bad).level(), PressureLevel::Unknown);
         let busy = dir.join("busy");
-        std::fs::write(&busy, BUSY).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&busy, BUSY).unwrap();
         assert_eq!(PsiSource::new(&busy).level(), PressureLevel::Warning);
-        let _ = std::fs::remove_dir_all(dir);
     }
 }

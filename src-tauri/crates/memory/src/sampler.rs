@@ -172,11 +172,11 @@ mod tests {
         let sampler = Sampler::spawn(fake(&count), Duration::from_secs(1), 3);
         let mut rx = sampler.subscribe();
         // The first tick is immediate.
-        rx.changed().await.unwrap_or_else(|e| panic!("{e}"));
+        rx.changed().await.unwrap();
         assert_eq!(rx.borrow_and_update().map(|s| s.reading.used), Some(1));
         for expected in 2..=5 {
             tokio::time::advance(Duration::from_secs(1)).await;
-            rx.changed().await.unwrap_or_else(|e| panic!("{e}"));
+            rx.changed().await.unwrap();
             assert_eq!(rx.borrow_and_update().map(|s| s.reading.used), Some(expected));
         }
         let kept: Vec<u64> = sampler.history().iter().map(|s| s.reading.used).collect();
@@ -189,7 +189,7 @@ mod tests {
         let count = Arc::new(Mutex::new(0));
         let sampler = Sampler::spawn(fake(&count), Duration::from_secs(1), 10);
         let mut rx = sampler.subscribe();
-        rx.changed().await.unwrap_or_else(|e| panic!("{e}"));
+        rx.changed().await.unwrap();
         drop(sampler);
         tokio::time::advance(Duration::from_secs(5)).await;
         tokio::task::yield_now().await;
@@ -201,7 +201,7 @@ mod tests {
         let count = Arc::new(Mutex::new(0));
         let sampler = Sampler::spawn(fake(&count), Duration::from_secs(1), 100);
         let mut rx = sampler.subscribe();
-        rx.changed().await.unwrap_or_else(|e| panic!("{e}"));
+        rx.changed().await.unwrap();
         assert_eq!(rx.borrow_and_update().map(|s| s.period_ms), Some(1000));
         // Back off to 5 s: nothing for the next 4.9 s, then one reading.
         sampler.set_period(Duration::from_secs(5));
@@ -217,24 +217,24 @@ mod tests {
         tokio::time::timeout(Duration::from_millis(10), rx.changed())
             .await
             .unwrap_or_else(|_| panic!("read_now did not read at once"))
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(rx.borrow_and_update().map(|s| s.reading.used), Some(3));
         // Back to 1 s: the next reading one second after the last.
         sampler.set_period(Duration::from_secs(1));
         tokio::time::timeout(Duration::from_millis(1_100), rx.changed())
             .await
             .unwrap_or_else(|_| panic!("the faster period did not start"))
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(rx.borrow_and_update().map(|s| (s.reading.used, s.period_ms)), Some((4, 1000)));
     }
 
     #[tokio::test]
     async fn real_readings_flow() {
-        let mut reader = crate::Reader::new().unwrap_or_else(|e| panic!("{e}"));
+        let mut reader = crate::Reader::new().unwrap();
         let sampler = Sampler::spawn(move || reader.read(), Duration::from_millis(10), DEFAULT_HISTORY);
         let mut rx = sampler.subscribe();
-        rx.changed().await.unwrap_or_else(|e| panic!("{e}"));
-        let s = sampler.latest().unwrap_or_else(|| panic!("no sample"));
+        rx.changed().await.unwrap();
+        let s = sampler.latest().expect("no sample");
         assert!(s.reading.total > 0 && s.at_unix_ms > 0);
     }
 }

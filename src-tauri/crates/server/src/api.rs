@@ -384,7 +384,7 @@ mod tests {
     }
 
     fn err(v: &Value) -> ApiError {
-        parse(v).err().unwrap_or_else(|| panic!("accepted"))
+        parse(v).expect_err("accepted")
     }
 
     #[test]
@@ -407,7 +407,7 @@ mod tests {
             "stop": null,
             "user": "ignored",
         }))
-        .unwrap_or_else(|e| panic!("{e:?}"));
+        .unwrap();
         assert_eq!((r.model.as_str(), r.stream, r.include_usage), ("m", true, true));
         let g = &r.generate;
         assert_eq!(g.max_tokens, 7);
@@ -417,8 +417,7 @@ mod tests {
         assert_eq!(roles, [Role::System, Role::User, Role::Assistant, Role::User]);
         assert_eq!(g.messages[1].content, "Hello");
 
-        let r = parse(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]}))
-            .unwrap_or_else(|e| panic!("{e:?}"));
+        let r = parse(&json!({"model": "m", "messages": [{"role": "user", "content": "x"}]})).unwrap();
         assert_eq!((r.stream, r.include_usage, r.generate.max_tokens), (false, false, 64));
         assert_eq!(r.generate.sampling.temperature, 1.0);
     }
@@ -426,7 +425,7 @@ mod tests {
     #[test]
     fn each_bad_field_is_named() {
         let user = json!([{"role": "user", "content": "x"}]);
-        let e = parse_request(b"{\"model\": \"m\", ", 8).err().unwrap_or_else(|| panic!("accepted"));
+        let e = parse_request(b"{\"model\": \"m\", ", 8).expect_err("accepted");
         assert!(e.message.starts_with("We could not parse the JSON body"), "{}", e.message);
         assert_eq!((e.status.as_u16(), e.param.clone()), (400, None));
         assert_eq!(err(&json!([1])).message, "The request body must be a JSON object.");

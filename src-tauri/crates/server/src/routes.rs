@@ -320,7 +320,7 @@ mod tests {
 
     fn host(h: &str) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        headers.insert(header::HOST, HeaderValue::from_str(h).unwrap_or_else(|e| panic!("{e}")));
+        headers.insert(header::HOST, HeaderValue::from_str(h).unwrap());
         headers
     }
 

@@ -27,7 +27,7 @@ fn demo_dir() -> &'static PathBuf {
             .join("../../../target/test-tmp")
             .join(format!("server-demo-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         dir
     })
 }
@@ -76,12 +76,12 @@ impl ModelProvider for DemoProvider {
 }
 
 fn serve(config: ServeConfig) -> (Server, Arc<DemoProvider>) {
-    let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let engine = EngineHandle::spawn().unwrap();
     let provider =
         Arc::new(DemoProvider { engine: engine.clone(), loaded: Default::default(), loads: AtomicU64::new(0) });
-    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap_or_else(|e| panic!("{e}"));
+    let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let config = ServeConfig { context_limit: config.context_limit.or(Some(CONTEXT)), ..config };
-    let server = Server::bind(addr, config, engine, provider.clone()).unwrap_or_else(|e| panic!("{e}"));
+    let server = Server::bind(addr, config, engine, provider.clone()).unwrap();
     (server, provider)
 }
 
@@ -123,12 +123,12 @@ fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)],
 }
 
 fn send_raw(addr: SocketAddr, raw: &str) -> Reply {
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
-    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap_or_else(|e| panic!("{e}"));
-    s.write_all(raw.as_bytes()).unwrap_or_else(|e| panic!("{e}"));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    s.write_all(raw.as_bytes()).unwrap();
     let mut bytes = Vec::new();
-    s.read_to_end(&mut bytes).unwrap_or_else(|e| panic!("{e}"));
-    let text = String::from_utf8(bytes).unwrap_or_else(|e| panic!("{e}"));
+    s.read_to_end(&mut bytes).unwrap();
+    let text = String::from_utf8(bytes).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or_else(|| panic!("no header end: {text}"));
     let (status_line, headers) = head.split_once("\r\n").unwrap_or((head, ""));
     let status = status_line.split(' ').nth(1).and_then(|s| s.parse().ok()).unwrap_or_else(|| panic!("{status_line}"));
@@ -223,7 +223,7 @@ fn models_then_a_plain_completion_with_usage_and_our_stats() {
     assert_eq!(provider.loads.load(Ordering::Relaxed), 1);
     let stats = server.stats();
     assert_eq!((stats.requests, stats.completed, stats.cancelled, stats.active), (2, 2, 0, 0));
-    server.stop().unwrap_or_else(|e| panic!("{e}"));
+    server.stop().unwrap();
 }
 
 #[test]
@@ -243,9 +243,10 @@ fn a_streamed_completion_is_chunks_then_usage_then_done() {
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
     let chunks: Vec<Value> =
         data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"))).collect();
+    assert!(chunks.len() >= 2, "at least the finish and the usage chunk: {chunks:?}");
     assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]), "{chunks:?}");
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");
-    let usage_chunk = chunks.last().unwrap_or_else(|| panic!("no chunks"));
+    let usage_chunk = chunks.last().expect("no chunks");
     assert_eq!(usage_chunk["choices"], json!([]));
     let finish = &chunks[chunks.len() - 2]["choices"][0];
     assert!(finish["finish_reason"].is_string(), "{chunks:?}");
@@ -260,6 +261,7 @@ fn a_streamed_completion_is_chunks_then_usage_then_done() {
     // Without include_usage there is no usage chunk.
     let reply = post(addr, &chat("demo", "Tell me a story", &json!({"max_tokens": 3, "stream": true})));
     let data = reply.sse_data();
+    assert!(data.len() >= 2, "a chunk and [DONE]: {data:?}");
     assert!(data.iter().all(|d| !d.contains("\"usage\"")), "{data:?}");
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
 }
@@ -348,11 +350,11 @@ fn a_key_guards_every_route_once_set() {
 
 #[test]
 fn only_loopback_unless_allowed_and_keyed() {
-    let engine = || EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+    let engine = || EngineHandle::spawn().unwrap();
     let provider = || -> Arc<dyn ModelProvider> {
         Arc::new(DemoProvider { engine: engine(), loaded: Default::default(), loads: AtomicU64::new(0) })
     };
-    let any: SocketAddr = "0.0.0.0:0".parse().unwrap_or_else(|e| panic!("{e}"));
+    let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
     let err = Server::bind(any, ServeConfig::default(), engine(), provider()).err();
     assert!(matches!(err, Some(ServerError::NonLoopback { .. })), "{err:?}");
     let msg = err.map(|e| e.to_string()).unwrap_or_default();
@@ -383,13 +385,12 @@ fn a_client_that_hangs_up_mid_stream_cancels_the_run() {
     let (server, _) = serve(ServeConfig { context_limit: Some(HANG_UP_TOKENS + 64), ..ServeConfig::default() });
     let addr = server.addr();
     let body = chat("demo", "Go on", &json!({"max_tokens": HANG_UP_TOKENS, "stream": true}));
-    let mut s = TcpStream::connect(addr).unwrap_or_else(|e| panic!("{e}"));
-    s.write_all(request(addr, "POST", "/v1/chat/completions", &[JSON], &body.to_string()).as_bytes())
-        .unwrap_or_else(|e| panic!("{e}"));
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(request(addr, "POST", "/v1/chat/completions", &[JSON], &body.to_string()).as_bytes()).unwrap();
     let mut seen = Vec::new();
     let mut buf = [0u8; 512];
     while seen.windows(6).filter(|w| w == b"data: ").count() < 3 {
-        let n = s.read(&mut buf).unwrap_or_else(|e| panic!("{e}"));
+        let n = s.read(&mut buf).unwrap();
         assert!(n > 0, "the stream ended early: {}", String::from_utf8_lossy(&seen));
         seen.extend_from_slice(&buf[..n]);
     }
@@ -431,7 +432,7 @@ fn a_resent_conversation_reports_its_cached_prefix() {
             data.iter().filter(|d| *d != "[DONE]").map(|d| serde_json::from_str(d).unwrap_or(Value::Null)).collect();
         let text: String =
             chunks.iter().filter_map(|c| c["choices"][0]["delta"]["content"].as_str()).collect::<Vec<_>>().concat();
-        let usage = &chunks.last().unwrap_or_else(|| panic!("no chunks"))["usage"];
+        let usage = &chunks.last().expect("no chunks")["usage"];
         let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(u64::MAX);
         let prompt = usage["prompt_tokens"].as_u64().unwrap_or(0);
         if turn == 0 {
@@ -445,7 +446,7 @@ fn a_resent_conversation_reports_its_cached_prefix() {
         messages.push(json!({"role": "assistant", "content": text}));
         messages.push(json!({"role": "user", "content": format!("And question {turn}?")}));
     }
-    server.stop().unwrap_or_else(|e| panic!("{e}"));
+    server.stop().unwrap();
 }
 
 /// Sends a chat request's headers and the first half of its body, and

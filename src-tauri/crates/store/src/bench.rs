@@ -99,15 +99,12 @@ mod tests {
                 &runs,
             )
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let b = store
-            .add_bench_run("llama-8b", &labels, &json!({}), &json!({}), &json!([]))
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
+        let b = store.add_bench_run("llama-8b", &labels, &json!({}), &json!({}), &json!([])).await.unwrap();
         assert!(b > a);
-        let all = store.bench_runs(None).await.unwrap_or_else(|e| panic!("{e}"));
+        let all = store.bench_runs(None).await.unwrap();
         assert_eq!(all.iter().map(|r| r.id).collect::<Vec<_>>(), [b, a]);
-        let qwen = store.bench_runs(Some("qwen-7b")).await.unwrap_or_else(|e| panic!("{e}"));
+        let qwen = store.bench_runs(Some("qwen-7b")).await.unwrap();
         assert_eq!(qwen.len(), 1);
         assert_eq!((&qwen[0].labels, &qwen[0].runs), (&labels, &runs));
         assert_eq!(qwen[0].summary["decodeTps"]["median"], 41.375);

@@ -255,8 +255,7 @@ mod tests {
             ..RouteContext::new(&words)
         };
         let force = Some(Force::Cloud);
-        route(&RouteRequest { force, allow_sensitive, ..RouteRequest::new(text) }, &ctx)
-            .unwrap_or_else(|e| panic!("{e}"))
+        route(&RouteRequest { force, allow_sensitive, ..RouteRequest::new(text) }, &ctx).unwrap()
     }
 
     fn key(text: &str) -> String {
@@ -276,24 +275,19 @@ mod tests {
         assert_eq!(put.ok(), Some(PutOutcome::Stored { evicted: vec![] }));
 
         // The same question with other spacing is the same key.
-        let hit = store
-            .cache_get_at(&key("What is the   capital of France?  "), 3_000)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let hit = hit.unwrap_or_else(|| panic!("expected a hit"));
+        let hit = store.cache_get_at(&key("What is the   capital of France?  "), 3_000).await.unwrap();
+        let hit = hit.expect("expected a hit");
         assert_eq!((hit.answer.as_str(), hit.model.as_str(), hit.created_at, hit.hits), ("Paris.", MODEL, 2_000, 1));
         // Another question, or another model, misses.
         assert_eq!(store.cache_get_at(&key("What is the capital of Spain?"), 3_000).await.ok(), Some(None));
         let other_model = cache_key(text, "gpt-4o", &SAMPLING, &history_hash(&[]));
         assert_eq!(store.cache_get_at(&other_model, 3_000).await.ok(), Some(None));
 
-        let stats = store.cache_stats().await.unwrap_or_else(|e| panic!("{e}"));
+        let stats = store.cache_stats().await.unwrap();
         let bytes = (32 + MODEL.len() + "Paris.".len()) as u64;
         assert_eq!(stats, CacheStats { hits: 1, misses: 3, entries: 1, bytes });
-        let last_used: i64 = sqlx::query_scalar("SELECT last_used_at FROM cloud_cache")
-            .fetch_one(store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let last_used: i64 =
+            sqlx::query_scalar("SELECT last_used_at FROM cloud_cache").fetch_one(store.pool()).await.unwrap();
         assert_eq!(last_used, 3_000);
     }
 
@@ -315,7 +309,7 @@ mod tests {
         for (i, q) in ["q one", "q three", "q four"].iter().enumerate() {
             assert!(store.cache_get_at(&key(q), 7_000 + i as i64).await.ok().flatten().is_some(), "{q}");
         }
-        let stats = store.cache_stats().await.unwrap_or_else(|e| panic!("{e}"));
+        let stats = store.cache_stats().await.unwrap();
         assert_eq!((stats.entries, stats.bytes), (3, 3 * row));
 
         // A bigger answer pushes out as many as it needs, oldest first.
@@ -367,10 +361,7 @@ mod tests {
             assert_eq!(put.ok(), Some(PutOutcome::NotCacheable), "{text}");
             assert_eq!(store.cache_get_at(&key(text), 2_000).await.ok(), Some(None));
         }
-        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM cloud_cache")
-            .fetch_one(store.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let rows: i64 = sqlx::query_scalar("SELECT count(*) FROM cloud_cache").fetch_one(store.pool()).await.unwrap();
         assert_eq!(rows, 0);
     }
 

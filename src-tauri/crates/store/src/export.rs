@@ -250,14 +250,12 @@ mod tests {
 
     use super::*;
     use crate::sessions::TurnOutcome;
-    use crate::testutil::store;
+    use crate::testutil::{store, TestStore};
 
-    async fn filled(tag: &str) -> (Store, String) {
+    async fn filled(tag: &str) -> (TestStore, String) {
         let store = store(tag).await;
-        let t = store
-            .begin_turn("talk", "Hi | there\n\n# not a heading", Some("qwen-demo"), Route::Local)
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let t =
+            store.begin_turn("talk", "Hi | there\n\n# not a heading", Some("qwen-demo"), Route::Local).await.unwrap();
         let mut st = crate::sessions::tests::stats("qwen-demo", 7);
         st.finish_reason = FinishReason::Stop;
         let done = TurnOutcome {
@@ -266,46 +264,45 @@ mod tests {
             error: None,
             stats: Some(st),
         };
-        store.finish_turn(t.assistant_message_id, &done).await.unwrap_or_else(|e| panic!("{e}"));
-        let t =
-            store.begin_turn("talk", "again", Some("qwen-demo"), Route::Cloud).await.unwrap_or_else(|e| panic!("{e}"));
+        store.finish_turn(t.assistant_message_id, &done).await.unwrap();
+        let t = store.begin_turn("talk", "again", Some("qwen-demo"), Route::Cloud).await.unwrap();
         let mut st = crate::sessions::tests::stats("qwen-demo", 2);
         st.finish_reason = FinishReason::Cancelled;
         st.quantization = None;
         st.swap_delta_bytes = None;
         let stopped =
             TurnOutcome { content: "Par".into(), status: MessageStatus::Interrupted, error: None, stats: Some(st) };
-        store.finish_turn(t.assistant_message_id, &stopped).await.unwrap_or_else(|e| panic!("{e}"));
-        let t = store.begin_turn("talk", "third", None, Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
+        store.finish_turn(t.assistant_message_id, &stopped).await.unwrap();
+        let t = store.begin_turn("talk", "third", None, Route::Local).await.unwrap();
         let failed = TurnOutcome {
             content: String::new(),
             status: MessageStatus::Error,
             error: Some("no model".into()),
             stats: None,
         };
-        store.finish_turn(t.assistant_message_id, &failed).await.unwrap_or_else(|e| panic!("{e}"));
+        store.finish_turn(t.assistant_message_id, &failed).await.unwrap();
         (store, "talk".into())
     }
 
     #[tokio::test]
     async fn json_export_then_import_is_lossless_stats_included() {
         let (a, id) = filled("export-a").await;
-        let json = a.export_json(&id).await.unwrap_or_else(|e| panic!("{e}"));
-        let export = SessionExport::from_json(&json).unwrap_or_else(|e| panic!("{e}"));
+        let json = a.export_json(&id).await.unwrap();
+        let export = SessionExport::from_json(&json).unwrap();
         assert_eq!(export.messages.len(), 6);
         assert_eq!(export.messages.iter().filter(|m| m.stats.is_some()).count(), 2);
 
         // Into another database: the same session, byte for byte.
         let b = store("export-b").await;
-        let imported = b.import_session(&export).await.unwrap_or_else(|e| panic!("{e}"));
+        let imported = b.import_session(&export).await.unwrap();
         assert_eq!(imported, export.session);
         assert_eq!(b.export_json(&id).await.unwrap_or_default(), json);
         assert_eq!(b.messages(&id).await.unwrap_or_default(), a.messages(&id).await.unwrap_or_default());
 
         // Into the same one: a new id, the same content.
-        let again = a.import_session(&export).await.unwrap_or_else(|e| panic!("{e}"));
+        let again = a.import_session(&export).await.unwrap();
         assert_eq!(again.id, "talk-2");
-        let back = a.export_session(&again.id).await.unwrap_or_else(|e| panic!("{e}"));
+        let back = a.export_session(&again.id).await.unwrap();
         assert_eq!(back.messages, export.messages);
         assert_eq!(a.import_session(&export).await.map(|s| s.id).ok(), Some("talk-3".into()));
     }
@@ -313,7 +310,7 @@ mod tests {
     #[tokio::test]
     async fn markdown_export_reads_as_a_conversation_with_labelled_stats() {
         let (a, id) = filled("export-md").await;
-        let md = a.export_markdown(&id).await.unwrap_or_else(|e| panic!("{e}"));
+        let md = a.export_markdown(&id).await.unwrap();
         assert!(md.starts_with("# Hi | there\n\nSession `talk` · started "), "{md}");
         assert!(md.contains("· 6 messages\n"), "{md}");
         assert!(md.contains("## You · ") && md.contains("\n\nHi | there\n\n# not a heading\n"), "{md}");

@@ -184,32 +184,42 @@ impl Store {
 
 #[cfg(test)]
 pub(crate) mod testutil {
-    use std::path::PathBuf;
+    use std::ops::Deref;
 
-    /// A fresh folder under the workspace's target/test-tmp (not /tmp: CI
-    /// machines may mount it small).
-    pub fn temp_dir(tag: &str) -> PathBuf {
-        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../../target/test-tmp")
-            .join(format!("store-{tag}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        dir
+    use headroom_test_support::Scratch;
+
+    /// A store on a new database in a scratch folder that goes with it.
+    /// (`headroom_test_support::fresh_store` opens the store of the crate it
+    /// links, a different type in this crate's own tests.)
+    #[derive(Debug)]
+    pub struct TestStore {
+        store: super::Store,
+        _dir: Scratch,
     }
 
-    pub async fn store(tag: &str) -> super::Store {
-        super::Store::open(&temp_dir(tag)).await.unwrap_or_else(|e| panic!("{e}"))
+    impl Deref for TestStore {
+        type Target = super::Store;
+
+        fn deref(&self) -> &super::Store {
+            &self.store
+        }
+    }
+
+    pub async fn store(tag: &str) -> TestStore {
+        let dir = Scratch::new(&format!("store-{tag}"));
+        TestStore { store: super::Store::open(&dir).await.unwrap(), _dir: dir }
     }
 
     #[tokio::test]
     async fn a_dump_shows_every_row_and_every_change() {
         let store = store("dump").await;
-        let empty = store.dump().await.unwrap_or_else(|e| panic!("{e}"));
-        let t = store.begin_turn("s", "hi 'there'", None, crate::Route::Local).await.unwrap_or_else(|e| panic!("{e}"));
-        let dump = store.dump().await.unwrap_or_else(|e| panic!("{e}"));
+        let empty = store.dump().await.unwrap();
+        let t = store.begin_turn("s", "hi 'there'", None, crate::Route::Local).await.unwrap();
+        let dump = store.dump().await.unwrap();
         assert_ne!(dump, empty);
         assert!(dump.contains("messages: ") && dump.contains("'hi ''there'''"), "{dump}");
         assert_eq!(store.dump().await.ok(), Some(dump.clone()), "reading changes nothing");
-        store.save_partial(t.assistant_message_id, "x").await.unwrap_or_else(|e| panic!("{e}"));
+        store.save_partial(t.assistant_message_id, "x").await.unwrap();
         assert_ne!(store.dump().await.ok(), Some(dump));
     }
 }
@@ -219,7 +229,7 @@ mod tests {
     use sqlx::Row;
 
     use super::*;
-    use crate::testutil::temp_dir;
+    use headroom_test_support::scratch;
 
     const TABLES: [&str; 8] = [
         "sessions",
@@ -247,13 +257,13 @@ mod tests {
         sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success ORDER BY version")
             .fetch_all(store.pool())
             .await
-            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap()
     }
 
     #[tokio::test]
     async fn a_fresh_database_gets_every_migration_wal_and_foreign_keys() {
-        let dir = temp_dir("fresh");
-        let store = Store::open(&dir).await.unwrap_or_else(|e| panic!("{e}"));
+        let dir = scratch("store-fresh");
+        let store = Store::open(&dir).await.unwrap();
         assert!(dir.join(DB_FILE).is_file());
         let all: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
         assert_eq!(all.first(), Some(&1));
@@ -269,7 +279,7 @@ mod tests {
         // Every pooled connection, not just the first: hold several at once.
         let mut conns = Vec::new();
         for _ in 0..3 {
-            conns.push(store.pool().acquire().await.unwrap_or_else(|e| panic!("{e}")));
+            conns.push(store.pool().acquire().await.unwrap());
         }
         for conn in &mut conns {
             let mode: String =
@@ -291,10 +301,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_database_at_migration_1_is_brought_up_to_date_and_keeps_its_rows() {
-        let dir = temp_dir("existing");
-        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
-        let old = Store::open_file(&dir.join(DB_FILE)).await.unwrap_or_else(|e| panic!("{e}"));
-        MIGRATOR.run_to(1, old.pool()).await.unwrap_or_else(|e| panic!("{e}"));
+        let dir = scratch("store-existing");
+        let old = Store::open_file(&dir.join(DB_FILE)).await.unwrap();
+        MIGRATOR.run_to(1, old.pool()).await.unwrap();
         assert_eq!(applied(&old).await, [1]);
         // Rows as version 1 wrote them, in plain SQL: today's queries name
         // columns that version 1 does not have.
@@ -305,24 +314,21 @@ mod tests {
             "INSERT INTO messages (session_id, role, content, model, status, created_at, updated_at)
              VALUES ('kept', 'assistant', 'half an ans', 'm', 'streaming', 1, 1)",
         ] {
-            sqlx::query(sql).execute(old.pool()).await.unwrap_or_else(|e| panic!("{e}"));
+            sqlx::query(sql).execute(old.pool()).await.unwrap();
         }
-        let answer_id: i64 = sqlx::query_scalar("SELECT max(id) FROM messages")
-            .fetch_one(old.pool())
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let answer_id: i64 = sqlx::query_scalar("SELECT max(id) FROM messages").fetch_one(old.pool()).await.unwrap();
         old.close().await;
 
-        let store = Store::open(&dir).await.unwrap_or_else(|e| panic!("{e}"));
+        let store = Store::open(&dir).await.unwrap();
         assert_eq!(applied(&store).await, MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>());
-        let msgs = store.messages("kept").await.unwrap_or_else(|e| panic!("{e}"));
+        let msgs = store.messages("kept").await.unwrap();
         assert_eq!(msgs[0].content, "from the old version");
         // The old process died mid-answer: the reopen says so.
         assert_eq!((msgs[1].id, msgs[1].content.as_str()), (answer_id, "half an ans"));
         assert_eq!(msgs[1].status, MessageStatus::Interrupted);
         // Opening an up-to-date database again changes nothing.
         store.close().await;
-        let again = Store::open(&dir).await.unwrap_or_else(|e| panic!("{e}"));
+        let again = Store::open(&dir).await.unwrap();
         assert_eq!(again.messages("kept").await.map(|m| m.len()).ok(), Some(2));
         let checksums = sqlx::query("SELECT version, checksum FROM _sqlx_migrations ORDER BY version")
             .fetch_all(again.pool())
@@ -343,16 +349,15 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn processes_opening_a_new_database_together_each_get_it_whole() {
         for round in 0..8 {
-            let dir = temp_dir(&format!("together-{round}"));
+            let scratch = scratch(&format!("store-together-{round}"));
             let opens: Vec<_> = (0..4)
                 .map(|_| {
-                    let dir = dir.clone();
+                    let dir = scratch.to_path_buf();
                     tokio::spawn(async move { Store::open(&dir).await })
                 })
                 .collect();
             for open in opens {
-                let store =
-                    open.await.unwrap_or_else(|e| panic!("{e}")).unwrap_or_else(|e| panic!("round {round}: {e}"));
+                let store = open.await.unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
                 assert_eq!(applied(&store).await, MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>());
                 store.close().await;
             }
@@ -361,11 +366,10 @@ mod tests {
 
     #[tokio::test]
     async fn an_unwritable_data_folder_is_a_clear_error() {
-        let dir = temp_dir("unwritable");
-        std::fs::create_dir_all(dir.parent().unwrap_or(&dir)).unwrap_or_else(|e| panic!("{e}"));
-        std::fs::write(&dir, b"a file, not a folder").unwrap_or_else(|e| panic!("{e}"));
+        let scratch = scratch("store");
+        let dir = scratch.join("unwritable");
+        std::fs::write(&dir, b"a file, not a folder").unwrap();
         let msg = Store::open(&dir).await.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.starts_with("cannot create the data folder") && msg.contains("unwritable"), "{msg}");
-        let _ = std::fs::remove_file(&dir);
     }
 }

@@ -103,7 +103,7 @@ mod tests {
     use headroom_core::calibration::Measured;
 
     use super::*;
-    use crate::testutil::temp_dir;
+    use headroom_test_support::scratch;
 
     fn turn(fingerprint: &str, context: u64, reused: u64, peak: u64) -> PeakMeasurement {
         PeakMeasurement {
@@ -122,7 +122,7 @@ mod tests {
 
     #[tokio::test]
     async fn measurements_come_back_per_model_newest_first_and_are_bounded() -> Result<()> {
-        let dir = temp_dir("peaks");
+        let dir = scratch("store-peaks");
         let store = Store::open(&dir).await?;
         let q8 = KvFormat::bits_from_start(8);
         let load = PeakMeasurement {

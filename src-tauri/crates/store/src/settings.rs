@@ -63,7 +63,7 @@ mod tests {
             idle_unload_minutes: None,
             ..Settings::default()
         };
-        store.set_settings(&mine).await.unwrap_or_else(|e| panic!("{e}"));
+        store.set_settings(&mine).await.unwrap();
         assert_eq!(store.settings().await.ok(), Some(mine.clone()));
 
         let bad = Settings { server_port: 22, ..mine.clone() };
@@ -75,12 +75,12 @@ mod tests {
         sqlx::query("INSERT INTO settings (key, value) VALUES ('futureThing', '1')")
             .execute(store.pool())
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         assert_eq!(store.settings().await.ok(), Some(mine));
         sqlx::query("UPDATE settings SET value = '\"lots\"' WHERE key = 'maxTokens'")
             .execute(store.pool())
             .await
-            .unwrap_or_else(|e| panic!("{e}"));
+            .unwrap();
         let msg = store.settings().await.err().map(|e| e.to_string()).unwrap_or_default();
         assert!(msg.contains("stored settings cannot be read") && msg.contains("lots"), "{msg}");
         // The schema itself refuses values that are not JSON.

@@ -321,9 +321,9 @@ mod tests {
             point(t0, 20_000, 12 * GIB, MIB, PressureLevel::Warning),
             point(t0 + 60_000, 10_000, 11 * GIB, 0, PressureLevel::Unknown),
         ] {
-            store.record_memory(&p).await.unwrap_or_else(|e| panic!("{e}"));
+            store.record_memory(&p).await.unwrap();
         }
-        let tl = store.memory_timeline(t0).await.unwrap_or_else(|e| panic!("{e}"));
+        let tl = store.memory_timeline(t0).await.unwrap();
         assert_eq!(tl.len(), 2);
         assert_eq!(tl[0], point(t0, 60_000, 4 * GIB, 5 * MIB, PressureLevel::Critical));
         assert_eq!((tl[1].at_ms, tl[1].pressure), (t0 + 60_000, PressureLevel::Unknown));
@@ -357,18 +357,18 @@ mod tests {
             .map(|&p| RateRow { model_id: "qwen", point: p, slowed: p.tps < 2.0 })
             .chain([RateRow { model_id: "llama", point: pts[0], slowed: false }])
             .collect();
-        store.record_rates(&rows).await.unwrap_or_else(|e| panic!("{e}"));
-        store.record_rates(&rows[..1]).await.unwrap_or_else(|e| panic!("{e}"));
-        store.record_slowdown("qwen", &stretches[0]).await.unwrap_or_else(|e| panic!("{e}"));
+        store.record_rates(&rows).await.unwrap();
+        store.record_rates(&rows[..1]).await.unwrap();
+        store.record_slowdown("qwen", &stretches[0]).await.unwrap();
 
-        let back = store.rate_timeline(t0).await.unwrap_or_else(|e| panic!("{e}"));
+        let back = store.rate_timeline(t0).await.unwrap();
         assert_eq!(back.len(), 8, "a point kept twice is one row");
         assert_eq!(back.iter().filter(|r| r.model_id == "qwen").map(|r| r.point).collect::<Vec<_>>(), pts);
         assert_eq!(store.recent_rates("qwen", 3).await.ok(), Some(vec![3.0, 3.0, 3.0]), "slowed points left out");
         assert_eq!(store.recent_rates("llama", 10).await.ok(), Some(vec![3.0]));
         assert_eq!(store.recent_rates("mistral", 10).await.ok(), Some(vec![]));
 
-        let kept = store.slowdowns(t0).await.unwrap_or_else(|e| panic!("{e}"));
+        let kept = store.slowdowns(t0).await.unwrap();
         assert_eq!(kept.len(), 1);
         assert_eq!(kept[0].stretch, stretches[0]);
         assert_eq!(Some(kept[0].sentence.clone()), stretches[0].sentence());
@@ -379,7 +379,7 @@ mod tests {
         );
         // A stretch that is not blamed is not kept.
         let unblamed = Stretch { cause: None, start_ms: t0 + 99_000, ..stretches[0] };
-        store.record_slowdown("qwen", &unblamed).await.unwrap_or_else(|e| panic!("{e}"));
+        store.record_slowdown("qwen", &unblamed).await.unwrap();
         assert_eq!(store.slowdowns(0).await.map(|s| s.len()).ok(), Some(1));
         assert!(store.slowdowns(t0 + 7_001).await.is_ok_and(|s| s.is_empty()), "ended before `since`");
 

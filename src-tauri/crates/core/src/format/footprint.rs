@@ -139,9 +139,9 @@ mod tests {
         }
         json.push('}');
         let size = 8 + json.len() as u64 + at;
-        let len = header_len(&(json.len() as u64).to_le_bytes(), size).unwrap_or_else(|e| panic!("{e}"));
+        let len = header_len(&(json.len() as u64).to_le_bytes(), size).unwrap();
         assert_eq!(len, json.len() as u64);
-        parse_header(json.as_bytes(), size).unwrap_or_else(|e| panic!("{e}"))
+        parse_header(json.as_bytes(), size).unwrap()
     }
 
     #[test]
@@ -151,7 +151,7 @@ mod tests {
                 "num_hidden_layers":2,"intermediate_size":128,"vocab_size":100,"max_position_embeddings":4096,
                 "quantization":{"group_size":64,"bits":4}}"#,
         )
-        .unwrap_or_else(|e| panic!("{e}"));
+        .unwrap();
         let h = header(&[
             ("lm_head.weight", "BF16", &[100, 64]),
             ("model.embed_tokens.scales", "F16", &[100, 1]),

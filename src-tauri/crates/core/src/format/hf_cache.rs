@@ -167,7 +167,7 @@ mod tests {
         for bad in ["datasets--a--b", "models--a", "models----b", "models--a--"] {
             assert_eq!(RepoFolder::repo_id(bad), None, "{bad}");
         }
-        let repo = RepoFolder::for_id(Path::new("/hub"), "org/m").unwrap_or_else(|| panic!("id"));
+        let repo = RepoFolder::for_id(Path::new("/hub"), "org/m").expect("id");
         assert_eq!(repo.dir(), Path::new("/hub/models--org--m"));
         assert!(RepoFolder::for_id(Path::new("/hub"), "org/../x").is_none());
         assert_eq!(repo.snapshot_for_ref("abc123\n").ok(), Some(PathBuf::from("/hub/models--org--m/snapshots/abc123")));

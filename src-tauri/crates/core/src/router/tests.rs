@@ -331,9 +331,12 @@ fn the_table_routes_every_case_as_expected() {
 
 #[test]
 fn benign_look_alikes_have_no_findings() {
+    let mut ran = 0;
     for c in cases().iter().filter(|c| c.expect == Expect::Cloud && c.web && !c.allow) {
         assert!(scan(&c.text).is_empty(), "{}: {:?}", c.name, scan(&c.text));
+        ran += 1;
     }
+    assert!(ran >= 20, "only {ran} look-alikes were scanned");
 }
 
 /// Every sensitive sample, under every combination of tools, web, long
@@ -402,8 +405,8 @@ fn explanations_mask_what_they_found() {
             ..RouteContext::new(&tokens)
         };
         let text = format!("here: {secret} ok");
-        let d = route(&RouteRequest::new(&text), &ctx).unwrap_or_else(|e| panic!("{e}"));
-        let json = serde_json::to_string(&d).unwrap_or_else(|e| panic!("{e}"));
+        let d = route(&RouteRequest::new(&text), &ctx).unwrap();
+        let json = serde_json::to_string(&d).unwrap();
         assert!(!json.contains(secret), "{json}");
         assert!(json.contains(masked), "{masked} not in {json}");
         let explained: Vec<String> = d.reasons.iter().map(Reason::explain).collect();
@@ -420,7 +423,7 @@ fn a_sensitive_earlier_message_keeps_the_conversation_local() {
         ..RouteContext::new(&words)
     };
     let request = RouteRequest { history: &history, needs_web: true, ..RouteRequest::new("any news?") };
-    let d = route(&request, &ctx).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&request, &ctx).unwrap();
     assert_eq!(d.target, Target::Local { model: LOCAL.into() });
     assert!(d.reasons.iter().any(|r| matches!(r, Reason::Sensitive { earlier_message: Some(0), .. })));
     assert!(d.reasons.iter().any(|r| r.explain().starts_with("Earlier message 1 contains a private IP address")));
@@ -444,8 +447,7 @@ fn what_cannot_be_routed_is_a_clear_error() {
         local: Some(LocalModel { id: LOCAL.into(), fit_at: &|_| Verdict::Fits }),
         ..RouteContext::new(&words)
     };
-    let d = route(&RouteRequest { needs_web: true, ..RouteRequest::new("news") }, &local_only)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&RouteRequest { needs_web: true, ..RouteRequest::new("news") }, &local_only).unwrap();
     assert_eq!(d.target, Target::Local { model: LOCAL.into() });
     assert!(d.codes().contains(&"NO_CLOUD_PROVIDER"));
 }
@@ -458,7 +460,7 @@ fn the_needed_context_is_input_plus_reply_reserve() {
         Verdict::Fits
     };
     let ctx = RouteContext { local: Some(LocalModel { id: LOCAL.into(), fit_at: &fit }), ..RouteContext::new(&words) };
-    let d = route(&RouteRequest::new("one two three"), &ctx).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&RouteRequest::new("one two three"), &ctx).unwrap();
     assert_eq!(d.needed_context, 3 + DEFAULT_REPLY_RESERVE_TOKENS as u64);
     assert_eq!(seen.get(), d.needed_context);
 }
@@ -475,7 +477,7 @@ fn the_approximate_counter_errs_high_and_says_so() {
         local: Some(LocalModel { id: LOCAL.into(), fit_at: &|_| Verdict::Fits }),
         ..RouteContext::new(&ApproxTokens)
     };
-    let d = route(&RouteRequest::new("hello there"), &ctx).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&RouteRequest::new("hello there"), &ctx).unwrap();
     assert!(!d.tokens_exact);
     assert!(d.reasons.iter().any(|r| r.explain().contains("about 3 tokens")), "{:?}", d.reasons);
 }
@@ -487,15 +489,14 @@ fn decisions_serialize_for_the_ui() {
         cloud: Some(CLOUD.into()),
         ..RouteContext::new(&words)
     };
-    let d = route(&RouteRequest { needs_tools: true, ..RouteRequest::new("book it") }, &ctx)
-        .unwrap_or_else(|e| panic!("{e}"));
-    let v = serde_json::to_value(&d).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&RouteRequest { needs_tools: true, ..RouteRequest::new("book it") }, &ctx).unwrap();
+    let v = serde_json::to_value(&d).unwrap();
     assert_eq!(v["target"], serde_json::json!({ "kind": "cloud", "provider": "openai" }));
     assert_eq!(v["reasons"][0]["code"], "NEEDS_TOOLS");
     assert_eq!(v["reasons"][0]["message"], "The request needs tools, which the cloud model provides.");
     assert_eq!(v["inputTokens"], 2);
     assert_eq!(v["tokensExact"], true);
-    let f: Force = serde_json::from_str("\"cloud\"").unwrap_or_else(|e| panic!("{e}"));
+    let f: Force = serde_json::from_str("\"cloud\"").unwrap();
     assert_eq!(f, Force::Cloud);
 }
 
@@ -605,7 +606,7 @@ fn sensitive_history_is_left_out_when_the_cloud_answers_and_only_the_override_se
     };
     // Forcing the cloud sends this harmless message, without the sensitive exchange.
     let forced = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new("any news?") };
-    let d = route(&forced, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&forced, &with_local).unwrap();
     assert_eq!(d.target, Target::Cloud { provider: CLOUD.into() });
     assert!(d.reasons.contains(&Reason::HistoryWithheld { messages: vec![0, 1] }), "{:?}", d.reasons);
     let said = d.reasons.iter().map(Reason::explain).collect::<Vec<_>>().join(" ");
@@ -614,20 +615,19 @@ fn sensitive_history_is_left_out_when_the_cloud_answers_and_only_the_override_se
 
     // With the override for this message, nothing is left out.
     let allowed = RouteRequest { allow_sensitive: true, ..forced };
-    let d = route(&allowed, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&allowed, &with_local).unwrap();
     assert!(d.is_cloud() && d.privacy_overridden() && !d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
 
     // Forcing the cloud for a sensitive message is refused, whatever the history.
     let refused = RouteRequest { history: &history, force: Some(Force::Cloud), ..RouteRequest::new("pwd=hunter22") };
-    let d = route(&refused, &with_local).unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&refused, &with_local).unwrap();
     assert_eq!(d.target, Target::Local { model: LOCAL.into() });
     assert!(d.codes().contains(&"CLOUD_REFUSED_SENSITIVE"));
 
     // No local model: the cloud answers a harmless message without the
     // sensitive exchange; a sensitive message has nowhere to go.
     let cloud_only = RouteContext { cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
-    let d = route(&RouteRequest { history: &history, ..RouteRequest::new("any news?") }, &cloud_only)
-        .unwrap_or_else(|e| panic!("{e}"));
+    let d = route(&RouteRequest { history: &history, ..RouteRequest::new("any news?") }, &cloud_only).unwrap();
     assert!(d.is_cloud(), "{d:?}");
     assert!(d.codes().contains(&"NO_LOCAL_MODEL") && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
     let err = route(&RouteRequest { history: &history, ..RouteRequest::new("call 13812345678") }, &cloud_only).err();
