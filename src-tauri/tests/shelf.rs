@@ -3,22 +3,13 @@
 //! from a hub-like server on loopback (never the real hub) replaces one
 //! repo's record and keeps the others; a pulled shelf model is marked installed.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
 use headroom_core::shelf::{parse_shelf, RECORDED};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use headroom_hub::testserver::TestHub;
 use serde_json::Value;
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../target/test-tmp")
-        .join(format!("shelf-{tag}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("the scratch folder");
-    dir
-}
 
 /// The binary with a private HF cache and data folder, and `endpoint` as the hub.
 fn run(root: &Path, endpoint: Option<&str>, args: &[&str]) -> Output {
@@ -52,7 +43,7 @@ fn rank(kind: &str) -> u8 {
 
 #[test]
 fn the_recorded_shelf_puts_what_fits_first_and_says_why_the_rest_does_not() {
-    let root = scratch("recorded");
+    let root = headroom_test_support::scratch("shelf-recorded");
     let recorded = parse_shelf(RECORDED).unwrap();
     // 14 GB available, 4 GB left to the OS: a 10 GB budget, as on a 16 GB Mac.
     let list = shelf_json(&root, None, &["--available-gb", "14"]);
@@ -91,12 +82,11 @@ fn the_recorded_shelf_puts_what_fits_first_and_says_why_the_rest_does_not() {
         text.lines().filter(|l| recorded.models.iter().any(|m| l.starts_with(&format!("{} ", m.repo)))).collect();
     assert_eq!(rows.len(), recorded.models.len(), "{text}");
     assert!(rows.iter().all(|r| r.contains("fits,")), "{text}");
-    let _ = std::fs::remove_dir_all(root);
 }
 
 #[test]
 fn a_refresh_replaces_one_repos_record_from_the_hub_and_keeps_the_others() {
-    let root = scratch("refresh");
+    let root = headroom_test_support::scratch("shelf-refresh");
     let recorded = parse_shelf(RECORDED).unwrap();
     let repo = recorded.models[0].repo.clone();
     // The hub now serves a tiny model under that repo's name.
@@ -127,12 +117,11 @@ fn a_refresh_replaces_one_repos_record_from_the_hub_and_keeps_the_others() {
     let installed: Vec<&str> =
         list.iter().filter(|e| e["installed"] == true).map(|e| e["repo"].as_str().unwrap()).collect();
     assert_eq!(installed, [repo.as_str()]);
-    let _ = std::fs::remove_dir_all(root);
 }
 
 #[test]
 fn a_damaged_kept_record_falls_back_to_the_recorded_one() {
-    let root = scratch("damaged");
+    let root = headroom_test_support::scratch("shelf-damaged");
     let recorded = parse_shelf(RECORDED).unwrap();
     let repo = &recorded.models[0].repo;
     let kept = root.join("data/shelf").join(format!("{}.json", repo.replace('/', "__")));
@@ -143,5 +132,4 @@ fn a_damaged_kept_record_falls_back_to_the_recorded_one() {
         assert_eq!(list.len(), recorded.models.len(), "{garbage}");
         assert!(list.iter().all(|e| e["source"]["kind"] == "recorded"), "{garbage}");
     }
-    let _ = std::fs::remove_dir_all(root);
 }

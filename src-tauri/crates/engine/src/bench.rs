@@ -311,16 +311,15 @@ mod tests {
         static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
         DIR.get_or_init(|| {
             let dir = temp_dir("bench-demo");
-            write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four))
-                .unwrap_or_else(|e| panic!("{e}"));
+            write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
             dir
         })
     }
 
     fn engine_with_tiny(context_limit: usize) -> EngineHandle {
         let dir = demo_dir();
-        let engine = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
-        engine.load(dir, LoadSettings { context_limit, ..LoadSettings::default() }).unwrap_or_else(|e| panic!("{e}"));
+        let engine = EngineHandle::spawn().unwrap();
+        engine.load(dir, LoadSettings { context_limit, ..LoadSettings::default() }).unwrap();
         engine
     }
 
@@ -333,8 +332,7 @@ mod tests {
         let engine = engine_with_tiny(1024);
         let cancel = Arc::new(AtomicBool::new(false));
         let mut events = Vec::new();
-        let r = run_case(&engine, case(300, 24, 6, 3), &cancel, |e| events.push(e.clone()))
-            .unwrap_or_else(|e| panic!("{e}"));
+        let r = run_case(&engine, case(300, 24, 6, 3), &cancel, |e| events.push(e.clone())).unwrap();
         assert_eq!(r.runs.len(), 3);
         assert!(r.warmup.warmup && r.warmup.index == 0);
         assert_eq!(r.runs.iter().map(|run| run.index).collect::<Vec<_>>(), [1, 2, 3]);
@@ -352,7 +350,7 @@ mod tests {
         // bf16 keys and values: 2 × layers × kv heads × head dim × 2 bytes.
         assert_eq!(r.labels.kv_dtype, "bfloat16");
         assert_eq!(r.labels.quantization, Some((4, 64)));
-        let c = read_config(demo_dir()).unwrap_or_else(|e| panic!("{e}")).text;
+        let c = read_config(demo_dir()).unwrap().text;
         let per_position = 2 * c.num_hidden_layers * c.num_key_value_heads * c.head_dim * 2;
         assert_eq!(r.labels.traffic.kv_bytes_per_position, u64::try_from(per_position).unwrap_or(0));
         assert_eq!(events[0], BenchEvent::Filled { depth: 300, time: r.fill_time });
@@ -360,7 +358,7 @@ mod tests {
         assert_eq!(events.len(), 2 + 4);
 
         // Depth 0: nothing to fill, the prompt starts an empty cache.
-        let r0 = run_case(&engine, case(0, 8, 3, 1), &cancel, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let r0 = run_case(&engine, case(0, 8, 3, 1), &cancel, |_| {}).unwrap();
         assert_eq!(
             (r0.runs[0].context_tokens, r0.runs[0].cache_tokens_after, r0.fill_time),
             (0, 8 + 3 - 1, Duration::ZERO)
@@ -372,9 +370,9 @@ mod tests {
         use crate::meter::{MeasuredKind, TestMeter};
         let engine = engine_with_tiny(1024);
         let meter = Arc::new(TestMeter::default());
-        engine.set_meter(Some(meter.clone())).unwrap_or_else(|e| panic!("{e}"));
+        engine.set_meter(Some(meter.clone())).unwrap();
         let cancel = Arc::new(AtomicBool::new(false));
-        let r = run_case(&engine, case(200, 16, 4, 2), &cancel, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        let r = run_case(&engine, case(200, 16, 4, 2), &cancel, |_| {}).unwrap();
         let kept = meter.kept();
         assert_eq!(kept.len(), 1 + 3, "the fill, the warm-up and two runs: {kept:?}");
         assert!(kept.iter().all(|m| m.kind == MeasuredKind::Turn && m.kv == KvFormat::Float));
@@ -390,7 +388,7 @@ mod tests {
             assert!(m.calibration_point().is_none());
         }
         // At depth 0 every run prefills its whole prompt: each is a point.
-        run_case(&engine, case(0, 32, 3, 1), &cancel, |_| {}).unwrap_or_else(|e| panic!("{e}"));
+        run_case(&engine, case(0, 32, 3, 1), &cancel, |_| {}).unwrap();
         let at_zero = &meter.kept()[4..];
         assert_eq!(at_zero.len(), 2);
         assert!(at_zero.iter().all(|m| m.reused_tokens == 0 && m.calibration_point().is_some()), "{at_zero:?}");
@@ -407,7 +405,7 @@ mod tests {
         assert!(err(case(60, 4, 4, 1)).contains(
             "needs 67 cache positions (depth 60 + prompt 4 + generated 4 − 1), beyond the context limit of 64"
         ));
-        let empty = EngineHandle::spawn().unwrap_or_else(|e| panic!("{e}"));
+        let empty = EngineHandle::spawn().unwrap();
         let e = run_case(&empty, case(0, 4, 4, 1), &cancel, |_| {}).err();
         assert!(matches!(e, Some(EngineError::NoModelLoaded)), "{e:?}");
         cancel.store(true, Ordering::Relaxed);

@@ -114,9 +114,9 @@ mod tests {
     /// Bytes of tensor data in a safetensors file: its length minus the 8-byte
     /// length prefix and the header.
     fn data_bytes(file: &Path) -> u64 {
-        let mut f = std::fs::File::open(file).unwrap_or_else(|e| panic!("{e}"));
+        let mut f = std::fs::File::open(file).unwrap();
         let mut len = [0u8; 8];
-        f.read_exact(&mut len).unwrap_or_else(|e| panic!("{e}"));
+        f.read_exact(&mut len).unwrap();
         let len_total = f.metadata().map(|m| m.len()).unwrap_or_default();
         len_total - 8 - u64::from_le_bytes(len)
     }
@@ -124,7 +124,7 @@ mod tests {
     #[test]
     fn weight_bytes_equal_the_file_data_and_the_loaded_model() -> Result<()> {
         let dir = temp_dir("inspect-demo");
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         let fp = inspect_model(&dir)?;
         let files = weight_files(&dir)?;
         let on_disk: u64 = files.iter().map(|f| data_bytes(f)).sum();
@@ -157,11 +157,11 @@ mod tests {
     #[test]
     fn a_truncated_header_is_a_corrupt_weights_error() {
         let dir = temp_dir("inspect-trunc");
-        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap_or_else(|e| panic!("{e}"));
-        let file = weight_files(&dir).unwrap_or_else(|e| panic!("{e}")).remove(0);
-        let bytes = std::fs::read(&file).unwrap_or_else(|e| panic!("{e}"));
+        write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
+        let file = weight_files(&dir).unwrap().remove(0);
+        let bytes = std::fs::read(&file).unwrap();
         // Cut inside the JSON header: its declared length now exceeds the file.
-        std::fs::write(&file, &bytes[..40]).unwrap_or_else(|e| panic!("{e}"));
+        std::fs::write(&file, &bytes[..40]).unwrap();
         let err = inspect_model(&dir).expect_err("truncated header");
         assert!(matches!(&err, EngineError::Weights { file: f, .. } if *f == file), "{err}");
         let _ = std::fs::remove_dir_all(dir);

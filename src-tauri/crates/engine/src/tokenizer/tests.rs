@@ -32,7 +32,7 @@ fn chat(system: Option<&str>, user: &str) -> Vec<Message> {
 }
 
 fn load(dir: &Path) -> Tokenizer {
-    Tokenizer::from_dir(dir).unwrap_or_else(|e| panic!("{e}"))
+    Tokenizer::from_dir(dir).unwrap()
 }
 
 #[test]
