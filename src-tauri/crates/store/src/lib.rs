@@ -246,11 +246,11 @@ mod tests {
     #[tokio::test]
     async fn a_new_data_folder_is_this_users_only() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = temp_dir("private").join("data");
+        let root = scratch("private");
+        let dir = root.join("data");
         let _store = Store::open(&dir).await.unwrap();
         let mode = std::fs::metadata(&dir).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o700, "it holds every chat");
-        let _ = std::fs::remove_dir_all(dir.parent().unwrap());
     }
 
     async fn applied(store: &Store) -> Vec<i64> {
