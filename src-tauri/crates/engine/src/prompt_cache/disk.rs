@@ -16,8 +16,9 @@
 //! Bounded by bytes: after each write the least recently used files go
 //! until the folder is within its limit.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fs;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use headroom_core::kv::KvFormat;
@@ -35,6 +36,9 @@ const META_STATE: &str = "headroom.kv_state";
 const META_MODEL: &str = "headroom.model";
 const META_SESSION: &str = "headroom.session";
 const EXT: &str = "safetensors";
+/// Beside the states: each weight file's content digest, by path, size and
+/// modification time ([`DiskTier::weights_key`]).
+pub const DIGESTS_FILE: &str = "weights-digests.json";
 
 /// Which of a chat's two states: its latest, or its checkpoint at the end
 /// of the last prompt (caches that cannot step back keep one; see
@@ -76,6 +80,80 @@ impl DiskTier {
     pub fn is_on(&self) -> bool {
         self.limit_bytes > 0
     }
+
+    /// The key a saved state of the model `fingerprint` (its layout:
+    /// [`model_fingerprint`]) whose weights are `files` is filed under: the
+    /// layout and the weights' content. A fine-tune or a re-quantization with
+    /// the same layout has other weights, and continuing a chat from a state
+    /// computed on them answers wrongly. Each file is hashed (sha256) once:
+    /// its digest is kept in [`DIGESTS_FILE`] by path, size and modification
+    /// time, so a load of an unchanged model never reads its gigabytes again.
+    pub fn weights_key(&self, fingerprint: &str, files: &[PathBuf]) -> Result<String> {
+        let cache = self.dir.join(DIGESTS_FILE);
+        let mut known: BTreeMap<String, FileDigest> =
+            fs::read(&cache).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let mut parts = vec![fingerprint.as_bytes().to_vec()];
+        let mut learned = false;
+        for file in files {
+            let meta = fs::metadata(file).map_err(Self::io(file))?;
+            let modified_ns = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX));
+            let name = file.to_string_lossy().into_owned();
+            let digest = match known.get(&name) {
+                Some(d) if d.len == meta.len() && d.modified_ns == modified_ns => d.sha256.clone(),
+                _ => {
+                    let sha256 = sha256_of(file)?;
+                    known.insert(name, FileDigest { len: meta.len(), modified_ns, sha256: sha256.clone() });
+                    learned = true;
+                    sha256
+                }
+            };
+            parts.push(digest.into_bytes());
+        }
+        if learned {
+            // Kept for the next load; one that cannot be written costs only a hash then.
+            let _ = write_digests(&self.dir, &cache, &known);
+        }
+        let refs: Vec<&[u8]> = parts.iter().map(Vec::as_slice).collect();
+        Ok(format!("{:016x}", fnv(&refs)))
+    }
+}
+
+/// One weight file's digest, as [`DIGESTS_FILE`] keeps it.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+struct FileDigest {
+    len: u64,
+    modified_ns: u64,
+    sha256: String,
+}
+
+/// Writes `known` to `cache` (beside, then renamed: a reader never sees half of it).
+fn write_digests(dir: &Path, cache: &Path, known: &BTreeMap<String, FileDigest>) -> std::io::Result<()> {
+    let bytes = serde_json::to_vec(known).map_err(std::io::Error::other)?;
+    fs::create_dir_all(dir)?;
+    let partial = cache.with_extension("json.partial");
+    fs::write(&partial, bytes)?;
+    fs::rename(&partial, cache)
+}
+
+/// The sha256 of a file's content, in hex, read 1 MB at a time.
+fn sha256_of(file: &Path) -> Result<String> {
+    use sha2::{Digest, Sha256};
+    let io = |source| EngineError::Io { path: file.to_owned(), source };
+    let mut f = fs::File::open(file).map_err(io)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = f.read(&mut buf).map_err(io)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 /// Files and bytes in the folder.

@@ -13,8 +13,9 @@ use crate::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use crate::error::EngineError;
 use crate::meter::MeasuredKind;
 use crate::mlx_memory::{mlx_memory, MlxMemory};
-use crate::prompt_cache::disk::DiskTier;
+use crate::prompt_cache::disk::{model_fingerprint, DiskTier};
 use crate::prompt_cache::Reuse;
+use crate::quant::QuantKernel;
 use crate::sampler::SamplingParams;
 use crate::testutil::temp_dir;
 use crate::tokenizer::Tokenizer;
@@ -231,6 +232,52 @@ fn a_chats_state_on_disk_continues_it_after_a_restart_exactly_and_never_for_anot
     f32.prompt_cache_stats().expect("stats");
     assert!(!tier.path("s").exists(), "the deleted chat's state is gone with the tier off");
     let _ = std::fs::remove_dir_all(&tier.dir);
+}
+
+#[test]
+fn a_saved_state_restores_only_onto_the_weights_it_was_computed_on() {
+    let tier = DiskTier { dir: temp_dir("kv-weights"), limit_bytes: 1 << 30 };
+    let spec = |seed| DemoSpec { seed, ..DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four) };
+    let (one, two) = (temp_dir("seed-1"), temp_dir("seed-2"));
+    write_demo_model(&one, &spec(1)).expect("seed 1");
+    write_demo_model(&two, &spec(2)).expect("seed 2");
+    // The same layout (config, tokenizer, headers): only the weights differ,
+    // as with a fine-tune or another quantization of the same model.
+    let layout =
+        |dir| model_fingerprint(dir, ComputeDtype::Native, QuantKernel::choose(Default::default())).expect("fp");
+    assert_eq!(layout(&one), layout(&two));
+    let loaded = |dir: &PathBuf| {
+        let e = EngineHandle::spawn().expect("spawn");
+        e.load(dir, LoadSettings::default()).expect("load");
+        e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+        e
+    };
+    let history = user("What is a cache?");
+    let e = loaded(&one);
+    let first = e.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    assert_eq!(e.save_sessions(Duration::ZERO).expect("save").saved, 1);
+    drop(e);
+
+    // The chat continued on the other weights: nothing reused, the answer a cold run's.
+    let history = continued(&history, &first.text, "Why is it fast?");
+    let e = loaded(&two);
+    let out = e.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    assert_eq!((out.stats.reused_tokens, out.stats.reused_from), (0, Reuse::None), "{:?}", out.stats);
+    let cold_two = {
+        let c = EngineHandle::spawn().expect("spawn");
+        c.load(&two, LoadSettings::default()).expect("load");
+        c.generate(request(history.clone(), 8)).expect("generate").collect().expect("run")
+    };
+    assert_eq!(out.token_ids, cold_two.token_ids);
+    drop(e);
+    // Each file was hashed once and kept, so the next load reads no weights to file its states.
+    let digests: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(tier.dir.join(crate::prompt_cache::disk::DIGESTS_FILE)).expect("kept"))
+            .expect("json");
+    assert_eq!(digests.as_object().map(|o| o.len()), Some(2), "{digests}");
+    for dir in [&tier.dir, &one, &two] {
+        let _ = std::fs::remove_dir_all(dir);
+    }
 }
 
 #[test]

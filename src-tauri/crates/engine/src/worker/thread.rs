@@ -35,6 +35,7 @@ use crate::prompt_cache::{Entry, PromptCache, PromptCacheStats, Reuse};
 use crate::sampler::Sampler;
 use crate::source::ModelFiles;
 use crate::tokenizer::Tokenizer;
+use crate::weights::weight_files;
 
 /// A [`Job::WithModel`] body: the loaded model (if any), how it was
 /// loaded, and the engine's meter for the turns it runs.
@@ -142,6 +143,24 @@ struct Loaded {
     /// What the process held before these weights were read (the meter's
     /// reading): a measurement's resident growth is counted from it.
     resident_before: Option<u64>,
+    /// The folder it was loaded from (its weight files, for `state_key`).
+    dir: PathBuf,
+    /// What its saved states are filed under (`DiskTier::weights_key`):
+    /// worked out at the first save or restore, not at the load, so a model
+    /// that never meets the disk tier never has its weights hashed.
+    state_key: std::sync::OnceLock<String>,
+}
+
+impl Loaded {
+    /// The key this model's states are saved and restored under: its layout
+    /// and its weights' content.
+    fn state_key(&self, disk: &DiskTier) -> Result<&str> {
+        if self.state_key.get().is_none() {
+            let key = disk.weights_key(&self.fingerprint, &weight_files(&self.dir)?)?;
+            let _ = self.state_key.set(key);
+        }
+        Ok(self.state_key.get().map_or("", String::as_str))
+    }
 }
 
 /// The thread's state; it never leaves the thread.
@@ -408,7 +427,15 @@ impl Worker {
         };
         self.prompts.set_limit(settings.prompt_cache_bytes);
         let measured = self.measured(MeasuredKind::Load, &fingerprint, settings.kv, resident_before, (0, 0, 0));
-        self.loaded = Some(Loaded { model, tokenizer, settings, fingerprint, resident_before });
+        self.loaded = Some(Loaded {
+            model,
+            tokenizer,
+            settings,
+            fingerprint,
+            resident_before,
+            dir: dir.to_owned(),
+            state_key: std::sync::OnceLock::new(),
+        });
         self.record(measured.map_err(none_loaded)?);
         Ok(info)
     }
@@ -493,12 +520,11 @@ impl Worker {
         }
         let loaded = self.loaded()?;
         let kinds = loaded.model.layer_kinds();
+        let key = loaded.state_key(disk)?;
         let mut best: Option<(KvCache, usize)> = None;
         for part in [Part::State, Part::Prompt] {
             // Another model's, other settings': a miss, never a wrong answer.
-            let Some(mut cache) =
-                disk.load(session, part, &loaded.fingerprint, &kinds, format, loaded.model.activation_dtype())
-            else {
+            let Some(mut cache) = disk.load(session, part, key, &kinds, format, loaded.model.activation_dtype()) else {
                 continue;
             };
             let reused = cache.reuse_prefix(prompt);
@@ -617,9 +643,14 @@ fn write_states<'a>(
     let mut out = SavedSessions::default();
     let (Some(disk), Some(loaded)) = (disk, loaded) else { return out };
     let dtype = dtype_name(loaded.model.activation_dtype());
+    // Unreadable weights: no state can be filed for them.
+    let Ok(key) = loaded.state_key(disk) else {
+        out.failed += entries.filter(|e| e.session.is_some() && !e.saved).count();
+        return out;
+    };
     for e in entries {
         let (Some(session), false) = (&e.session, e.saved) else { continue };
-        match disk.save(session, Part::of(e.checkpoint), &loaded.fingerprint, &e.cache, dtype) {
+        match disk.save(session, Part::of(e.checkpoint), key, &e.cache, dtype) {
             Ok(bytes) => {
                 e.saved = true;
                 out.saved += 1;
