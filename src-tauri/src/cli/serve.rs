@@ -126,6 +126,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         context_limit: Some(args.context),
         default_max_tokens: args.max_tokens,
         max_requests: args.max_requests,
+        ..ServeConfig::default()
     };
     let addr = SocketAddr::new(args.host, args.port);
     // Refused before a model is loaded: a misconfigured server costs nothing.

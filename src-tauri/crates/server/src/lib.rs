@@ -7,6 +7,7 @@
 
 mod api;
 mod api_error;
+mod deadline;
 mod error;
 mod provider;
 mod routes;

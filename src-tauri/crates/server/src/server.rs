@@ -13,6 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use headroom_engine::worker::EngineHandle;
 use tokio::sync::oneshot;
 
+use crate::deadline::DeadlineListener;
 use crate::error::{Result, ServerError};
 use crate::provider::ModelProvider;
 use crate::routes::{router, Ctx};
@@ -44,6 +45,9 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     /// Chat completions admitted at once (running or queued); at least 1.
     pub max_requests: usize,
+    /// How long a new connection has to send its first request's headers
+    /// (crate::deadline).
+    pub header_timeout: Duration,
 }
 
 impl Default for ServeConfig {
@@ -54,6 +58,7 @@ impl Default for ServeConfig {
             context_limit: None,
             default_max_tokens: DEFAULT_MAX_TOKENS,
             max_requests: DEFAULT_MAX_REQUESTS,
+            header_timeout: crate::deadline::HEADER_TIMEOUT,
         }
     }
 }
@@ -141,6 +146,7 @@ impl Server {
 
         let tally = Arc::new(Tally::default());
         let admission = Arc::new(tokio::sync::Semaphore::new(config.max_requests));
+        let header_timeout = config.header_timeout;
         let epoch = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let ctx = Ctx {
             engine: engine.clone(),
@@ -181,6 +187,7 @@ impl Server {
                     };
                     let _ = ready_tx.send(Ok(tokio::runtime::Handle::current()));
                     let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
+                    let listener = DeadlineListener { inner: listener, header_timeout };
                     let serve = axum::serve(listener, router(ctx)).with_graceful_shutdown(async move {
                         let _ = shutdown_rx.await;
                         let _ = stopping_tx.send(());

@@ -502,6 +502,22 @@ fn beyond_its_bound_the_server_answers_429_admitted_requests_complete_and_a_stop
 }
 
 #[test]
+fn a_connection_that_never_finishes_its_headers_is_closed_at_its_deadline() {
+    let (server, _provider) = serve(ServeConfig { header_timeout: Duration::from_secs(1), ..ServeConfig::default() });
+    let addr = server.addr();
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n").unwrap();
+    let t = Instant::now();
+    let mut bytes = Vec::new();
+    let _ = s.read_to_end(&mut bytes);
+    assert!(t.elapsed() < Duration::from_secs(5), "closed after {:?}", t.elapsed());
+    // A request that sends its headers in time is served as ever.
+    let list = send_raw(addr, &request(addr, "GET", "/v1/models", &[], ""));
+    assert_eq!(list.status, 200, "{list:?}");
+}
+
+#[test]
 fn a_body_over_the_limit_is_413_before_it_is_read() {
     let (server, _provider) = serve(ServeConfig::default());
     let addr = server.addr();
