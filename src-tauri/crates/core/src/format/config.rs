@@ -188,16 +188,23 @@ pub struct Common {
     pub num_attention_heads: i32,
     pub rms_norm_eps: f32,
     pub vocab_size: i32,
-    /// Top-level or under `rope_parameters`; `None` if the file has none.
+    /// Top-level (or under `rope_parameters`, for the architectures whose
+    /// mlx-lm reads it there: [`RopeNesting`]); `None` if the file has none.
     pub rope_theta: Option<f32>,
     pub rope_scaling: Option<RopeScaling>,
 }
 
 impl Common {
-    /// Reads the fields every architecture shares.
+    /// Reads the fields every architecture shares, RoPE's top-level only
+    /// (mlx-lm's llama, qwen2, qwen3_moe and gemma3_text ignore `rope_parameters`).
     pub(crate) fn read(f: &Fields) -> Result<Self> {
+        Self::read_with(f, RopeNesting::TopLevelOnly)
+    }
+
+    /// [`Self::read`], RoPE's fields read by `nesting`.
+    pub(crate) fn read_with(f: &Fields, nesting: RopeNesting) -> Result<Self> {
         use fields::limits as l;
-        let (rope_theta, rope_scaling) = read_rope(f)?;
+        let (rope_theta, rope_scaling) = read_rope(f, nesting)?;
         Ok(Self {
             hidden_size: f.required_size("hidden_size", l::HIDDEN_SIZE)?,
             num_hidden_layers: f.required_size("num_hidden_layers", l::LAYERS)?,
@@ -246,10 +253,26 @@ impl Common {
     }
 }
 
-/// `rope_theta` and `rope_scaling`, top-level or (transformers ≥ 5) nested
-/// under `rope_parameters`.
-pub(crate) fn read_rope(f: &Fields) -> Result<(Option<f32>, Option<RopeScaling>)> {
-    let params = f.object("rope_parameters")?;
+/// Where an architecture's mlx-lm reads `rope_theta` and `rope_scaling`
+/// (transformers ≥ 5 nests them under `rope_parameters`). One config can
+/// hold both places; reading them as mlx-lm does keeps the output identical
+/// to mlx-lm's even where the two disagree.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RopeNesting {
+    /// Top-level keys only: `rope_parameters` is not read (mlx-lm 0.32.2's
+    /// llama, qwen2, qwen3_moe, gemma3_text), so a file that nests them alone
+    /// gets the architecture's defaults, as there.
+    TopLevelOnly,
+    /// Top-level first, else under `rope_parameters` (mlx-lm's qwen3).
+    Fallback,
+}
+
+/// `rope_theta` and `rope_scaling`, read as `nesting` says.
+pub(crate) fn read_rope(f: &Fields, nesting: RopeNesting) -> Result<(Option<f32>, Option<RopeScaling>)> {
+    let params = match nesting {
+        RopeNesting::Fallback => f.object("rope_parameters")?,
+        RopeNesting::TopLevelOnly => None,
+    };
     let nested = params.map(|p| Fields::nested(p, CONFIG, "rope_parameters.", ""));
     let theta = match f.positive("rope_theta", fields::limits::ROPE_THETA)? {
         Some(t) => Some(t),
@@ -459,13 +482,29 @@ mod tests {
     }
 
     #[test]
-    fn rope_parameters_are_read_when_nested() -> Result<()> {
+    fn rope_parameters_are_read_where_mlx_lm_reads_them() -> Result<()> {
+        let nested = r#""rope_parameters":{"rope_theta":5000.0,"rope_type":"linear","factor":2.0}"#;
+        // qwen3: top-level first, else nested (mlx-lm's qwen3.ModelArgs.__post_init__).
         let c = parse(&format!(
             r#"{{"model_type":"qwen3",{BASE},"num_key_value_heads":2,"head_dim":16,"max_position_embeddings":4096,
-            "tie_word_embeddings":true,"rope_parameters":{{"rope_theta":5000.0,"rope_type":"linear","factor":2.0}}}}"#
+            "tie_word_embeddings":true,{nested}}}"#
         ))?;
         assert_eq!(c.text.rope_theta, 5000.0);
         assert_eq!(c.text.rope_scaling, Some(RopeScaling::Linear { factor: 2.0 }));
+        // llama, qwen2, gemma3_text: mlx-lm never reads rope_parameters, so
+        // neither do we: the architecture's default base and no scaling.
+        for (model_type, default_theta) in [("llama", 10_000.0), ("qwen2", 1_000_000.0), ("gemma3_text", 1_000_000.0)] {
+            let c = parse(&format!(
+                r#"{{"model_type":"{model_type}",{BASE},"num_key_value_heads":2,"head_dim":16,{nested}}}"#
+            ))?;
+            assert_eq!((c.text.rope_theta, &c.text.rope_scaling), (default_theta, &None), "{model_type}");
+        }
+        // qwen3_moe requires a top-level rope_theta in mlx-lm: nested alone is missing.
+        let moe = parse(&format!(
+            r#"{{"model_type":"qwen3_moe",{BASE},"num_key_value_heads":2,"head_dim":16,"max_position_embeddings":4096,
+            "num_experts":4,"num_experts_per_tok":2,"moe_intermediate_size":32,{nested}}}"#
+        ));
+        assert!(matches!(moe, Err(FormatError::MissingField { ref field, .. }) if field == "rope_theta"), "{moe:?}");
         Ok(())
     }
 

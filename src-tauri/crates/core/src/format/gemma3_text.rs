@@ -7,7 +7,7 @@
 //! `query_pre_attn_scalar^-0.5`, not `head_dim^-0.5`. The head is tied
 //! exactly when the weights have no `lm_head` (decided at load).
 
-use super::config::{read_rope, Common, LayerAttention, TextConfig};
+use super::config::{read_rope, Common, LayerAttention, RopeNesting, TextConfig};
 use super::error::Result;
 use super::fields::{limits, Fields};
 
@@ -28,7 +28,7 @@ impl Config {
     pub(crate) fn from_fields(f: &Fields) -> Result<Self> {
         use limits as l;
         let size = |key: &str, max: u64, default: i32| -> Result<i32> { Ok(f.size(key, max)?.unwrap_or(default)) };
-        let (rope_theta, rope_scaling) = read_rope(f)?;
+        let (rope_theta, rope_scaling) = read_rope(f, RopeNesting::TopLevelOnly)?;
         let common = Common {
             hidden_size: size("hidden_size", l::HIDDEN_SIZE, 1152)?,
             num_hidden_layers: size("num_hidden_layers", l::LAYERS, 26)?,

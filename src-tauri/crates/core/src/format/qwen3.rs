@@ -3,7 +3,7 @@
 //! (the engine's qwen3 attention), and no defaults for the sizes or the
 //! head's tying: all are required.
 
-use super::config::{Common, TextConfig};
+use super::config::{Common, RopeNesting, TextConfig};
 use super::error::Result;
 use super::fields::{limits, Fields};
 
@@ -20,7 +20,7 @@ pub struct Config {
 
 impl Config {
     pub(crate) fn from_fields(f: &Fields) -> Result<Self> {
-        let common = Common::read(f)?;
+        let common = Common::read_with(f, RopeNesting::Fallback)?;
         if common.rope_theta.is_none() {
             return Err(f.missing("rope_theta"));
         }
