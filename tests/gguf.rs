@@ -166,6 +166,10 @@ fn the_fit_reads_the_header_alone_and_counts_what_the_model_holds() {
         assert_eq!((fp.layers, fp.kv_heads, fp.head_dim, fp.vocab_size), (30, 3, 64, 49_152));
         let model = load_model_with(&file, dtype, kernel).expect("load");
         assert_eq!(fp.weight_bytes, model.nbytes() as u64, "{dtype:?}: the footprint's weights are the loaded model's");
+        // Its norms are F32 beside F16 scales: the activations, and so the
+        // keys and values, are f32, and the fit counts them so.
+        assert_eq!(format!("{:?}", model.activation_dtype()), "Float32", "{dtype:?}");
+        assert_eq!(fp.kv_bytes_per_element, 4, "{dtype:?}: the fit's KV width is the activations'");
     }
 }
 

@@ -33,6 +33,9 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
     let (mut embed_bytes, mut expert_bytes) = (0u64, 0u64);
     let mut embed_float = None;
     let mut any_float = None;
+    // The widest float vector (norm weights, biases): the residual stream
+    // is promoted to it (a GGUF file keeps its norms in f32 beside f16 scales).
+    let mut vector_float: Option<u64> = None;
     for header in headers {
         for (name, t) in &header.tensors {
             if config.is_dropped(name) {
@@ -55,6 +58,9 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
             if float {
                 let width = if shape.widen_floats_to_f32 { 4 } else { t.dtype.size() };
                 any_float.get_or_insert(width);
+                if t.shape.len() == 1 {
+                    vector_float = Some(vector_float.map_or(width, |w| w.max(width)));
+                }
                 if embedding {
                     embed_float = Some(width);
                 }
@@ -65,7 +71,11 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
     // Every size is checked positive on reading.
     let n = |v: i32| u64::try_from(v).unwrap_or(0);
     let count = |kind| u64::try_from(t.layers_of(kind)).unwrap_or(0);
-    let kv_bytes_per_element = if shape.widen_floats_to_f32 { 4 } else { embed_float.or(any_float).unwrap_or(4) };
+    let kv_bytes_per_element = if shape.widen_floats_to_f32 {
+        4
+    } else {
+        embed_float.or(any_float).unwrap_or(4).max(vector_float.unwrap_or(0))
+    };
     let mut kv_layers = vec![KvLayers::full(count(LayerAttention::Full), n(t.num_key_value_heads), n(t.head_dim))];
     if let (Some(window), sliding @ 1..) = (t.sliding_window, count(LayerAttention::Sliding)) {
         kv_layers.push(KvLayers::sliding(sliding, n(t.num_key_value_heads), n(t.head_dim), n(window)));
@@ -145,7 +155,7 @@ mod tests {
     }
 
     #[test]
-    fn the_footprint_drops_what_the_loader_drops_and_takes_the_embedding_dtype() {
+    fn the_footprint_drops_what_the_loader_drops_and_takes_the_activations_dtype() {
         let config = ModelConfig::parse(
             br#"{"model_type":"llama","hidden_size":64,"num_attention_heads":4,"num_key_value_heads":2,"rms_norm_eps":1e-5,
                 "num_hidden_layers":2,"intermediate_size":128,"vocab_size":100,"max_position_embeddings":4096,
@@ -161,7 +171,17 @@ mod tests {
         ]);
         let fp = footprint(&config, std::slice::from_ref(&h), LoadShape::default());
         assert_eq!(fp.weight_bytes, 100 * 2 + 100 * 8 * 4 + 64 * 4);
-        assert_eq!(fp.kv_bytes_per_element, 2, "the embedding's scales are F16");
+        // The embedding's scales are F16 but the norm is F32: the residual
+        // stream is promoted to f32, and so are the keys and values (measured
+        // on the real GGUF model, whose norms are F32: its KV cache is f32).
+        assert_eq!(fp.kv_bytes_per_element, 4);
+        let f16_norm = header(&[
+            ("model.embed_tokens.scales", "F16", &[100, 1]),
+            ("model.embed_tokens.weight", "U32", &[100, 8]),
+            ("model.norm.weight", "F16", &[64]),
+        ]);
+        let narrow = footprint(&config, std::slice::from_ref(&f16_norm), LoadShape::default());
+        assert_eq!(narrow.kv_bytes_per_element, 2, "nothing wider than the embedding's F16");
         assert_eq!((fp.max_context, fp.head_dim, fp.kv_heads), (Some(4096), 16, 2));
         assert_eq!(fp.kv_layers, [KvLayers::full(2, 2, 16)]);
         assert!(!fp.prefill_dequantizes);

@@ -217,9 +217,28 @@ impl Model {
     }
 
     /// The dtype activations (and so the KV cache) take on: the embedding's
-    /// float dtype, as in mlx-lm.
+    /// float dtype, as in mlx-lm, promoted by the float vectors the residual
+    /// stream meets (norm weights, biases): a GGUF file keeps its norms in
+    /// f32 beside f16 scales, and its keys and values are then f32. The fit
+    /// reads the same rule from the headers (`core::format::footprint`).
     pub fn activation_dtype(&self) -> mlx_rs::Dtype {
-        self.0.embed_tokens().dtype()
+        let embed = self.0.embed_tokens().dtype();
+        let width = |d: mlx_rs::Dtype| match d {
+            mlx_rs::Dtype::Float32 => 4,
+            mlx_rs::Dtype::Float16 | mlx_rs::Dtype::Bfloat16 => 2,
+            _ => 0,
+        };
+        let widest = self
+            .parameters()
+            .into_iter()
+            .filter(|a| a.ndim() == 1)
+            .map(|a| a.dtype())
+            .filter(|&d| width(d) > 0)
+            .max_by_key(|&d| width(d));
+        match widest {
+            Some(d) if width(d) > width(embed) => d,
+            _ => embed,
+        }
     }
 
     /// Every weight array.
