@@ -3,32 +3,18 @@ import userEvent from '@testing-library/user-event';
 import { describe, expect, it, vi } from 'vitest';
 import type { FitReport } from '../ipc/models';
 import type { ShelfEntry } from '../ipc/shelf';
+import { shelfEntry } from '../shelf/testing';
 import ChatView from './ChatView.svelte';
 
 const GIB = 1024 ** 3;
 
 function entry(repo: string, kind: 'fits' | 'would_swap', over: Partial<ShelfEntry> = {}): ShelfEntry {
-  const peak = kind === 'fits' ? 4.9 * GIB : 23.1 * GIB;
+  if (kind === 'fits') return shelfEntry({ repo, name: repo.split('/')[1] ?? repo, ...over });
+  const refused = shelfEntry({ repo, name: repo.split('/')[1] ?? repo, ...over }, 23.1);
   return {
-    repo,
-    name: repo.split('/')[1] ?? repo,
-    about: '',
-    license: 'apache-2.0',
-    gated: false,
-    arch: 'qwen3',
-    bits: 4,
-    quantization: '4-bit, group 64',
-    download_bytes: null,
-    weight_bytes: 2_262_920_192,
-    installed: false,
-    fit: {
-      estimate: { predicted_peak_bytes: peak, context_tokens: 8192 },
-      verdict: kind === 'fits' ? { kind } : { kind, by_bytes: 4.5 * GIB },
-    } as unknown as FitReport,
-    remedies: [],
-    why: kind === 'fits' ? null : "4.5 GB over this Mac's 18.7 GB budget at 8192 tokens; fits with up to 663 tokens",
-    source: { kind: 'recorded', on: '2026-12-03' },
-    ...over,
+    ...refused,
+    fit: { ...refused.fit, verdict: { kind, by_bytes: 4.5 * GIB } } as unknown as FitReport,
+    why: "4.5 GB over this Mac's 18.7 GB budget at 8192 tokens; fits with up to 663 tokens",
   };
 }
 

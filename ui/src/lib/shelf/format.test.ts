@@ -1,29 +1,14 @@
 import { describe, expect, it } from 'vitest';
-import type { FitReport } from '../ipc/models';
 import type { ShelfEntry } from '../ipc/shelf';
 import { offered, shelfAction, shelfFacts } from './format';
+import { shelfEntry } from './testing';
 
-const GIB = 1024 ** 3;
-
+/** Qwen3 8B with its download size known. */
 function entry(over: Partial<ShelfEntry> = {}): ShelfEntry {
-  return {
-    repo: 'mlx-community/Qwen3-8B-4bit',
-    name: 'Qwen3 8B',
-    about: '',
-    license: 'apache-2.0',
-    gated: false,
-    arch: 'qwen3',
-    bits: 4,
-    quantization: '4-bit, group 64',
-    download_bytes: 4_620_000_000,
-    weight_bytes: 4_607_731_712,
-    installed: false,
-    fit: { estimate: { predicted_peak_bytes: 7.4 * GIB } } as unknown as FitReport,
-    remedies: [],
-    why: null,
-    source: { kind: 'recorded', on: '2026-12-03' },
-    ...over,
-  };
+  return shelfEntry(
+    { repo: 'mlx-community/Qwen3-8B-4bit', name: 'Qwen3 8B', download_bytes: 4_620_000_000, weight_bytes: 4_607_731_712, ...over },
+    7.4,
+  );
 }
 
 describe('shelf rows', () => {
