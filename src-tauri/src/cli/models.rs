@@ -80,30 +80,8 @@ fn table(list: &[ModelEntry], data_dir: &Path, env: &HubEnv) -> String {
         })
         .collect();
     let header = ["ID", "ARCH", "BITS", "SIZE", "PEAK", "VERDICT"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 6]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            if i == 5 {
-                s.push_str(cell);
-            } else if (2..5).contains(&i) {
-                s.push_str(&format!("{cell:>w$}  "));
-            } else {
-                s.push_str(&format!("{cell:<w$}  "));
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
     let mut text = format!("verdicts at {DEFAULT_CONTEXT_LIMIT} tokens of context\n");
-    text.push_str(&line(header));
-    for row in &rows {
-        text.push_str(&line(row.each_ref().map(String::as_str)));
-    }
+    text.extend(super::table::lines(header, &rows, |i| (2..5).contains(&i)));
     text
 }
 

@@ -114,26 +114,10 @@ fn table(list: &[ShelfEntry], context: usize) -> String {
         })
         .collect();
     let header = ["REPO", "DOWNLOAD", "WEIGHTS", "PEAK", "VERDICT"];
-    let mut widths = header.map(str::len);
-    for row in &rows {
-        for (w, cell) in widths.iter_mut().zip(row) {
-            *w = (*w).max(cell.chars().count());
-        }
-    }
-    let line = |cells: [&str; 5]| {
-        let mut s = String::new();
-        for (i, (cell, w)) in cells.iter().zip(widths).enumerate() {
-            match i {
-                4 => s.push_str(cell),
-                0 => s.push_str(&format!("{cell:<w$}  ")),
-                _ => s.push_str(&format!("{cell:>w$}  ")),
-            }
-        }
-        s.trim_end().to_owned() + "\n"
-    };
-    text.push_str(&line(header));
-    for (row, e) in rows.iter().zip(list) {
-        text.push_str(&line(row.each_ref().map(String::as_str)));
+    let mut lines = super::table::lines(header, &rows, |i| i > 0).into_iter();
+    text.extend(lines.next());
+    for (line, e) in lines.zip(list) {
+        text.push_str(&line);
         // The verdict column already says all a model that cannot fit has to say.
         let cannot_fit = e.fit.as_ref().is_some_and(|f| matches!(f.verdict, Verdict::CannotFit { .. }));
         if let (Some(why), false) = (&e.why, cannot_fit) {
