@@ -8,7 +8,9 @@ use std::sync::PoisonError;
 use std::time::UNIX_EPOCH;
 
 use headroom_core::fit::estimate;
+use headroom_core::format::CONFIG_FILE;
 use headroom_core::kv::KvFormat;
+use headroom_engine::source::{is_gguf, ModelFiles};
 use headroom_engine::EngineError;
 use headroom_server::{ModelCard, ModelProvider, ProvideError, ReadyModel};
 
@@ -37,14 +39,20 @@ impl AppModels {
         Self { state, extra: Vec::new() }
     }
 
-    /// Offers the model in `dir`, as its folder name; `None` if it holds no config.json.
-    pub fn add_folder(&mut self, dir: &Path) -> Option<String> {
-        if !dir.join("config.json").is_file() {
+    /// Offers the model at `path`, as its name: a folder with a config.json
+    /// or one .gguf file, or a .gguf file (named by its stem): what the one
+    /// model-files door (`ModelFiles`) reads, as `generate` and the picker do.
+    /// `None` if it is none of those.
+    pub fn add_model(&mut self, path: &Path) -> Option<String> {
+        let id = if path.is_dir() && (path.join(CONFIG_FILE).is_file() || ModelFiles::locate(path).gguf().is_some()) {
+            path.file_name()?.to_str()?.to_owned()
+        } else if path.is_file() && is_gguf(path) {
+            path.file_stem()?.to_str()?.to_owned()
+        } else {
             return None;
-        }
-        let id = dir.file_name()?.to_str()?.to_owned();
+        };
         self.extra.retain(|m| m.id != id);
-        self.extra.push(Offered { id: id.clone(), path: dir.to_owned() });
+        self.extra.push(Offered { id: id.clone(), path: path.to_owned() });
         Some(id)
     }
 
@@ -53,7 +61,7 @@ impl AppModels {
         let mut subdirs: Vec<PathBuf> =
             std::fs::read_dir(dir)?.flatten().map(|e| e.path()).filter(|p| p.is_dir()).collect();
         subdirs.sort();
-        Ok(subdirs.iter().filter(|d| self.add_folder(d).is_some()).count())
+        Ok(subdirs.iter().filter(|d| self.add_model(d).is_some()).count())
     }
 
     /// Every model on offer, the CLI's folders first.
@@ -195,6 +203,26 @@ mod tests {
         assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
         // Loaded already: nothing to do, the same answer.
         assert_eq!(provider.ensure_loaded("tiny", None, None).ok(), Some(ready));
+    }
+
+    #[test]
+    fn a_gguf_file_or_a_folder_holding_one_is_offered_as_generate_takes_it() {
+        let state = crate::test_state("serve-gguf");
+        let root = headroom_test_support::scratch("serve-gguf");
+        let folder = root.join("SmolLM2-folder");
+        std::fs::create_dir_all(&folder).unwrap();
+        std::fs::write(folder.join("SmolLM2.Q4_1.gguf"), b"GGUF").unwrap();
+        let file = root.join("Other.Q8_0.gguf");
+        std::fs::write(&file, b"GGUF").unwrap();
+        let not_a_model = root.join("notes.txt");
+        std::fs::write(&not_a_model, b"hello").unwrap();
+        let mut provider = AppModels::new(state);
+        assert_eq!(provider.add_model(&folder).as_deref(), Some("SmolLM2-folder"));
+        assert_eq!(provider.add_model(&file).as_deref(), Some("Other.Q8_0"));
+        assert_eq!(provider.add_model(&not_a_model), None);
+        // A folder with two .gguf files is no one model (the door takes exactly one).
+        std::fs::write(root.join("Third.Q4_0.gguf"), b"GGUF").unwrap();
+        assert_eq!(provider.add_model(&root), None);
     }
 
     #[test]

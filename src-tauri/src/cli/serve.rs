@@ -149,9 +149,10 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         provider.add_models_dir(dir).map_err(|source| ServeError::ModelsDir { dir: dir.clone(), source })?;
     }
     let preload = match &args.model {
-        Some(m) if std::path::Path::new(m).is_dir() => {
-            let dir = std::path::Path::new(m);
-            Some(provider.add_folder(dir).ok_or_else(|| EngineError::MissingConfig { dir: dir.to_owned() })?)
+        // A folder or a .gguf file, as `generate` takes them; else an id.
+        Some(m) if std::path::Path::new(m).exists() => {
+            let path = std::path::Path::new(m);
+            Some(provider.add_model(path).ok_or_else(|| EngineError::MissingConfig { dir: path.to_owned() })?)
         }
         Some(id) => Some(id.clone()),
         None => None,
