@@ -23,6 +23,7 @@ mod route;
 mod serve;
 mod sessions;
 mod shelf;
+mod table;
 mod terminal;
 
 use std::process::ExitCode;
