@@ -4,6 +4,7 @@
 //! mean ± sd of each figure with every label, peak memory, pressure and swap
 //! delta; then the roofline (decode bytes per token vs memory bandwidth).
 
+use headroom_core::speculative::{Speculation, SpeculativeMode};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -37,6 +38,8 @@ pub struct BenchPlan {
     pub gen_tokens: usize,
     pub repetitions: usize,
     pub seed: u64,
+    /// How the runs decode (`--speculative`; the app's setting).
+    pub speculative: SpeculativeMode,
 }
 
 impl BenchPlan {
@@ -82,6 +85,25 @@ pub struct DepthReport {
     pub rated_roofline: Option<Roofline>,
 }
 
+impl DepthReport {
+    /// What speculative decoding did over the counted runs together.
+    pub fn speculation(&self) -> Speculation {
+        Speculation::total(self.case.runs.iter().map(|r| &r.speculation))
+    }
+}
+
+fn speculation_json(s: &Speculation) -> Value {
+    json!({
+        "mode": s.mode,
+        "drafted": s.drafted,
+        "accepted": s.accepted,
+        "acceptance": s.acceptance(),
+        "forward_passes": s.forward_passes,
+        "tokens_per_pass": s.tokens_per_pass(),
+        "plain_because": s.plain_because.map(|p| p.describe()),
+    })
+}
+
 /// A whole benchmark.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchReport {
@@ -123,7 +145,12 @@ pub fn run_plan(
         let shape = BenchShape { depth, prompt_tokens: plan.prompt_tokens, gen_tokens: plan.gen_tokens };
         let first = reader.read();
         let mut pressure = first.pressure;
-        let case = BenchCase { shape, runs: plan.repetitions, seed: plan.seed.wrapping_add(depth as u64) };
+        let case = BenchCase {
+            shape,
+            runs: plan.repetitions,
+            seed: plan.seed.wrapping_add(depth as u64),
+            speculative: plan.speculative,
+        };
         let result = run_case(engine, case, cancel, |event| {
             if let BenchEvent::Run(run) = event {
                 pressure = pressure.worst(reader.read().pressure);
@@ -262,6 +289,7 @@ pub fn report_json(r: &BenchReport) -> Value {
             "warmup": run_json(&d.case.warmup),
             "runs": d.case.runs.iter().map(run_json).collect::<Vec<_>>(),
             "summary": d.summary,
+            "speculative": speculation_json(&d.speculation()),
             "pressure": d.pressure,
             "swap_delta_bytes": d.swap_delta_bytes,
             "peak_memory_bytes": d.peak_memory_bytes,

@@ -23,6 +23,7 @@ mod route;
 mod serve;
 mod sessions;
 mod shelf;
+pub(crate) mod speculative;
 mod table;
 mod terminal;
 

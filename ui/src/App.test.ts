@@ -63,6 +63,7 @@ const STATS: TurnStats = {
   batch: 1,
   peakMemoryBytes: 12_000_000,
   kvCache: 'bf16',
+  speculation: null,
   model: 'headroom-demo-tiny',
   slowdown: null,
 };

@@ -21,6 +21,7 @@ use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{model_label, resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
+use super::speculative::SpeculativeArgs;
 use super::CliError;
 use crate::bench::{report_json, run_plan, Bandwidth, BenchPlan, BenchReport, StoreRecord};
 use crate::runtime::block_on;
@@ -52,6 +53,8 @@ pub struct BenchArgs {
     pub kernel: KernelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
     /// Memory bandwidth for the roofline, GB/s; without it `headroom bandwidth`'s
     /// measurement runs first (2 passes: seconds optimized, ~15 s in a debug build).
     #[arg(long, value_name = "GB_PER_S")]
@@ -100,6 +103,7 @@ pub(crate) fn bench(
         gen_tokens: args.gen_tokens,
         repetitions: args.repetitions,
         seed: args.seed,
+        speculative: args.speculative.speculative,
     };
     if plan.depths.is_empty() {
         return Err(CliError::BadArgument { name: "--depth", reason: "give at least one depth".into() });
@@ -169,14 +173,16 @@ pub(crate) fn table(r: &BenchReport) -> String {
         .and_then(|l| l.quantization)
         .map_or_else(|| "none".to_owned(), |(bits, group)| format!("{bits}-bit g{group}"));
     let model_type = labels.map_or("?", |l| l.model_type.as_str());
-    s.push_str("| model | quant | KV | batch | depth | test | TTFT ms | prefill tok/s | decode tok/s | e2e tok/s | peak MB |\n");
-    s.push_str("|---|---|---|--:|--:|---|--:|--:|--:|--:|--:|\n");
+    s.push_str(
+        "| model | quant | KV | batch | depth | test | TTFT ms | prefill tok/s | decode tok/s | e2e tok/s | peak MB | decoding |\n",
+    );
+    s.push_str("|---|---|---|--:|--:|---|--:|--:|--:|--:|--:|---|\n");
     for d in &r.depths {
         let shape = d.case.case.shape;
         // Per depth: a cache quantized from a start converts only past it.
         let kv = &d.case.labels.kv_dtype;
         s.push_str(&format!(
-            "| {model_type} | {quant} | {kv} | 1 | {} | pp{} tg{} | {} | {} | {} | {} | {:.1} |\n",
+            "| {model_type} | {quant} | {kv} | 1 | {} | pp{} tg{} | {} | {} | {} | {} | {:.1} | {} |\n",
             shape.depth,
             shape.prompt_tokens,
             shape.gen_tokens,
@@ -185,6 +191,7 @@ pub(crate) fn table(r: &BenchReport) -> String {
             cell(d.summary.decode_tps, 2),
             cell(d.summary.e2e_tps, 2),
             d.peak_memory_bytes as f64 / 1e6,
+            d.speculation().label(),
         ));
     }
     s.push_str(&format!(
@@ -258,6 +265,7 @@ mod tests {
     use super::*;
     use crate::cli::{Cli, Command};
     use headroom_core::settings::KernelChoice;
+    use headroom_core::speculative::SpeculativeMode;
     use headroom_engine::QuantKernel;
 
     fn parse(argv: &[&str]) -> BenchArgs {
@@ -280,7 +288,14 @@ mod tests {
         assert_eq!(parse(&["m", "--kernel", "fused"]).kernel.quant_kernel(), QuantKernel::Fused);
         assert_eq!(parse(&["m", "--kernel", "cpu"]).kernel.quant_kernel(), QuantKernel::CPU);
         assert!(Cli::try_parse_from(["headroom", "bench", "m", "--kernel", "fast"]).is_err());
-        let plan = BenchPlan { depths: a.depths, prompt_tokens: 64, gen_tokens: 16, repetitions: 3, seed: 0 };
+        let plan = BenchPlan {
+            depths: a.depths,
+            prompt_tokens: 64,
+            gen_tokens: 16,
+            repetitions: 3,
+            seed: 0,
+            speculative: SpeculativeMode::None,
+        };
         assert_eq!(plan.context(), 12288 + 64 + 16);
     }
 

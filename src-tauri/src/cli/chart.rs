@@ -202,6 +202,7 @@ mod tests {
             finish_reason: FinishReason::Length,
             quant_kernel: None,
             slowdown: None,
+            speculation: None,
         };
         let outcome =
             TurnOutcome { content: "…".into(), status: MessageStatus::Complete, error: None, stats: Some(stats) };

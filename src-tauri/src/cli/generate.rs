@@ -15,6 +15,7 @@ use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{model_label, resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
+use super::speculative::SpeculativeArgs;
 use super::CliError;
 
 #[derive(Debug, Clone, Args)]
@@ -61,6 +62,8 @@ pub struct GenerateArgs {
     #[command(flatten)]
     pub kv: KvArgs,
     #[command(flatten)]
+    pub speculative: SpeculativeArgs,
+    #[command(flatten)]
     pub budget: BudgetArgs,
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
@@ -102,6 +105,7 @@ impl GenerateArgs {
                 seed: self.seed,
                 ..SamplingParams::default()
             },
+            speculative: self.speculative.speculative,
             ..GenerateRequest::new(messages)
         }
     }
@@ -210,6 +214,15 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
             "context_tokens": s.context_tokens,
             "batch": s.batch,
             "kv_cache": s.kv_label,
+            "speculative": {
+                "mode": s.speculation.mode,
+                "drafted": s.speculation.drafted,
+                "accepted": s.speculation.accepted,
+                "acceptance": s.speculation.acceptance(),
+                "forward_passes": s.speculation.forward_passes,
+                "tokens_per_pass": s.speculation.tokens_per_pass(),
+                "plain_because": s.speculation.plain_because.map(|p| p.describe()),
+            },
         },
     })
 }
@@ -218,7 +231,7 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
 pub(crate) fn stats_line(s: &TurnStats, reason: FinishReason) -> String {
     let num = |v: Option<f64>, digits: usize| v.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.digits$}"));
     format!(
-        "prompt: {} tokens ({} reused{}), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {}, KV {} | peak memory {:.1} MB | {}",
+        "prompt: {} tokens ({} reused{}), {} tok/s | ttft: {} ms | decode: {} tokens, {} tok/s | e2e: {} s, {} tok/s | context {}, batch {}, KV {} | peak memory {:.1} MB | {} | {}",
         s.prompt_tokens,
         s.reused_tokens,
         match s.reused_from {
@@ -236,6 +249,7 @@ pub(crate) fn stats_line(s: &TurnStats, reason: FinishReason) -> String {
         s.batch,
         s.kv_label,
         s.peak_memory_bytes as f64 / 1e6,
+        s.speculation.label(),
         finish_name(reason),
     )
 }

@@ -18,6 +18,7 @@ use headroom_server::{
 
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
+use super::speculative::SpeculativeArgs;
 use super::CliError;
 use crate::serve::AppModels;
 use crate::{AppState, Locations};
@@ -45,6 +46,8 @@ pub struct ServeArgs {
     /// another with `kv_bits`, `kv_group_size`, `quantized_kv_start`).
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
     /// Max new tokens for a request that sets none.
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
@@ -126,6 +129,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         context_limit: Some(args.context),
         default_max_tokens: args.max_tokens,
         max_requests: args.max_requests,
+        speculative: args.speculative.speculative,
         ..ServeConfig::default()
     };
     let addr = SocketAddr::new(args.host, args.port);

@@ -31,7 +31,9 @@ pub async fn bench_run(
     let theme: Theme = theme.parse()?;
     let state = AppState::clone(&state);
     let loaded = state.loaded_model().ok_or_else(|| CommandError::from(headroom_engine::EngineError::NoModelLoaded))?;
-    let plan = BenchPlan { depths, prompt_tokens: p, gen_tokens: n, repetitions: r, seed: 0 };
+    // The runs decode as chat turns do: the setting.
+    let speculative = state.store.settings().await?.speculative;
+    let plan = BenchPlan { depths, prompt_tokens: p, gen_tokens: n, repetitions: r, seed: 0, speculative };
     let engine = state.engine.clone();
     let cancel = Arc::new(AtomicBool::new(false));
     // One benchmark at a time: two would measure each other.

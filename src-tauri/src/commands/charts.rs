@@ -122,6 +122,7 @@ mod tests {
             finish_reason: FinishReason::Stop,
             quant_kernel: None,
             slowdown: None,
+            speculation: None,
         }
     }
 

@@ -89,6 +89,7 @@ pub fn turn_stats(stats: &CloudStats) -> TurnStats {
         rates: stats.rates,
         peak_memory_bytes: 0,
         kv_label: "n/a (cloud)".to_owned(),
+        speculation: Default::default(),
     }
 }
 

@@ -48,6 +48,9 @@ pub enum ChatEvent {
         slowdown: Option<String>,
         /// What the KV cache was: "bf16", "8-bit (group 64)", … ("n/a (cloud)").
         kv_cache: String,
+        /// What speculative decoding did ("lookup: 62% accepted, 2.5
+        /// tok/pass"); `None` for plain decoding and cloud answers.
+        speculation: Option<String>,
     },
     Finished {
         reason: FinishReason,
@@ -76,6 +79,7 @@ impl ChatEvent {
             model: model.to_owned(),
             slowdown,
             kv_cache: s.kv_label.clone(),
+            speculation: s.speculation.summary(),
         }
     }
 }

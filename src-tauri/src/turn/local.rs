@@ -61,6 +61,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
             seed: plan.options.seed,
             ..SamplingParams::default()
         },
+        speculative: settings.speculative,
         ..GenerateRequest::new(messages)
     };
     // A new message is committed before its run starts; a regenerated one

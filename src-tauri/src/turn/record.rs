@@ -195,5 +195,6 @@ pub fn stats_record(s: &TurnStats, labels: &ModelLabels, reason: FinishReason, a
         finish_reason: reason,
         quant_kernel: labels.quant_kernel.clone(),
         slowdown: None,
+        speculation: s.speculation.summary(),
     }
 }

@@ -17,5 +17,6 @@ pub mod router;
 pub mod settings;
 pub mod shelf;
 pub mod slowdown;
+pub mod speculative;
 pub mod stats;
 pub mod timeline;

@@ -106,6 +106,10 @@ pub struct Settings {
     pub prompt_cache_mb: u64,
     /// Disk (MB) for chats' KV states saved across restarts; 0 turns it off.
     pub kv_disk_mb: u64,
+    /// How local answers decode (`speculative`): prompt lookup checks
+    /// several proposed tokens per forward pass and switches itself off
+    /// where that does not pay; greedy answers are the same either way.
+    pub speculative: crate::speculative::SpeculativeMode,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -133,6 +137,7 @@ impl Default for Settings {
             quantized_kv_start: crate::kv::DEFAULT_QUANTIZED_KV_START,
             prompt_cache_mb: crate::fit::DEFAULT_PROMPT_CACHE_MAX >> 20,
             kv_disk_mb: DEFAULT_KV_DISK_MB,
+            speculative: crate::speculative::SpeculativeMode::Lookup,
         }
     }
 }

@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use headroom_core::bench::{BenchShape, DecodeTraffic};
 use headroom_core::kv::KvFormat;
+use headroom_core::speculative::{Speculation, SpeculativeMode};
 use headroom_core::stats::{Rates, TurnTimings};
 use mlx_rs::Dtype;
 
@@ -34,6 +35,8 @@ pub struct BenchCase {
     pub runs: usize,
     /// Seed of the random token ids (the same seed, the same prompts).
     pub seed: u64,
+    /// How the runs decode (`headroom_core::speculative`).
+    pub speculative: SpeculativeMode,
 }
 
 /// What the model is, for the labels and the roofline.
@@ -69,6 +72,8 @@ pub struct BenchRun {
     pub rates: Rates,
     /// MLX's peak allocation during the run (weights included), bytes.
     pub peak_memory_bytes: usize,
+    /// What speculative decoding did in the run.
+    pub speculation: Speculation,
 }
 
 /// What a case reports while it runs, in this order: `Filled`, `Labels`
@@ -192,7 +197,7 @@ fn run_on_engine(
     let fill_time = if depth > 0 {
         let fill: Vec<u32> = ids.take(depth);
         metering.start()?;
-        let g = run_once(model, &mut cache, &fill, 1, &mut sampler, cancel)?;
+        let g = run_once(model, &mut cache, &fill, 1, SpeculativeMode::None, &mut sampler, cancel)?;
         metering.finish_turn(kv, &fill, &g)?;
         g.timings.first_token_at.unwrap_or_default()
     } else {
@@ -218,7 +223,7 @@ fn run_on_engine(
         let mut prompt = cache.tokens().to_vec();
         prompt.extend(ids.take(p));
         metering.start()?;
-        let g = run_once(model, &mut cache, &prompt, n, &mut sampler, cancel)?;
+        let g = run_once(model, &mut cache, &prompt, n, case.speculative, &mut sampler, cancel)?;
         if g.finish_reason != headroom_core::chat::FinishReason::Length {
             return Err(EngineError::BenchCancelled);
         }
@@ -233,6 +238,7 @@ fn run_on_engine(
             rates: g.timings.rates(),
             timings: g.timings,
             peak_memory_bytes,
+            speculation: g.speculation,
         };
         if index == 0 {
             send(BenchEvent::Labels(labels(model, &cache)))?;
@@ -248,10 +254,11 @@ fn run_once(
     cache: &mut KvCache,
     prompt: &[u32],
     max_tokens: usize,
+    speculative: SpeculativeMode,
     sampler: &mut Sampler,
     cancel: &AtomicBool,
 ) -> Result<crate::generate::Generation> {
-    let options = GenerateOptions { max_tokens, eos_ids: Vec::new(), ..GenerateOptions::default() };
+    let options = GenerateOptions { max_tokens, eos_ids: Vec::new(), speculative, ..GenerateOptions::default() };
     generate(model, cache, prompt, &options, sampler, &WallClock::start(), cancel, |_| true)
 }
 
@@ -324,7 +331,12 @@ mod tests {
     }
 
     fn case(depth: usize, p: usize, n: usize, runs: usize) -> BenchCase {
-        BenchCase { shape: BenchShape { depth, prompt_tokens: p, gen_tokens: n }, runs, seed: 7 }
+        BenchCase {
+            shape: BenchShape { depth, prompt_tokens: p, gen_tokens: n },
+            runs,
+            seed: 7,
+            speculative: SpeculativeMode::None,
+        }
     }
 
     #[test]

@@ -10,13 +10,15 @@ use std::time::{Duration, Instant};
 
 // One definition of why a turn ended, shared with the UI and the store.
 pub use headroom_core::chat::FinishReason;
+use headroom_core::speculative::{PlainBecause, Speculation, SpeculativeMode};
 use headroom_core::stats::TurnTimings;
 use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
 
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
-use crate::models::Model;
+use crate::lookup::{propose, Depth, DEPTH_MAX};
+use crate::models::{Logits, Model};
 use crate::sampler::Sampler;
 use crate::sizes::PREFILL_CHUNK;
 
@@ -54,11 +56,19 @@ pub struct GenerateOptions {
     /// token) is in: for a cache that cannot step back (a window that may
     /// rotate, a recurrent state), the state the next turn can continue from.
     pub checkpoint: bool,
+    /// Whether to propose tokens and check several per forward pass.
+    pub speculative: SpeculativeMode,
 }
 
 impl Default for GenerateOptions {
     fn default() -> Self {
-        Self { max_tokens: 256, eos_ids: Vec::new(), prefill_chunk: PREFILL_CHUNK, checkpoint: false }
+        Self {
+            max_tokens: 256,
+            eos_ids: Vec::new(),
+            prefill_chunk: PREFILL_CHUNK,
+            checkpoint: false,
+            speculative: SpeculativeMode::None,
+        }
     }
 }
 
@@ -75,6 +85,8 @@ pub struct Generation {
     pub context_tokens: usize,
     /// The cache after the prompt, when [`GenerateOptions::checkpoint`] asked for it.
     pub checkpoint: Option<KvCache>,
+    /// What speculative decoding did (the mode `None`: plain throughout).
+    pub speculation: Speculation,
 }
 
 /// Generates after `prompt`, the whole conversation so far as token ids.
@@ -98,7 +110,8 @@ pub fn generate(
     let context_tokens = cache.offset();
     let reused = cache.reuse_prefix(prompt);
     let use_history = sampler.uses_history();
-    let mut history: Vec<u32> = if use_history { prompt.to_vec() } else { Vec::new() };
+    let history: Vec<u32> = if use_history { prompt.to_vec() } else { Vec::new() };
+    let mut finish = FinishReason::Length;
     let chunk = options.prefill_chunk.max(1);
     let prefill_started = clock.elapsed();
 
@@ -121,6 +134,7 @@ pub fn generate(
                 reused_tokens: reused,
                 context_tokens,
                 checkpoint: None,
+                speculation: Speculation { mode: options.speculative, ..Speculation::default() },
             });
         }
         let n = chunk.min(rest.len() - 1);
@@ -136,73 +150,146 @@ pub fn generate(
     // layer's buffer is copied once).
     let checkpoint = options.checkpoint.then(|| cache.clone());
 
-    let mut step = |cache: &mut KvCache, ids: &Array, fed: Option<&[u32]>, history: &[u32]| -> Result<Array> {
-        let logits = model.forward(ids, cache)?;
-        if let Some(fed) = fed {
-            cache.push_tokens(fed);
-        }
-        sampler.sample(&logits, history)
-    };
+    // Prompt lookup needs to step back past a rejected proposal: a window
+    // or a recurrent state cannot (their checkpoints cover turns, not steps).
+    let mut speculation = Speculation { mode: options.speculative, ..Speculation::default() };
+    let lookup = options.speculative == SpeculativeMode::Lookup && cache.always_steps_back();
+    if options.speculative == SpeculativeMode::Lookup && !lookup {
+        speculation.plain_because = Some(PlainBecause::CacheCannotStepBack);
+    }
+    let mut seq: Vec<u32> = if lookup { prompt.to_vec() } else { Vec::new() };
+    let mut depth = Depth::default();
 
-    let mut y = step(cache, &ids_array(rest), Some(rest), &history)?;
+    let mut y = step(model, sampler, cache, &ids_array(rest), Some(rest), &history)?;
     async_eval([&y]).op("async_eval")?;
 
-    let mut tokens = Vec::new();
-    let mut finish = FinishReason::Length;
-    let mut first_token_at = None;
-    let mut last_token_at = None;
-    let mut prefill = Duration::ZERO;
+    let mut out = Emitted::new(use_history, history, &options.eos_ids);
     let mut pending: Option<Array> = None;
-    for n in 0..options.max_tokens {
+    // The next token is read before the step after it is scheduled: the
+    // lookup wants its value (set after a plain token whose continuation
+    // has a proposal, and after every pass that checked proposals).
+    let mut drain = false;
+    // How the token being read was computed, for the depth's timings.
+    let mut came_from = Came::Prefill;
+    let mut last_at = Duration::ZERO;
+    loop {
+        if options.max_tokens == 0 {
+            pending = Some(y);
+            break;
+        }
         // Build and schedule token n+1 before waiting on token n. Its input is
         // y as a lazy array, so the cache gets y without a round trip.
-        let next = if n + 1 < options.max_tokens {
+        let ahead = !drain && out.tokens.len() + 1 < options.max_tokens;
+        let next = if ahead {
             let y_in = y.reshape(&[1, 1]).op("reshape")?;
-            let next = step(cache, &y_in, None, &history)?;
+            let next = step(model, sampler, cache, &y_in, None, &out.history)?;
             async_eval([&next]).op("async_eval")?;
+            speculation.forward_passes += 1;
             Some(next)
         } else {
             None
         };
         let token = y.item_exact::<u32>();
         let now = clock.elapsed();
-        if n == 0 {
-            // Prefill ends when the first token exists: its sampling is part of TTFT.
-            prefill = now.saturating_sub(prefill_started);
-            first_token_at = Some(now);
+        if !matches!(came_from, Came::Prefill) {
+            // A decode pass's own token (the prefill's first one is not).
+            speculation.decoded += 1;
         }
-        if next.is_some() {
+        if out.tokens.is_empty() && out.first_token_at.is_none() {
+            // Prefill ends when the first token exists: its sampling is part of TTFT.
+            out.prefill = now.saturating_sub(prefill_started);
+        }
+        match came_from {
+            Came::Plain => depth.plain_step(now.saturating_sub(last_at)),
+            Came::Prefill | Came::Sync | Came::Verify => {}
+        }
+        last_at = now;
+        if ahead {
             // y went into the cache through the step just scheduled.
             cache.push_tokens(&[token]);
         }
-        if options.eos_ids.contains(&token) {
-            finish = FinishReason::Stop;
+        if let Some(reason) = out.emit(token, now, &mut on_token, cancel) {
+            finish = reason;
+            if next.is_some() {
+                // Scheduled, never read: not a pass of this turn's figures.
+                speculation.forward_passes -= 1;
+            }
             pending = next;
             break;
         }
-        tokens.push(token);
-        last_token_at = Some(now);
-        if use_history {
-            history.push(token);
-        }
-        if !on_token(token) || cancel.load(Ordering::Relaxed) {
-            finish = FinishReason::Cancelled;
-            pending = next;
-            break;
-        }
-        if n % CLEAR_CACHE_EVERY == 0 {
+        if out.tokens.len() % CLEAR_CACHE_EVERY == 1 {
             mlx_rs::memory::clear_cache().op("clear_cache")?;
         }
-        match next {
-            Some(next) => y = next,
-            None => break,
+        if lookup {
+            seq.push(token);
+            if ahead {
+                // Decoded plainly: would the lookup have proposed it?
+                depth.shadow(&seq);
+            }
         }
+        if let Some(next) = next {
+            y = next;
+            came_from = Came::Plain;
+            // While token n+1 computes: would its continuation be proposed?
+            drain = lookup && depth.depth() > 0 && !propose(&seq, 1).is_empty();
+            continue;
+        }
+        if out.tokens.len() >= options.max_tokens {
+            finish = FinishReason::Length;
+            break;
+        }
+        drain = false;
+        // `token` is out and not yet in the cache: feed it alone, or with
+        // proposals for what follows it.
+        let room = options.max_tokens - out.tokens.len();
+        let asked = if lookup { depth.depth().min(room - 1).min(DEPTH_MAX) } else { 0 };
+        let draft = propose(&seq, asked);
+        if draft.is_empty() {
+            y = step(model, sampler, cache, &ids_array(&[token]), Some(&[token]), &out.history)?;
+            async_eval([&y]).op("async_eval")?;
+            speculation.forward_passes += 1;
+            came_from = Came::Sync;
+            continue;
+        }
+        let draft = draft.to_vec();
+        let fed: Vec<u32> = std::iter::once(token).chain(draft.iter().copied()).collect();
+        let started = clock.elapsed();
+        let logits = model.forward_with(&ids_array(&fed), cache, Logits::All)?;
+        cache.push_tokens(&fed);
+        let (accepted, following) = sampler.verify(&logits, &draft, &out.history)?;
+        // Keep `token` and the accepted proposals; forget the rest.
+        cache.trim(draft.len() - accepted);
+        let now = clock.elapsed();
+        depth.pass(asked, draft.len(), accepted, now.saturating_sub(started));
+        speculation.forward_passes += 1;
+        speculation.verify_passes += 1;
+        speculation.drafted += u32::try_from(draft.len()).unwrap_or(u32::MAX);
+        speculation.accepted += u32::try_from(accepted).unwrap_or(u32::MAX);
+        speculation.decoded += u32::try_from(accepted).unwrap_or(u32::MAX);
+        let mut stopped = None;
+        for &d in &draft[..accepted] {
+            if let Some(reason) = out.emit(d, now, &mut on_token, cancel) {
+                stopped = Some(reason);
+                break;
+            }
+            seq.push(d);
+        }
+        if let Some(reason) = stopped {
+            finish = reason;
+            break;
+        }
+        // The pass's own token is read (and sent) next round, like a sampled one.
+        y = Array::from_slice(&[following], &[1]);
+        came_from = Came::Verify;
+        last_at = now;
+        drain = depth.depth() > 0;
     }
     // Let an in-flight step finish so the cache is consistent for the next turn.
     if let Some(p) = pending {
         eval([&p]).op("eval")?;
     }
 
+    let Emitted { tokens, prefill, first_token_at, last_token_at, .. } = out;
     Ok(Generation {
         timings: TurnTimings {
             prompt_tokens: u32::try_from(prompt.len() - reused).unwrap_or(u32::MAX),
@@ -216,7 +303,87 @@ pub fn generate(
         reused_tokens: reused,
         context_tokens,
         checkpoint,
+        speculation,
     })
+}
+
+/// One forward pass of `ids` and the sampled token after it (lazy).
+fn step(
+    model: &Model,
+    sampler: &mut Sampler,
+    cache: &mut KvCache,
+    ids: &Array,
+    fed: Option<&[u32]>,
+    history: &[u32],
+) -> Result<Array> {
+    let logits = model.forward(ids, cache)?;
+    if let Some(fed) = fed {
+        cache.push_tokens(fed);
+    }
+    sampler.sample(&logits, history)
+}
+
+/// How the token about to be read was computed.
+#[derive(Debug, Clone, Copy)]
+enum Came {
+    Prefill,
+    /// A step scheduled before the previous token was read.
+    Plain,
+    /// A step scheduled after it was read.
+    Sync,
+    /// A pass that checked proposals.
+    Verify,
+}
+
+/// The tokens a turn has handed out, and when.
+struct Emitted<'a> {
+    tokens: Vec<u32>,
+    /// Prompt and generated tokens, kept only when the sampler reads them.
+    history: Vec<u32>,
+    use_history: bool,
+    eos_ids: &'a [u32],
+    prefill: Duration,
+    first_token_at: Option<Duration>,
+    last_token_at: Option<Duration>,
+}
+
+impl<'a> Emitted<'a> {
+    fn new(use_history: bool, history: Vec<u32>, eos_ids: &'a [u32]) -> Self {
+        Self {
+            tokens: Vec::new(),
+            history,
+            use_history,
+            eos_ids,
+            prefill: Duration::ZERO,
+            first_token_at: None,
+            last_token_at: None,
+        }
+    }
+
+    /// Hands out `token`, read at `now`; `Some` when the turn ends here.
+    fn emit(
+        &mut self,
+        token: u32,
+        now: Duration,
+        on_token: &mut impl FnMut(u32) -> bool,
+        cancel: &AtomicBool,
+    ) -> Option<FinishReason> {
+        if self.first_token_at.is_none() {
+            self.first_token_at = Some(now);
+        }
+        if self.eos_ids.contains(&token) {
+            return Some(FinishReason::Stop);
+        }
+        self.tokens.push(token);
+        self.last_token_at = Some(now);
+        if self.use_history {
+            self.history.push(token);
+        }
+        if !on_token(token) || cancel.load(Ordering::Relaxed) {
+            return Some(FinishReason::Cancelled);
+        }
+        None
+    }
 }
 
 fn ids_array(ids: &[u32]) -> Array {
@@ -230,8 +397,8 @@ mod tests {
 
     use super::*;
     use crate::demo::Arch;
-    use crate::loader::load_model;
-    use crate::models::Logits;
+    use crate::loader::{load_model, load_model_with};
+    use crate::quant::QuantKernel;
     use crate::sampler::SamplingParams;
     use crate::testutil::{tiny_model, TinySpec};
     use crate::weights::ComputeDtype;
@@ -291,10 +458,14 @@ mod tests {
     /// A tiny demo model of one of the architectures with experts, windows
     /// or linear attention (the project's writer), loaded as mlx-lm would.
     fn demo_model(arch: Arch, dtype: ComputeDtype) -> Model {
+        demo_model_with(arch, dtype, QuantKernel::for_device(crate::backend_info().device))
+    }
+
+    fn demo_model_with(arch: Arch, dtype: ComputeDtype, kernel: QuantKernel) -> Model {
         use crate::demo::{write_demo_model, Bits, DemoSpec, Preset};
         let dir = crate::testutil::temp_dir(&format!("gen-{}", arch.as_str()));
         write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, Bits::Four)).expect("demo model");
-        let model = load_model(&dir, dtype).expect("load");
+        let model = load_model_with(&dir, dtype, kernel).expect("load");
         let _ = std::fs::remove_dir_all(dir);
         model
     }
@@ -366,6 +537,80 @@ mod tests {
         let fresh = run(&m, &mut m.new_cache(), &history, &opts);
         assert_eq!(t2.tokens, fresh.tokens);
         assert_eq!(cache.tokens(), &[history.as_slice(), &t2.tokens[..7]].concat()[..]);
+    }
+
+    /// Top logit minus the runner-up's after `seq`, by full recomputation.
+    fn top_two_gap(model: &Model, seq: &[u32]) -> f32 {
+        let logits = model.forward_with(&ids_array(seq), &mut model.new_cache(), Logits::All).expect("forward");
+        let logits = logits.as_dtype(mlx_rs::Dtype::Float32).expect("cast");
+        let v = logits.as_slice::<f32>();
+        let vocab = usize::try_from(model.config().text.vocab_size).expect("vocab");
+        let mut last = v[v.len() - vocab..].to_vec();
+        last.sort_by(|a, b| b.total_cmp(a));
+        last[0] - last[1]
+    }
+
+    /// A prompt that invites proposals: a greedy answer, then the question
+    /// again, so the model's continuation can be looked up in the prompt.
+    fn copying_prompt(m: &Model, base: &[u32]) -> Vec<u32> {
+        let plain = run(m, &mut m.new_cache(), base, &GenerateOptions { max_tokens: 24, ..Default::default() });
+        [base, &plain.tokens, base].concat()
+    }
+
+    /// Greedy decoding with prompt lookup gives exactly the tokens plain
+    /// decoding gives, on every architecture; where the cache cannot step
+    /// back it decodes plainly and says why.
+    #[test]
+    fn prompt_lookup_is_token_identical_to_plain_greedy_decoding() {
+        let (mut checked, mut ties) = (0, 0);
+        let (mut drafted, mut accepted) = (0, 0);
+        let archs = [Arch::Qwen2, Arch::Qwen3, Arch::Llama].into_iter().chain(NEW_ARCHS);
+        for arch in archs {
+            // In f32 and with the fused kernel, which computes each row
+            // alone: the loop is what is tested. (MLX's CPU kernel
+            // multiplies 8 rows or more through weights dequantized once, a
+            // different summation order, as it does a prompt chunk; that can
+            // flip a near tie of random weights, in a deep pass as between a
+            // prefill and a decode. The real model's answers are compared by
+            // scripts/bench/lookup.py.)
+            let m = demo_model(arch, ComputeDtype::F32);
+            let base: Vec<u32> = (0..12u32).map(|i| 3 + i * 29 % 400).collect();
+            let prompt = copying_prompt(&m, &base);
+            let plain = GenerateOptions { max_tokens: 40, ..Default::default() };
+            let lookup = GenerateOptions { speculative: SpeculativeMode::Lookup, ..plain.clone() };
+            let a = run(&m, &mut m.new_cache(), &prompt, &plain);
+            let mut cache = m.new_cache();
+            let b = run(&m, &mut cache, &prompt, &lookup);
+            // Identical, or parted only where the model's top two tokens
+            // tie to rounding (a pass of several rows and a one-row step
+            // sum in different orders, as a prefill chunk and decode do).
+            if let Some(i) = a.tokens.iter().zip(&b.tokens).position(|(x, y)| x != y) {
+                let gap = top_two_gap(&m, &[prompt.as_slice(), &a.tokens[..i]].concat());
+                assert!(gap < 1e-3, "{arch:?}: parted at {i} with a gap of {gap}: {:?} vs {:?}", a.tokens, b.tokens);
+                ties += 1;
+                continue;
+            }
+            assert_eq!(b.speculation.mode, SpeculativeMode::Lookup);
+            if m.new_cache().always_steps_back() {
+                assert_eq!(b.speculation.plain_because, None, "{arch:?}");
+                assert!(b.speculation.verify_passes > 0, "{arch:?}: {:?}", b.speculation);
+                // Each pass yields its own token plus the proposals it accepted.
+                assert_eq!(b.speculation.decoded, b.tokens.len() as u32 - 1, "{arch:?}");
+                assert_eq!(b.speculation.decoded, b.speculation.forward_passes + b.speculation.accepted, "{arch:?}");
+                drafted += b.speculation.drafted;
+                accepted += b.speculation.accepted;
+                // The cache holds exactly the conversation fed: a next turn reuses it.
+                assert_eq!(cache.tokens(), &[prompt.as_slice(), &b.tokens[..b.tokens.len() - 1]].concat()[..]);
+            } else {
+                assert_eq!(b.speculation.plain_because, Some(PlainBecause::CacheCannotStepBack), "{arch:?}");
+                assert_eq!(b.speculation.drafted, 0);
+            }
+            checked += 1;
+        }
+        assert_eq!(checked + ties, 7);
+        assert!(checked >= 5, "only {checked} architectures compared whole");
+        // Both outcomes of a check happened: accepted runs and rejections.
+        assert!(accepted > 0 && accepted < drafted, "accepted {accepted} of {drafted}");
     }
 
     #[test]

@@ -21,6 +21,7 @@ mod inspect;
 mod kv_quant;
 mod layers;
 mod loader;
+mod lookup;
 pub mod meter;
 mod mlx_memory;
 mod models;
@@ -49,7 +50,7 @@ pub use weights::ComputeDtype;
 #[cfg(feature = "test-support")]
 pub mod testing {
     pub use crate::loader::{load_model, load_model_with};
-    pub use crate::models::Model;
+    pub use crate::models::{Logits, Model};
     pub use crate::quant::QuantizedMatrix;
     pub use mlx_rs::Array;
 }

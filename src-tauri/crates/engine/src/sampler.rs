@@ -110,7 +110,90 @@ impl Sampler {
         if p.temperature == 0.0 {
             return indexing::argmax_axis(&logprobs, -1, None).op("argmax")?.as_dtype(Dtype::Uint32).op("cast");
         }
-        let mut lp = logprobs;
+        let temperature = p.temperature;
+        let lp = self.filter(logprobs)?;
+        let key = self.rng.next_key().op("random key")?;
+        let scaled = lp.multiply(Array::from_f32(1.0 / temperature)).op("temperature")?;
+        mlx_rs::random::categorical(&scaled, -1, None, &key).op("categorical")?.as_dtype(Dtype::Uint32).op("cast")
+    }
+
+    /// Checks `draft` against `logits` (`[1, k+1, vocab]`: row `i` follows
+    /// the fed token and `draft[..i]`): how many proposals are accepted, and
+    /// the token that follows them (the correction at the first rejection,
+    /// or the next token after a fully accepted draft). Evaluates.
+    ///
+    /// Greedy: a proposal is accepted when it is the argmax, so the tokens
+    /// are those plain decoding gives. Sampled: the speculative-sampling rule
+    /// for a deterministic proposal, which keeps the model's distribution
+    /// exactly: accept `d` with probability p(d); on rejection draw from p
+    /// with `d` removed (p's residual once the point mass on `d` is taken off).
+    pub fn verify(&mut self, logits: &Array, draft: &[u32], history: &[u32]) -> Result<(usize, u32)> {
+        let k = draft.len();
+        let rows = i32::try_from(k + 1).unwrap_or(i32::MAX);
+        let vocab = logits.dim(-1);
+        let logits = logits.reshape(&[rows, vocab]).op("verify rows")?;
+        let logits = if self.penalty_active() && (k > 0 || !history.is_empty()) {
+            // Row i's history includes the proposals before it.
+            let mut h = history.to_vec();
+            let mut out = Vec::with_capacity(k + 1);
+            for i in 0..=k {
+                let row = indexing::TryIndexOp::try_index(&logits, (i as i32..i as i32 + 1, ..)).op("verify row")?;
+                out.push(if h.is_empty() { row } else { self.repetition_penalty(&row, &h)? });
+                if let Some(&d) = draft.get(i) {
+                    h.push(d);
+                }
+            }
+            ops::concatenate(&out, 0).op("verify rows")?
+        } else {
+            logits
+        };
+        let lp = logits.subtract(ops::logsumexp_axis(&logits, -1, true).op("logsumexp")?).op("logprobs")?;
+        let p = self.params.clone();
+        if p.temperature == 0.0 {
+            let best = indexing::argmax_axis(&lp, -1, None).op("argmax")?.as_dtype(Dtype::Uint32).op("cast")?;
+            let best = best.as_slice::<u32>().to_vec();
+            let accepted = draft.iter().zip(&best).take_while(|(d, b)| d == b).count();
+            return Ok((accepted, best[accepted]));
+        }
+        let lp = self.filter(lp)?;
+        let scaled = lp.multiply(Array::from_f32(1.0 / p.temperature)).op("temperature")?;
+        let last = indexing::TryIndexOp::try_index(&scaled, (rows - 1..rows, ..)).op("verify")?;
+        let bonus_key = self.rng.next_key().op("random key")?;
+        let bonus = mlx_rs::random::categorical(&last, -1, None, &bonus_key).op("categorical")?;
+        if k == 0 {
+            let bonus = bonus.as_dtype(Dtype::Uint32).op("cast")?;
+            return Ok((0, bonus.as_slice::<u32>()[0]));
+        }
+        let kk = rows - 1;
+        let checked = indexing::TryIndexOp::try_index(&scaled, (..kk, ..)).op("verify")?;
+        let ids: Vec<i32> = draft.iter().map(|&t| t as i32).collect();
+        let ids = Array::from_slice(&ids, &[kk, 1]);
+        let probs = ops::softmax_axis(&checked, -1, true).op("softmax")?;
+        let p_draft = probs.take_along_axis(&ids, -1).op("verify gather")?;
+        let u_key = self.rng.next_key().op("random key")?;
+        let u = mlx_rs::random::uniform::<_, f32>(0.0f32, 1.0f32, &[kk, 1][..], &u_key).op("uniform")?;
+        let accept = u.lt(&p_draft).op("accept")?;
+        let neg_inf = Array::from_f32(f32::NEG_INFINITY).as_dtype(checked.dtype()).op("verify")?;
+        let fill = ops::broadcast_to(&neg_inf, ids.shape()).op("verify")?;
+        let residual = checked.put_along_axis(&ids, &fill, -1).op("residual")?;
+        let r_key = self.rng.next_key().op("random key")?;
+        let redraw = mlx_rs::random::categorical(&residual, -1, None, &r_key).op("categorical")?;
+        let (accept, redraw, bonus) = (
+            accept.as_dtype(Dtype::Uint32).op("cast")?,
+            redraw.as_dtype(Dtype::Uint32).op("cast")?,
+            bonus.as_dtype(Dtype::Uint32).op("cast")?,
+        );
+        mlx_rs::transforms::eval([&accept, &redraw, &bonus]).op("verify")?;
+        let accept = accept.as_slice::<u32>();
+        match accept.iter().position(|&a| a == 0) {
+            Some(i) => Ok((i, redraw.as_slice::<u32>()[i])),
+            None => Ok((k, bonus.as_slice::<u32>()[0])),
+        }
+    }
+
+    /// top_p -> min_p -> top_k on log-probabilities `[rows, vocab]`, as configured.
+    fn filter(&self, mut lp: Array) -> Result<Array> {
+        let p = &self.params;
         if 0.0 < p.top_p && p.top_p < 1.0 {
             lp = apply_top_p(&lp, p.top_p)?;
         }
@@ -121,9 +204,7 @@ impl Sampler {
         if p.top_k > 0 && p.top_k < vocab {
             lp = apply_top_k(&lp, p.top_k)?;
         }
-        let key = self.rng.next_key().op("random key")?;
-        let scaled = lp.multiply(Array::from_f32(1.0 / p.temperature)).op("temperature")?;
-        mlx_rs::random::categorical(&scaled, -1, None, &key).op("categorical")?.as_dtype(Dtype::Uint32).op("cast")
+        Ok(lp)
     }
 
     fn repetition_penalty(&self, logits: &Array, history: &[u32]) -> Result<Array> {
@@ -232,6 +313,96 @@ mod tests {
         // 2.0 / 1.5 < 1.9: token 5 wins once token 1 was seen.
         assert_eq!(s.sample(&logits(), &[1])?.item_exact::<u32>(), 5);
         assert_eq!(s.sample(&logits(), &[7])?.item_exact::<u32>(), 1);
+        Ok(())
+    }
+
+    /// Softmax of `row / t` with everything outside `keep` dropped.
+    fn probs(row: &[f32], t: f32, keep: &[usize]) -> Vec<f64> {
+        let e: Vec<f64> = row
+            .iter()
+            .enumerate()
+            .map(|(i, &l)| if keep.contains(&i) { f64::from(l / t).exp() } else { 0.0 })
+            .collect();
+        let z: f64 = e.iter().sum();
+        e.iter().map(|x| x / z).collect()
+    }
+
+    /// Pearson's chi-square of `counts` against `p` (cells with p = 0 must be empty).
+    fn chi_square(counts: &[u32], p: &[f64]) -> f64 {
+        let n: u32 = counts.iter().sum();
+        counts
+            .iter()
+            .zip(p)
+            .map(|(&c, &q)| {
+                if q == 0.0 {
+                    assert_eq!(c, 0, "a token outside the distribution came up");
+                    0.0
+                } else {
+                    let e = q * f64::from(n);
+                    (f64::from(c) - e).powi(2) / e
+                }
+            })
+            .sum()
+    }
+
+    /// The statistical check that verification keeps the model's
+    /// distribution: the first token out of a pass is distributed as p0
+    /// whatever was proposed, and the token after an accepted proposal as p1.
+    #[test]
+    fn verification_keeps_the_sampling_distribution() -> Result<()> {
+        let row0 = [0.1f32, 2.0, -1.0, 1.5, 0.3, 1.9, -0.2, 0.0];
+        let row1 = [1.0f32, -0.5, 0.2, 0.9, 1.4, -1.0, 0.6, 0.1];
+        let logits = Array::from_slice(&[row0, row1].concat(), &[1, 2, 8]);
+        // 99.9th percentile of chi-square with 7 degrees of freedom (fewer
+        // where top_k keeps fewer tokens): a seeded run is repeatable, and a
+        // wrong rule (accept always, or redraw from p itself) lands far above.
+        for (params, keep, limit) in [
+            (SamplingParams { temperature: 1.0, seed: Some(7), ..Default::default() }, (0..8).collect(), 24.3),
+            (
+                SamplingParams { temperature: 0.7, top_k: 4, seed: Some(8), ..Default::default() },
+                vec![1, 3, 4, 5],
+                16.3,
+            ),
+        ] {
+            let p0 = probs(&row0, params.temperature, &keep);
+            let keep1: Vec<usize> = if params.top_k > 0 { vec![0, 3, 4, 6] } else { (0..8).collect() };
+            let p1 = probs(&row1, params.temperature, &keep1);
+            // Proposing token 3: likely under p0, not the most likely.
+            let draft = 3u32;
+            let mut s = Sampler::new(params)?;
+            let (mut first, mut after) = ([0u32; 8], [0u32; 8]);
+            for _ in 0..3000 {
+                let (accepted, next) = s.verify(&logits, &[draft], &[])?;
+                if accepted == 1 {
+                    first[draft as usize] += 1;
+                    after[next as usize] += 1;
+                } else {
+                    assert_ne!(next, draft, "a rejected proposal is never the correction");
+                    first[next as usize] += 1;
+                }
+            }
+            let (c0, c1) = (chi_square(&first, &p0), chi_square(&after, &p1));
+            assert!(c0 < limit, "first token: chi-square {c0:.1} (counts {first:?}, p {p0:?})");
+            assert!(c1 < limit, "after acceptance: chi-square {c1:.1} (counts {after:?}, p {p1:?})");
+            // Acceptance happened at about p0(draft): the check saw both branches.
+            let acc = f64::from(after.iter().sum::<u32>()) / 3000.0;
+            assert!((acc - p0[draft as usize]).abs() < 0.05, "accepted {acc:.3} vs p {:.3}", p0[draft as usize]);
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn greedy_verification_accepts_the_argmax_run() -> Result<()> {
+        let rows = [[0.0f32, 3.0, 1.0], [2.0, 0.0, 1.0], [0.0, 0.0, 5.0]];
+        let logits = Array::from_slice(&rows.concat(), &[1, 3, 3]);
+        let mut s = Sampler::new(SamplingParams::default())?;
+        assert_eq!(s.verify(&logits, &[1, 0], &[])?, (2, 2), "both accepted, then the last row's argmax");
+        assert_eq!(s.verify(&logits, &[1, 2], &[])?, (1, 0), "second rejected: row 1's argmax");
+        assert_eq!(s.verify(&logits, &[2, 0], &[])?, (0, 1));
+        // A penalty applies per row, over the history plus the earlier proposals.
+        let mut s = Sampler::new(SamplingParams { repetition_penalty: 4.0, ..Default::default() })?;
+        // With token 0 in the history, row 1 sees 2.0 / 4 < 1.0: token 2 wins there.
+        assert_eq!(s.verify(&logits, &[1, 0], &[0])?, (1, 2));
         Ok(())
     }
 

@@ -205,6 +205,8 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             ignore_eos: false,
             kv,
             prompt_cache_room: None,
+            // The server's setting (`ServeConfig::speculative`), set where it runs.
+            speculative: headroom_core::speculative::SpeculativeMode::None,
         },
     })
 }

@@ -257,7 +257,8 @@ async fn chat_response(
     }
     let body = body?;
     let request = parse_request(&body, ctx.config.default_max_tokens)?;
-    let ChatRequest { model, stream, include_usage, generate } = request;
+    let ChatRequest { model, stream, include_usage, mut generate } = request;
+    generate.speculative = ctx.config.speculative;
 
     let run = {
         let _turn = ctx.turn.lock().await;

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use headroom_core::speculative::SpeculativeMode;
 use headroom_engine::worker::EngineHandle;
 use tokio::sync::oneshot;
 
@@ -48,6 +49,8 @@ pub struct ServeConfig {
     /// How long a new connection has to send its first request's headers
     /// (crate::deadline).
     pub header_timeout: Duration,
+    /// How every request decodes (greedy output is the same either way).
+    pub speculative: SpeculativeMode,
 }
 
 impl Default for ServeConfig {
@@ -59,6 +62,7 @@ impl Default for ServeConfig {
             default_max_tokens: DEFAULT_MAX_TOKENS,
             max_requests: DEFAULT_MAX_REQUESTS,
             header_timeout: crate::deadline::HEADER_TIMEOUT,
+            speculative: SpeculativeMode::None,
         }
     }
 }

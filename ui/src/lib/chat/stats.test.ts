@@ -17,6 +17,7 @@ const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
   model: 'headroom-demo-tiny',
   slowdown: null,
   kvCache: '8-bit (group 64)',
+  speculation: null,
   ...o,
 });
 
@@ -37,6 +38,13 @@ describe('formatStatsLine', () => {
     );
     expect(statsDetails(slowed)).toContainEqual(['Slowed', 'slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB']);
     expect(statsDetails(stats()).map(([label]) => label)).not.toContain('Slowed');
+  });
+
+  it('says what prompt lookup did, in the line and the details', () => {
+    const looked = stats({ speculation: 'lookup: 62% accepted, 2.5 tok/pass' });
+    expect(formatStatsLine(looked)).toBe('TTFT 25 ms · 193 tok/s · 40 tok · ctx 20 · lookup: 62% accepted, 2.5 tok/pass');
+    expect(statsDetails(looked)).toContainEqual(['Decoding', 'lookup: 62% accepted, 2.5 tok/pass']);
+    expect(statsDetails(stats())).toContainEqual(['Decoding', 'one token per pass']);
   });
 
   it('shows an undefined rate as a dash, never 0 or Infinity', () => {

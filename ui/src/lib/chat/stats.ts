@@ -44,6 +44,7 @@ export function formatStatsLine(s: TurnStats, reason?: FinishReason): string {
     `ctx ${formatCount(s.contextTokens)}`,
   ];
   if (reason === 'cancelled') parts.push('stopped');
+  if (s.speculation) parts.push(s.speculation);
   if (s.slowdown) parts.push(s.slowdown);
   return parts.join(' · ');
 }
@@ -70,6 +71,7 @@ export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string
     ['Peak memory', formatBytes(s.peakMemoryBytes)],
     ['Model', s.model],
     ['KV cache', s.kvCache],
+    ['Decoding', s.speculation ?? 'one token per pass'],
   ];
   if (reason) rows.push(['Ended', formatReason(reason)]);
   if (s.slowdown) rows.push(['Slowed', s.slowdown]);

@@ -20,6 +20,7 @@ const STATS: ChatEvent = {
     model: 'demo',
     slowdown: null,
     kvCache: 'bf16',
+    speculation: null,
   },
 };
 

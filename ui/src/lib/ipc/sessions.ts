@@ -52,6 +52,8 @@ export interface StoredTurnStats {
   /** The quantized-matmul kernel ("cpu-f32", "fused"); null if unquantized or cloud. */
   quantKernel: string | null;
   slowdown: string | null;
+  /** What prompt lookup did; null for plain decoding (and answers stored before it was kept). */
+  speculation: string | null;
 }
 
 /** Mirrors `StoredMessage`. */

@@ -23,4 +23,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   quantizedKvStart: 5000,
   promptCacheMb: 4096,
   kvDiskMb: 4096,
+  speculative: 'lookup',
 });

@@ -9,6 +9,13 @@ import { call } from './invoke';
  */
 export type Kernel = 'auto' | 'fused' | 'cpu';
 
+/**
+ * Mirrors `headroom_core::speculative::SpeculativeMode`: `lookup` checks
+ * tokens proposed from the conversation several per forward pass (greedy
+ * answers unchanged; it switches itself off where it does not pay).
+ */
+export type Speculative = 'none' | 'lookup';
+
 /** Mirrors `headroom_core::settings::Settings` (serde camelCase). */
 export interface Settings {
   contextLimit: number;
@@ -38,6 +45,8 @@ export interface Settings {
   promptCacheMb: number;
   /** Disk (MB) for chats' KV states saved across restarts; 0: off. */
   kvDiskMb: number;
+  /** How local answers decode: prompt lookup or one token per pass. */
+  speculative: Speculative;
 }
 
 /** The stored settings; fields never set have their defaults. */

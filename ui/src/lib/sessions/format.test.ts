@@ -24,6 +24,7 @@ const STATS: StoredTurnStats = {
   finishReason: 'length',
   quantKernel: 'cpu-f32',
   slowdown: 'slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB',
+  speculation: 'lookup: 62% accepted, 2.5 tok/pass',
 };
 
 function msg(over: Partial<StoredMessage>): StoredMessage {
@@ -54,7 +55,7 @@ describe('toChatMessages', () => {
       msg({ id: 6, role: 'assistant', content: '', status: 'error', error: 'The engine stopped.' }),
     ]);
     expect(out.map((m) => m.id)).toEqual([2, 3, 4, 5, 6]);
-    expect(out[1]?.stats).toMatchObject({ model: 'demo', decodeTps: 90, contextTokens: 40, slowdown: STATS.slowdown, kvCache: 'float16' });
+    expect(out[1]?.stats).toMatchObject({ model: 'demo', decodeTps: 90, contextTokens: 40, slowdown: STATS.slowdown, kvCache: 'float16', speculation: STATS.speculation });
     expect(out[1]?.reason).toBe('length');
     expect(out[3]).toMatchObject({ interrupted: true, reason: 'cancelled', text: 'Hal' });
     expect(out[4]?.failed).toBe('The engine stopped.');

@@ -34,6 +34,7 @@ export function toTurnStats(s: StoredTurnStats): TurnStats {
     model: s.modelId,
     slowdown: s.slowdown,
     kvCache: s.kvDtype,
+    speculation: s.speculation ?? null,
   };
 }
 

@@ -127,8 +127,8 @@ pub enum Logits {
     /// `[B, vocab]` for the last position: all generation needs, and it
     /// skips the output head for every other position (a vocab-wide matmul).
     Last,
-    /// `[B, L, vocab]`, as mlx-lm's model returns (for parity checks).
-    #[cfg(test)]
+    /// `[B, L, vocab]`, as mlx-lm's model returns: a pass that checks
+    /// proposed tokens needs every row (and parity checks do).
     All,
 }
 
@@ -152,7 +152,6 @@ impl Logits {
         };
         match self {
             Logits::Last => out.squeeze_axes(&[1]).map_err(mlx("squeeze")),
-            #[cfg(test)]
             Logits::All => Ok(out),
         }
     }

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use headroom_core::chat::{FinishReason, Message};
 use headroom_core::kv::KvFormat;
+use headroom_core::speculative::{Speculation, SpeculativeMode};
 use headroom_core::stats::{Rates, TurnTimings};
 
 use crate::backend::backend_info;
@@ -206,6 +207,9 @@ pub struct GenerateRequest {
     /// state) while this request runs: the room the caller's fit check
     /// found now; `None`: the load's allowance.
     pub prompt_cache_room: Option<usize>,
+    /// Whether decoding proposes tokens and checks several per pass
+    /// (`headroom_core::speculative`); greedy output is the same either way.
+    pub speculative: SpeculativeMode,
 }
 
 impl GenerateRequest {
@@ -220,6 +224,7 @@ impl GenerateRequest {
             ignore_eos: false,
             kv: None,
             prompt_cache_room: None,
+            speculative: SpeculativeMode::None,
         }
     }
 }
@@ -251,6 +256,8 @@ pub struct TurnStats {
     /// What the KV cache was at the end of the turn: "bf16",
     /// "8-bit (group 64)", or "bf16 (8-bit from 5000 tokens)" before its conversion.
     pub kv_label: String,
+    /// What speculative decoding did (mode `None`: plain decoding).
+    pub speculation: Speculation,
 }
 
 /// What a run reports, in this order: `Started`, `Token`s (and possibly one
@@ -340,6 +347,7 @@ fn empty_stats(generated: usize) -> TurnStats {
         timings,
         peak_memory_bytes: 0,
         kv_label: String::new(),
+        speculation: Speculation::default(),
     }
 }
 

@@ -578,6 +578,7 @@ impl Worker {
             max_tokens,
             checkpoint: !cache.always_steps_back(),
             eos_ids: if request.ignore_eos { Vec::new() } else { loaded.tokenizer.eos_ids().to_vec() },
+            speculative: request.speculative,
             ..GenerateOptions::default()
         };
         self.start_measuring()?;
@@ -616,6 +617,7 @@ impl Worker {
             timings: generation.timings,
             peak_memory_bytes,
             kv_label: cache.label(short_dtype_name(loaded.model.activation_dtype())),
+            speculation: generation.speculation,
         };
         // What this request leaves is the latest entry; what no longer fits
         // the allowance goes to disk (a chat's) or away. A cache that cannot

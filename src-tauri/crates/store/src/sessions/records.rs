@@ -97,6 +97,10 @@ pub struct TurnStatsRecord {
     /// tok/s while swap grew 1.2 GB").
     #[serde(default)]
     pub slowdown: Option<String>,
+    /// What speculative decoding did ("lookup: 62% accepted, 2.5
+    /// tok/pass"); `None` for plain decoding and cloud answers.
+    #[serde(default)]
+    pub speculation: Option<String>,
 }
 
 /// One stored message, with its turn's stats if it is an answer that has them.

@@ -21,7 +21,8 @@ pub(super) const MESSAGE_COLUMNS: &str =
     "m.id, m.session_id, m.role, m.content, m.model, m.route, m.status, m.error, m.created_at, m.updated_at,
     t.message_id AS t_message_id, t.model_id, t.quantization, t.kv_dtype, t.batch, t.context_tokens, t.prompt_tokens,
     t.reused_tokens, t.generated_tokens, t.ttft_ms, t.prefill_tps, t.decode_tps, t.e2e_tps, t.prefill_ms,
-    t.first_token_ms, t.last_token_ms, t.peak_memory_bytes, t.pressure, t.swap_delta_bytes, t.finish_reason, t.quant_kernel, t.slowdown";
+    t.first_token_ms, t.last_token_ms, t.peak_memory_bytes, t.pressure, t.swap_delta_bytes, t.finish_reason, t.quant_kernel, t.slowdown,
+    t.speculation";
 
 pub(super) fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
     let what = "read message";
@@ -49,6 +50,7 @@ pub(super) fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
             finish_reason: parse_finish(row.try_get("finish_reason").ctx(what)?)?,
             quant_kernel: row.try_get("quant_kernel").ctx(what)?,
             slowdown: row.try_get("slowdown").ctx(what)?,
+            speculation: row.try_get("speculation").ctx(what)?,
         }),
     };
     Ok(StoredMessage {
@@ -70,8 +72,9 @@ pub(crate) async fn insert_stats(tx: &mut Transaction<'_, Sqlite>, message_id: i
     sqlx::query(
         "INSERT INTO turn_stats (message_id, model_id, quantization, kv_dtype, batch, context_tokens, prompt_tokens,
             reused_tokens, generated_tokens, ttft_ms, prefill_tps, decode_tps, e2e_tps, prefill_ms, first_token_ms,
-            last_token_ms, peak_memory_bytes, pressure, swap_delta_bytes, finish_reason, quant_kernel, slowdown)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22)",
+            last_token_ms, peak_memory_bytes, pressure, swap_delta_bytes, finish_reason, quant_kernel, slowdown,
+            speculation)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
     )
     .bind(message_id)
     .bind(&s.model_id)
@@ -95,6 +98,7 @@ pub(crate) async fn insert_stats(tx: &mut Transaction<'_, Sqlite>, message_id: i
     .bind(finish_str(s.finish_reason))
     .bind(&s.quant_kernel)
     .bind(&s.slowdown)
+    .bind(&s.speculation)
     .execute(&mut **tx)
     .await
     .ctx("insert turn stats")?;

@@ -1,0 +1,41 @@
+//! What one forward pass costs by the number of rows it runs, after a
+//! 300-token context: the figure that decides whether checking several
+//! proposed tokens per pass (prompt lookup) can pay on this machine.
+//!
+//!   cargo run --release -p headroom-engine --features test-support --example pass_cost -- MODEL [dtype]
+//!
+//! MODEL is a model folder or a .gguf file; dtype `native` (default) or `f32`.
+//! Prints the best of 5 per row count (each on a fresh copy of the context).
+
+use std::time::Instant;
+
+use headroom_engine::testing::{load_model, Array, Logits};
+use headroom_engine::ComputeDtype;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let mut args = std::env::args().skip(1);
+    let dir = std::path::PathBuf::from(args.next().ok_or("usage: pass_cost MODEL [native|f32]")?);
+    let dtype = match args.next().as_deref() {
+        Some("f32") => ComputeDtype::F32,
+        _ => ComputeDtype::Native,
+    };
+    let model = load_model(&dir, dtype)?;
+    let context: Vec<u32> = (0..300u32).map(|i| 100 + i * 7 % 5000).collect();
+    let mut one = None;
+    for rows in [1usize, 2, 3, 4, 6, 8, 12, 16, 24] {
+        let mut best = f64::MAX;
+        for _ in 0..5 {
+            let mut cache = model.new_cache();
+            let logits = model.forward(&Array::from_slice(&context, &[1, context.len() as i32]), &mut cache)?;
+            mlx_rs::transforms::eval([&logits])?;
+            let ids = Array::from_slice(&context[..rows], &[1, rows as i32]);
+            let started = Instant::now();
+            let logits = model.forward_with(&ids, &mut cache, Logits::All)?;
+            mlx_rs::transforms::eval([&logits])?;
+            best = best.min(started.elapsed().as_secs_f64());
+        }
+        let base = *one.get_or_insert(best);
+        println!("rows {rows:2}: {:7.1} ms  ({:.2}× one row)", best * 1e3, best / base);
+    }
+    Ok(())
+}

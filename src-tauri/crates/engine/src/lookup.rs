@@ -1,0 +1,292 @@
+//! Prompt lookup: what to propose, and how many to propose.
+//!
+//! Proposals are the tokens that followed the latest earlier occurrence of
+//! the conversation's last few tokens (llama.cpp's prompt lookup; mlx-lm has
+//! none). They cost no memory and a scan of the token ids.
+//!
+//! How many to propose is decided by [`Depth`], from this machine's own
+//! figures: what a plain (pipelined) step costs, what a verification pass
+//! costs per proposed row, and how often proposals are accepted. It proposes
+//! only the depth whose expected tokens per second beat plain decoding, and
+//! none (plain decoding, pipelined) when no depth does; then it probes again
+//! now and then, since a conversation may start copying later.
+
+use std::time::Duration;
+
+/// The longest suffix matched; longer matches are tried first (they are
+/// likelier to continue the same way).
+const NGRAM_MAX: usize = 4;
+/// The shortest: one token alone matches everywhere and predicts little.
+const NGRAM_MIN: usize = 2;
+
+/// The proposals for what follows `seq`: up to `max` tokens that followed
+/// the latest earlier occurrence of its last `NGRAM_MAX`..=`NGRAM_MIN`
+/// tokens (the longest suffix that occurs earlier wins). Empty if none.
+pub fn propose(seq: &[u32], max: usize) -> &[u32] {
+    if max == 0 {
+        return &[];
+    }
+    for n in (NGRAM_MIN..=NGRAM_MAX).rev() {
+        if seq.len() <= n {
+            continue;
+        }
+        let suffix = &seq[seq.len() - n..];
+        // Latest first; the suffix's own position (start len - n) excluded.
+        let found = (0..seq.len() - n).rev().find(|&i| &seq[i..i + n] == suffix);
+        if let Some(i) = found {
+            let from = i + n;
+            return &seq[from..(from + max).min(seq.len())];
+        }
+    }
+    &[]
+}
+
+/// The depths tried, shallow to deep. What a pass costs per row depends on
+/// the kernel: on Metal decode is bandwidth-bound and a pass of 17 rows
+/// costs about one step; on MLX's CPU backend the fused quantized kernel
+/// dequantizes per row, so rows cost almost a step each until the CPU
+/// kernel switches to dequantize-once at 8 rows (`QuantKernel`), where a
+/// pass costs about five steps however many rows it has. So each depth's
+/// cost is measured, not modelled.
+pub const DEPTHS: [usize; 4] = [2, 4, 8, 16];
+/// Most tokens proposed in one pass.
+pub const DEPTH_MAX: usize = 16;
+
+/// Weight of a new timing in the running averages.
+const WEIGHT: f64 = 0.3;
+/// Decay of the acceptance counts per observation, so the estimate follows
+/// an answer that starts or stops copying within a few proposals.
+const DECAY: f64 = 0.8;
+/// A depth must beat plain decoding by this much to be chosen: the figures
+/// are noisy, and a tie is better spent pipelined.
+const MARGIN: f64 = 1.03;
+/// A depth whose cost is unknown is tried only while at least this share
+/// of proposals would have been accepted.
+const EXPLORE_AT: f64 = 0.5;
+
+fn average(old: Option<f64>, new: f64) -> f64 {
+    old.map_or(new, |o| o + WEIGHT * (new - o))
+}
+
+/// The adaptive proposal depth, with a floor of zero.
+///
+/// Two figures decide it, both from this machine and this answer: what a
+/// pass at each depth costs (measured when one runs), and how often
+/// proposals are accepted. The second is also learnt for free while
+/// decoding plainly: each proposal the lookup would have made is compared
+/// with the tokens plain decoding then produced ("shadow" proposals). So
+/// the depth drops to zero where proposals do not pay, costs nothing there
+/// but a scan of the token ids, and comes back as soon as the answer starts
+/// copying. A depth is chosen when its expected tokens per second,
+/// `(1 + α + … + α^k) / cost(k)`, beat plain decoding; one never measured
+/// is tried once when it could.
+#[derive(Debug, Clone)]
+pub struct Depth {
+    /// Seconds per token of plain pipelined decode.
+    plain: Option<f64>,
+    /// Seconds per pass at each of [`DEPTHS`].
+    cost: [Option<f64>; DEPTHS.len()],
+    /// Decayed counts of proposed tokens accepted, and of those checked
+    /// (each accepted one, and the first rejected one).
+    hits: f64,
+    checked: f64,
+    /// The proposal plain decoding is being compared with, and how many of
+    /// its tokens matched so far.
+    shadow: Vec<u32>,
+    matched: usize,
+}
+
+impl Default for Depth {
+    fn default() -> Self {
+        // A prior of one accepted in two: the first proposal is tried, and
+        // the figures take over within a few observations.
+        Self { plain: None, cost: [None; DEPTHS.len()], hits: 1.0, checked: 2.0, shadow: Vec::new(), matched: 0 }
+    }
+}
+
+impl Depth {
+    /// Share of proposed tokens accepted.
+    pub fn alpha(&self) -> f64 {
+        (self.hits / self.checked).clamp(0.0, 0.99)
+    }
+
+    fn observe(&mut self, accepted: usize, rejected: bool) {
+        self.hits = self.hits * DECAY + accepted as f64;
+        self.checked = self.checked * DECAY + (accepted + usize::from(rejected)) as f64;
+    }
+
+    /// A plain pipelined step took `dt` (between two tokens).
+    pub fn plain_step(&mut self, dt: Duration) {
+        self.plain = Some(average(self.plain, dt.as_secs_f64()));
+    }
+
+    /// Plain decoding appended the last token of `seq`: checks it against
+    /// the shadow proposal, and makes a new one when none is pending.
+    pub fn shadow(&mut self, seq: &[u32]) {
+        let Some(&token) = seq.last() else { return };
+        if let Some(&expected) = self.shadow.get(self.matched) {
+            if expected == token {
+                self.matched += 1;
+                if self.matched == self.shadow.len() {
+                    self.observe(self.matched, false);
+                    self.shadow.clear();
+                }
+            } else {
+                self.observe(self.matched, true);
+                self.shadow.clear();
+            }
+            if !self.shadow.is_empty() {
+                return;
+            }
+        }
+        self.matched = 0;
+        self.shadow.clear();
+        self.shadow.extend_from_slice(propose(seq, DEPTH_MAX));
+    }
+
+    /// A pass asked for `depth` proposals, checked `proposed`, accepted
+    /// `accepted`, and took `dt`.
+    pub fn pass(&mut self, depth: usize, proposed: usize, accepted: usize, dt: Duration) {
+        let i = DEPTHS.iter().position(|&d| d >= depth).unwrap_or(DEPTHS.len() - 1);
+        self.cost[i] = Some(average(self.cost[i], dt.as_secs_f64()));
+        self.observe(accepted, accepted < proposed);
+        // The sequence moved past whatever the shadow was compared with.
+        self.shadow.clear();
+    }
+
+    /// Expected tokens a pass with `k` proposals yields: the accepted run
+    /// plus the one the pass samples itself.
+    fn expected_tokens(&self, k: usize) -> f64 {
+        let a = self.alpha();
+        (0..=k).map(|i| a.powi(i as i32)).sum()
+    }
+
+    /// How many tokens to propose next (0: decode plainly).
+    pub fn depth(&self) -> usize {
+        let Some(plain) = self.plain else {
+            // No baseline yet: propose, so that both get measured.
+            return DEPTHS[0];
+        };
+        let target = MARGIN / plain;
+        let best = DEPTHS
+            .iter()
+            .zip(&self.cost)
+            .filter_map(|(&k, c)| Some((k, self.expected_tokens(k) / (*c)?)))
+            .filter(|&(_, rate)| rate > target)
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        let best_rate = best.map_or(target, |b| b.1);
+        // Worth one try: a depth never measured that would beat the best
+        // if its pass cost no more than a plain step.
+        let explore = (self.alpha() >= EXPLORE_AT)
+            .then(|| {
+                DEPTHS
+                    .iter()
+                    .zip(&self.cost)
+                    .find(|&(&k, c)| c.is_none() && self.expected_tokens(k) / plain > best_rate)
+                    .map(|(&k, _)| k)
+            })
+            .flatten();
+        explore.or(best.map(|b| b.0)).unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proposes_what_followed_the_latest_longest_match() {
+        // "a b c d x | a b c" → after "a b c" came "d x" (and, earlier, "d q").
+        let seq = [1, 2, 3, 4, 9, 7, 1, 2, 3, 4, 5, 6, 8, 1, 2, 3];
+        assert_eq!(propose(&seq, 3), &[4, 5, 6]);
+        assert_eq!(propose(&seq, 1), &[4]);
+        assert_eq!(propose(&seq, 0), &[] as &[u32]);
+        // A longer suffix wins over a later shorter one: "7 1 2" occurs once.
+        let seq = [7, 1, 2, 50, 1, 2, 60, 7, 1, 2];
+        assert_eq!(propose(&seq, 2), &[50, 1]);
+        // Only a single-token match: nothing (too weak to propose).
+        assert_eq!(propose(&[5, 6, 7, 5], 4), &[] as &[u32]);
+        // The proposal stops where the sequence does.
+        assert_eq!(propose(&[1, 2, 3, 1, 2], 5), &[3, 1, 2]);
+        assert_eq!(propose(&[], 5), &[] as &[u32]);
+    }
+
+    fn ms(v: f64) -> Duration {
+        Duration::from_secs_f64(v / 1e3)
+    }
+
+    /// Metal-like: a pass costs about a step whatever its rows.
+    #[test]
+    fn depth_grows_while_proposals_are_accepted_and_cheap() {
+        let mut d = Depth::default();
+        assert_eq!(d.depth(), 2, "unmeasured: propose");
+        d.plain_step(ms(10.0));
+        let mut seen = Vec::new();
+        for _ in 0..8 {
+            let k = d.depth();
+            seen.push(k);
+            // Every proposal accepted; a pass costs 11 ms + 0.1 ms a row.
+            d.pass(k, k, k, ms(11.0 + 0.1 * k as f64));
+        }
+        assert_eq!(&seen[..4], &[2, 4, 8, 16], "each depth tried once, deeper while accepted");
+        assert_eq!(d.depth(), 16);
+    }
+
+    /// MLX's CPU backend: rows cost a step each below 8, then a pass costs
+    /// five steps. Shallow depths never pay; a deep one does when copying.
+    #[test]
+    fn a_deep_depth_is_found_where_only_deep_passes_pay() {
+        let cost = |k: usize| if k + 1 < 8 { 100.0 * (k + 1) as f64 } else { 540.0 };
+        let mut d = Depth::default();
+        d.plain_step(ms(100.0));
+        for _ in 0..12 {
+            let k = d.depth();
+            assert!(k > 0, "{d:?}");
+            // A long verbatim copy: 90 % of proposals accepted.
+            d.pass(k, k, (k * 9) / 10, ms(cost(k)));
+        }
+        assert_eq!(d.depth(), 16, "{d:?}");
+    }
+
+    #[test]
+    fn depth_falls_to_zero_when_nothing_is_accepted_and_returns_when_copying_starts() {
+        let mut d = Depth::default();
+        d.plain_step(ms(100.0));
+        // The first proposal is rejected at once: a pass of 3 rows, 300 ms.
+        d.pass(2, 2, 0, ms(300.0));
+        assert_eq!(d.depth(), 0, "{d:?}");
+        // Free prose: plain decoding, its shadow proposals mostly wrong.
+        let mut seq: Vec<u32> = vec![1, 2, 3, 4, 5, 6, 1, 2];
+        for t in [9, 8, 7, 1, 2, 6, 5] {
+            seq.push(t);
+            d.shadow(&seq);
+            d.plain_step(ms(100.0));
+            assert_eq!(d.depth(), 0, "alpha {}", d.alpha());
+        }
+        // The answer starts copying a long stretch of the prompt: the
+        // shadows match, and proposing comes back (deep, on this cost curve).
+        let text: Vec<u32> = (100..160).collect();
+        seq.extend(&text);
+        for &t in &text[..20] {
+            seq.push(t);
+            d.shadow(&seq);
+        }
+        assert!(d.alpha() > 0.8, "alpha {}", d.alpha());
+        assert!(d.depth() >= 4, "depth {} {d:?}", d.depth());
+    }
+
+    #[test]
+    fn depth_is_zero_when_rows_cost_as_much_as_steps() {
+        // Half the proposals accepted, but each row costs a whole step.
+        let mut d = Depth::default();
+        d.plain_step(ms(10.0));
+        for _ in 0..10 {
+            let k = d.depth();
+            if k == 0 {
+                break;
+            }
+            d.pass(k, k, k / 2, ms(10.0 * (k + 1) as f64));
+        }
+        assert_eq!(d.depth(), 0, "{d:?}");
+    }
+}
