@@ -268,6 +268,14 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
         engine.drop_sessions().unwrap();
         let fresh = turn(history, None);
         assert_eq!(fresh.stats.reused_tokens, 0, "{name}: the cold run found a cache");
+        // The state read back is the one kept: it passes the header's checks
+        // (a miss would still answer right, from the start) and saves as much.
+        if from_disk.stats.reused_tokens != second.stats.reused_tokens {
+            failures.push(format!(
+                "{name}: the state from disk reused {} prompt tokens ({:?}), the one in memory {}",
+                from_disk.stats.reused_tokens, from_disk.stats.reused_from, second.stats.reused_tokens
+            ));
+        }
         for (how, reused) in [("from memory", &second), ("from disk", &from_disk)] {
             if reused.token_ids != fresh.token_ids {
                 failures.push(format!(

@@ -93,8 +93,13 @@ pub struct StateShape {
     /// The linear-attention layers' sizes (their convolution and state).
     pub linear: Option<LinearAttention>,
     pub format: KvFormat,
-    /// The activations' float type: keys, values, scales, convolution inputs.
-    pub dtype: Dtype,
+    /// The float types its keys and values (and scales, and convolution
+    /// inputs) may be in: the activations' (the embedding's, widened by the
+    /// norms and biases: `Model::activation_dtype`) or the embedding's own.
+    /// Qwen3.5 has both: its f32 gate parameters widen the first to f32
+    /// while its keys stay in the embedding's bf16. A state holds one of
+    /// them throughout, the one its description names.
+    pub dtypes: Vec<Dtype>,
     /// Most positions one of this load's caches may hold.
     pub context_limit: usize,
 }
@@ -110,7 +115,7 @@ impl StateShape {
             head_dim: text.head_dim,
             linear: text.linear_attention,
             format,
-            dtype: model.activation_dtype(),
+            dtypes: vec![model.activation_dtype(), model.embedding_dtype()],
             context_limit,
         }
     }
@@ -135,6 +140,16 @@ fn file_dtype(d: Dtype) -> Option<FileDtype> {
         Dtype::Uint32 => Some(FileDtype::U32),
         _ => None,
     }
+}
+
+/// A float type by MLX's name ("bfloat16"), as a state's description gives it.
+fn parse_float(name: &str) -> Option<Dtype> {
+    [Dtype::Float32, Dtype::Float16, Dtype::Bfloat16].into_iter().find(|&d| dtype_name(d) == name)
+}
+
+/// The float type of a state's keys and values, as its description `meta` names it.
+pub(crate) fn state_dtype(meta: &StateMeta) -> Result<Dtype, Refused> {
+    parse_float(&meta.dtype).ok_or_else(|| refused(format!("keys in {:?}, not a float type", meta.dtype)))
 }
 
 /// The MLX dtype of a tensor a state may hold (those [`check_header`] lets through).
@@ -164,8 +179,9 @@ pub fn check_header(
     if meta.format != want.format {
         return Err(refused(format!("its KV cache is {:?}, this model's is {:?}", meta.format, want.format)));
     }
-    if meta.dtype != dtype_name(want.dtype) {
-        return Err(refused(format!("its keys are {}, this model computes in {:?}", meta.dtype, want.dtype)));
+    let kv_dtype = state_dtype(meta)?;
+    if !want.dtypes.contains(&kv_dtype) {
+        return Err(refused(format!("its keys are {}, this model's are {:?}", meta.dtype, want.dtypes)));
     }
     let saved_kinds: Vec<LayerKind> = meta.layers.iter().map(LayerMeta::kind).collect();
     if saved_kinds != want.kinds {
@@ -175,8 +191,7 @@ pub fn check_header(
             want.kinds.len()
         )));
     }
-    let float =
-        file_dtype(want.dtype).ok_or_else(|| refused(format!("no saved state computes in {:?}", want.dtype)))?;
+    let float = file_dtype(kv_dtype).ok_or_else(|| refused(format!("no saved state is in {kv_dtype:?}")))?;
     let limit = u64::try_from(want.context_limit).unwrap_or(u64::MAX);
     let tokens = tensors.get(TOKENS).ok_or_else(|| refused("no token ids"))?;
     let positions = match tokens.shape.as_slice() {
@@ -347,8 +362,13 @@ impl LayerTensors<'_> {
 
 impl KvCache {
     /// The cache as named arrays (`tokens`, `layers.{i}.{buffer}`) and its
-    /// description; `dtype` is the activations' float type, by MLX's name.
+    /// description; `dtype` is the activations' float type, by MLX's name,
+    /// named as the keys' when no layer holds any yet.
     pub fn to_saved(&self, dtype: &str) -> (Vec<(String, Array)>, StateMeta) {
+        let dtype: &str = match self.dtype() {
+            Some(d) => dtype_name(d),
+            None => dtype,
+        };
         let ids = i32::try_from(self.tokens.len()).unwrap_or(i32::MAX);
         let mut arrays = vec![(TOKENS.to_owned(), Array::from_slice(&self.tokens, &[ids]))];
         let mut layers = Vec::with_capacity(self.layers.len());
@@ -368,7 +388,7 @@ impl KvCache {
     }
 
     /// The cache `to_saved` described, for a model whose layers are `kinds`,
-    /// its KV cache stored as `format` and its activations `dtype`. Every
+    /// its KV cache stored as `format` and its keys in `dtype`. Every
     /// claim of the file is checked first; `arrays` must be evaluated.
     pub fn from_saved(
         mut arrays: HashMap<String, Array>,

@@ -437,7 +437,8 @@ pub(crate) fn read_state(
         arrays.insert(name.clone(), array_of(&bytes, t).map_err(|e| Miss::Damaged(format!("{name}: {e}")))?);
     }
     eval(arrays.values()).op("read a saved state").map_err(|e| damaged(&e))?;
-    KvCache::from_saved(arrays, &state, &want.kinds, want.format, want.dtype).map_err(|e| damaged(&e))
+    let kv_dtype = persist::state_dtype(&state).map_err(|e| damaged(&e))?;
+    KvCache::from_saved(arrays, &state, &want.kinds, want.format, kv_dtype).map_err(|e| damaged(&e))
 }
 
 /// One tensor's array from its bytes: read as bytes, then viewed as its
@@ -500,7 +501,7 @@ mod tests {
             head_dim: 4,
             linear: None,
             format: KvFormat::Float,
-            dtype: Dtype::Float32,
+            dtypes: vec![Dtype::Float32],
             context_limit: 64,
         }
     }
@@ -541,7 +542,7 @@ mod tests {
             ("head width", StateShape { head_dim: 8, ..shape() }),
             ("layer count", StateShape { kinds: vec![LayerKind::Full; 3], ..shape() }),
             ("layer kinds", StateShape { kinds: vec![LayerKind::Full, LayerKind::Rotating { window: 4 }], ..shape() }),
-            ("dtype", StateShape { dtype: Dtype::Bfloat16, ..shape() }),
+            ("dtype", StateShape { dtypes: vec![Dtype::Bfloat16, Dtype::Float16], ..shape() }),
             ("KV format", StateShape { format: KvFormat::bits_from_start(8), ..shape() }),
             ("context", StateShape { context_limit: IDS.len() - 1, ..shape() }),
         ];
