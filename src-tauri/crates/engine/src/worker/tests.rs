@@ -302,7 +302,7 @@ fn a_damaged_or_foreign_state_file_is_a_miss_never_an_error() {
         e.set_disk_tier(Some(tier.clone())).expect("disk tier");
         std::fs::write(tier.path("s"), &content).expect("write");
         let out = e.generate(in_session("s", history.clone(), 4)).expect("generate").collect();
-        let out = out.unwrap_or_else(|err| panic!("{what}: {err}"));
+        let out = out.map_err(|err| format!("{what}: {err}")).unwrap();
         assert_eq!((out.stats.reused_tokens, &out.token_ids), (0, &want), "{what}");
         assert!(!tier.path("s").exists(), "{what}: the unusable file is gone");
     }
