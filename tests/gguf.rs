@@ -142,8 +142,9 @@ fn every_architecture_and_tensor_type_matches_mlx_lm_on_tiny_gguf_files() {
     let want = reference(&refs, &prompt, 8);
     for file in &files {
         let name = file.file_name().and_then(|n| n.to_str()).expect("name");
-        let model =
-            load_model_with(file, ComputeDtype::Native, QuantKernel::Fused).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let model = load_model_with(file, ComputeDtype::Native, QuantKernel::Fused)
+            .map_err(|e| format!("{name}: {e}"))
+            .unwrap();
         let (tokens, logits) = greedy(&model, &prompt, 8);
         let case = &want[file.to_str().expect("utf-8 path")];
         assert_eq!(tokens, ids(&case["token_ids"]), "{name}: greedy tokens differ from mlx-lm's");
@@ -204,7 +205,8 @@ fn a_k_quant_or_hostile_gguf_is_refused_and_the_engine_keeps_answering() {
         let out = engine
             .generate(GenerateRequest { max_tokens: 4, ..GenerateRequest::new(question()) })
             .and_then(|run| run.collect())
-            .unwrap_or_else(|e| panic!("{}: the engine stopped answering: {e}", case.name));
+            .map_err(|e| format!("{}: the engine stopped answering: {e}", case.name))
+            .unwrap();
         assert_eq!(out.token_ids.len().min(1), 1, "{}: no token after the refusal", case.name);
     }
 }

@@ -78,7 +78,7 @@ fn ours(engine: &EngineHandle, dir: &Path) -> Ours {
     engine.load(dir, settings).unwrap();
     let request = GenerateRequest { max_tokens: TOKENS, ignore_eos: true, ..GenerateRequest::new(messages()) };
     let out =
-        engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+        engine.generate(request).and_then(|run| run.collect()).map_err(|e| format!("{}: {e}", dir.display())).unwrap();
     Ours { prompt_ids, token_ids: out.token_ids, last_logits, default_kernel_logits, f32_logits }
 }
 
@@ -102,7 +102,7 @@ fn run_reference_with(python: &Path, cases: &[(String, PathBuf)], extra: &[Strin
         .args(extra)
         .args(cases.iter().map(|(_, d)| d))
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+        .expect("the venv's python runs");
     assert!(
         output.status.success(),
         "{} failed ({}):\n{}",
@@ -225,7 +225,7 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
             .arg(&tokenizer)
             .arg(&dir)
             .output()
-            .unwrap_or_else(|e| panic!("cannot run {}: {e}", build.display()));
+            .expect("the GGUF builder runs");
         assert!(out.status.success(), "{arch} {bits}: {}", String::from_utf8_lossy(&out.stderr));
         cases.push((format!("{arch} {bits}-bit"), dir));
     }
@@ -250,7 +250,7 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
                 ignore_eos: true,
                 ..GenerateRequest::new(messages)
             };
-            engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{name}: {e}"))
+            engine.generate(request).and_then(|run| run.collect()).map_err(|e| format!("{name}: {e}")).unwrap()
         };
         let first = turn(messages(), Some(name));
         let mut history = messages();
@@ -268,6 +268,14 @@ fn experts_windows_and_linear_attention_match_mlx_lm_built_by_its_own_classes() 
         engine.drop_sessions().unwrap();
         let fresh = turn(history, None);
         assert_eq!(fresh.stats.reused_tokens, 0, "{name}: the cold run found a cache");
+        // The state read back is the one kept: it passes the header's checks
+        // (a miss would still answer right, from the start) and saves as much.
+        if from_disk.stats.reused_tokens != second.stats.reused_tokens {
+            failures.push(format!(
+                "{name}: the state from disk reused {} prompt tokens ({:?}), the one in memory {}",
+                from_disk.stats.reused_tokens, from_disk.stats.reused_from, second.stats.reused_tokens
+            ));
+        }
         for (how, reused) in [("from memory", &second), ("from disk", &from_disk)] {
             if reused.token_ids != fresh.token_ids {
                 failures.push(format!(
@@ -338,7 +346,8 @@ fn greedy_tokens_match_mlx_lm_with_a_quantized_kv_cache() {
                 kv: Some(KvFormat::Quantized(q)),
                 ..GenerateRequest::new(messages())
             };
-            let out = engine.generate(request).and_then(|run| run.collect()).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let out =
+                engine.generate(request).and_then(|run| run.collect()).map_err(|e| format!("{name}: {e}")).unwrap();
             let label = out.stats.kv_label.clone();
             if !label.starts_with(&format!("{}-bit (group 64)", q.bits)) {
                 failures.push(format!("{name} {q:?}: the turn's cache says {label:?}"));

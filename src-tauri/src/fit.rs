@@ -270,8 +270,10 @@ mod tests {
             let dir = tmp.join("model");
             let spec = DemoSpec { sparse: true, ..DemoSpec::new(arch, Preset::Small, Bits::Four) };
             write_demo_model(&dir, &spec).unwrap();
-            let footprint =
-                inspect(&dir, ComputeDtype::F32, QuantKernel::CPU).unwrap_or_else(|e| panic!("{arch}: {e}")).footprint;
+            let footprint = inspect(&dir, ComputeDtype::F32, QuantKernel::CPU)
+                .map_err(|e| format!("{arch}: {e}"))
+                .unwrap()
+                .footprint;
             for (positions, rss) in points {
                 let predicted = headroom_core::fit::estimate(&footprint, positions, KvFormat::Float)
                     .predicted_peak_bytes

@@ -433,7 +433,8 @@ mod tests {
         let (app, window) = app_with_window_in("live");
         for minutes in crate::commands::live::WINDOWS_MIN {
             let view = invoke(&window, "live_chart", json!({ "minutes": minutes, "theme": "dark" }))
-                .unwrap_or_else(|e| panic!("{minutes} min: {e}"));
+                .map_err(|e| format!("{minutes} min: {e}"))
+                .unwrap();
             // No sampler in tests: no memory (the rates are whatever answers
             // other tests of this process streamed).
             assert!(view["svg"].as_str().is_some_and(|s| s.starts_with("<svg")), "{view}");

@@ -716,7 +716,7 @@ mod tests {
         drop(held);
         let loaded = rx.recv().unwrap();
         assert_eq!(loaded.ok().as_deref(), Some(DEMO_MODEL_ID));
-        popover.join().unwrap_or_else(|_| panic!("the loading thread panicked"));
+        popover.join().expect("the loading thread panicked");
     }
 
     #[test]
@@ -802,7 +802,7 @@ mod tests {
             assert_eq!(refused.code, "MODEL_TOO_LARGE");
             let details = refused.details.unwrap_or_default();
             let remedies: Vec<Remedy> =
-                serde_json::from_value(details["remedies"].clone()).unwrap_or_else(|e| panic!("{e}: {details}"));
+                serde_json::from_value(details["remedies"].clone()).expect("a list of remedies");
             if remedies.first().is_some_and(|r| matches!(r, Remedy::KvCache { bits: 8, .. })) {
                 // The picker offers the same kinds (its own reading may move the context's figure).
                 let listed = entries(&state).into_iter().find(|m| m.id == "tiny-kv").map(|m| m.remedies);

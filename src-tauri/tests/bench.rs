@@ -7,7 +7,7 @@ use crate::common::{headroom, headroom_with};
 
 fn json(out: &std::process::Output) -> serde_json::Value {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
 }
 
 #[test]

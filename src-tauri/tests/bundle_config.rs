@@ -13,8 +13,8 @@ fn src_tauri() -> PathBuf {
 }
 
 fn read_json(path: &Path) -> Value {
-    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    serde_json::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+    let text = std::fs::read_to_string(path).expect("a config file");
+    serde_json::from_str(&text).expect("JSON")
 }
 
 fn config() -> Value {
@@ -92,7 +92,7 @@ fn every_bundle_icon_exists_at_the_size_its_name_says() {
     assert!(names.iter().any(|n| n.ends_with(".icns")), "a macOS .icns: {names:?}");
     for name in names {
         let path = src_tauri().join(name);
-        let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display())).unwrap();
         let file = path.file_name().and_then(|f| f.to_str()).unwrap_or_default();
         match file.rsplit_once('.') {
             Some((stem, "png")) => {

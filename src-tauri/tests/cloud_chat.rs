@@ -322,7 +322,7 @@ fn failures_give_their_clear_error_and_keep_the_users_text() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("went as a summary made on this Mac"), "{}", stderr(&out));
     let body = recording.bodies().concat();
-    let sent: serde_json::Value = serde_json::from_str(&body).unwrap_or_else(|e| panic!("{e}: {body}"));
+    let sent: serde_json::Value = serde_json::from_str(&body).expect("a JSON body");
     let sent = sent["messages"].as_array().cloned().unwrap_or_default();
     assert!(
         sent[0]["content"].as_str().unwrap_or_default().starts_with("Summary of the earlier conversation:"),

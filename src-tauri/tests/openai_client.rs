@@ -81,7 +81,7 @@ fn the_official_openai_client_talks_to_headroom_serve() {
         .arg(workspace().join("tests/openai/client_test.py"))
         .args([url.as_str(), "demo-tiny", CONTEXT])
         .output()
-        .unwrap_or_else(|e| panic!("cannot run {}: {e}", python.display()));
+        .expect("the venv's python runs");
     let (report, errors) = (String::from_utf8_lossy(&client.stdout), String::from_utf8_lossy(&client.stderr));
     assert!(client.status.success(), "the openai client failed ({:?}):\n{report}\n{errors}", client.status);
     for check in [

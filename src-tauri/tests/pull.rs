@@ -48,10 +48,7 @@ fn listed(root: &Path) -> Vec<(String, String)> {
 }
 
 fn json_lines(out: &[u8]) -> Vec<serde_json::Value> {
-    String::from_utf8_lossy(out)
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
-        .collect()
+    String::from_utf8_lossy(out).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect()
 }
 
 #[test]

@@ -11,7 +11,7 @@ use crate::common::headroom;
 fn json_of(args: &[&str]) -> Value {
     let out = headroom(args);
     assert_eq!(out.status.code(), Some(0), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{args:?}: {e}"))
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("{args:?}: {e}")).unwrap()
 }
 
 fn codes(v: &Value) -> Vec<String> {

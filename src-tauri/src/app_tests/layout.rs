@@ -27,7 +27,7 @@ fn side(rel: &Path) -> Side {
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    for entry in std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display())).flatten() {
+    for entry in std::fs::read_dir(dir).expect("a source folder").flatten() {
         let path = entry.path();
         if path.is_dir() {
             rust_files(&path, out);
@@ -60,7 +60,7 @@ fn violations(src: &Path) -> Vec<String> {
         if rel.starts_with("app_tests") {
             continue;
         }
-        let text = std::fs::read_to_string(&file).unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+        let text = std::fs::read_to_string(&file).expect("a source file");
         let forbidden: &[&str] = match side(&rel) {
             Side::Commands => &["cli"],
             Side::Cli => &["commands"],

@@ -172,6 +172,6 @@ fn cli_turn(locations: &Locations, store: &Store, cloud: &Stub, model: &str, ses
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let result = crate::cli::chat::chat(&args, locations.clone(), store.clone(), &mut out, &mut err);
     assert!(result.is_ok(), "{}: {result:?}: {}", c.name, String::from_utf8_lossy(&err));
-    let v: Value = serde_json::from_slice(&out).unwrap_or_else(|e| panic!("{}: {e}", c.name));
+    let v: Value = serde_json::from_slice(&out).map_err(|e| format!("{}: {e}", c.name)).unwrap();
     seen(&v["route"], model, cloud.requests().len() - before)
 }

@@ -402,7 +402,7 @@ mod tests {
         let (r, out, _) =
             call(&parse(&["--message", "Hello", "--max-tokens", "4", "--ignore-eos", "--temp", "0", "--json"]), &place);
         r.unwrap();
-        let first: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let first: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
         assert_eq!((first["status"].as_str(), first["finish_reason"].as_str()), (Some("complete"), Some("length")));
         assert_eq!(first["stats"]["generatedTokens"], 4);
         assert_eq!(first["stats"]["batch"], 1);
@@ -458,7 +458,7 @@ mod tests {
             &place,
         );
         r.unwrap();
-        let third: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let third: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
         let msgs = block_on(store.messages("t")).unwrap();
         let second_prompt = msgs[3].stats.as_ref().map_or(0, |s| s.prompt_tokens);
         assert!(third["stats"]["reusedTokens"].as_i64() >= Some(second_prompt), "{third}");

@@ -293,7 +293,7 @@ mod tests {
     fn json_output_has_every_field() {
         let (r, out, _) = call(&parse(&["--max-tokens", "9", "--ignore-eos", "--json", "--system", "Be brief."]));
         r.unwrap();
-        let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap_or_else(|e| panic!("{e}: {out}"));
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("one JSON object");
         assert_eq!(v["token_ids"].as_array().map(Vec::len), Some(9));
         assert_eq!(v["finish_reason"], "length");
         assert!(v["text"].is_string());

@@ -9,7 +9,7 @@ pub(crate) fn hex(c: RGBColor) -> String {
 }
 
 pub(crate) fn parse(svg: &str) -> Document<'_> {
-    Document::parse(svg).unwrap_or_else(|e| panic!("the chart is not well-formed SVG: {e}\n{svg}"))
+    Document::parse(svg).expect("the chart is well-formed SVG")
 }
 
 fn circles<'a>(doc: &'a Document<'a>) -> impl Iterator<Item = Node<'a, 'a>> {

@@ -203,9 +203,9 @@ mod tests {
         let h = chat(8, 10);
         let p = plan(&h, &policy(3, 20), words).expect("expected a plan");
         let long = vec!["x"; 100].join(" ");
-        let out = apply(&h, &p, |_| Ok::<_, ()>(long.clone()), words).unwrap_or_else(|()| panic!());
+        let out = apply(&h, &p, |_| Ok::<_, ()>(long.clone()), words).unwrap();
         assert_eq!((out.messages.as_slice(), out.tokens_saved), (h.as_slice(), 0));
-        let out = apply(&h, &p, |_| Ok::<_, ()>("  ".into()), words).unwrap_or_else(|()| panic!());
+        let out = apply(&h, &p, |_| Ok::<_, ()>("  ".into()), words).unwrap();
         assert_eq!(out.messages, h);
         assert_eq!(apply(&h, &p, |_| Err("engine stopped"), words), Err("engine stopped"));
     }

@@ -297,12 +297,15 @@ mod tests {
     fn filters_keep_only_the_allowed_tokens() -> Result<()> {
         // top_k = 2 keeps tokens 1 (2.0) and 5 (1.9).
         let k = draw(SamplingParams { temperature: 1.0, top_k: 2, seed: Some(1), ..Default::default() }, 50)?;
+        assert_eq!(k.len(), 50);
         assert!(k.iter().all(|t| [1, 5].contains(t)), "{k:?}");
         // min_p = 0.5 keeps tokens within ln 2 of the top: 1, 5, 3.
         let m = draw(SamplingParams { temperature: 1.0, min_p: 0.5, seed: Some(2), ..Default::default() }, 50)?;
+        assert_eq!(m.len(), 50);
         assert!(m.iter().all(|t| [1, 5, 3].contains(t)), "{m:?}");
         // A tiny top_p keeps only the most likely token.
         let p = draw(SamplingParams { temperature: 1.0, top_p: 0.05, seed: Some(3), ..Default::default() }, 20)?;
+        assert_eq!(p.len(), 20);
         assert!(p.iter().all(|&t| t == 1), "{p:?}");
         Ok(())
     }

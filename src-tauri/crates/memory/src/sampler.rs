@@ -216,14 +216,14 @@ mod tests {
         sampler.read_now();
         tokio::time::timeout(Duration::from_millis(10), rx.changed())
             .await
-            .unwrap_or_else(|_| panic!("read_now did not read at once"))
+            .expect("read_now did not read at once")
             .unwrap();
         assert_eq!(rx.borrow_and_update().map(|s| s.reading.used), Some(3));
         // Back to 1 s: the next reading one second after the last.
         sampler.set_period(Duration::from_secs(1));
         tokio::time::timeout(Duration::from_millis(1_100), rx.changed())
             .await
-            .unwrap_or_else(|_| panic!("the faster period did not start"))
+            .expect("the faster period did not start")
             .unwrap();
         assert_eq!(rx.borrow_and_update().map(|s| (s.reading.used, s.period_ms)), Some((4, 1000)));
     }

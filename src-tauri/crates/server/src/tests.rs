@@ -95,7 +95,7 @@ struct Reply {
 
 impl Reply {
     fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {self:?}"))
+        serde_json::from_str(&self.body).expect("a JSON body")
     }
 
     fn header(&self, name: &str) -> Option<&str> {
@@ -140,7 +140,7 @@ fn send_raw(addr: SocketAddr, raw: &str) -> Reply {
 fn dechunk(mut s: &str) -> String {
     let mut out = String::new();
     while let Some((size, rest)) = s.split_once("\r\n") {
-        let n = usize::from_str_radix(size.trim(), 16).unwrap_or_else(|e| panic!("chunk size {size:?}: {e}"));
+        let n = usize::from_str_radix(size.trim(), 16).expect("a hex chunk size");
         if n == 0 {
             break;
         }
@@ -242,7 +242,7 @@ fn a_streamed_completion_is_chunks_then_usage_then_done() {
     let data = reply.sse_data();
     assert_eq!(data.last().map(String::as_str), Some("[DONE]"), "{data:?}");
     let chunks: Vec<Value> =
-        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).unwrap_or_else(|e| panic!("{e}: {d}"))).collect();
+        data[..data.len() - 1].iter().map(|d| serde_json::from_str(d).expect("a JSON chunk")).collect();
     assert!(chunks.len() >= 2, "at least the finish and the usage chunk: {chunks:?}");
     assert!(chunks.iter().all(|c| c["object"] == "chat.completion.chunk" && c["id"] == chunks[0]["id"]), "{chunks:?}");
     assert_eq!(chunks[0]["choices"][0]["delta"]["role"], "assistant");

@@ -357,7 +357,7 @@ mod tests {
                 })
                 .collect();
             for open in opens {
-                let store = open.await.unwrap().unwrap_or_else(|e| panic!("round {round}: {e}"));
+                let store = open.await.unwrap().map_err(|e| format!("round {round}: {e}")).unwrap();
                 assert_eq!(applied(&store).await, MIGRATOR.iter().map(|m| m.version).collect::<Vec<_>>());
                 store.close().await;
             }

@@ -24,11 +24,11 @@ impl Scratch {
     /// When the folder cannot be made: a test cannot run without it.
     pub fn new(tag: &str) -> Self {
         let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../target/test-tmp");
-        std::fs::create_dir_all(&root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+        std::fs::create_dir_all(&root).expect("target/test-tmp");
         let dir = tempfile::Builder::new()
             .prefix(&format!("{tag}-"))
             .tempdir_in(&root)
-            .unwrap_or_else(|e| panic!("a scratch folder in {}: {e}", root.display()));
+            .expect("a scratch folder in target/test-tmp");
         Self(dir)
     }
 

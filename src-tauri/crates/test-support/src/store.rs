@@ -38,6 +38,6 @@ impl Deref for FreshStore {
 /// When the store cannot be opened: a test cannot run without it.
 pub async fn fresh_store(tag: &str) -> FreshStore {
     let dir = Scratch::new(tag);
-    let store = Store::open(&dir).await.unwrap_or_else(|e| panic!("a store in {}: {e}", dir.display()));
+    let store = Store::open(&dir).await.expect("a store in a scratch folder");
     FreshStore { store, dir }
 }

@@ -240,6 +240,12 @@ impl Model {
         }
     }
 
+    /// The token embedding's float type (its scales' when quantized): what
+    /// [`Self::activation_dtype`] starts from.
+    pub fn embedding_dtype(&self) -> mlx_rs::Dtype {
+        self.0.embed_tokens().dtype()
+    }
+
     /// Every weight array.
     pub fn parameters(&self) -> Vec<&Array> {
         let mut out = Vec::new();

@@ -5,13 +5,16 @@
 //! every turn is a new process).
 //!
 //! A state is for one model computed one way: its file names the model's
-//! fingerprint (config, tokenizer and weight headers, the compute dtype and
-//! the matmul kernel, which all change the keys and values) and the KV
+//! key (its fingerprint: config, tokenizer and weight headers, the compute
+//! dtype and the matmul kernel; and its weights' content,
+//! [`DiskTier::weights_key`]: all change the keys and values) and the KV
 //! format; any difference makes it a miss, never a wrong answer. Reading
-//! checks the header with the one safetensors reader
-//! (`headroom_core::format`) before MLX sees the file, then every claim of
-//! the state against the model (cache/persist.rs); a file that fails is a
-//! miss, and is deleted.
+//! takes the header alone first (a bounded length, then the JSON, checked
+//! by the one safetensors reader, `headroom_core::format`): the file's size
+//! against the allowance, then every claim of it against the loaded model
+//! (layers, heads, head width, dtype, positions within the context:
+//! cache/persist.rs). Only a state that passes has its data read, by this
+//! code, not by MLX; a file that fails is a miss, and is deleted.
 //!
 //! Bounded by bytes: after each write the least recently used files go
 //! until the folder is within its limit.
@@ -21,12 +24,14 @@ use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use headroom_core::kv::KvFormat;
 use mlx_rs::transforms::eval;
-use mlx_rs::{Array, Dtype};
+use mlx_rs::Array;
 
-use crate::cache::persist::StateMeta;
-use crate::cache::{KvCache, LayerKind};
+use headroom_core::format::safetensors::{header_len, parse_header};
+use headroom_core::format::TensorInfo;
+
+use crate::cache::persist::{self, StateMeta, StateShape};
+use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::quant::QuantKernel;
 use crate::source::{read_gguf_header, ModelFiles};
@@ -263,24 +268,22 @@ impl DiskTier {
         Ok(bytes)
     }
 
-    /// `session`'s state, if it has a file for `model` and a cache of
-    /// `kinds` stored as `format` in `dtype`. A file that cannot be used (for
-    /// another model or other settings, or not readable) is a miss, and is
-    /// deleted.
-    pub fn load(
-        &self,
-        session: &str,
-        part: Part,
-        model: &str,
-        kinds: &[LayerKind],
-        format: KvFormat,
-        dtype: Dtype,
-    ) -> Option<KvCache> {
+    /// `session`'s state, if it has a file for `model` (its state key) that
+    /// fits the allowance and whose header matches `want` (the loaded model,
+    /// the request's KV format, the load's context). A file that cannot be
+    /// used (for another model or other settings, the wrong shapes, too
+    /// large, not readable) is a miss, logged with why, and is deleted. Only
+    /// its header is read before it is known to be usable ([`read_state`]).
+    pub fn load(&self, session: &str, part: Part, model: &str, want: &StateShape) -> Option<KvCache> {
         let path = self.path_of(session, part);
         if !path.is_file() {
             return None;
         }
-        match self.read(&path, session, model, kinds, format, dtype) {
+        let read = fs::File::open(&path)
+            .and_then(|f| Ok((f.metadata()?.len(), f)))
+            .map_err(|e| Miss::Damaged(format!("cannot be read: {e}")))
+            .and_then(|(len, mut f)| read_state(&mut f, len, self.limit_bytes, session, model, want));
+        match read {
             Ok(cache) => {
                 // Recently used: the last to go when the folder is trimmed.
                 let _ = fs::File::options()
@@ -290,37 +293,16 @@ impl DiskTier {
                 Some(cache)
             }
             // Whichever check failed, the answer is the same: a miss.
-            Err(_why) => {
+            Err(why) => {
+                match &why {
+                    // Expected after a model or settings change.
+                    Miss::Other(_) => tracing::debug!("saved state {} not used: {why}", path.display()),
+                    Miss::Damaged(_) => tracing::warn!("saved state {} not used: {why}", path.display()),
+                }
                 let _ = fs::remove_file(&path);
                 None
             }
         }
-    }
-
-    fn read(
-        &self,
-        path: &Path,
-        session: &str,
-        model: &str,
-        kinds: &[LayerKind],
-        format: KvFormat,
-        dtype: Dtype,
-    ) -> std::result::Result<KvCache, String> {
-        // The header first, checked (lengths, offsets, dtypes), and the
-        // claims in it: nothing of a state for another model is read.
-        let header = read_header(path).map_err(|e| e.to_string())?;
-        let meta = |k: &str| header.metadata.get(k).map(String::as_str);
-        if meta(META_SESSION) != Some(session) {
-            return Err("the file is another chat's".into());
-        }
-        if meta(META_MODEL) != Some(model) {
-            return Err("saved for another model, or the same one loaded another way (dtype, kernel)".into());
-        }
-        let state: StateMeta = serde_json::from_str(meta(META_STATE).unwrap_or_default())
-            .map_err(|e| format!("no state description: {e}"))?;
-        let arrays = Array::load_safetensors(path).map_err(|e| e.to_string())?;
-        eval(arrays.values()).op("read a saved state").map_err(|e| e.to_string())?;
-        KvCache::from_saved(arrays, &state, kinds, format, dtype).map_err(|e| e.to_string())
     }
 
     /// Deletes `session`'s states (the chat was deleted).
@@ -374,5 +356,235 @@ impl DiskTier {
             total -= bytes;
         }
         Ok(())
+    }
+}
+
+/// Why a saved state was not used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Miss {
+    /// Another chat's, another model's or other settings': nothing wrong with it.
+    #[error("{0}")]
+    Other(String),
+    /// Unreadable, damaged, too large, or its shapes are not the model's.
+    #[error("{0}")]
+    Damaged(String),
+}
+
+/// The most header bytes a state may have: its tensors' entries (at most
+/// seven per layer, about 100 bytes each) and its description (about 60
+/// bytes per layer) take under 1 KB per layer, so 1 MB is room for a
+/// thousand layers, and a hostile length never allocates more.
+pub const MAX_STATE_HEADER_BYTES: u64 = 1 << 20;
+
+/// Reads `session`'s state for `model` from `r` (a file of `len` bytes) in
+/// two steps: the header alone (the 8-byte length and the JSON it
+/// announces, at most [`MAX_STATE_HEADER_BYTES`]), checked against the
+/// allowance, the chat, the model and `want`'s shapes
+/// ([`persist::check_header`]); then, only when all of that holds, the
+/// data, tensor by tensor in file order. A file over `allowance` is refused
+/// before a byte is read.
+pub(crate) fn read_state(
+    r: &mut impl Read,
+    len: u64,
+    allowance: u64,
+    session: &str,
+    model: &str,
+    want: &StateShape,
+) -> std::result::Result<KvCache, Miss> {
+    let damaged = |e: &dyn std::fmt::Display| Miss::Damaged(e.to_string());
+    if len > allowance {
+        return Err(Miss::Damaged(format!("{len} bytes, more than the {allowance} saved states may take")));
+    }
+    let mut prefix = [0u8; 8];
+    r.read_exact(&mut prefix).map_err(|e| damaged(&e))?;
+    let declared = u64::from_le_bytes(prefix);
+    if declared > MAX_STATE_HEADER_BYTES {
+        return Err(Miss::Damaged(format!(
+            "a header of {declared} bytes (a state's is under {MAX_STATE_HEADER_BYTES})"
+        )));
+    }
+    let header_bytes = header_len(&prefix, len).map_err(|e| damaged(&e))?;
+    let mut json = vec![0u8; usize::try_from(header_bytes).map_err(|e| damaged(&e))?];
+    r.read_exact(&mut json).map_err(|e| damaged(&e))?;
+    let header = parse_header(&json, len).map_err(|e| damaged(&e))?;
+    let meta = |k: &str| header.metadata.get(k).map(String::as_str);
+    if meta(META_SESSION) != Some(session) {
+        return Err(Miss::Other("the file is another chat's".into()));
+    }
+    if meta(META_MODEL) != Some(model) {
+        return Err(Miss::Other(
+            "saved for another model, other weights, or the same one loaded another way (dtype, kernel)".into(),
+        ));
+    }
+    let state: StateMeta = serde_json::from_str(meta(META_STATE).unwrap_or_default())
+        .map_err(|e| Miss::Damaged(format!("no state description: {e}")))?;
+    persist::check_header(&header.tensors, &state, want).map_err(|e| {
+        // A state kept for another KV format is another setting's, not a damaged one.
+        if state.format == want.format {
+            damaged(&e)
+        } else {
+            Miss::Other(e.to_string())
+        }
+    })?;
+    // The header is the model's: now the data. parse_header checked that the
+    // tensors tile it exactly, so in offset order they are read back to back.
+    let mut tensors: Vec<_> = header.tensors.iter().collect();
+    tensors.sort_by_key(|(_, t)| t.data_offsets.0);
+    let mut arrays = HashMap::with_capacity(tensors.len());
+    for (name, t) in tensors {
+        let mut bytes = vec![0u8; usize::try_from(t.nbytes()).map_err(|e| damaged(&e))?];
+        r.read_exact(&mut bytes).map_err(|e| damaged(&e))?;
+        arrays.insert(name.clone(), array_of(&bytes, t).map_err(|e| Miss::Damaged(format!("{name}: {e}")))?);
+    }
+    eval(arrays.values()).op("read a saved state").map_err(|e| damaged(&e))?;
+    let kv_dtype = persist::state_dtype(&state).map_err(|e| damaged(&e))?;
+    KvCache::from_saved(arrays, &state, &want.kinds, want.format, kv_dtype).map_err(|e| damaged(&e))
+}
+
+/// One tensor's array from its bytes: read as bytes, then viewed as its
+/// dtype (the header was checked, so the dtype is one a state holds).
+fn array_of(bytes: &[u8], t: &TensorInfo) -> std::result::Result<Array, String> {
+    let dtype = persist::mlx_dtype(t.dtype).ok_or_else(|| format!("a {} tensor", t.dtype))?;
+    let mut shape = t.shape_i32();
+    // The last axis in bytes: viewing as the dtype divides it by its size.
+    let last = shape.last_mut().ok_or("a scalar")?;
+    *last = last
+        .checked_mul(i32::try_from(t.dtype.size()).unwrap_or(i32::MAX))
+        .ok_or_else(|| format!("{:?} is too wide", t.shape))?;
+    Array::from_slice(bytes, &shape).view_dtype(dtype).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_core::kv::KvFormat;
+    use mlx_rs::Dtype;
+
+    use super::*;
+    use crate::cache::LayerKind;
+    use crate::testutil::temp_dir;
+
+    /// Counts the bytes a read takes from the file: what shows that a
+    /// refused state's data is never read.
+    struct Counting<R> {
+        inner: R,
+        read: u64,
+    }
+
+    impl<R: Read> Read for Counting<R> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.inner.read(buf)?;
+            self.read += n as u64;
+            Ok(n)
+        }
+    }
+
+    const MODEL: &str = "model-key";
+    const IDS: [u32; 5] = [11, 12, 13, 14, 15];
+
+    /// Two full layers of 2 KV heads, each 4 wide, in f32, fed `IDS`.
+    fn cache() -> KvCache {
+        let mut c = KvCache::new(&[LayerKind::Full, LayerKind::Full]);
+        let n = IDS.len() as i32;
+        let x = Array::from_slice(&(0..2 * n * 4).map(|v| v as f32).collect::<Vec<_>>(), &[1, 2, n, 4]);
+        for layer in c.layers_mut() {
+            layer.update_and_fetch(&x, &x).expect("write");
+        }
+        c.push_tokens(&IDS);
+        c
+    }
+
+    /// What the saved cache is: the model it must match.
+    fn shape() -> StateShape {
+        StateShape {
+            kinds: vec![LayerKind::Full, LayerKind::Full],
+            kv_heads: 2,
+            head_dim: 4,
+            linear: None,
+            format: KvFormat::Float,
+            dtypes: vec![Dtype::Float32],
+            context_limit: 64,
+        }
+    }
+
+    /// Reads `path` as `session`'s state for `model` and `want`: the outcome and the bytes read.
+    fn read_counted(
+        path: &Path,
+        allowance: u64,
+        session: &str,
+        model: &str,
+        want: &StateShape,
+    ) -> (std::result::Result<KvCache, Miss>, u64) {
+        let file = fs::File::open(path).expect("open");
+        let len = file.metadata().expect("metadata").len();
+        let mut r = Counting { inner: file, read: 0 };
+        let out = read_state(&mut r, len, allowance, session, model, want);
+        (out, r.read)
+    }
+
+    #[test]
+    fn a_state_of_the_wrong_shape_or_size_is_a_miss_without_its_data_being_read() {
+        let tier = DiskTier { dir: temp_dir("kv-header"), limit_bytes: 1 << 30 };
+        tier.save("s", Part::State, MODEL, &cache(), "float32").expect("save");
+        let path = tier.path("s");
+        let len = fs::metadata(&path).expect("saved").len();
+        let bytes = fs::read(&path).expect("read");
+        let header = 8 + u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+        assert!(len > header + 2 * 2 * 2 * 256 * 4 * 4, "the data is most of the file: {len} vs {header}");
+
+        // The model it was saved for: read whole, and the same cache.
+        let (out, read) = read_counted(&path, tier.limit_bytes, "s", MODEL, &shape());
+        let restored = out.expect("the state is this model's");
+        assert_eq!((restored.tokens(), restored.offset(), read), (&IDS[..], IDS.len(), len));
+
+        // Each way the model differs from the header: a miss after the header alone.
+        let differs: Vec<(&str, StateShape)> = vec![
+            ("key/value heads", StateShape { kv_heads: 4, ..shape() }),
+            ("head width", StateShape { head_dim: 8, ..shape() }),
+            ("layer count", StateShape { kinds: vec![LayerKind::Full; 3], ..shape() }),
+            ("layer kinds", StateShape { kinds: vec![LayerKind::Full, LayerKind::Rotating { window: 4 }], ..shape() }),
+            ("dtype", StateShape { dtypes: vec![Dtype::Bfloat16, Dtype::Float16], ..shape() }),
+            ("KV format", StateShape { format: KvFormat::bits_from_start(8), ..shape() }),
+            ("context", StateShape { context_limit: IDS.len() - 1, ..shape() }),
+        ];
+        assert_eq!(differs.len(), 7);
+        for (what, want) in &differs {
+            let (out, read) = read_counted(&path, tier.limit_bytes, "s", MODEL, want);
+            assert!(out.is_err(), "{what}: used");
+            assert_eq!(read, header, "{what}: only the header was read");
+        }
+        // Another model's (other weights) or another chat's: the same.
+        for (session, model) in [("s", "other-weights"), ("t", MODEL)] {
+            let (out, read) = read_counted(&path, tier.limit_bytes, session, model, &shape());
+            assert!(matches!(out, Err(Miss::Other(_))), "{session} {model}: {out:?}");
+            assert_eq!(read, header);
+        }
+        // Larger than the allowance: refused before its first byte.
+        let (out, read) = read_counted(&path, len - 1, "s", MODEL, &shape());
+        assert!(matches!(&out, Err(Miss::Damaged(why)) if why.contains("more than")), "{out:?}");
+        assert_eq!(read, 0);
+
+        // A hostile header length (beyond the format's limit, or within it but
+        // beyond any state's): the 8 bytes are read, nothing is allocated for it.
+        for declared in [u64::MAX, 50 << 20] {
+            let mut forged = declared.to_le_bytes().to_vec();
+            forged.extend_from_slice(&bytes[8..]);
+            fs::write(&path, &forged).expect("write");
+            let (out, read) = read_counted(&path, tier.limit_bytes, "s", MODEL, &shape());
+            assert!(matches!(&out, Err(Miss::Damaged(why)) if why.contains("header")), "{declared}: {out:?}");
+            assert_eq!(read, 8, "{declared}");
+        }
+        let _ = fs::remove_dir_all(&tier.dir);
+    }
+
+    #[test]
+    fn load_deletes_a_state_it_refuses_and_keeps_one_it_uses() {
+        let tier = DiskTier { dir: temp_dir("kv-refused"), limit_bytes: 1 << 30 };
+        tier.save("s", Part::State, MODEL, &cache(), "float32").expect("save");
+        let used = tier.load("s", Part::State, MODEL, &shape()).expect("a hit");
+        assert_eq!(used.tokens(), &IDS[..]);
+        assert!(tier.path("s").exists());
+        assert!(tier.load("s", Part::State, MODEL, &StateShape { kv_heads: 1, ..shape() }).is_none());
+        assert!(!tier.path("s").exists(), "a state of the wrong shape is gone");
+        let _ = fs::remove_dir_all(&tier.dir);
     }
 }

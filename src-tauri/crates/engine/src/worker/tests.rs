@@ -302,7 +302,7 @@ fn a_damaged_or_foreign_state_file_is_a_miss_never_an_error() {
         e.set_disk_tier(Some(tier.clone())).expect("disk tier");
         std::fs::write(tier.path("s"), &content).expect("write");
         let out = e.generate(in_session("s", history.clone(), 4)).expect("generate").collect();
-        let out = out.unwrap_or_else(|err| panic!("{what}: {err}"));
+        let out = out.map_err(|err| format!("{what}: {err}")).unwrap();
         assert_eq!((out.stats.reused_tokens, &out.token_ids), (0, &want), "{what}");
         assert!(!tier.path("s").exists(), "{what}: the unusable file is gone");
     }
@@ -638,6 +638,86 @@ fn a_quantized_kv_cache_is_reused_from_memory_and_from_disk_exactly() {
         let _ = std::fs::remove_dir_all(&tier.dir);
     }
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// The state key covers the compute dtype and the kernel, the header the
+/// KV format: a state saved under one never continues a chat under another.
+#[test]
+fn a_state_restores_only_under_the_kv_format_dtype_and_kernel_it_was_saved_with() {
+    let dir = temp_dir("kv-settings");
+    write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::TinyKv, Bits::Four)).expect("demo model");
+    let tier = DiskTier { dir: dir.join("states"), limit_bytes: 1 << 30 };
+    let load = |settings: &LoadSettings| {
+        let e = EngineHandle::spawn().expect("spawn");
+        e.load(&dir, settings.clone()).expect("load");
+        e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+        e
+    };
+    let saved_with = LoadSettings { kv: KvFormat::Float, kernel: QuantKernel::CPU, ..LoadSettings::default() };
+    let history = user("What is a cache?");
+    let e = load(&saved_with);
+    let first = e.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
+    assert_eq!(e.save_sessions(Duration::ZERO).expect("save").saved, 1);
+    drop(e);
+    // Kept aside: a refused state is deleted, and each case needs it back.
+    let state = std::fs::read(tier.path("s")).expect("saved");
+    let next = continued(&history, &first.text, "Why is it fast?");
+    let others = [
+        ("KV format", LoadSettings { kv: KvFormat::bits_from_start(8), ..saved_with.clone() }),
+        ("kernel", LoadSettings { kernel: QuantKernel::Fused, ..saved_with.clone() }),
+        ("dtype", LoadSettings { dtype: ComputeDtype::F32, ..saved_with.clone() }),
+    ];
+    for (what, settings) in &others {
+        std::fs::write(tier.path("s"), &state).expect("write");
+        let out = load(settings).generate(in_session("s", next.clone(), 8)).expect("generate").collect().expect("run");
+        assert_eq!((out.stats.reused_tokens, out.stats.reused_from), (0, Reuse::None), "{what}: {:?}", out.stats);
+        let cold = load(settings).generate(request(next.clone(), 8)).expect("generate").collect().expect("run");
+        assert_eq!(out.token_ids, cold.token_ids, "{what}: the answer a cold run gives");
+        assert!(!tier.path("s").exists(), "{what}: the state is gone");
+    }
+    // The settings it was saved with do restore it.
+    std::fs::write(tier.path("s"), &state).expect("write");
+    let out = load(&saved_with).generate(in_session("s", next, 8)).expect("generate").collect().expect("run");
+    assert_eq!(out.stats.reused_from, Reuse::Disk, "{:?}", out.stats);
+    assert!(out.stats.reused_tokens >= first.stats.prompt_tokens, "{:?}", out.stats);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Sliding windows (Gemma 3) and recurrent states (Qwen3.5) pass the
+/// header's checks of their shapes and come back as they were kept: the
+/// chat continued from disk gives the tokens it gives from memory.
+#[test]
+fn windowed_and_recurrent_states_come_back_from_disk_as_they_were_kept() {
+    let arches = [Arch::Gemma3Text, Arch::Qwen3_5];
+    for arch in arches {
+        let dir = temp_dir("kv-kinds");
+        write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, Bits::Four)).expect("demo model");
+        let tier = DiskTier { dir: dir.join("states"), limit_bytes: 1 << 30 };
+        let load = || {
+            let e = EngineHandle::spawn().expect("spawn");
+            e.load(&dir, LoadSettings { prompt_cache_bytes: 64 << 20, ..LoadSettings::default() }).expect("load");
+            e.set_disk_tier(Some(tier.clone())).expect("disk tier");
+            e
+        };
+        let run = |e: &EngineHandle, session: &str, h: &[Message]| {
+            e.generate(in_session(session, h.to_vec(), 8)).expect("generate").collect().expect("run")
+        };
+        let history = user("What is a cache?");
+        let e = load();
+        let first = run(&e, "m", &history);
+        let next = continued(&history, &first.text, "Why is it fast?");
+        let from_memory = run(&e, "m", &next);
+        run(&e, "d", &history);
+        e.save_sessions(Duration::ZERO).expect("save");
+        drop(e);
+        let from_disk = run(&load(), "d", &next);
+        for (how, out, from) in [("memory", &from_memory, Reuse::Memory), ("disk", &from_disk, Reuse::Disk)] {
+            assert_eq!(out.stats.reused_from, from, "{arch:?} {how}: {:?}", out.stats);
+            assert!(out.stats.reused_tokens > 0, "{arch:?} {how}: {:?}", out.stats);
+        }
+        assert_eq!(from_disk.token_ids, from_memory.token_ids, "{arch:?}: from disk vs from memory");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
 
 #[test]

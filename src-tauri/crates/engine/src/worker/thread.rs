@@ -20,6 +20,7 @@ use super::api::{
     SavedSessions, SessionsDropped, TurnStats, UnloadReport,
 };
 use crate::backend::backend_info;
+use crate::cache::persist::StateShape;
 use crate::cache::KvCache;
 use crate::config::read_config;
 use crate::dtype::{dtype_name, short_dtype_name};
@@ -519,12 +520,21 @@ impl Worker {
             return Ok(None);
         }
         let loaded = self.loaded()?;
-        let kinds = loaded.model.layer_kinds();
-        let key = loaded.state_key(disk)?;
+        // Weights that cannot be read to file a state under: nothing to
+        // restore, and the turn runs from the start.
+        let key = match loaded.state_key(disk) {
+            Ok(key) => key,
+            Err(e) => {
+                tracing::warn!("no saved state restored: {e}");
+                self.prompts.disk_error();
+                return Ok(None);
+            }
+        };
+        let want = StateShape::of(&loaded.model, format, loaded.settings.context_limit);
         let mut best: Option<(KvCache, usize)> = None;
         for part in [Part::State, Part::Prompt] {
-            // Another model's, other settings': a miss, never a wrong answer.
-            let Some(mut cache) = disk.load(session, part, key, &kinds, format, loaded.model.activation_dtype()) else {
+            // Another model's, other settings', the wrong shapes: a miss, never a wrong answer.
+            let Some(mut cache) = disk.load(session, part, key, &want) else {
                 continue;
             };
             let reused = cache.reuse_prefix(prompt);
