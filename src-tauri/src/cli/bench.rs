@@ -103,7 +103,7 @@ pub(crate) fn bench(
         gen_tokens: args.gen_tokens,
         repetitions: args.repetitions,
         seed: args.seed,
-        speculative: args.speculative.speculative,
+        speculative: args.speculative.mode(),
     };
     if plan.depths.is_empty() {
         return Err(CliError::BadArgument { name: "--depth", reason: "give at least one depth".into() });

@@ -20,6 +20,7 @@ use super::fit::{check_model_for, BudgetArgs};
 use super::hub::{model_label, resolve_model};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
+use super::speculative::SpeculativeArgs;
 use super::CliError;
 use crate::runtime::block_on;
 use crate::state::{AppState, LoadedModel, Locations};
@@ -65,6 +66,8 @@ pub struct ChatArgs {
     pub kernel: KernelArgs,
     #[command(flatten)]
     pub kv: KvArgs,
+    #[command(flatten)]
+    pub speculative: SpeculativeArgs,
     /// Where the answer comes from: the local MODEL, the cloud endpoint, or
     /// `auto` (the router decides). Sensitive content never goes to the
     /// cloud by forcing it: only --allow-sensitive lets it.
@@ -168,6 +171,7 @@ pub(crate) fn chat(
     settings.cloud_base_url = args.cloud_url.clone().or(settings.cloud_base_url);
     settings.cloud_model = args.cloud_model.clone().or(settings.cloud_model);
     settings.context_limit = args.context.unwrap_or(settings.context_limit);
+    settings.speculative = args.speculative.or(settings.speculative);
     let state = AppState::new(EngineHandle::spawn()?, locations, store);
     state.apply_settings(&settings);
     let result = load_and_chat(args, &state, &settings, out, err);

@@ -105,7 +105,7 @@ impl GenerateArgs {
                 seed: self.seed,
                 ..SamplingParams::default()
             },
-            speculative: self.speculative.speculative,
+            speculative: self.speculative.mode(),
             ..GenerateRequest::new(messages)
         }
     }
@@ -324,6 +324,28 @@ mod tests {
         r.unwrap();
         assert_eq!(out, format!("{}\n", v["text"].as_str().unwrap_or_default()));
         assert!(err.contains("decode: 6 tokens") && err.contains("batch 1") && err.contains("| length"), "{err}");
+    }
+
+    /// `--speculative` reaches the engine and its figures reach the output;
+    /// greedy answers are the same with and without it.
+    #[test]
+    fn prompt_lookup_is_asked_for_and_reported_with_the_same_answer() {
+        let run = |mode: &str| {
+            let args = parse(&["--max-tokens", "24", "--ignore-eos", "--json", "--speculative", mode]);
+            let (r, out, _) = call(&args);
+            r.unwrap();
+            serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+        };
+        let (plain, lookup) = (run("none"), run("lookup"));
+        assert_eq!(plain["token_ids"], lookup["token_ids"]);
+        assert_eq!(plain["stats"]["speculative"]["mode"], "none");
+        assert_eq!(plain["stats"]["speculative"]["drafted"], 0);
+        let s = &lookup["stats"]["speculative"];
+        assert_eq!(s["mode"], "lookup");
+        assert!(s["forward_passes"].as_u64().is_some_and(|n| (1..=23).contains(&n)), "{s}");
+        let (r, _, err) = call(&parse(&["--max-tokens", "6", "--speculative", "lookup"]));
+        r.unwrap();
+        assert!(err.contains("| lookup: "), "the stats line names the mode: {err}");
     }
 
     #[test]

@@ -129,7 +129,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         context_limit: Some(args.context),
         default_max_tokens: args.max_tokens,
         max_requests: args.max_requests,
-        speculative: args.speculative.speculative,
+        speculative: args.speculative.mode(),
         ..ServeConfig::default()
     };
     let addr = SocketAddr::new(args.host, args.port);
