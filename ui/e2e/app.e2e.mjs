@@ -780,6 +780,26 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     writeFileSync(path.join(OUT, 'paris.png'), await session.screenshot(30_000));
   });
 
+  test('an answer that copies from the message is decoded with prompt lookup, and says so', { timeout: 60_000 }, async () => {
+    requireApp();
+    const before = (await answers()).length;
+    // Prompt lookup is on by default (Settings → Generation); greedy since the Paris case.
+    await sendMessage(
+      'Fix the typos and write the text out again in full: The quick brown fox jumpd over the lazy dog. It was a sunny day in the vilage, and the children were playng in the park near the old church.',
+    );
+    // (What it copies depends on the chat so far; the stats say what lookup did.)
+    const { reason } = await finishedAnswer(before + 1, 45_000);
+    assert.equal(reason, 'stop', 'the model ended its answer itself');
+    const stats = (await session.allByTestId('turn-stats')).at(-1);
+    const line = (await session.text(stats)).trim();
+    assert.match(line, /· lookup: \d+% accepted, [\d.]+ tok\/pass/, `the stats line says what lookup did: ${line}`);
+    await session.click(stats);
+    const details = (await session.allByTestId('turn-stats-details')).at(-1);
+    assert.match(await session.text(details), /Decoding\s*lookup: \d+% accepted/, 'the details name the decoding');
+    writeFileSync(path.join(OUT, 'prompt-lookup.png'), await session.screenshot(30_000));
+    await session.click(stats);
+  });
+
   test('Stop ends a long answer, which is marked stopped', { timeout: 45_000 }, async () => {
     requireApp();
     // Ask for far more tokens than the model writes in the time we wait.
@@ -1339,7 +1359,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
         const opened = (await session.allByTestId('turn-stats-details')).find((d) => !openBefore.has(Session.elementId(d)));
         return opened ? session.text(opened) : false;
       }, { timeoutMs: 5_000, message: 'the new answer\'s details' });
-      assert.match(details, /8-bit/, 'the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm)');
+      assert.match(details, /8-bit/, `the turn ran on the 8-bit KV cache (bf16 until its 5000th token, as mlx-lm): ${details}`);
     } finally {
       // Back to the default model and the default settings.
       await session.click(await session.byTestId('settings-button'));
