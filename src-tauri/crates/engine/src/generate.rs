@@ -58,6 +58,9 @@ pub struct GenerateOptions {
     pub checkpoint: bool,
     /// Whether to propose tokens and check several per forward pass.
     pub speculative: SpeculativeMode,
+    /// Where prompt lookup's depth starts (what earlier turns of this
+    /// model measured: [`Depth::carry_over`]).
+    pub depth: Depth,
 }
 
 impl Default for GenerateOptions {
@@ -68,6 +71,7 @@ impl Default for GenerateOptions {
             prefill_chunk: PREFILL_CHUNK,
             checkpoint: false,
             speculative: SpeculativeMode::None,
+            depth: Depth::default(),
         }
     }
 }
@@ -87,6 +91,8 @@ pub struct Generation {
     pub checkpoint: Option<KvCache>,
     /// What speculative decoding did (the mode `None`: plain throughout).
     pub speculation: Speculation,
+    /// The depth as the turn left it (its measured costs are worth keeping).
+    pub depth: Depth,
 }
 
 /// Generates after `prompt`, the whole conversation so far as token ids.
@@ -135,6 +141,7 @@ pub fn generate(
                 context_tokens,
                 checkpoint: None,
                 speculation: Speculation { mode: options.speculative, ..Speculation::default() },
+                depth: options.depth.clone(),
             });
         }
         let n = chunk.min(rest.len() - 1);
@@ -158,7 +165,7 @@ pub fn generate(
         speculation.plain_because = Some(PlainBecause::CacheCannotStepBack);
     }
     let mut seq: Vec<u32> = if lookup { prompt.to_vec() } else { Vec::new() };
-    let mut depth = Depth::default();
+    let mut depth = options.depth.clone();
 
     let mut y = step(model, sampler, cache, &ids_array(rest), Some(rest), &history)?;
     async_eval([&y]).op("async_eval")?;
@@ -304,6 +311,7 @@ pub fn generate(
         context_tokens,
         checkpoint,
         speculation,
+        depth,
     })
 }
 

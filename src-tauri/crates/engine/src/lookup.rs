@@ -115,6 +115,13 @@ impl Depth {
         self.checked = self.checked * DECAY + (accepted + usize::from(rejected)) as f64;
     }
 
+    /// What the next answer of the same model starts from: the costs
+    /// measured here (a property of the model and the machine), with the
+    /// acceptance back at its prior (a property of each answer).
+    pub fn carry_over(&self) -> Self {
+        Self { plain: self.plain, cost: self.cost, ..Self::default() }
+    }
+
     /// A plain pipelined step took `dt` (between two tokens).
     pub fn plain_step(&mut self, dt: Duration) {
         self.plain = Some(average(self.plain, dt.as_secs_f64()));
@@ -246,6 +253,10 @@ mod tests {
             d.pass(k, k, (k * 9) / 10, ms(cost(k)));
         }
         assert_eq!(d.depth(), 16, "{d:?}");
+        // The next answer starts from these costs, not from scratch; its
+        // acceptance is its own.
+        let next = d.carry_over();
+        assert_eq!((next.cost, next.plain, next.alpha()), (d.cost, d.plain, 0.5));
     }
 
     #[test]

@@ -28,6 +28,7 @@ use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate, GenerateOptions, Generation, WallClock};
 use crate::inspect::check_vocab_rows;
 use crate::loader::{materialize, stage};
+use crate::lookup::Depth;
 use crate::meter::{MeasuredKind, PeakMeasurement, SharedMeter};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::{check_kv_format, Model};
@@ -150,6 +151,10 @@ struct Loaded {
     /// worked out at the first save or restore, not at the load, so a model
     /// that never meets the disk tier never has its weights hashed.
     state_key: std::sync::OnceLock<String>,
+    /// What prompt lookup measured of this model on this machine (its pass
+    /// costs and plain step), carried from one turn to the next so each
+    /// answer does not pay to measure them again.
+    lookup: std::cell::RefCell<Depth>,
 }
 
 impl Loaded {
@@ -436,6 +441,7 @@ impl Worker {
             resident_before,
             dir: dir.to_owned(),
             state_key: std::sync::OnceLock::new(),
+            lookup: std::cell::RefCell::new(Depth::default()),
         });
         self.record(measured.map_err(none_loaded)?);
         Ok(info)
@@ -589,6 +595,7 @@ impl Worker {
             checkpoint: !cache.always_steps_back(),
             eos_ids: if request.ignore_eos { Vec::new() } else { loaded.tokenizer.eos_ids().to_vec() },
             speculative: request.speculative,
+            depth: loaded.lookup.borrow().carry_over(),
             ..GenerateOptions::default()
         };
         self.start_measuring()?;
@@ -605,6 +612,7 @@ impl Worker {
                     }
                 }
             })?;
+        *loaded.lookup.borrow_mut() = generation.depth.clone();
         if let Some(e) = detok_error {
             return Err(e);
         }
