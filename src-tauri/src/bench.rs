@@ -117,7 +117,7 @@ pub struct BenchReport {
 }
 
 /// Progress while a plan runs, for a progress line or the app's Channel.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct BenchProgress {
     pub depth: usize,

@@ -4,11 +4,14 @@ use serde::Serialize;
 
 /// What a command returns on failure: a stable `code` the UI can switch on,
 /// a sentence for the user, and optional structured details (numbers, paths).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 pub struct CommandError {
     pub code: &'static str,
     pub message: String,
+    /// What it is depends on the code (a refusal's numbers, …): `unknown`
+    /// to TypeScript, which narrows it where it reads it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(type = "unknown", optional)]
     pub details: Option<serde_json::Value>,
 }
 

@@ -38,7 +38,7 @@ pub enum ModelsError {
 }
 
 /// One model the picker can offer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ModelEntry {
     /// Folder name for the app's models, `org/name` for the HF cache.
     pub id: String,
@@ -70,7 +70,7 @@ pub struct ModelEntry {
 
 /// A model folder that cannot be used, as the UI shows it: the error code
 /// and sentence loading it would fail with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ModelProblem {
     pub code: &'static str,
     pub message: String,
@@ -84,7 +84,7 @@ impl From<EngineError> for ModelProblem {
 }
 
 /// What `model_load` reports: the entry, now loaded, and how long the switch took.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct LoadResult {
     #[serde(flatten)]
     pub entry: ModelEntry,

@@ -12,7 +12,7 @@ use crate::error::CommandError;
 use crate::state::AppState;
 
 /// Whether a key is stored for an endpoint, and where.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyStatus {
     pub stored: bool,

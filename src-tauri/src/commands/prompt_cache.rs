@@ -9,7 +9,7 @@ use crate::error::CommandError;
 use crate::state::AppState;
 
 /// [`PromptCacheStats`] in the UI's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptCacheView {
     pub entries: usize,

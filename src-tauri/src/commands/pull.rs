@@ -18,7 +18,7 @@ use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
 
 /// What `model_pull_check` resolves to: the repo's files and the verdict at the app's context limit.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct PullCheck {
     pub model: RemoteModel,
     pub endpoint: String,
@@ -26,7 +26,7 @@ pub struct PullCheck {
 }
 
 /// What `model_pull` resolves to: the snapshot, and the picker's entry for it (with its badge).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct PullResult {
     pub snapshot: PathBuf,
     pub downloaded_bytes: u64,

@@ -14,7 +14,7 @@ use crate::serve::AppModels;
 use crate::state::AppState;
 
 /// What the UI shows about a running server.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerInfo {
     /// The base URL clients use (`OPENAI_BASE_URL`).

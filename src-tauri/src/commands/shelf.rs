@@ -22,7 +22,7 @@ pub async fn shelf_list(state: State<'_, AppState>) -> Result<Vec<ShelfEntry>, C
 
 /// What `shelf_refresh` resolves to: the shelf read again, and the repos
 /// the hub could not give (each keeps its older record).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct ShelfRefresh {
     pub entries: Vec<ShelfEntry>,
     pub failed: Vec<CommandError>,

@@ -16,7 +16,7 @@ use crate::error::CommandError;
 
 /// What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
 /// `Finished`; or `Error`, which ends it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(tag = "event", content = "data", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ChatEvent {
     Started {
@@ -85,7 +85,7 @@ impl ChatEvent {
 }
 
 /// Where an answer comes from, as the UI labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum RouteTarget {
     Local,
@@ -95,7 +95,7 @@ pub enum RouteTarget {
 }
 
 /// One reason for the route, or a note about what was sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct RouteReason {
     pub code: &'static str,
     pub message: String,
@@ -108,7 +108,7 @@ impl From<&headroom_core::router::Reason> for RouteReason {
 }
 
 /// Where a turn runs and why; sent with `Started`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteInfo {
     pub target: RouteTarget,
