@@ -12,6 +12,8 @@ pub mod default_model;
 mod desktop;
 mod error;
 pub mod fit;
+#[cfg(test)]
+mod ipc_contract;
 mod live;
 pub mod logging;
 mod memory;
