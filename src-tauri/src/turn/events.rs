@@ -36,8 +36,8 @@ pub enum ChatEvent {
         prompt_tokens: usize,
         /// Of those, how many the prompt cache held (not prefilled again).
         reused_tokens: usize,
-        /// Where they came from: "memory", "disk", or "none".
-        reused_from: &'static str,
+        /// Where they came from.
+        reused_from: ReusedFrom,
         generated_tokens: usize,
         context_tokens: usize,
         batch: usize,
@@ -71,7 +71,7 @@ impl ChatEvent {
             e2e_tps: s.rates.e2e_tps,
             prompt_tokens: s.prompt_tokens,
             reused_tokens: s.reused_tokens,
-            reused_from: s.reused_from.as_str(),
+            reused_from: s.reused_from.into(),
             generated_tokens: s.generated_tokens,
             context_tokens: s.context_tokens,
             batch: s.batch,
@@ -80,6 +80,27 @@ impl ChatEvent {
             slowdown,
             kv_cache: s.kv_label.clone(),
             speculation: s.speculation.summary(),
+        }
+    }
+}
+
+/// Where a turn's reused prompt tokens came from (the engine's
+/// [`Reuse`](headroom_engine::prompt_cache::Reuse), as the UI reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum ReusedFrom {
+    None,
+    Memory,
+    Disk,
+}
+
+impl From<headroom_engine::prompt_cache::Reuse> for ReusedFrom {
+    fn from(r: headroom_engine::prompt_cache::Reuse) -> Self {
+        use headroom_engine::prompt_cache::Reuse;
+        match r {
+            Reuse::None => Self::None,
+            Reuse::Memory => Self::Memory,
+            Reuse::Disk => Self::Disk,
         }
     }
 }
@@ -292,4 +313,20 @@ pub(crate) fn replay(answer: &str) -> Vec<RunEvent> {
     events.push(RunEvent::Stats(super::cloud::turn_stats(&stats), None));
     events.push(RunEvent::Finished(FinishReason::Stop));
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_engine::prompt_cache::Reuse;
+
+    use super::ReusedFrom;
+
+    /// The `stats` event says where reused tokens came from in the engine's
+    /// own words (what `headroom generate` and the server print too).
+    #[test]
+    fn reused_from_is_sent_as_the_engine_names_it() {
+        for r in [Reuse::None, Reuse::Memory, Reuse::Disk] {
+            assert_eq!(serde_json::to_value(ReusedFrom::from(r)).unwrap(), r.as_str());
+        }
+    }
 }

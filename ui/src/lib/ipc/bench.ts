@@ -3,17 +3,12 @@
 // report is `headroom bench --json`'s object (snake_case, as the CLI prints
 // it and the store keeps it) plus the stored row's id.
 import type { ChartTheme } from './charts';
+import type { BenchProgress } from './generated';
 import { call, Channel } from './invoke';
 import type { PressureLevel } from './memory';
 
-/** Mirrors `cli::bench::BenchProgress`: one run done (run 0 is the warm-up). */
-export interface BenchProgress {
-  depth: number;
-  run: number;
-  runs: number;
-  decodeTps: number | null;
-}
-
+/** One run done (run 0 is the warm-up): `bench::BenchProgress`. */
+export type { BenchProgress };
 /** `headroom_core::bench::MeanSd`; `sd` is null for a single run. */
 export interface MeanSd {
   mean: number;

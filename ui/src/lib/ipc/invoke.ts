@@ -2,16 +2,12 @@
 //! through `call`, so every rejection reaching the UI is a `CommandError`.
 import { Channel, invoke, type InvokeArgs } from '@tauri-apps/api/core';
 import { listen } from '@tauri-apps/api/event';
+import type { CommandError } from './generated';
 
 export { Channel };
 
-/** Mirrors `src-tauri/src/error.rs`: what a failed command rejects with. */
-export interface CommandError {
-  code: string;
-  message: string;
-  details?: unknown;
-}
-
+/** What a failed command rejects with (`src-tauri/src/error.rs`). */
+export type { CommandError };
 /** Raised in the UI itself when there is no Tauri backend to talk to. */
 export const NO_BACKEND = 'NO_BACKEND';
 /** Tauri's own failures (unknown command, bad arguments) arrive as strings. */

@@ -1,22 +1,9 @@
 // Typed bindings for the local OpenAI-compatible server's toggle
 // (src-tauri/src/commands/server.rs).
+import type { ServerInfo } from './generated';
 import { call } from './invoke';
 
-/** Mirrors `commands::server::ServerInfo`. */
-export interface ServerInfo {
-  /** The base URL clients use, e.g. `http://127.0.0.1:8080/v1`. */
-  url: string;
-  port: number;
-  /** Chat-completion requests received (valid or not). */
-  requests: number;
-  /** Runs that ended on their own. */
-  completed: number;
-  /** Runs cancelled because the client went away. */
-  cancelled: number;
-  /** Runs queued or generating now. */
-  active: number;
-}
-
+export type { ServerInfo };
 /** The port the server uses when none is given. */
 export const DEFAULT_SERVER_PORT = 8080;
 

@@ -46,6 +46,7 @@ export type { Reason } from './Reason';
 export type { Remedy } from './Remedy';
 export type { RemoteFile } from './RemoteFile';
 export type { RemoteModel } from './RemoteModel';
+export type { ReusedFrom } from './ReusedFrom';
 export type { Role } from './Role';
 export type { Route } from './Route';
 export type { RouteInfo } from './RouteInfo';
