@@ -215,7 +215,7 @@ function fakeBackend(
       case 'away_notice':
         return latestNotice;
       default:
-        throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
+        throw `command ${cmd} not found`;
     }
   }, { shouldMockEvents: true });
   return calls;
@@ -501,7 +501,7 @@ describe('App', () => {
       if (cmd === 'chat_send') throw { code: 'NO_MODEL_LOADED', message: 'No model is loaded yet. Pick one from the list at the top.' };
       if (cmd === 'session_create') return { id: 's1', title: 'New chat', createdAt: 0, updatedAt: 0 };
       if (cmd === 'models_list' || cmd === 'sessions_list') return [];
-      throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
+      throw `command ${cmd} not found`;
     }, { shouldMockEvents: true });
     const { user, input, send } = setup();
 

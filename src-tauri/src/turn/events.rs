@@ -12,7 +12,7 @@ use headroom_engine::worker::{EngineEvent, TurnStats};
 use serde::Serialize;
 
 use super::record::TurnRecorder;
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 
 /// What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
 /// `Finished`; or `Error`, which ends it.
@@ -56,7 +56,7 @@ pub enum ChatEvent {
         reason: FinishReason,
     },
     Error {
-        code: &'static str,
+        code: ErrorCode,
         message: String,
     },
 }
@@ -176,6 +176,9 @@ pub struct TurnEnd {
 }
 
 /// A run's events, whatever runs it (the engine, a cloud endpoint, the cache).
+// Stats, once per run, is the large one; it was as large before the
+// error code became a one-byte enum (which is what tipped this lint).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum RunEvent {
     /// The run was accepted: from here on it is a turn (and a regenerate
@@ -189,7 +192,7 @@ pub(crate) enum RunEvent {
     Stats(TurnStats, Option<String>),
     Finished(FinishReason),
     Error {
-        code: &'static str,
+        code: ErrorCode,
         message: String,
     },
 }

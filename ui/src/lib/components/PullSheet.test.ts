@@ -36,7 +36,7 @@ function backend(kind: 'fits' | 'would_swap', pull: (emit: (e: PullEvent) => voi
       return pull((e) => ch.onmessage(e));
     }
     if (cmd === 'model_pull_cancel') return true;
-    throw { code: 'UNKNOWN_COMMAND', message: cmd };
+    throw `command ${cmd} not found`;
   });
   return calls;
 }

@@ -12,6 +12,7 @@ import type {
   Remedy,
   Verdict,
 } from './generated';
+import type { ErrorCode } from './invoke';
 import { call, subscribe } from './invoke';
 
 export type {
@@ -28,7 +29,7 @@ export type {
   Verdict,
 };
 /** The code a refused load rejects with; its `details.report` is the `FitReport`. */
-export const MODEL_TOO_LARGE = 'MODEL_TOO_LARGE';
+export const MODEL_TOO_LARGE = 'MODEL_TOO_LARGE' satisfies ErrorCode;
 
 /** Mirrors `fit::refusal_details`. */
 export interface TooLargeDetails {

@@ -2,6 +2,7 @@
 // (src-tauri/src/commands/pull.rs): the verdict from the repo's headers
 // first, then the download, whose progress streams over a Channel.
 import type { PullCheck, PullEvent, PullResult, RemoteFile, RemoteModel } from './generated';
+import type { ErrorCode } from './invoke';
 import { call, Channel } from './invoke';
 
 export type { PullCheck, PullEvent, RemoteFile, RemoteModel };
@@ -14,10 +15,10 @@ export interface PullOptions {
 }
 
 /** The codes a pull rejects with besides the generic ones. */
-export const PULL_CANCELLED = 'PULL_CANCELLED';
-export const PULL_IN_PROGRESS = 'PULL_IN_PROGRESS';
-export const REPO_NOT_FOUND = 'REPO_NOT_FOUND';
-export const DOWNLOAD_CORRUPT = 'DOWNLOAD_CORRUPT';
+export const PULL_CANCELLED = 'PULL_CANCELLED' satisfies ErrorCode;
+export const PULL_IN_PROGRESS = 'PULL_IN_PROGRESS' satisfies ErrorCode;
+export const REPO_NOT_FOUND = 'REPO_NOT_FOUND' satisfies ErrorCode;
+export const DOWNLOAD_CORRUPT = 'DOWNLOAD_CORRUPT' satisfies ErrorCode;
 
 /** The fit verdict for `repo` from its headers; downloads no weights. */
 export function modelPullCheck(repo: string, options: Pick<PullOptions, 'revision'> = {}): Promise<PullCheck> {

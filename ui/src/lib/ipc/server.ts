@@ -1,6 +1,7 @@
 // Typed bindings for the local OpenAI-compatible server's toggle
 // (src-tauri/src/commands/server.rs).
 import type { ServerInfo } from './generated';
+import type { ErrorCode } from './invoke';
 import { call } from './invoke';
 
 export type { ServerInfo };
@@ -8,7 +9,7 @@ export type { ServerInfo };
 export const DEFAULT_SERVER_PORT = 8080;
 
 /** The code a start rejects with when the port is taken. */
-export const PORT_UNAVAILABLE = 'PORT_UNAVAILABLE';
+export const PORT_UNAVAILABLE = 'PORT_UNAVAILABLE' satisfies ErrorCode;
 
 /**
  * Starts the server on 127.0.0.1 (`port` defaults to 8080); if it already

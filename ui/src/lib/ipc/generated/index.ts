@@ -13,6 +13,7 @@ export type { ChatEvent } from './ChatEvent';
 export type { CommandError } from './CommandError';
 export type { Decision } from './Decision';
 export type { DesktopStatus } from './DesktopStatus';
+export type { ErrorCode } from './ErrorCode';
 export type { Estimate } from './Estimate';
 export type { Experts } from './Experts';
 export type { Finding } from './Finding';
