@@ -99,6 +99,7 @@ fn contract() -> Contract {
     c.add::<crate::about::AppInfo>();
     // bench_run
     c.add::<crate::bench::BenchProgress>();
+    c.add::<crate::bench::BenchRunReply>();
     // chat_send / chat_regenerate (arguments and their Channel's events)
     c.add::<headroom_core::router::Force>();
     c.add::<crate::turn::ChatEvent>();
@@ -111,10 +112,11 @@ fn contract() -> Contract {
     // memory_history, the `memory` event; away_notice, the `away` event
     c.add::<crate::memory::MemorySample>();
     c.add::<crate::away::Notice>();
-    // models_list, model_load (its `kv` argument; a refusal's details)
+    // models_list, model_load (its `kv` argument; a MODEL_TOO_LARGE refusal's details)
     c.add::<crate::models::ModelEntry>();
     c.add::<crate::models::LoadResult>();
     c.add::<headroom_core::kv::KvFormat>();
+    c.add::<crate::fit::TooLargeDetails>();
     // prompt_cache_stats
     c.add::<crate::commands::prompt_cache::PromptCacheView>();
     // model_pull_check, model_pull (and its Channel's events)

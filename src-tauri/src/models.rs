@@ -340,7 +340,7 @@ pub fn load(
         return Err(CommandError {
             code: ErrorCode::ModelTooLarge,
             message,
-            details: Some(fit::refusal_details(&report, &remedies)),
+            details: fit::refusal_details(&report, &remedies).into_details(),
         });
     }
     let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report).map_err(CommandError::from)?;

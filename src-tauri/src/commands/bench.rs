@@ -10,7 +10,7 @@ use headroom_memory::bandwidth::{self, BandwidthOptions};
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::bench::{report_json, run_plan, Bandwidth, BenchError, BenchPlan, BenchProgress, StoreRecord};
+use crate::bench::{run_plan, Bandwidth, BenchError, BenchJson, BenchPlan, BenchProgress, BenchRunReply, StoreRecord};
 use crate::error::{CommandError, ErrorCode};
 use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
@@ -27,7 +27,7 @@ pub async fn bench_run(
     theme: String,
     on_progress: Channel<BenchProgress>,
     state: State<'_, AppState>,
-) -> Result<serde_json::Value, CommandError> {
+) -> Result<BenchRunReply, CommandError> {
     let theme: Theme = theme.parse()?;
     let state = AppState::clone(&state);
     let loaded = state.loaded_model().ok_or_else(|| CommandError::from(headroom_engine::EngineError::NoModelLoaded))?;
@@ -68,10 +68,8 @@ pub async fn bench_run(
             prefill_tps: d.summary.prefill_tps.map(|m| m.mean),
         })
         .collect();
-    let mut out = report_json(&report);
-    out["id"] = serde_json::json!(id);
-    out["chart_svg"] = serde_json::json!(bench_depth_svg(&points, &ChartStyle::popover(theme))?);
-    Ok(out)
+    let chart_svg = bench_depth_svg(&points, &ChartStyle::popover(theme))?;
+    Ok(BenchRunReply { report: BenchJson::of(&report), id, chart_svg })
 }
 
 /// Stops the running benchmark between tokens or runs; its `bench_run`

@@ -109,10 +109,11 @@ pub(crate) async fn pull(
             code: ErrorCode::ModelTooLarge,
             message,
             // Before a byte is downloaded, only this model's own remedies apply.
-            details: Some(crate::fit::refusal_details(
+            details: crate::fit::refusal_details(
                 &checked.fit,
                 &headroom_core::remedies::remedies(&checked.fit, checked.fit.estimate.kv_format, 0, &[]),
-            )),
+            )
+            .into_details(),
         });
     }
     let outcome = download(&client, &cache_root(state)?, &checked.model, cancel, on_event).await?;

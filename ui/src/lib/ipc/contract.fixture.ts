@@ -5,8 +5,10 @@
 // compiling when the Rust type gains, loses or renames a field. (Not
 // shipped: only *.test.ts files import it.)
 import type {
+  BenchSpeculation,
   Budget,
   Calibration,
+  DecodeTraffic,
   Estimate,
   FitReport,
   ModelEntry,
@@ -150,4 +152,24 @@ export function remoteModel(o: Partial<RemoteModel> & Pick<RemoteModel, 'repo'>)
     footprint: footprint(),
     ...o,
   };
+}
+
+/** What one decode step of a dense model reads, by part. */
+export function decodeTraffic(o: Partial<DecodeTraffic> = {}): DecodeTraffic {
+  return {
+    weight_bytes: 0,
+    resident_weight_bytes: 0,
+    kv_bytes_per_position: 0,
+    window_kv_bytes_per_position: 0,
+    window: 0,
+    state_bytes: 0,
+    experts: 0,
+    experts_per_token: 0,
+    ...o,
+  };
+}
+
+/** A depth whose runs decoded one token per pass. */
+export function plainSpeculation(): BenchSpeculation {
+  return { mode: 'none', drafted: 0, accepted: 0, acceptance: null, forward_passes: 0, tokens_per_pass: null, plain_because: null };
 }

@@ -10,10 +10,10 @@ import type {
   ModelFootprint,
   ModelProblem,
   Remedy,
+  TooLargeDetails,
   Verdict,
 } from './generated';
-import type { ErrorCode } from './invoke';
-import { call, subscribe } from './invoke';
+import { call, subscribe, type ErrorCode } from './invoke';
 
 export type {
   Calibration,
@@ -26,25 +26,11 @@ export type {
   ModelFootprint,
   ModelProblem,
   Remedy,
+  TooLargeDetails,
   Verdict,
 };
-/** The code a refused load rejects with; its `details.report` is the `FitReport`. */
+/** The code a refused load rejects with; its `details` are a `TooLargeDetails`. */
 export const MODEL_TOO_LARGE = 'MODEL_TOO_LARGE' satisfies ErrorCode;
-
-/** Mirrors `fit::refusal_details`. */
-export interface TooLargeDetails {
-  verdict: Verdict;
-  contextTokens: number;
-  weightBytes: number;
-  kvCacheBytes: number;
-  overheadBytes: number;
-  predictedPeakBytes: number;
-  budgetBytes: number;
-  overByBytes: number;
-  largestContextThatFits: number | null;
-  remedies?: Remedy[];
-  report: FitReport;
-}
 
 export interface LoadOptions {
   /** Load with this context (tokens) instead of the app's limit. */

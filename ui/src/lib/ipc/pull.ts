@@ -2,8 +2,7 @@
 // (src-tauri/src/commands/pull.rs): the verdict from the repo's headers
 // first, then the download, whose progress streams over a Channel.
 import type { PullCheck, PullEvent, PullResult, RemoteFile, RemoteModel } from './generated';
-import type { ErrorCode } from './invoke';
-import { call, Channel } from './invoke';
+import { call, Channel, type ErrorCode } from './invoke';
 
 export type { PullCheck, PullEvent, RemoteFile, RemoteModel };
 export type { PullResult };

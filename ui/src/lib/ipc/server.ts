@@ -1,8 +1,7 @@
 // Typed bindings for the local OpenAI-compatible server's toggle
 // (src-tauri/src/commands/server.rs).
 import type { ServerInfo } from './generated';
-import type { ErrorCode } from './invoke';
-import { call } from './invoke';
+import { call, type ErrorCode } from './invoke';
 
 export type { ServerInfo };
 /** The port the server uses when none is given. */
