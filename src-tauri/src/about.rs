@@ -3,7 +3,7 @@
 use serde::Serialize;
 
 /// Version and platform facts.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct AppInfo {
     pub version: &'static str,
     pub mlx_version: String,

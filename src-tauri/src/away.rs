@@ -44,7 +44,7 @@ pub const SAVE_STATES_AFTER: std::time::Duration = std::time::Duration::from_sec
 pub const RELOADED_CODE: &str = "RELOADED";
 
 /// What Headroom did, for the popover and the notification.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Notice {
     pub at_unix_ms: u64,

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 
-use headroom_core::bench::{rated_bandwidth, BenchShape, RateSummary, RatedBandwidth, Roofline};
+use headroom_core::bench::{rated_bandwidth, BenchShape, DecodeTraffic, RateSummary, RatedBandwidth, Roofline};
 use headroom_core::pressure::PressureLevel;
 use headroom_engine::bench::{run_case, BenchCase, BenchEvent, BenchRun, CaseResult};
 use headroom_engine::worker::EngineHandle;
@@ -50,7 +50,7 @@ impl BenchPlan {
 }
 
 /// Where the roofline's bandwidth comes from.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(tag = "source", rename_all = "snake_case")]
 pub enum Bandwidth {
     /// `headroom bandwidth`'s best kernel (copy or triad).
@@ -92,18 +92,34 @@ impl DepthReport {
     }
 }
 
-fn speculation_json(s: &Speculation) -> Value {
-    json!({
-        "mode": s.mode,
-        "drafted": s.drafted,
-        "accepted": s.accepted,
-        "acceptance": s.acceptance(),
-        "forward_passes": s.forward_passes,
-        "tokens_per_pass": s.tokens_per_pass(),
-        "plain_because": s.plain_because.map(|p| p.describe()),
-    })
+/// What speculative decoding did over a depth's counted runs, as reported.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[ts(rename = "BenchSpeculation")]
+pub struct SpeculationJson {
+    pub mode: SpeculativeMode,
+    pub drafted: u32,
+    pub accepted: u32,
+    /// accepted ÷ drafted; `None` when nothing was drafted.
+    pub acceptance: Option<f64>,
+    pub forward_passes: u32,
+    pub tokens_per_pass: Option<f64>,
+    /// Why the runs decoded plainly, if they did.
+    pub plain_because: Option<&'static str>,
 }
 
+impl SpeculationJson {
+    fn of(s: &Speculation) -> Self {
+        Self {
+            mode: s.mode,
+            drafted: s.drafted,
+            accepted: s.accepted,
+            acceptance: s.acceptance(),
+            forward_passes: s.forward_passes,
+            tokens_per_pass: s.tokens_per_pass(),
+            plain_because: s.plain_because.map(|p| p.describe()),
+        }
+    }
+}
 /// A whole benchmark.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BenchReport {
@@ -117,7 +133,7 @@ pub struct BenchReport {
 }
 
 /// Progress while a plan runs, for a progress line or the app's Channel.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct BenchProgress {
     pub depth: usize,
@@ -231,70 +247,182 @@ impl StoreRecord {
     }
 }
 
-fn run_json(r: &BenchRun) -> Value {
-    let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
-    json!({
-        "index": r.index,
-        "context_tokens": r.context_tokens,
-        "prompt_tokens": r.prompt_tokens,
-        "generated_tokens": r.generated_tokens,
-        "cache_tokens_after": r.cache_tokens_after,
-        "ttft_ms": r.rates.ttft_ms,
-        "prefill_tps": r.rates.prefill_tps,
-        "decode_tps": r.rates.decode_tps,
-        "e2e_tps": r.rates.e2e_tps,
-        "prefill_ms": r.timings.prefill.as_secs_f64() * 1e3,
-        "first_token_ms": ms(r.timings.first_token_at),
-        "last_token_ms": ms(r.timings.last_token_at),
-        "peak_memory_bytes": r.peak_memory_bytes,
-    })
+/// One raw run as reported; an undefined rate is `None`, never 0.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[ts(rename = "BenchRun")]
+pub struct RunJson {
+    pub index: usize,
+    pub context_tokens: usize,
+    pub prompt_tokens: usize,
+    pub generated_tokens: usize,
+    pub cache_tokens_after: usize,
+    pub ttft_ms: Option<f64>,
+    pub prefill_tps: Option<f64>,
+    pub decode_tps: Option<f64>,
+    pub e2e_tps: Option<f64>,
+    pub prefill_ms: f64,
+    pub first_token_ms: Option<f64>,
+    pub last_token_ms: Option<f64>,
+    pub peak_memory_bytes: usize,
 }
 
-/// The `--json` object: labels, machine, bandwidth, and per depth the raw
+impl RunJson {
+    fn of(r: &BenchRun) -> Self {
+        let ms = |d: Option<std::time::Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        Self {
+            index: r.index,
+            context_tokens: r.context_tokens,
+            prompt_tokens: r.prompt_tokens,
+            generated_tokens: r.generated_tokens,
+            cache_tokens_after: r.cache_tokens_after,
+            ttft_ms: r.rates.ttft_ms,
+            prefill_tps: r.rates.prefill_tps,
+            decode_tps: r.rates.decode_tps,
+            e2e_tps: r.rates.e2e_tps,
+            prefill_ms: r.timings.prefill.as_secs_f64() * 1e3,
+            first_token_ms: ms(r.timings.first_token_at),
+            last_token_ms: ms(r.timings.last_token_at),
+            peak_memory_bytes: r.peak_memory_bytes,
+        }
+    }
+}
+
+/// Quantization bits and group size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+pub struct QuantLabel {
+    pub bits: i32,
+    pub group_size: i32,
+}
+
+/// How quantized matrices multiply (`QuantKernel`), as reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+pub struct KernelLabel {
+    /// "fused" or "cpu-f32".
+    pub kind: &'static str,
+    /// The CPU kernel's switch to a dequantized matmul; `None` for fused.
+    pub dequantize_from_rows: Option<i32>,
+}
+
+/// What was measured: the model's labels and the plan (`None`: no depth ran).
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+pub struct BenchLabels {
+    pub model_type: Option<String>,
+    pub quantization: Option<QuantLabel>,
+    pub kv_dtype: Option<String>,
+    pub quant_kernel: Option<KernelLabel>,
+    pub weight_bytes: Option<u64>,
+    /// Weight bytes one decoded token reads (one embedding row, the chosen experts).
+    pub active_weight_bytes: Option<u64>,
+    /// Every weight, all in memory.
+    pub resident_weight_bytes: Option<u64>,
+    /// What one decode step reads, by part.
+    pub traffic: Option<DecodeTraffic>,
+    pub kv_bytes_per_position: Option<u64>,
+    pub batch: u32,
+    pub prompt_tokens: usize,
+    pub gen_tokens: usize,
+    pub repetitions: usize,
+    pub depths: Vec<usize>,
+    pub seed: u64,
+}
+
+/// One depth as reported: the raw runs, their summary, the roofline.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[ts(rename = "BenchDepth")]
+pub struct DepthJson {
+    pub depth: usize,
+    pub fill_ms: f64,
+    pub warmup: RunJson,
+    pub runs: Vec<RunJson>,
+    pub summary: RateSummary,
+    pub speculative: SpeculationJson,
+    pub pressure: PressureLevel,
+    pub swap_delta_bytes: i64,
+    pub peak_memory_bytes: usize,
+    pub roofline: Option<Roofline>,
+    pub rated_roofline: Option<Roofline>,
+}
+
+/// `headroom bench --json`'s object (snake_case, as the CLI prints it and
+/// the store keeps it): labels, machine, bandwidth, and per depth the raw
 /// runs (warm-up apart), the summary and the roofline.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+pub struct BenchJson {
+    pub model: String,
+    pub path: PathBuf,
+    pub labels: BenchLabels,
+    pub machine: MachineInfo,
+    pub bandwidth: Bandwidth,
+    pub rated_bandwidth: Option<RatedBandwidth>,
+    pub depths: Vec<DepthJson>,
+}
+
+impl BenchJson {
+    pub fn of(r: &BenchReport) -> Self {
+        let labels = r.depths.first().map(|d| &d.case.labels);
+        Self {
+            model: r.model.clone(),
+            path: r.dir.clone(),
+            labels: BenchLabels {
+                model_type: labels.map(|l| l.model_type.clone()),
+                quantization: labels
+                    .and_then(|l| l.quantization)
+                    .map(|(bits, group_size)| QuantLabel { bits, group_size }),
+                kv_dtype: labels.map(|l| l.kv_dtype.clone()),
+                quant_kernel: labels.and_then(|l| l.quant_kernel).map(|k| KernelLabel {
+                    kind: k.as_str(),
+                    dequantize_from_rows: match k {
+                        QuantKernel::CpuF32 { dequantize_from_rows } => Some(dequantize_from_rows),
+                        QuantKernel::Fused => None,
+                    },
+                }),
+                weight_bytes: labels.map(|l| l.traffic.weight_bytes),
+                active_weight_bytes: labels.map(|l| l.traffic.weight_bytes),
+                resident_weight_bytes: labels.map(|l| l.traffic.resident_bytes()),
+                traffic: labels.map(|l| l.traffic),
+                kv_bytes_per_position: labels.map(|l| l.traffic.kv_bytes_per_position),
+                batch: 1,
+                prompt_tokens: r.plan.prompt_tokens,
+                gen_tokens: r.plan.gen_tokens,
+                repetitions: r.plan.repetitions,
+                depths: r.plan.depths.clone(),
+                seed: r.plan.seed,
+            },
+            machine: r.machine.clone(),
+            bandwidth: r.bandwidth.clone(),
+            rated_bandwidth: r.rated.copied(),
+            depths: r
+                .depths
+                .iter()
+                .map(|d| DepthJson {
+                    depth: d.case.case.shape.depth,
+                    fill_ms: d.case.fill_time.as_secs_f64() * 1e3,
+                    warmup: RunJson::of(&d.case.warmup),
+                    runs: d.case.runs.iter().map(RunJson::of).collect(),
+                    summary: d.summary,
+                    speculative: SpeculationJson::of(&d.speculation()),
+                    pressure: d.pressure,
+                    swap_delta_bytes: d.swap_delta_bytes,
+                    peak_memory_bytes: d.peak_memory_bytes,
+                    roofline: d.roofline,
+                    rated_roofline: d.rated_roofline,
+                })
+                .collect(),
+        }
+    }
+}
+
+/// What `bench_run` resolves to: the report, the stored row's id and the
+/// depth chart (decode and prefill tok/s vs depth), an SVG document.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+pub struct BenchRunReply {
+    #[serde(flatten)]
+    pub report: BenchJson,
+    pub id: i64,
+    pub chart_svg: String,
+}
+/// The `--json` object ([`BenchJson`]) as a JSON value. It has no maps, so
+/// it always serializes (`Null` is unreachable).
 pub fn report_json(r: &BenchReport) -> Value {
-    let labels = r.depths.first().map(|d| &d.case.labels);
-    json!({
-        "model": r.model,
-        "path": r.dir,
-        "labels": {
-            "model_type": labels.map(|l| l.model_type.clone()),
-            "quantization": labels.and_then(|l| l.quantization).map(|(bits, group_size)| json!({"bits": bits, "group_size": group_size})),
-            "kv_dtype": labels.map(|l| l.kv_dtype.clone()),
-            "quant_kernel": labels.and_then(|l| l.quant_kernel).map(|k| json!({
-                "kind": k.as_str(),
-                "dequantize_from_rows": match k {
-                    QuantKernel::CpuF32 { dequantize_from_rows } => Some(dequantize_from_rows),
-                    QuantKernel::Fused => None,
-                },
-            })),
-            "weight_bytes": labels.map(|l| l.traffic.weight_bytes),
-            "active_weight_bytes": labels.map(|l| l.traffic.weight_bytes),
-            "resident_weight_bytes": labels.map(|l| l.traffic.resident_bytes()),
-            "traffic": labels.map(|l| l.traffic),
-            "kv_bytes_per_position": labels.map(|l| l.traffic.kv_bytes_per_position),
-            "batch": 1,
-            "prompt_tokens": r.plan.prompt_tokens,
-            "gen_tokens": r.plan.gen_tokens,
-            "repetitions": r.plan.repetitions,
-            "depths": r.plan.depths,
-            "seed": r.plan.seed,
-        },
-        "machine": r.machine,
-        "bandwidth": r.bandwidth,
-        "rated_bandwidth": r.rated,
-        "depths": r.depths.iter().map(|d| json!({
-            "depth": d.case.case.shape.depth,
-            "fill_ms": d.case.fill_time.as_secs_f64() * 1e3,
-            "warmup": run_json(&d.case.warmup),
-            "runs": d.case.runs.iter().map(run_json).collect::<Vec<_>>(),
-            "summary": d.summary,
-            "speculative": speculation_json(&d.speculation()),
-            "pressure": d.pressure,
-            "swap_delta_bytes": d.swap_delta_bytes,
-            "peak_memory_bytes": d.peak_memory_bytes,
-            "roofline": d.roofline,
-            "rated_roofline": d.rated_roofline,
-        })).collect::<Vec<_>>(),
-    })
+    serde_json::to_value(BenchJson::of(r)).unwrap_or_default()
 }

@@ -115,7 +115,7 @@ pub fn parse_shortcut(text: &str) -> Result<Shortcut, DesktopError> {
 
 /// The global shortcut as it stands: what the settings ask for, whether it
 /// is registered, and if not, why.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ShortcutStatus {
     pub shortcut: Option<String>,

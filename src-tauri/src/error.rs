@@ -4,17 +4,140 @@ use serde::Serialize;
 
 /// What a command returns on failure: a stable `code` the UI can switch on,
 /// a sentence for the user, and optional structured details (numbers, paths).
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 pub struct CommandError {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
+    /// What it is depends on the code (a refusal's numbers, …): `unknown`
+    /// to TypeScript, which narrows it where it reads it.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[ts(type = "unknown", optional)]
     pub details: Option<serde_json::Value>,
 }
 
 impl CommandError {
-    pub fn new(code: &'static str, message: impl Into<String>) -> Self {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self { code, message: message.into(), details: None }
+    }
+}
+
+/// Declares [`ErrorCode`]: each variant with the string it is sent as.
+macro_rules! error_codes {
+    ($($variant:ident = $code:literal,)*) => {
+        /// The stable code of a [`CommandError`], which the UI switches on:
+        /// sent as the SCREAMING_SNAKE string beside each variant, and a
+        /// string union in the generated TypeScript (`ErrorCode.ts`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, ts_rs::TS)]
+        pub enum ErrorCode {
+            $(#[serde(rename = $code)] $variant,)*
+        }
+
+        impl ErrorCode {
+            /// Every code, in declaration order.
+            #[cfg(test)]
+            pub const ALL: &[ErrorCode] = &[$(Self::$variant,)*];
+
+            /// The code as it is sent (and logged).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $(Self::$variant => $code,)*
+                }
+            }
+        }
+    };
+}
+
+error_codes! {
+    // The engine and the model files.
+    EngineInternal = "ENGINE_INTERNAL",
+    EngineMlx = "ENGINE_MLX",
+    EngineShape = "ENGINE_SHAPE",
+    MemoryNotReturned = "MEMORY_NOT_RETURNED",
+    NoModelLoaded = "NO_MODEL_LOADED",
+    NothingLoaded = "NOTHING_LOADED",
+    EmptyPrompt = "EMPTY_PROMPT",
+    ContextOverflow = "CONTEXT_OVERFLOW",
+    Tokenizer = "TOKENIZER",
+    NoChatTemplate = "NO_CHAT_TEMPLATE",
+    ChatTemplate = "CHAT_TEMPLATE",
+    ModelConfig = "MODEL_CONFIG",
+    ModelIncomplete = "MODEL_INCOMPLETE",
+    ModelNotFound = "MODEL_NOT_FOUND",
+    ModelTokenizer = "MODEL_TOKENIZER",
+    ModelTooLarge = "MODEL_TOO_LARGE",
+    ModelWeights = "MODEL_WEIGHTS",
+    UnsupportedArchitecture = "UNSUPPORTED_ARCHITECTURE",
+    UnsupportedModel = "UNSUPPORTED_MODEL",
+    UnsupportedModelFeature = "UNSUPPORTED_MODEL_FEATURE",
+    UnsupportedQuantization = "UNSUPPORTED_QUANTIZATION",
+    DemoModel = "DEMO_MODEL",
+    Memory = "MEMORY",
+    Io = "IO",
+    // Turns, routing and the privacy gate.
+    EmptyMessage = "EMPTY_MESSAGE",
+    NothingToRegenerate = "NOTHING_TO_REGENERATE",
+    ChatChanged = "CHAT_CHANGED",
+    TurnWouldSwap = "TURN_WOULD_SWAP",
+    PrivacyBlocked = "PRIVACY_BLOCKED",
+    RouteNoCloud = "ROUTE_NO_CLOUD",
+    RouteNoLocalModel = "ROUTE_NO_LOCAL_MODEL",
+    // The cloud endpoint and its key.
+    CloudNoModel = "CLOUD_NO_MODEL",
+    CloudBadUrl = "CLOUD_BAD_URL",
+    CloudKeyEmpty = "CLOUD_KEY_EMPTY",
+    CloudKeyEnv = "CLOUD_KEY_ENV",
+    CloudKeyStore = "CLOUD_KEY_STORE",
+    CloudInvalidConfig = "CLOUD_INVALID_CONFIG",
+    CloudUnauthorized = "CLOUD_UNAUTHORIZED",
+    CloudNotFound = "CLOUD_NOT_FOUND",
+    CloudConnectionRefused = "CLOUD_CONNECTION_REFUSED",
+    CloudUnreachable = "CLOUD_UNREACHABLE",
+    CloudTimeout = "CLOUD_TIMEOUT",
+    CloudRateLimited = "CLOUD_RATE_LIMITED",
+    CloudServerError = "CLOUD_SERVER_ERROR",
+    CloudRejected = "CLOUD_REJECTED",
+    CloudMalformedStream = "CLOUD_MALFORMED_STREAM",
+    CloudStreamCut = "CLOUD_STREAM_CUT",
+    CloudBadResponse = "CLOUD_BAD_RESPONSE",
+    CloudRedirected = "CLOUD_REDIRECTED",
+    CloudClient = "CLOUD_CLIENT",
+    // The store: sessions, settings, imports.
+    SessionNotFound = "SESSION_NOT_FOUND",
+    MessageNotFound = "MESSAGE_NOT_FOUND",
+    InvalidInput = "INVALID_INPUT",
+    InvalidSetting = "INVALID_SETTING",
+    ImportFormat = "IMPORT_FORMAT",
+    Database = "DATABASE",
+    DatabaseCorrupt = "DATABASE_CORRUPT",
+    Store = "STORE",
+    // Pulls from the hub and the starter shelf.
+    RepoNotFound = "REPO_NOT_FOUND",
+    HubUnreachable = "HUB_UNREACHABLE",
+    HubProtocol = "HUB_PROTOCOL",
+    HubAuth = "HUB_AUTH",
+    DownloadCorrupt = "DOWNLOAD_CORRUPT",
+    PullCancelled = "PULL_CANCELLED",
+    PullInProgress = "PULL_IN_PROGRESS",
+    NoHfCache = "NO_HF_CACHE",
+    ShelfRecord = "SHELF_RECORD",
+    // The benchmark and the charts.
+    BenchRunning = "BENCH_RUNNING",
+    BenchCancelled = "BENCH_CANCELLED",
+    Chart = "CHART",
+    // The local server.
+    PortUnavailable = "PORT_UNAVAILABLE",
+    ServerNotAllowed = "SERVER_NOT_ALLOWED",
+    ServerFailed = "SERVER_FAILED",
+    // The desktop: window, shortcut, login item.
+    Window = "WINDOW",
+    ShortcutTaken = "SHORTCUT_TAKEN",
+    ShortcutFailed = "SHORTCUT_FAILED",
+    LaunchAtLogin = "LAUNCH_AT_LOGIN",
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
     }
 }
 
@@ -22,33 +145,35 @@ impl From<headroom_engine::EngineError> for CommandError {
     fn from(e: headroom_engine::EngineError) -> Self {
         use headroom_engine::EngineError as E;
         let code = match &e {
-            E::Mlx { .. } => "ENGINE_MLX",
-            E::UnsupportedQuantization { .. } => "UNSUPPORTED_QUANTIZATION",
-            E::Shape { .. } => "ENGINE_SHAPE",
-            E::MissingConfig { .. } | E::MissingWeights { .. } | E::MissingTokenizer { .. } => "MODEL_INCOMPLETE",
-            E::Io { .. } => "IO",
-            E::InvalidConfig { .. } => "MODEL_CONFIG",
+            E::Mlx { .. } => ErrorCode::EngineMlx,
+            E::UnsupportedQuantization { .. } => ErrorCode::UnsupportedQuantization,
+            E::Shape { .. } => ErrorCode::EngineShape,
+            E::MissingConfig { .. } | E::MissingWeights { .. } | E::MissingTokenizer { .. } => {
+                ErrorCode::ModelIncomplete
+            }
+            E::Io { .. } => ErrorCode::Io,
+            E::InvalidConfig { .. } => ErrorCode::ModelConfig,
             E::Format { source, .. } | E::Weights { source, .. } => format_code(source),
-            E::MissingShard { .. } => "MODEL_INCOMPLETE",
-            E::VocabMismatch { .. } => "MODEL_TOKENIZER",
-            E::NothingLoaded { .. } => "NOTHING_LOADED",
+            E::MissingShard { .. } => ErrorCode::ModelIncomplete,
+            E::VocabMismatch { .. } => ErrorCode::ModelTokenizer,
+            E::NothingLoaded { .. } => ErrorCode::NothingLoaded,
             E::CorruptWeights { .. }
             | E::MissingTensor { .. }
             | E::UnexpectedTensor { .. }
             | E::DuplicateTensor { .. }
             | E::WrongShape { .. }
-            | E::WrongDtype { .. } => "MODEL_WEIGHTS",
-            E::InvalidSetting { .. } | E::KvFormat { .. } => "INVALID_SETTING",
-            E::EmptyPrompt => "EMPTY_PROMPT",
-            E::Tokenizer { .. } => "TOKENIZER",
-            E::NoChatTemplate { .. } => "NO_CHAT_TEMPLATE",
-            E::TemplateRender { .. } => "CHAT_TEMPLATE",
-            E::ContextOverflow { .. } => "CONTEXT_OVERFLOW",
-            E::NoModelLoaded => "NO_MODEL_LOADED",
-            E::Panicked { .. } | E::EngineStopped => "ENGINE_INTERNAL",
-            E::MemoryNotReturned { .. } => "MEMORY_NOT_RETURNED",
-            E::BenchCancelled => "BENCH_CANCELLED",
-            E::BenchContext { .. } => "CONTEXT_OVERFLOW",
+            | E::WrongDtype { .. } => ErrorCode::ModelWeights,
+            E::InvalidSetting { .. } | E::KvFormat { .. } => ErrorCode::InvalidSetting,
+            E::EmptyPrompt => ErrorCode::EmptyPrompt,
+            E::Tokenizer { .. } => ErrorCode::Tokenizer,
+            E::NoChatTemplate { .. } => ErrorCode::NoChatTemplate,
+            E::TemplateRender { .. } => ErrorCode::ChatTemplate,
+            E::ContextOverflow { .. } => ErrorCode::ContextOverflow,
+            E::NoModelLoaded => ErrorCode::NoModelLoaded,
+            E::Panicked { .. } | E::EngineStopped => ErrorCode::EngineInternal,
+            E::MemoryNotReturned { .. } => ErrorCode::MemoryNotReturned,
+            E::BenchCancelled => ErrorCode::BenchCancelled,
+            E::BenchContext { .. } => ErrorCode::ContextOverflow,
         };
         Self::new(code, e.to_string())
     }
@@ -56,18 +181,18 @@ impl From<headroom_engine::EngineError> for CommandError {
 
 /// The code of a model file that cannot be used, by what is wrong with it
 /// (shared by loads from disk and pull checks over the network).
-pub(crate) fn format_code(e: &headroom_core::format::FormatError) -> &'static str {
+pub(crate) fn format_code(e: &headroom_core::format::FormatError) -> ErrorCode {
     use headroom_core::format::FormatError as F;
     match e {
-        F::UnknownModelType { .. } | F::UnsupportedGgufArchitecture { .. } => "UNSUPPORTED_ARCHITECTURE",
-        F::UnsupportedGgufType { .. } => "UNSUPPORTED_MODEL_FEATURE",
-        F::Gguf { .. } | F::GgufTensor { .. } | F::GgufTokenizer { .. } => "MODEL_WEIGHTS",
+        F::UnknownModelType { .. } | F::UnsupportedGgufArchitecture { .. } => ErrorCode::UnsupportedArchitecture,
+        F::UnsupportedGgufType { .. } => ErrorCode::UnsupportedModelFeature,
+        F::Gguf { .. } | F::GgufTensor { .. } | F::GgufTokenizer { .. } => ErrorCode::ModelWeights,
         F::UnsupportedQuantMode { .. } | F::UnsupportedRopeScaling { .. } | F::UnsupportedLayerType { .. } => {
-            "UNSUPPORTED_MODEL_FEATURE"
+            ErrorCode::UnsupportedModelFeature
         }
-        F::Header { .. } | F::Tensor { .. } | F::Index { .. } => "MODEL_WEIGHTS",
-        F::Cache { .. } => "MODEL_INCOMPLETE",
-        F::Json { .. } | F::MissingField { .. } | F::BadField { .. } => "MODEL_CONFIG",
+        F::Header { .. } | F::Tensor { .. } | F::Index { .. } => ErrorCode::ModelWeights,
+        F::Cache { .. } => ErrorCode::ModelIncomplete,
+        F::Json { .. } | F::MissingField { .. } | F::BadField { .. } => ErrorCode::ModelConfig,
     }
 }
 
@@ -75,19 +200,19 @@ impl From<headroom_store::StoreError> for CommandError {
     fn from(e: headroom_store::StoreError) -> Self {
         use headroom_store::StoreError as E;
         let code = match &e {
-            E::SessionNotFound(_) => "SESSION_NOT_FOUND",
-            E::MessageNotFound(_) => "MESSAGE_NOT_FOUND",
-            E::TurnChanged { .. } => "CHAT_CHANGED",
-            E::InvalidSessionId(_) | E::EmptyTitle => "INVALID_INPUT",
-            E::Settings(_) => "INVALID_SETTING",
-            E::ImportFormat(_) => "IMPORT_FORMAT",
-            E::StoredSettings(_) | E::Corrupt { .. } => "DATABASE_CORRUPT",
+            E::SessionNotFound(_) => ErrorCode::SessionNotFound,
+            E::MessageNotFound(_) => ErrorCode::MessageNotFound,
+            E::TurnChanged { .. } => ErrorCode::ChatChanged,
+            E::InvalidSessionId(_) | E::EmptyTitle => ErrorCode::InvalidInput,
+            E::Settings(_) => ErrorCode::InvalidSetting,
+            E::ImportFormat(_) => ErrorCode::ImportFormat,
+            E::StoredSettings(_) | E::Corrupt { .. } => ErrorCode::DatabaseCorrupt,
             E::CreateDir { .. }
             | E::Lock { .. }
             | E::Open { .. }
             | E::Migrate { .. }
             | E::Query { .. }
-            | E::Json(_) => "DATABASE",
+            | E::Json(_) => ErrorCode::Database,
         };
         Self::new(code, e.to_string())
     }
@@ -97,8 +222,8 @@ impl From<headroom_core::router::RouteError> for CommandError {
     fn from(e: headroom_core::router::RouteError) -> Self {
         use headroom_core::router::RouteError as E;
         let code = match &e {
-            E::NoLocalModel { .. } => "ROUTE_NO_LOCAL_MODEL",
-            E::NoCloudProvider => "ROUTE_NO_CLOUD",
+            E::NoLocalModel { .. } => ErrorCode::RouteNoLocalModel,
+            E::NoCloudProvider => ErrorCode::RouteNoCloud,
         };
         Self::new(code, e.to_string())
     }
@@ -106,7 +231,29 @@ impl From<headroom_core::router::RouteError> for CommandError {
 
 impl From<headroom_cloud::CloudError> for CommandError {
     fn from(e: headroom_cloud::CloudError) -> Self {
-        Self::new(e.code(), e.to_string())
+        Self::new(cloud_code(&e), e.to_string())
+    }
+}
+
+/// The cloud client's errors by code: the same strings as
+/// `CloudError::code` (which the CLI prints), as [`ErrorCode`]s.
+pub(crate) fn cloud_code(e: &headroom_cloud::CloudError) -> ErrorCode {
+    use headroom_cloud::CloudError as E;
+    match e {
+        E::InvalidConfig { .. } => ErrorCode::CloudInvalidConfig,
+        E::Unauthorized { .. } => ErrorCode::CloudUnauthorized,
+        E::NotFound { .. } => ErrorCode::CloudNotFound,
+        E::ConnectionRefused { .. } => ErrorCode::CloudConnectionRefused,
+        E::Connect { .. } => ErrorCode::CloudUnreachable,
+        E::Timeout { .. } => ErrorCode::CloudTimeout,
+        E::RateLimited { .. } => ErrorCode::CloudRateLimited,
+        E::Server { .. } => ErrorCode::CloudServerError,
+        E::Rejected { .. } => ErrorCode::CloudRejected,
+        E::MalformedStream { .. } => ErrorCode::CloudMalformedStream,
+        E::StreamCut { .. } => ErrorCode::CloudStreamCut,
+        E::BadResponse { .. } => ErrorCode::CloudBadResponse,
+        E::Redirected { .. } => ErrorCode::CloudRedirected,
+        E::Client(_) => ErrorCode::CloudClient,
     }
 }
 
@@ -114,10 +261,10 @@ impl From<headroom_cloud::KeyError> for CommandError {
     fn from(e: headroom_cloud::KeyError) -> Self {
         use headroom_cloud::KeyError as E;
         let code = match &e {
-            E::EmptyKey => "CLOUD_KEY_EMPTY",
-            E::InvalidUrl(_) => "CLOUD_BAD_URL",
-            E::EnvKeyWithoutUrl { .. } => "CLOUD_KEY_ENV",
-            E::File { .. } | E::CorruptFile { .. } | E::Keychain(_) => "CLOUD_KEY_STORE",
+            E::EmptyKey => ErrorCode::CloudKeyEmpty,
+            E::InvalidUrl(_) => ErrorCode::CloudBadUrl,
+            E::EnvKeyWithoutUrl { .. } => ErrorCode::CloudKeyEnv,
+            E::File { .. } | E::CorruptFile { .. } | E::Keychain(_) => ErrorCode::CloudKeyStore,
         };
         Self::new(code, format!("The API key could not be used: {e}"))
     }
@@ -134,25 +281,28 @@ impl From<crate::turn::TurnError> for CommandError {
             E::Engine(e) => return e.into(),
             E::Store(e) => return e.into(),
             E::App(e) => return e,
-            E::EmptyMessage => return Self::new("EMPTY_MESSAGE", "Type a message first."),
+            E::EmptyMessage => return Self::new(ErrorCode::EmptyMessage, "Type a message first."),
             E::NoModelLoaded => {
-                return Self::new("NO_MODEL_LOADED", "No model is loaded yet. Pick one from the list at the top.")
+                return Self::new(
+                    ErrorCode::NoModelLoaded,
+                    "No model is loaded yet. Pick one from the list at the top.",
+                )
             }
-            E::NothingToRegenerate => "NOTHING_TO_REGENERATE",
-            E::MaxTokens(_) => "INVALID_SETTING",
+            E::NothingToRegenerate => ErrorCode::NothingToRegenerate,
+            E::MaxTokens(_) => ErrorCode::InvalidSetting,
             E::NoCloudProvider => {
-                return Self::new("ROUTE_NO_CLOUD", "No cloud provider is set up: add one in Settings.")
+                return Self::new(ErrorCode::RouteNoCloud, "No cloud provider is set up: add one in Settings.")
             }
             E::NoCloudModel => {
                 return Self::new(
-                    "CLOUD_NO_MODEL",
+                    ErrorCode::CloudNoModel,
                     "No cloud model is set: choose one in Settings, next to the cloud URL.",
                 )
             }
-            E::Blocked(_) => "PRIVACY_BLOCKED",
-            E::WouldSwap { .. } => "TURN_WOULD_SWAP",
-            E::Memory(_) => "MEMORY",
-            E::Thread(_) => "ENGINE_INTERNAL",
+            E::Blocked(_) => ErrorCode::PrivacyBlocked,
+            E::WouldSwap { .. } => ErrorCode::TurnWouldSwap,
+            E::Memory(_) => ErrorCode::Memory,
+            E::Thread(_) => ErrorCode::EngineInternal,
         };
         Self::new(code, capitalized(&message))
     }
@@ -170,7 +320,7 @@ fn capitalized(s: &str) -> String {
 
 impl From<tauri::Error> for CommandError {
     fn from(e: tauri::Error) -> Self {
-        Self::new("WINDOW", format!("The window could not be changed: {e}"))
+        Self::new(ErrorCode::Window, format!("The window could not be changed: {e}"))
     }
 }
 
@@ -178,8 +328,8 @@ impl From<crate::models::ModelsError> for CommandError {
     fn from(e: crate::models::ModelsError) -> Self {
         use crate::models::ModelsError as E;
         let code = match &e {
-            E::NotFound { .. } => "MODEL_NOT_FOUND",
-            E::BrokenCacheEntry { .. } => "MODEL_INCOMPLETE",
+            E::NotFound { .. } => ErrorCode::ModelNotFound,
+            E::BrokenCacheEntry { .. } => ErrorCode::ModelIncomplete,
         };
         Self::new(code, e.to_string())
     }
@@ -187,7 +337,7 @@ impl From<crate::models::ModelsError> for CommandError {
 
 impl From<headroom_engine::demo::DemoError> for CommandError {
     fn from(e: headroom_engine::demo::DemoError) -> Self {
-        Self::new("DEMO_MODEL", format!("The demo model could not be written: {e}"))
+        Self::new(ErrorCode::DemoModel, format!("The demo model could not be written: {e}"))
     }
 }
 
@@ -195,10 +345,10 @@ impl From<crate::desktop::DesktopError> for CommandError {
     fn from(e: crate::desktop::DesktopError) -> Self {
         use crate::desktop::DesktopError as E;
         let code = match &e {
-            E::InvalidShortcut { .. } => "INVALID_SETTING",
-            E::ShortcutTaken { .. } => "SHORTCUT_TAKEN",
-            E::ShortcutFailed { .. } => "SHORTCUT_FAILED",
-            E::LaunchAtLogin { .. } => "LAUNCH_AT_LOGIN",
+            E::InvalidShortcut { .. } => ErrorCode::InvalidSetting,
+            E::ShortcutTaken { .. } => ErrorCode::ShortcutTaken,
+            E::ShortcutFailed { .. } => ErrorCode::ShortcutFailed,
+            E::LaunchAtLogin { .. } => ErrorCode::LaunchAtLogin,
         };
         let mut message = e.to_string();
         // A sentence for the UI: capitalised like the other errors.
@@ -218,8 +368,8 @@ impl From<crate::shelf::ShelfServiceError> for CommandError {
                 let mapped = CommandError::from(*source);
                 Self::new(mapped.code, format!("{repo}: {}", mapped.message))
             }
-            E::Record(_) => Self::new("SHELF_RECORD", e.to_string()),
-            E::Write { .. } => Self::new("IO", e.to_string()),
+            E::Record(_) => Self::new(ErrorCode::ShelfRecord, e.to_string()),
+            E::Write { .. } => Self::new(ErrorCode::Io, e.to_string()),
         }
     }
 }
@@ -231,13 +381,57 @@ mod tests {
     #[test]
     fn engine_errors_keep_their_sentence_under_a_stable_code() {
         let e = CommandError::from(headroom_engine::EngineError::NoModelLoaded);
-        assert_eq!(e.code, "NO_MODEL_LOADED");
+        assert_eq!(e.code, ErrorCode::NoModelLoaded);
         assert!(!e.message.is_empty());
         let v = serde_json::to_value(&e).unwrap_or_default();
         assert_eq!(v["code"], "NO_MODEL_LOADED");
         assert!(v.get("details").is_none(), "no null details: {v}");
         let e = CommandError::from(crate::models::ModelsError::NotFound { model: "a/b".into(), searched: vec![] });
-        assert_eq!(e.code, "MODEL_NOT_FOUND");
+        assert_eq!(e.code, ErrorCode::ModelNotFound);
         assert!(e.message.contains("a/b"));
+    }
+
+    /// The enum is the wire: each code is sent as its string, and the
+    /// strings are unique (the TypeScript union has one member per code).
+    #[test]
+    fn every_code_is_sent_as_its_string() {
+        let mut seen = std::collections::BTreeSet::new();
+        for code in ErrorCode::ALL {
+            assert_eq!(serde_json::to_value(code).unwrap(), code.as_str());
+            assert!(seen.insert(code.as_str()), "{code} twice");
+        }
+        assert_eq!(seen.len(), ErrorCode::ALL.len());
+    }
+
+    /// The app's codes for cloud errors are the cloud client's own (what the CLI prints).
+    #[test]
+    fn cloud_errors_keep_the_cloud_clients_code() {
+        use headroom_cloud::CloudError as E;
+        let url = || "https://example.invalid/v1".to_owned();
+        let errors = [
+            E::InvalidConfig { what: "x".into() },
+            E::Unauthorized { url: url() },
+            E::NotFound { url: url(), model: "m".into() },
+            E::ConnectionRefused { url: url() },
+            E::Connect { url: url(), detail: "d".into() },
+            E::Timeout {
+                url: url(),
+                phase: headroom_cloud::error::TimeoutPhase::Idle,
+                after: std::time::Duration::from_secs(1),
+            },
+            E::RateLimited { url: url(), attempts: 3, retry_after: None },
+            E::Server { url: url(), status: 500, attempts: 3, body: String::new() },
+            E::Rejected { url: url(), status: 400, body: String::new() },
+            E::MalformedStream { event: 1, what: "w".into() },
+            E::StreamCut { chunks: 2, detail: "d".into() },
+            E::BadResponse { url: url(), what: "w".into() },
+            E::Redirected { url: url(), status: 302, location: None },
+        ];
+        assert_eq!(errors.len(), 13, "every variant but Client (a reqwest error, not built by hand)");
+        for e in errors {
+            let (code, message) = (cloud_code(&e), e.to_string());
+            assert_eq!(code.as_str(), e.code(), "{message}");
+            assert_eq!(CommandError::from(e), CommandError::new(code, message));
+        }
     }
 }

@@ -18,7 +18,7 @@ use headroom_engine::worker::LoadSettings;
 use headroom_engine::{inspect, ComputeDtype, EngineError, QuantKernel};
 use headroom_memory::MemoryError;
 use headroom_store::Store;
-use serde_json::json;
+use serde::Serialize;
 
 /// Where the budget's numbers come from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -203,27 +203,54 @@ pub fn over_by(report: &FitReport) -> u64 {
     }
 }
 
-/// The numbers a refusal carries to the UI (`CommandError::details`), in
-/// the UI's camelCase, with the whole report under `report` and what
-/// would make it fit under `remedies`.
-pub fn refusal_details(report: &FitReport, remedies: &[Remedy]) -> serde_json::Value {
-    let e = &report.estimate;
-    json!({
-        "verdict": report.verdict,
-        "contextTokens": e.context_tokens,
-        "weightBytes": e.weight_bytes,
-        "kvCacheBytes": e.kv_peak_bytes(),
-        "kvCache": report.kv_label,
-        "overheadBytes": e.overhead.total_bytes,
-        "predictedPeakBytes": e.predicted_peak_bytes,
-        "budgetBytes": report.budget.budget_bytes,
-        "overByBytes": over_by(report),
-        "largestContextThatFits": report.largest_context_that_fits,
-        "remedies": remedies,
-        "report": report,
-    })
+/// The numbers a refusal (`MODEL_TOO_LARGE`) carries to the UI in
+/// `CommandError::details`, in the UI's camelCase, with the whole report
+/// under `report` and what would make it fit under `remedies`.
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+pub struct TooLargeDetails {
+    pub verdict: Verdict,
+    pub context_tokens: u64,
+    pub weight_bytes: u64,
+    /// The KV cache at its largest (before a quantized cache is converted, if that is more).
+    pub kv_cache_bytes: u64,
+    /// The KV format in words ("16-bit float", "8-bit (group 64)").
+    pub kv_cache: String,
+    pub overhead_bytes: u64,
+    pub predicted_peak_bytes: u64,
+    pub budget_bytes: u64,
+    pub over_by_bytes: u64,
+    pub largest_context_that_fits: Option<u64>,
+    pub remedies: Vec<Remedy>,
+    pub report: FitReport,
 }
 
+impl TooLargeDetails {
+    /// As `CommandError::details` (whose shape depends on the code). A
+    /// struct without maps always serializes, so this is never `None`.
+    pub fn into_details(self) -> Option<serde_json::Value> {
+        serde_json::to_value(self).ok()
+    }
+}
+
+/// The refusal's details for `report`, with `remedies` offered.
+pub fn refusal_details(report: &FitReport, remedies: &[Remedy]) -> TooLargeDetails {
+    let e = &report.estimate;
+    TooLargeDetails {
+        verdict: report.verdict,
+        context_tokens: e.context_tokens,
+        weight_bytes: e.weight_bytes,
+        kv_cache_bytes: e.kv_peak_bytes(),
+        kv_cache: report.kv_label.clone(),
+        overhead_bytes: e.overhead.total_bytes,
+        predicted_peak_bytes: e.predicted_peak_bytes,
+        budget_bytes: report.budget.budget_bytes,
+        over_by_bytes: over_by(report),
+        largest_context_that_fits: report.largest_context_that_fits,
+        remedies: remedies.to_vec(),
+        report: report.clone(),
+    }
+}
 /// A sparse model folder for tests: a real tiny config whose single weight
 /// file's header claims `claimed` bytes (no data on disk).
 #[cfg(test)]
@@ -246,6 +273,8 @@ pub(crate) fn write_sparse_model(dir: &Path, claimed: u64) {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use headroom_core::fit::GIB;
     use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
     use headroom_test_support::scratch;
@@ -300,7 +329,7 @@ mod tests {
         // Nothing would make it fit: no KV cache, no context, so no remedy is offered.
         let remedies = headroom_core::remedies::remedies(&report, KvFormat::Float, 0, &[]);
         assert_eq!(remedies, []);
-        let d = refusal_details(&report, &remedies);
+        let d = serde_json::to_value(refusal_details(&report, &remedies)).unwrap();
         assert_eq!(d["remedies"], json!([]));
         assert_eq!(d["verdict"]["kind"], "cannot_fit");
         assert_eq!(d["weightBytes"], 200_000_000_000u64);

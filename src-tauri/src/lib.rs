@@ -12,6 +12,8 @@ pub mod default_model;
 mod desktop;
 mod error;
 pub mod fit;
+#[cfg(test)]
+mod ipc_contract;
 mod live;
 pub mod logging;
 mod memory;
@@ -130,7 +132,7 @@ fn start_default_model<R: Runtime>(app: &App<R>) {
         match models::ensure_default_model(&state) {
             Ok(true) => tracing::info!("loaded the default model"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(code = e.code, "default model: {}", e.message),
+            Err(e) => tracing::warn!(code = e.code.as_str(), "default model: {}", e.message),
         }
         if let Err(e) = handle.emit(MODELS_CHANGED_EVENT, ()) {
             tracing::warn!("could not tell the UI about the models: {e}");

@@ -55,7 +55,7 @@ pub struct SlowdownNote {
 }
 
 /// A rate point and whose it is.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ModelRate {
     pub model_id: String,
@@ -394,7 +394,7 @@ pub fn unix_ms() -> u64 {
 }
 
 /// A blamed stretch as the graph's hover read-out shows it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct SlowdownView {
     pub model_id: String,
@@ -405,7 +405,7 @@ pub struct SlowdownView {
 
 /// The live graph and the figures behind it (for the read-out on hover or
 /// focus): what `live_chart` returns and `headroom chart live` draws.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct LiveView {
     pub svg: String,

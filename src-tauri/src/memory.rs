@@ -41,7 +41,7 @@ pub fn period(activity: Activity) -> Duration {
 }
 
 /// One sample as the UI sees it (bytes; camelCase).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct MemorySample {
     pub at_unix_ms: u64,

@@ -20,7 +20,7 @@ use serde::Serialize;
 pub use headroom_core::format::hf_cache::HubEnv;
 
 use crate::default_model::DEFAULT_MODEL_ID;
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::fit::{self, BudgetSource};
 use crate::state::{AppState, LoadedModel};
 
@@ -38,7 +38,7 @@ pub enum ModelsError {
 }
 
 /// One model the picker can offer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ModelEntry {
     /// Folder name for the app's models, `org/name` for the HF cache.
     pub id: String,
@@ -70,9 +70,9 @@ pub struct ModelEntry {
 
 /// A model folder that cannot be used, as the UI shows it: the error code
 /// and sentence loading it would fail with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ModelProblem {
-    pub code: &'static str,
+    pub code: ErrorCode,
     pub message: String,
 }
 
@@ -84,7 +84,7 @@ impl From<EngineError> for ModelProblem {
 }
 
 /// What `model_load` reports: the entry, now loaded, and how long the switch took.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct LoadResult {
     #[serde(flatten)]
     pub entry: ModelEntry,
@@ -225,7 +225,7 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
 /// unloading the loaded model (its MLX arrays and MLX's buffer cache) would free.
 pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
     let reading = headroom_memory::read()
-        .map_err(|e| CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")))?;
+        .map_err(|e| CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}")))?;
     let freed_by_unload_bytes = match state.loaded_model() {
         Some(_) => mlx_memory().map(|m| m.active.saturating_add(m.cache)).unwrap_or(0),
         None => 0,
@@ -303,18 +303,16 @@ pub fn load(
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
     let kernel = state.quant_kernel();
     let all = list_models(&state.locations.data_dir, &state.locations.hub, kernel);
-    let mut entry = all
-        .iter()
-        .find(|m| m.id == id)
-        .cloned()
-        .ok_or_else(|| CommandError::new("MODEL_NOT_FOUND", format!("The model {id} is no longer on this Mac.")))?;
+    let mut entry = all.iter().find(|m| m.id == id).cloned().ok_or_else(|| {
+        CommandError::new(ErrorCode::ModelNotFound, format!("The model {id} is no longer on this Mac."))
+    })?;
     // A folder the listing could not read is refused with its reason before anything moves.
     if let Some(p) = &entry.problem {
         return Err(CommandError::new(p.code, p.message.clone()));
     }
     let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
     if context_limit == 0 {
-        return Err(CommandError::new("INVALID_SETTING", "The context limit must be at least one token."));
+        return Err(CommandError::new(ErrorCode::InvalidSetting, "The context limit must be at least one token."));
     }
     let kv = kv.unwrap_or_else(|| state.kv_format());
     let source = budget_source(state)?;
@@ -322,7 +320,9 @@ pub fn load(
     let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, kv, source, learned)
         .map_err(|e| match e {
         fit::FitError::Model(e) => CommandError::from(e),
-        fit::FitError::Memory(e) => CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")),
+        fit::FitError::Memory(e) => {
+            CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
+        }
     })?;
     if report.verdict.refuses() && !override_fit {
         let over = fit::over_by(&report) as f64 / GIB as f64;
@@ -338,9 +338,9 @@ pub fn load(
         };
         let remedies = remedies_for(&report, kv, &entry.id, &all);
         return Err(CommandError {
-            code: "MODEL_TOO_LARGE",
+            code: ErrorCode::ModelTooLarge,
             message,
-            details: Some(fit::refusal_details(&report, &remedies)),
+            details: fit::refusal_details(&report, &remedies).into_details(),
         });
     }
     let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report).map_err(CommandError::from)?;
@@ -500,7 +500,7 @@ pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
             Some(file) => {
                 crate::default_model::install(file, &models_dir).map_err(|e| {
                     CommandError::new(
-                        "IO",
+                        ErrorCode::Io,
                         format!(
                             "The bundled model {} could not be set up in {}: {e}",
                             file.display(),
@@ -592,7 +592,7 @@ mod tests {
         let ids: Vec<&str> = list.iter().map(|m| m.id.as_str()).collect();
         assert_eq!(ids, ["hostile", "tiny", "mlx-community/Big-8bit"]);
         let p = list[0].problem.as_ref().unwrap_or_else(|| panic!("{:?}", list[0]));
-        assert_eq!(p.code, "MODEL_CONFIG");
+        assert_eq!(p.code, ErrorCode::ModelConfig);
         assert!(p.message.contains("hidden_size"), "the first field missing or bad is named: {}", p.message);
         assert!(list[0].arch.is_none() && list[0].footprint.is_none());
         assert_eq!(
@@ -645,7 +645,7 @@ mod tests {
         assert!(list[0].size_bytes > 0);
         assert_eq!(ensure_default_model(&state).ok(), Some(false), "already loaded");
         let err = load(&state, "nobody/nothing", None, None, false).err();
-        assert_eq!(err.map(|e| e.code), Some("MODEL_NOT_FOUND"));
+        assert_eq!(err.map(|e| e.code), Some(ErrorCode::ModelNotFound));
     }
 
     #[test]
@@ -747,7 +747,7 @@ mod tests {
         let active = || mlx_memory().map(|m| m.active).unwrap_or(0);
         let before = active();
         let err = load(&state, "huge", Some(1024), None, false).err();
-        assert_eq!(err.map(|e| e.code), Some("MODEL_TOO_LARGE"));
+        assert_eq!(err.map(|e| e.code), Some(ErrorCode::ModelTooLarge));
         assert!(active() <= before + headroom_engine::worker::RETURN_TOLERANCE_BYTES, "{before} -> {}", active());
         assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
         let _ = std::fs::remove_dir_all(&state.locations.data_dir);
@@ -799,7 +799,7 @@ mod tests {
                 state.set_loaded(None);
                 continue;
             };
-            assert_eq!(refused.code, "MODEL_TOO_LARGE");
+            assert_eq!(refused.code, ErrorCode::ModelTooLarge);
             let details = refused.details.unwrap_or_default();
             let remedies: Vec<Remedy> =
                 serde_json::from_value(details["remedies"].clone()).expect("a list of remedies");

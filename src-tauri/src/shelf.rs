@@ -26,7 +26,7 @@ use crate::state::AppState;
 pub const SHELF_DIR: &str = "shelf";
 
 /// Where a shelf entry's facts come from.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum ShelfSource {
     /// Recorded in the app (`assets/shelf.json`) on this day.
@@ -36,7 +36,7 @@ pub enum ShelfSource {
 }
 
 /// One row of the shelf.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ShelfEntry {
     pub repo: String,
     pub name: String,

@@ -10,6 +10,7 @@ import type { FitReport, ModelEntry } from './lib/ipc/models';
 import type { StoredMessage } from './lib/ipc/sessions';
 import type { Settings } from './lib/ipc/settings';
 import { DEFAULT_SETTINGS } from './lib/ipc/settings.fixture';
+import { budget, estimate, fitReport, modelEntry, overhead } from './lib/ipc/contract.fixture';
 import type { AwayNotice } from './lib/ipc/memory';
 
 interface FakeSession {
@@ -20,33 +21,34 @@ interface FakeSession {
 
 const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'cpu', platform: 'linux' };
 
-const DEMO: ModelEntry = {
+const DEMO: ModelEntry = modelEntry({
   id: 'headroom-demo-tiny',
-  name: 'headroom-demo-tiny',
   path: '/data/models/headroom-demo-tiny',
   arch: 'qwen2',
   bits: 4,
   size_bytes: 2_000_000,
   loaded: true,
-  fit: null,
-};
+});
 const OTHER: ModelEntry = { ...DEMO, id: 'org/Other-4bit', name: 'Other-4bit', size_bytes: 4_300_000_000, loaded: false };
 
 const GB = 1024 ** 3;
-const SWAP_REPORT: FitReport = {
-  estimate: {
-    context_tokens: 8192,
-    weight_bytes: 8 * GB,
-    kv_cache_bytes: 3 * GB,
-    overhead: { total_bytes: 1 * GB },
-    predicted_peak_bytes: 12 * GB,
-  },
-  budget: { available_bytes: 13 * GB, freed_by_unload_bytes: 1 * GB, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB },
+const SWAP_REPORT: FitReport = fitReport({
+  estimate: estimate({ weight_bytes: 8 * GB, kv_cache_bytes: 3 * GB, overhead: overhead({ total_bytes: 1 * GB }), predicted_peak_bytes: 12 * GB }),
+  budget: budget({ available_bytes: 13 * GB, freed_by_unload_bytes: 1 * GB, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB }),
   verdict: { kind: 'would_swap', by_bytes: 2 * GB },
   spare_bytes: -2 * GB,
   largest_context_that_fits: 4096,
+});
+// As models_list sends a refused model: with what would make it fit.
+const BIG: ModelEntry = {
+  ...DEMO,
+  id: 'org/Big-14B',
+  name: 'Big-14B',
+  size_bytes: 8_600_000_000,
+  loaded: false,
+  fit: SWAP_REPORT,
+  remedies: [{ kind: 'shorter_context', contextTokens: 4096, predictedPeakBytes: 9.5 * GB }],
 };
-const BIG: ModelEntry = { ...DEMO, id: 'org/Big-14B', name: 'Big-14B', size_bytes: 8_600_000_000, loaded: false, fit: SWAP_REPORT };
 
 const LOCAL_ROUTE = { target: 'local' as const, modelOrProvider: 'headroom-demo-tiny', reasons: [{ code: 'SHORT_INPUT', message: 'Short input: stays on this Mac' }] };
 
@@ -213,7 +215,7 @@ function fakeBackend(
       case 'away_notice':
         return latestNotice;
       default:
-        throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
+        throw `command ${cmd} not found`;
     }
   }, { shouldMockEvents: true });
   return calls;
@@ -374,7 +376,9 @@ describe('App', () => {
     expect(calls.filter((c) => c.cmd === 'model_load')).toEqual([]);
 
     await pick(user, 'org/Big-14B');
-    await user.click(await screen.findByRole('button', { name: 'Load with 4K context' }));
+    const shorter = await screen.findByTestId('fit-remedy-shorter_context');
+    expect(shorter).toHaveTextContent('Load with 4K context');
+    await user.click(shorter);
     await waitFor(() => expect(screen.queryByTestId('fit-warning')).toBeNull());
     await waitFor(() => expect(screen.getByTestId('switch-note')).toHaveTextContent('unloaded in 0.1 s, loaded in 0.9 s'));
 
@@ -497,7 +501,7 @@ describe('App', () => {
       if (cmd === 'chat_send') throw { code: 'NO_MODEL_LOADED', message: 'No model is loaded yet. Pick one from the list at the top.' };
       if (cmd === 'session_create') return { id: 's1', title: 'New chat', createdAt: 0, updatedAt: 0 };
       if (cmd === 'models_list' || cmd === 'sessions_list') return [];
-      throw { code: 'UNKNOWN_COMMAND', message: `No command ${cmd}.` };
+      throw `command ${cmd} not found`;
     }, { shouldMockEvents: true });
     const { user, input, send } = setup();
 

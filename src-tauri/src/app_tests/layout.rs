@@ -2,8 +2,9 @@
 //! The front ends (`commands/`, the Tauri commands; `cli/` and `cli.rs`, the
 //! subcommands) sit on top and never import each other; nothing else (the
 //! turn service in `turn/`, the shared modules) imports either. Only the
-//! wiring at the very top, `lib.rs` (the command list) and `main.rs` (the
-//! subcommand dispatch), names them. Comments are not code and are skipped.
+//! wiring at the very top, `lib.rs` (the command list), `main.rs` (the
+//! subcommand dispatch) and `ipc_contract.rs` (the commands' types, listed
+//! for the generated TypeScript), names them. Comments are not code and are skipped.
 
 use std::path::{Path, PathBuf};
 
@@ -21,7 +22,7 @@ fn side(rel: &Path) -> Side {
     match first.as_str() {
         "commands" => Side::Commands,
         "cli" | "cli.rs" => Side::Cli,
-        "lib.rs" | "main.rs" => Side::Top,
+        "lib.rs" | "main.rs" | "ipc_contract.rs" => Side::Top,
         _ => Side::Below,
     }
 }

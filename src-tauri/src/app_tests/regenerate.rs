@@ -19,7 +19,7 @@ fn regenerate(app: &tauri::App<MockRuntime>, session: &str, force: Option<Force>
         block_on(crate::commands::chat::chat_regenerate(session.into(), Some(4), force, None, channel, app.state()));
     match id {
         Ok(_) => Ok(until_end(&events)),
-        Err(e) => Err(e.code.to_owned()),
+        Err(e) => Err(e.code.as_str().to_owned()),
     }
 }
 

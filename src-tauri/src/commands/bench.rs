@@ -10,8 +10,8 @@ use headroom_memory::bandwidth::{self, BandwidthOptions};
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::bench::{report_json, run_plan, Bandwidth, BenchError, BenchPlan, BenchProgress, StoreRecord};
-use crate::error::CommandError;
+use crate::bench::{run_plan, Bandwidth, BenchError, BenchJson, BenchPlan, BenchProgress, BenchRunReply, StoreRecord};
+use crate::error::{CommandError, ErrorCode};
 use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
 
@@ -27,7 +27,7 @@ pub async fn bench_run(
     theme: String,
     on_progress: Channel<BenchProgress>,
     state: State<'_, AppState>,
-) -> Result<serde_json::Value, CommandError> {
+) -> Result<BenchRunReply, CommandError> {
     let theme: Theme = theme.parse()?;
     let state = AppState::clone(&state);
     let loaded = state.loaded_model().ok_or_else(|| CommandError::from(headroom_engine::EngineError::NoModelLoaded))?;
@@ -38,7 +38,7 @@ pub async fn bench_run(
     let cancel = Arc::new(AtomicBool::new(false));
     // One benchmark at a time: two would measure each other.
     let _running = state.runs.register_only(RunKind::Bench, Stopper::Flag(Arc::clone(&cancel))).map_err(|_| {
-        CommandError::new("BENCH_RUNNING", "A benchmark is already running; stop it or wait for it to finish.")
+        CommandError::new(ErrorCode::BenchRunning, "A benchmark is already running; stop it or wait for it to finish.")
     })?;
     let report = tauri::async_runtime::spawn_blocking(move || {
         let bandwidth =
@@ -51,14 +51,14 @@ pub async fn bench_run(
         })
     })
     .await
-    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The benchmark stopped unexpectedly: {e}")))?
+    .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The benchmark stopped unexpectedly: {e}")))?
     .map_err(bench_error)?;
     let record = StoreRecord::of(&report);
     let id = state
         .store
         .add_bench_run(&report.model, &record.labels, &record.machine, &record.summary, &record.runs)
         .await
-        .map_err(|e| CommandError::new("STORE", e.to_string()))?;
+        .map_err(|e| CommandError::new(ErrorCode::Store, e.to_string()))?;
     let points: Vec<DepthPoint> = report
         .depths
         .iter()
@@ -68,10 +68,8 @@ pub async fn bench_run(
             prefill_tps: d.summary.prefill_tps.map(|m| m.mean),
         })
         .collect();
-    let mut out = report_json(&report);
-    out["id"] = serde_json::json!(id);
-    out["chart_svg"] = serde_json::json!(bench_depth_svg(&points, &ChartStyle::popover(theme))?);
-    Ok(out)
+    let chart_svg = bench_depth_svg(&points, &ChartStyle::popover(theme))?;
+    Ok(BenchRunReply { report: BenchJson::of(&report), id, chart_svg })
 }
 
 /// Stops the running benchmark between tokens or runs; its `bench_run`
@@ -85,6 +83,8 @@ pub fn bench_cancel(state: State<'_, AppState>) -> bool {
 fn bench_error(e: BenchError) -> CommandError {
     match e {
         BenchError::Engine(e) => CommandError::from(e),
-        BenchError::Memory(e) => CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")),
+        BenchError::Memory(e) => {
+            CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
+        }
     }
 }

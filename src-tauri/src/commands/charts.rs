@@ -7,7 +7,7 @@ use headroom_core::chat::Role;
 use headroom_store::{Store, StoreError, StoredMessage};
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 
 /// What drawing a stored session's chart can fail with.
@@ -23,9 +23,9 @@ impl From<ChartError> for CommandError {
     fn from(e: ChartError) -> Self {
         let code = match &e {
             ChartError::UnknownTheme(_) | ChartError::TooSmall { .. } | ChartError::InvalidWindow { .. } => {
-                "INVALID_INPUT"
+                ErrorCode::InvalidInput
             }
-            ChartError::InvalidValue { .. } | ChartError::Draw { .. } | ChartError::Tagging { .. } => "CHART",
+            ChartError::InvalidValue { .. } | ChartError::Draw { .. } | ChartError::Tagging { .. } => ErrorCode::Chart,
         };
         Self::new(code, e.to_string())
     }
@@ -159,9 +159,9 @@ mod tests {
     fn unknown_sessions_and_themes_are_errors_with_codes() {
         let s = store("errors");
         let err = block_on(session_chart_svg(&s, "nope", &ChartStyle::light())).err().map(CommandError::from);
-        assert_eq!(err.map(|e| e.code), Some("SESSION_NOT_FOUND"));
+        assert_eq!(err.map(|e| e.code), Some(ErrorCode::SessionNotFound));
         let err = "purple".parse::<Theme>().err().map(CommandError::from);
-        assert_eq!(err.as_ref().map(|e| e.code), Some("INVALID_INPUT"));
+        assert_eq!(err.as_ref().map(|e| e.code), Some(ErrorCode::InvalidInput));
         assert!(err.map(|e| e.message).unwrap_or_default().contains("\"light\" or \"dark\""));
     }
 

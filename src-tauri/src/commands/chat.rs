@@ -7,7 +7,7 @@ use headroom_core::router::Force;
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 use crate::turn::{self, Ask, ChatEvent, TurnOptions, TurnRequest};
 
@@ -28,7 +28,7 @@ async fn start_turn(
         turn::start(&state, &settings, request, move |event| on_event.send(event).is_ok())
     })
     .await
-    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The turn stopped unexpectedly: {e}")))??;
+    .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The turn stopped unexpectedly: {e}")))??;
     Ok(running.run_id)
 }
 

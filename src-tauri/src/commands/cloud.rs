@@ -8,11 +8,11 @@ use headroom_cloud::{ApiKey, KeyStorage, KeyStore};
 use serde::Serialize;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 
 /// Whether a key is stored for an endpoint, and where.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct KeyStatus {
     pub stored: bool,
@@ -51,7 +51,7 @@ async fn blocking<T: Send + 'static>(
 ) -> Result<T, CommandError> {
     tauri::async_runtime::spawn_blocking(f)
         .await
-        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The key store stopped unexpectedly: {e}")))?
+        .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The key store stopped unexpectedly: {e}")))?
 }
 
 fn set(data_dir: &Path, base_url: &str, key: &str) -> Result<KeyStorage, CommandError> {
@@ -79,7 +79,7 @@ mod tests {
         assert_eq!(status(&dir, "http://127.0.0.1:10/v1").map(|s| s.stored).ok(), Some(false), "keys are per endpoint");
 
         let err = set(&dir, url, "   ").err().map(|e| e.code);
-        assert_eq!(err, Some("CLOUD_KEY_EMPTY"));
+        assert_eq!(err, Some(ErrorCode::CloudKeyEmpty));
         assert_eq!(KeyStore::new(&dir).delete(url).ok(), Some(true));
         assert_eq!(KeyStore::new(&dir).delete(url).ok(), Some(false));
         assert_eq!(status(&dir, url).map(|s| s.stored).ok(), Some(false));

@@ -8,7 +8,7 @@ use tauri::{AppHandle, Manager, Runtime};
 use crate::desktop::{self, DesktopState, ShortcutStatus};
 use crate::logging::Logs;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct DesktopStatus {
     /// The folder the app writes its logs to; null: stderr only.

@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use headroom_store::StoreError;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 
 /// Writes the session as `format` ("md" or "json"); resolves to the file's path.
@@ -23,7 +23,10 @@ pub async fn session_export_file(
         "md" => state.store.export_markdown(&session_id).await?,
         "json" => state.store.export_json(&session_id).await?,
         other => {
-            return Err(CommandError::new("INVALID_INPUT", format!("Export as \"md\" or \"json\", not \"{other}\".")))
+            return Err(CommandError::new(
+                ErrorCode::InvalidInput,
+                format!("Export as \"md\" or \"json\", not \"{other}\"."),
+            ))
         }
     };
     let dir = dirs::download_dir().unwrap_or_else(|| state.locations.data_dir.join("exports"));
@@ -34,9 +37,12 @@ pub async fn session_export_file(
         move || write_new(&dir, &name, &text)
     })
     .await
-    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Saving the export stopped unexpectedly: {e}")))?;
-    let path =
-        written.map_err(|e| CommandError::new("IO", format!("Could not save the export in {}: {e}", dir.display())))?;
+    .map_err(|e| {
+        CommandError::new(ErrorCode::EngineInternal, format!("Saving the export stopped unexpectedly: {e}"))
+    })?;
+    let path = written.map_err(|e| {
+        CommandError::new(ErrorCode::Io, format!("Could not save the export in {}: {e}", dir.display()))
+    })?;
     Ok(path.display().to_string())
 }
 

@@ -5,7 +5,7 @@
 use headroom_charts::{ChartStyle, Theme};
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::live::{self, LiveChartError, LiveView, ViewRequest};
 use crate::state::AppState;
 
@@ -27,7 +27,7 @@ impl From<LiveChartError> for CommandError {
 pub async fn live_chart(minutes: u32, theme: String, state: State<'_, AppState>) -> Result<LiveView, CommandError> {
     if !WINDOWS_MIN.contains(&minutes) {
         return Err(CommandError::new(
-            "INVALID_INPUT",
+            ErrorCode::InvalidInput,
             format!("The live graph shows 5, 15 or 60 minutes, not {minutes}."),
         ));
     }

@@ -3,7 +3,7 @@
 use headroom_core::kv::KvFormat;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::models::{self, LoadResult, ModelEntry};
 use crate::state::AppState;
 
@@ -12,9 +12,9 @@ use crate::state::AppState;
 pub async fn models_list(state: State<'_, AppState>) -> Result<Vec<ModelEntry>, CommandError> {
     // Reading headers and the OS's figures touches the disk: off the UI thread.
     let state = AppState::clone(&state);
-    tauri::async_runtime::spawn_blocking(move || models::entries(&state))
-        .await
-        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Listing the models stopped unexpectedly: {e}")))
+    tauri::async_runtime::spawn_blocking(move || models::entries(&state)).await.map_err(|e| {
+        CommandError::new(ErrorCode::EngineInternal, format!("Listing the models stopped unexpectedly: {e}"))
+    })
 }
 
 /// Loading takes seconds: it runs on a blocking thread, not the UI's. A
@@ -36,9 +36,9 @@ pub async fn model_load(
         // Deserialized, so not yet checked against what MLX supports.
         let q = kv.quant();
         KvFormat::from_parts(q.map(|q| u64::from(q.bits)), q.map(|q| u64::from(q.group_size)), q.map(|q| q.start))
-            .map_err(|e| CommandError::new("INVALID_SETTING", e.to_string()))?;
+            .map_err(|e| CommandError::new(ErrorCode::InvalidSetting, e.to_string()))?;
     }
     tauri::async_runtime::spawn_blocking(move || models::load(&state, &id, context_limit, kv, override_fit))
         .await
-        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Loading stopped unexpectedly: {e}")))?
+        .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("Loading stopped unexpectedly: {e}")))?
 }

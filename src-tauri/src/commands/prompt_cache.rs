@@ -5,11 +5,11 @@ use headroom_engine::prompt_cache::PromptCacheStats;
 use serde::Serialize;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 
 /// [`PromptCacheStats`] in the UI's shape.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct PromptCacheView {
     pub entries: usize,
@@ -61,7 +61,10 @@ pub async fn prompt_cache_stats(state: State<'_, AppState>) -> Result<PromptCach
     tauri::async_runtime::spawn_blocking(move || engine.prompt_cache_stats())
         .await
         .map_err(|e| {
-            CommandError::new("ENGINE_INTERNAL", format!("The prompt cache's figures stopped unexpectedly: {e}"))
+            CommandError::new(
+                ErrorCode::EngineInternal,
+                format!("The prompt cache's figures stopped unexpectedly: {e}"),
+            )
         })?
         .map(PromptCacheView::from)
         .map_err(CommandError::from)

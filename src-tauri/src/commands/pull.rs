@@ -12,13 +12,13 @@ use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::models::{self, ModelEntry};
 use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
 
 /// What `model_pull_check` resolves to: the repo's files and the verdict at the app's context limit.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct PullCheck {
     pub model: RemoteModel,
     pub endpoint: String,
@@ -26,7 +26,7 @@ pub struct PullCheck {
 }
 
 /// What `model_pull` resolves to: the snapshot, and the picker's entry for it (with its badge).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct PullResult {
     pub snapshot: PathBuf,
     pub downloaded_bytes: u64,
@@ -37,18 +37,22 @@ impl From<HubError> for CommandError {
     fn from(e: HubError) -> Self {
         use HubError as E;
         let code = match &e {
-            E::InvalidRepoId { .. } | E::InvalidRevision { .. } | E::InvalidEndpoint { .. } => "INVALID_SETTING",
-            E::RepoNotFound { .. } | E::RevisionNotFound { .. } | E::FileNotFound { .. } => "REPO_NOT_FOUND",
-            E::Http { .. } | E::Status { .. } | E::TransferFailed { .. } => "HUB_UNREACHABLE",
-            E::Protocol { .. } => "HUB_PROTOCOL",
-            E::NoWeights { .. } | E::NoConfig { .. } => "UNSUPPORTED_MODEL",
+            E::InvalidRepoId { .. } | E::InvalidRevision { .. } | E::InvalidEndpoint { .. } => {
+                ErrorCode::InvalidSetting
+            }
+            E::RepoNotFound { .. } | E::RevisionNotFound { .. } | E::FileNotFound { .. } => ErrorCode::RepoNotFound,
+            E::Http { .. } | E::Status { .. } | E::TransferFailed { .. } => ErrorCode::HubUnreachable,
+            E::Protocol { .. } => ErrorCode::HubProtocol,
+            E::NoWeights { .. } | E::NoConfig { .. } => ErrorCode::UnsupportedModel,
             E::Format { source, .. } => crate::error::format_code(source),
-            E::MissingShard { .. } => "MODEL_INCOMPLETE",
-            E::CacheName { .. } => "HUB_PROTOCOL",
-            E::HashMismatch { .. } | E::SizeMismatch { .. } => "DOWNLOAD_CORRUPT",
-            E::Io { .. } => "IO",
-            E::Cancelled { .. } => "PULL_CANCELLED",
-            E::Gated { .. } | E::TokenRefused { .. } | E::TokenFile { .. } | E::InvalidToken { .. } => "HUB_AUTH",
+            E::MissingShard { .. } => ErrorCode::ModelIncomplete,
+            E::CacheName { .. } => ErrorCode::HubProtocol,
+            E::HashMismatch { .. } | E::SizeMismatch { .. } => ErrorCode::DownloadCorrupt,
+            E::Io { .. } => ErrorCode::Io,
+            E::Cancelled { .. } => ErrorCode::PullCancelled,
+            E::Gated { .. } | E::TokenRefused { .. } | E::TokenFile { .. } | E::InvalidToken { .. } => {
+                ErrorCode::HubAuth
+            }
         };
         Self::new(code, e.to_string())
     }
@@ -56,7 +60,10 @@ impl From<HubError> for CommandError {
 
 pub(crate) fn cache_root(state: &AppState) -> Result<PathBuf, CommandError> {
     state.locations.hub.hub_dirs().into_iter().next().ok_or_else(|| {
-        CommandError::new("NO_HF_CACHE", "No Hugging Face cache folder is known: set HF_HUB_CACHE, HF_HOME or HOME.")
+        CommandError::new(
+            ErrorCode::NoHfCache,
+            "No Hugging Face cache folder is known: set HF_HUB_CACHE, HF_HOME or HOME.",
+        )
     })
 }
 
@@ -73,7 +80,7 @@ async fn check_repo(
     let model = inspect(&client, &repo, revision, &cache_root(state)?, shape).await?;
     let source = models::budget_source(state)?;
     let inputs = crate::fit::budget_inputs(source)
-        .map_err(|e| CommandError::new("MEMORY", format!("This Mac's memory could not be read: {e}")))?;
+        .map_err(|e| CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}")))?;
     let fit =
         check(&model.footprint, u64::try_from(state.context_limit()).unwrap_or(u64::MAX), state.kv_format(), inputs);
     let endpoint = client.endpoint().to_string();
@@ -99,13 +106,14 @@ pub(crate) async fn pull(
             "{repo} would push this Mac into swap by {over:.1} GB at the app's context limit; nothing was downloaded."
         );
         return Err(CommandError {
-            code: "MODEL_TOO_LARGE",
+            code: ErrorCode::ModelTooLarge,
             message,
             // Before a byte is downloaded, only this model's own remedies apply.
-            details: Some(crate::fit::refusal_details(
+            details: crate::fit::refusal_details(
                 &checked.fit,
                 &headroom_core::remedies::remedies(&checked.fit, checked.fit.estimate.kv_format, 0, &[]),
-            )),
+            )
+            .into_details(),
         });
     }
     let outcome = download(&client, &cache_root(state)?, &checked.model, cancel, on_event).await?;
@@ -113,7 +121,9 @@ pub(crate) async fn pull(
     let state = AppState::clone(state);
     let entry = tauri::async_runtime::spawn_blocking(move || models::entries(&state).into_iter().find(|m| m.id == id))
         .await
-        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Listing the models stopped unexpectedly: {e}")))?;
+        .map_err(|e| {
+            CommandError::new(ErrorCode::EngineInternal, format!("Listing the models stopped unexpectedly: {e}"))
+        })?;
     Ok(PullResult { snapshot: outcome.snapshot, downloaded_bytes: outcome.downloaded_bytes, entry })
 }
 
@@ -140,7 +150,7 @@ pub async fn model_pull(
 ) -> Result<PullResult, CommandError> {
     let cancel = CancellationToken::new();
     let _running = state.runs.register_only(RunKind::Pull, Stopper::Token(cancel.clone())).map_err(|_| {
-        CommandError::new("PULL_IN_PROGRESS", "A model is already being downloaded; cancel it or wait.")
+        CommandError::new(ErrorCode::PullInProgress, "A model is already being downloaded; cancel it or wait.")
     })?;
     let revision = revision.as_deref().unwrap_or("main");
     // A closed window drops the channel; the pull goes on and is listed later.
@@ -199,6 +209,6 @@ mod tests {
         assert_eq!(models::entries(&state).len(), 1);
 
         let err = tauri::async_runtime::block_on(check_repo(&state, endpoint, "mlx-community/nope", "main")).err();
-        assert_eq!(err.map(|e| e.code), Some("REPO_NOT_FOUND"));
+        assert_eq!(err.map(|e| e.code), Some(ErrorCode::RepoNotFound));
     }
 }

@@ -6,7 +6,7 @@ use headroom_core::router::{Decision, Force};
 use headroom_store::cloud_cache::CacheStats;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 use crate::turn::route::{self, Choice};
 
@@ -42,7 +42,7 @@ pub async fn route_preview(
         route::for_state(&state, &settings, &text, &history, choice).map(|r| r.decision)
     })
     .await
-    .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("The route preview stopped unexpectedly: {e}")))?
+    .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The route preview stopped unexpectedly: {e}")))?
     .map_err(CommandError::from)
 }
 

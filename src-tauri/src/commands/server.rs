@@ -9,12 +9,12 @@ use headroom_server::{ServeConfig, Server, ServerError, DEFAULT_PORT};
 use serde::Serialize;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::serve::AppModels;
 use crate::state::AppState;
 
 /// What the UI shows about a running server.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct ServerInfo {
     /// The base URL clients use (`OPENAI_BASE_URL`).
@@ -42,12 +42,12 @@ impl ServerInfo {
 
 fn server_error(e: &ServerError) -> CommandError {
     let code = match e {
-        ServerError::Bind { .. } => "PORT_UNAVAILABLE",
+        ServerError::Bind { .. } => ErrorCode::PortUnavailable,
         ServerError::NonLoopback { .. } | ServerError::RemoteWithoutKey { .. } | ServerError::EmptyApiKey => {
-            "SERVER_NOT_ALLOWED"
+            ErrorCode::ServerNotAllowed
         }
-        ServerError::InvalidSetting { .. } => "INVALID_SETTING",
-        ServerError::Start { .. } | ServerError::Signal(_) | ServerError::Panicked => "SERVER_FAILED",
+        ServerError::InvalidSetting { .. } => ErrorCode::InvalidSetting,
+        ServerError::Start { .. } | ServerError::Signal(_) | ServerError::Panicked => ErrorCode::ServerFailed,
     };
     CommandError::new(code, format!("The local server: {e}"))
 }
@@ -75,7 +75,7 @@ pub async fn server_start(port: Option<u16>, state: State<'_, AppState>) -> Resu
         Ok(info)
     })
     .await
-    .map_err(|e| CommandError::new("SERVER_FAILED", format!("Starting the server stopped unexpectedly: {e}")))?
+    .map_err(|e| CommandError::new(ErrorCode::ServerFailed, format!("Starting the server stopped unexpectedly: {e}")))?
 }
 
 /// Stops the server (its runs in flight are cancelled); false if it was not running.
@@ -87,7 +87,9 @@ pub async fn server_stop(state: State<'_, AppState>) -> Result<bool, CommandErro
     // Joining the server's thread blocks: not on the async runtime.
     tauri::async_runtime::spawn_blocking(move || server.stop())
         .await
-        .map_err(|e| CommandError::new("SERVER_FAILED", format!("Stopping the server stopped unexpectedly: {e}")))?
+        .map_err(|e| {
+            CommandError::new(ErrorCode::ServerFailed, format!("Stopping the server stopped unexpectedly: {e}"))
+        })?
         .map_err(|e| server_error(&e))?;
     Ok(true)
 }

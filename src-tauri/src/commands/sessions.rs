@@ -5,7 +5,7 @@ use headroom_core::settings::Settings;
 use headroom_store::{SearchHit, Session, SessionExport, SessionSummary, StoreError, StoredMessage};
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::state::AppState;
 
 #[tauri::command]
@@ -69,7 +69,9 @@ pub async fn session_export(
     match format.as_str() {
         "md" => Ok(state.store.export_markdown(&session_id).await?),
         "json" => Ok(state.store.export_json(&session_id).await?),
-        other => Err(CommandError::new("INVALID_INPUT", format!("Unknown export format `{other}`: use md or json."))),
+        other => {
+            Err(CommandError::new(ErrorCode::InvalidInput, format!("Unknown export format `{other}`: use md or json.")))
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use headroom_hub::{Endpoint, HubClient};
 use serde::Serialize;
 use tauri::State;
 
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 use crate::shelf::{self, Refreshed, ShelfEntry};
 use crate::state::AppState;
 
@@ -16,13 +16,15 @@ pub async fn shelf_list(state: State<'_, AppState>) -> Result<Vec<ShelfEntry>, C
     let state = AppState::clone(&state);
     tauri::async_runtime::spawn_blocking(move || shelf::for_app(&state))
         .await
-        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Reading the shelf stopped unexpectedly: {e}")))?
+        .map_err(|e| {
+            CommandError::new(ErrorCode::EngineInternal, format!("Reading the shelf stopped unexpectedly: {e}"))
+        })?
         .map_err(CommandError::from)
 }
 
 /// What `shelf_refresh` resolves to: the shelf read again, and the repos
 /// the hub could not give (each keeps its older record).
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, ts_rs::TS)]
 pub struct ShelfRefresh {
     pub entries: Vec<ShelfEntry>,
     pub failed: Vec<CommandError>,
@@ -46,8 +48,8 @@ pub async fn shelf_refresh(force: Option<bool>, state: State<'_, AppState>) -> R
             Refreshed::Read { .. } | Refreshed::StillFresh => None,
         })
         .collect();
-    let entries = tauri::async_runtime::spawn_blocking(move || shelf::for_app(&state))
-        .await
-        .map_err(|e| CommandError::new("ENGINE_INTERNAL", format!("Reading the shelf stopped unexpectedly: {e}")))??;
+    let entries = tauri::async_runtime::spawn_blocking(move || shelf::for_app(&state)).await.map_err(|e| {
+        CommandError::new(ErrorCode::EngineInternal, format!("Reading the shelf stopped unexpectedly: {e}"))
+    })??;
     Ok(ShelfRefresh { entries, failed })
 }

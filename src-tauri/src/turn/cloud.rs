@@ -201,7 +201,7 @@ pub(crate) fn run(
                 }
                 RunEvent::Finished(finished.reason)
             }
-            Err(e) => RunEvent::Error { code: e.code(), message: e.to_string() },
+            Err(e) => RunEvent::Error { code: crate::error::cloud_code(&e), message: e.to_string() },
         };
         let _ = tx.send(last);
     });
@@ -211,6 +211,8 @@ pub(crate) fn run(
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use crate::error::ErrorCode;
 
     use headroom_cloud::Usage;
 
@@ -257,9 +259,9 @@ mod tests {
     fn the_cloud_config_needs_a_url_and_a_model_from_the_settings() {
         let dir = std::path::Path::new("/nonexistent-headroom-dir");
         let code = |s: &Settings| config(s, dir).err().map(|e| crate::error::CommandError::from(e).code);
-        assert_eq!(code(&Settings::default()), Some("ROUTE_NO_CLOUD"));
+        assert_eq!(code(&Settings::default()), Some(ErrorCode::RouteNoCloud));
         let url_only = Settings { cloud_base_url: Some("http://127.0.0.1:9/v1".into()), ..Settings::default() };
-        assert_eq!(code(&url_only), Some("CLOUD_NO_MODEL"));
+        assert_eq!(code(&url_only), Some(ErrorCode::CloudNoModel));
         let both = Settings { cloud_model: Some("m".into()), ..url_only };
         let c = config(&both, dir).unwrap();
         assert_eq!((c.base_url.as_str(), c.model.as_str()), ("http://127.0.0.1:9/v1", "m"));

@@ -12,11 +12,11 @@ use headroom_engine::worker::{EngineEvent, TurnStats};
 use serde::Serialize;
 
 use super::record::TurnRecorder;
-use crate::error::CommandError;
+use crate::error::{CommandError, ErrorCode};
 
 /// What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
 /// `Finished`; or `Error`, which ends it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(tag = "event", content = "data", rename_all = "camelCase", rename_all_fields = "camelCase")]
 pub enum ChatEvent {
     Started {
@@ -36,8 +36,8 @@ pub enum ChatEvent {
         prompt_tokens: usize,
         /// Of those, how many the prompt cache held (not prefilled again).
         reused_tokens: usize,
-        /// Where they came from: "memory", "disk", or "none".
-        reused_from: &'static str,
+        /// Where they came from.
+        reused_from: ReusedFrom,
         generated_tokens: usize,
         context_tokens: usize,
         batch: usize,
@@ -56,7 +56,7 @@ pub enum ChatEvent {
         reason: FinishReason,
     },
     Error {
-        code: &'static str,
+        code: ErrorCode,
         message: String,
     },
 }
@@ -71,7 +71,7 @@ impl ChatEvent {
             e2e_tps: s.rates.e2e_tps,
             prompt_tokens: s.prompt_tokens,
             reused_tokens: s.reused_tokens,
-            reused_from: s.reused_from.as_str(),
+            reused_from: s.reused_from.into(),
             generated_tokens: s.generated_tokens,
             context_tokens: s.context_tokens,
             batch: s.batch,
@@ -84,8 +84,29 @@ impl ChatEvent {
     }
 }
 
+/// Where a turn's reused prompt tokens came from (the engine's
+/// [`Reuse`](headroom_engine::prompt_cache::Reuse), as the UI reads it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(rename_all = "lowercase")]
+pub enum ReusedFrom {
+    None,
+    Memory,
+    Disk,
+}
+
+impl From<headroom_engine::prompt_cache::Reuse> for ReusedFrom {
+    fn from(r: headroom_engine::prompt_cache::Reuse) -> Self {
+        use headroom_engine::prompt_cache::Reuse;
+        match r {
+            Reuse::None => Self::None,
+            Reuse::Memory => Self::Memory,
+            Reuse::Disk => Self::Disk,
+        }
+    }
+}
+
 /// Where an answer comes from, as the UI labels it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum RouteTarget {
     Local,
@@ -95,7 +116,7 @@ pub enum RouteTarget {
 }
 
 /// One reason for the route, or a note about what was sent.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct RouteReason {
     pub code: &'static str,
     pub message: String,
@@ -108,7 +129,7 @@ impl From<&headroom_core::router::Reason> for RouteReason {
 }
 
 /// Where a turn runs and why; sent with `Started`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct RouteInfo {
     pub target: RouteTarget,
@@ -155,6 +176,9 @@ pub struct TurnEnd {
 }
 
 /// A run's events, whatever runs it (the engine, a cloud endpoint, the cache).
+// Stats, once per run, is the large one; it was as large before the
+// error code became a one-byte enum (which is what tipped this lint).
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug)]
 pub(crate) enum RunEvent {
     /// The run was accepted: from here on it is a turn (and a regenerate
@@ -168,7 +192,7 @@ pub(crate) enum RunEvent {
     Stats(TurnStats, Option<String>),
     Finished(FinishReason),
     Error {
-        code: &'static str,
+        code: ErrorCode,
         message: String,
     },
 }
@@ -292,4 +316,20 @@ pub(crate) fn replay(answer: &str) -> Vec<RunEvent> {
     events.push(RunEvent::Stats(super::cloud::turn_stats(&stats), None));
     events.push(RunEvent::Finished(FinishReason::Stop));
     events
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_engine::prompt_cache::Reuse;
+
+    use super::ReusedFrom;
+
+    /// The `stats` event says where reused tokens came from in the engine's
+    /// own words (what `headroom generate` and the server print too).
+    #[test]
+    fn reused_from_is_sent_as_the_engine_names_it() {
+        for r in [Reuse::None, Reuse::Memory, Reuse::Disk] {
+            assert_eq!(serde_json::to_value(ReusedFrom::from(r)).unwrap(), r.as_str());
+        }
+    }
 }

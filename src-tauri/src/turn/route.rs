@@ -191,6 +191,7 @@ pub fn for_state(
 
 #[cfg(test)]
 mod tests {
+    use crate::error::ErrorCode;
     use headroom_core::chat::Role;
     use headroom_core::router::Target;
 
@@ -212,13 +213,13 @@ mod tests {
 
         let code = |r: Result<Routed, TurnError>| r.err().map(|e| crate::error::CommandError::from(e).code);
         let id = "my id is 11010519491231002X";
-        assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some("ROUTE_NO_LOCAL_MODEL"));
+        assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some(ErrorCode::RouteNoLocalModel));
         // An earlier sensitive exchange is left out of what the cloud gets.
         let history = [Message::new(Role::User, id), Message::new(Role::Assistant, "noted")];
         let d = for_state(&state, &settings, "latest news?", &history, web).unwrap().decision;
         assert!(d.is_cloud() && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
 
         let force = Choice { force: Some(Force::Cloud), ..Choice::default() };
-        assert_eq!(code(for_state(&state, &Settings::default(), "hi", &[], force)), Some("ROUTE_NO_CLOUD"));
+        assert_eq!(code(for_state(&state, &Settings::default(), "hi", &[], force)), Some(ErrorCode::RouteNoCloud));
     }
 }

@@ -16,6 +16,7 @@ use headroom_store::{MessageStatus, Route, StoredMessage};
 use super::events::{drive, RunEvent};
 use super::record::TurnRecorder;
 use super::*;
+use crate::error::ErrorCode;
 use crate::state::ModelLabels;
 
 const MODEL: &str = "stub-model";
@@ -213,8 +214,8 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
         let request = TurnRequest { session: "s1".into(), ask, options };
         start(&state, &settings, request, |_| true).err().map(|e| crate::error::CommandError::from(e).code)
     };
-    assert_eq!(refused(new(" \n"), TurnOptions::default()), Some("EMPTY_MESSAGE"));
-    assert_eq!(refused(new("hi"), max(0)), Some("INVALID_SETTING"));
+    assert_eq!(refused(new(" \n"), TurnOptions::default()), Some(ErrorCode::EmptyMessage));
+    assert_eq!(refused(new("hi"), max(0)), Some(ErrorCode::InvalidSetting));
     assert_eq!(block_on(state.store.messages("s1")).map(|m| m.len()).ok(), Some(4), "refused turns store nothing");
 }
 
@@ -367,7 +368,7 @@ fn sensitive_text_leaves_only_with_the_override_and_its_answer_is_not_cached() {
     // Must stay local, and nothing local runs: the router's error, nothing stored.
     let request = TurnRequest { session: "s".into(), ask: new(SENSITIVE), options: forced.clone() };
     let err = start(&state, &settings, request, |_| true).err().map(crate::error::CommandError::from);
-    assert_eq!(err.as_ref().map(|e| e.code), Some("ROUTE_NO_LOCAL_MODEL"), "{err:?}");
+    assert_eq!(err.as_ref().map(|e| e.code), Some(ErrorCode::RouteNoLocalModel), "{err:?}");
     assert!(err.is_some_and(|e| e.message.contains("allow sensitive content")));
     assert_eq!(block_on(state.store.messages("s")).map(|m| m.len()).ok(), Some(0), "the UI gives the text back");
     assert!(stub.requests().is_empty());

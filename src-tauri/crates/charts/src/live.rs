@@ -52,7 +52,7 @@ pub struct LiveData<'a> {
 
 /// The plot area in the SVG's pixels, and the times at its edges: what the
 /// UI needs to map the pointer to a time for the hover read-out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct PlotBox {
     pub left: i32,

@@ -23,7 +23,7 @@ pub const KEYCHAIN_SERVICE: &str = "headroom-cloud";
 pub const KEY_FILE_NAME: &str = "cloud-keys.json";
 
 /// Where a key lives.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub enum KeyStorage {
     /// The OS keychain (Keychain, Credential Manager, Secret Service).

@@ -39,7 +39,7 @@
 use serde::{Deserialize, Serialize};
 
 /// The MLX backend a model computes on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
     /// MLX's CPU backend (Linux here): every attention takes the fallback.
@@ -59,7 +59,7 @@ impl Backend {
 }
 
 /// How one attention call is computed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum AttentionPath {
     /// A fused Metal kernel: no score matrix.

@@ -112,7 +112,7 @@ pub struct Doing {
 }
 
 /// Why memory is being given back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Cause {
     /// Not used for this long.
@@ -148,7 +148,7 @@ impl Cause {
 }
 
 /// What to do now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "action", rename_all = "camelCase")]
 pub enum Action {
     /// Memory turned tight during a run: nothing is freed mid-answer; say

@@ -12,7 +12,7 @@ use crate::stats::Rates;
 
 /// Mean and sample standard deviation (n − 1 in the denominator, as
 /// llama-bench reports) of a set of measurements.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct MeanSd {
     pub mean: f64,
     /// `None` with a single value: one run says nothing about the spread.
@@ -60,7 +60,7 @@ impl std::fmt::Display for MeanSd {
 }
 
 /// The four speed figures of a depth over its counted runs (warm-up excluded).
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct RateSummary {
     pub ttft_ms: Option<MeanSd>,
     pub prefill_tps: Option<MeanSd>,
@@ -133,7 +133,7 @@ impl WeightBytes {
 /// Bytes one decode step must read from memory (batch 1): the weights it
 /// uses, the keys and values of every position each attention layer sees,
 /// and the linear-attention layers' state.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 pub struct DecodeTraffic {
     /// Weight bytes one token reads ([`WeightBytes::active`]); equal to the
     /// resident bytes for a dense model but for one embedding row. (Results
@@ -218,7 +218,7 @@ impl DecodeTraffic {
 }
 
 /// How close a measured decode rate runs to the memory-bandwidth bound.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 pub struct Roofline {
     /// Bytes read per decoded token at the case's mean decode context.
     pub bytes_per_token: f64,
@@ -258,7 +258,7 @@ impl Roofline {
 /// One row of the rated-bandwidth table: a chip, the CPU core count that
 /// tells its bandwidth variants apart (`None`: every variant has the same),
 /// and the figure Apple publishes.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, ts_rs::TS)]
 pub struct RatedBandwidth {
     /// As `machdep.cpu.brand_string` names it, without "Apple ".
     pub chip: &'static str,

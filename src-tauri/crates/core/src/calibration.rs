@@ -123,7 +123,7 @@ impl PeakMeasurement {
 
 /// The measurement a prediction rests on, and the formula's figures it is
 /// read against.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Calibration {
     pub at_context: u64,
     pub peak_bytes: u64,

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Who wrote a message, with the names chat templates expect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -25,7 +25,7 @@ impl Message {
 }
 
 /// Why a generation ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum FinishReason {
     /// The model produced an end-of-sequence token.

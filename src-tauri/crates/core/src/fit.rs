@@ -185,7 +185,7 @@ pub const MIN_CONTEXT: u64 = 512;
 pub const TIGHT_FRACTION: f64 = 0.10;
 
 /// What a model needs, read from its config and weight headers (no weights loaded).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ModelFootprint {
     /// Exact bytes of every tensor the engine will hold, as loaded.
     pub weight_bytes: u64,
@@ -237,7 +237,7 @@ impl ModelFootprint {
 }
 
 /// The experts of a mixture-of-experts model, for the fit report and the roofline.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Experts {
     /// Experts per MoE layer.
     pub count: u64,
@@ -252,7 +252,7 @@ pub struct Experts {
 /// Layers of one kind whose cache keeps `kv_heads × head_dim` keys and as
 /// many values per position, or (linear attention) a state of
 /// `state_bytes` per layer whatever the context.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct KvLayers {
     pub layers: u64,
     pub kv_heads: u64,
@@ -264,7 +264,7 @@ pub struct KvLayers {
 }
 
 /// Which part of the KV cache a group is, for the report.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum KvKind {
     Full,
@@ -325,7 +325,7 @@ impl KvLayers {
 }
 
 /// The runtime overhead, by term (see the module docs for each formula).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Overhead {
     /// Tokens in the largest prefill chunk: min(PREFILL_CHUNK, context).
     pub chunk_tokens: u64,
@@ -378,7 +378,7 @@ impl Estimate {
 }
 
 /// The predicted peak at one context length, with its parts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Estimate {
     pub context_tokens: u64,
     /// How the KV cache stores keys and values.
@@ -594,7 +594,7 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
 }
 
 /// What the budget is made of, as read from the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct BudgetInputs {
     /// Memory the OS reports available now.
     pub available_bytes: u64,
@@ -619,7 +619,7 @@ impl BudgetInputs {
 }
 
 /// Which limit set the budget.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum BudgetLimit {
     /// available + freed by unload − OS headroom.
@@ -629,7 +629,7 @@ pub enum BudgetLimit {
 }
 
 /// The bytes a model may use, with its parts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Budget {
     #[serde(flatten)]
     pub inputs: BudgetInputs,
@@ -655,7 +655,7 @@ impl Budget {
 }
 
 /// The answer to "can I load this?".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Verdict {
     /// Fits with more than [`TIGHT_FRACTION`] of the budget to spare.
@@ -676,7 +676,7 @@ impl Verdict {
 }
 
 /// Everything `headroom fit` shows.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct FitReport {
     pub footprint: ModelFootprint,
     pub estimate: Estimate,

@@ -30,7 +30,7 @@ pub const MAX_QUANTIZED_KV_START: u64 = 1 << 20;
 
 /// A quantized cache's parameters (mlx-lm's `kv_bits`, `kv_group_size`,
 /// `quantized_kv_start`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
 pub struct KvQuant {
     pub bits: u32,
     pub group_size: u32,
@@ -40,7 +40,7 @@ pub struct KvQuant {
 }
 
 /// How a KV cache stores keys and values.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum KvFormat {
     /// In the activations' float type (bf16 for mlx-community checkpoints).

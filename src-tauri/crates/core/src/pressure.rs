@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 /// On macOS these are the kernel's dispatch levels (1 / 2 / 4 from
 /// `kern.memorystatus_vm_pressure_level`); on Linux they are derived from PSI
 /// (`/proc/pressure/memory`, see `headroom-memory`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, Default, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum PressureLevel {
     Normal,

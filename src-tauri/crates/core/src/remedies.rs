@@ -29,7 +29,7 @@ pub struct Candidate {
 }
 
 /// One way to make the load fit, with what it would then need.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "snake_case", rename_all_fields = "camelCase")]
 pub enum Remedy {
     /// Load at the largest context that fits.

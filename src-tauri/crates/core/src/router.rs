@@ -78,7 +78,7 @@ impl TokenCounter for ApproxTokens {
 }
 
 /// The user's choice for one message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Force {
     Local,
@@ -172,7 +172,7 @@ impl<'a> RouteRequest<'a> {
 }
 
 /// Where a request runs.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(tag = "kind", rename_all = "camelCase")]
 pub enum Target {
     Local { model: String },
@@ -342,11 +342,29 @@ impl Serialize for Reason {
     }
 }
 
+/// [`Reason`]'s JSON (its `Serialize` is written by hand) as TypeScript
+/// sees it: never built, only read by ts-rs for `Decision::reasons`.
+#[derive(Debug, ts_rs::TS)]
+#[ts(rename = "Reason", rename_all = "camelCase")]
+#[allow(dead_code)]
+pub struct ReasonJson {
+    /// Stable: `SENSITIVE_EMAIL`, `LONG_INPUT`, … ([`Reason::code`]).
+    code: String,
+    message: String,
+    /// Only on `SENSITIVE_*` reasons.
+    #[ts(optional)]
+    finding: Option<Finding>,
+    /// Only on `SENSITIVE_*` reasons: null for the new message, else the history index.
+    #[ts(optional = nullable)]
+    earlier_message: Option<usize>,
+}
+
 /// The router's answer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Decision {
     pub target: Target,
+    #[ts(as = "Vec<ReasonJson>")]
     pub reasons: Vec<Reason>,
     /// Tokens of the message and its history.
     pub input_tokens: usize,

@@ -34,7 +34,7 @@ pub const MAX_IDLE_UNLOAD_MINUTES: u32 = 24 * 60;
 /// chunks through weights dequantized once: much faster on MLX's CPU backend,
 /// and more exact, so its tokens can differ from mlx-lm's. `Auto` is `Cpu`
 /// on the CPU backend and `Fused` on Metal.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum KernelChoice {
     #[default]
@@ -58,7 +58,7 @@ impl KernelChoice {
 
 /// Everything the user can set. Serialized camelCase (the UI's names, and
 /// the keys of the `settings` table); a missing field takes its default.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(default, rename_all = "camelCase", deny_unknown_fields)]
 pub struct Settings {
     /// Tokens (prompt + reply) a model is checked and loaded at.

@@ -100,7 +100,7 @@ impl DecodeMeter {
 
 /// One decode-rate point of an answer on the wall clock (Unix ms): `tokens`
 /// arrived in `(start_ms, at_ms]`, at `tps`.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct RatePoint {
     pub start_ms: u64,

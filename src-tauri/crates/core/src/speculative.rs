@@ -14,7 +14,7 @@
 use serde::{Deserialize, Serialize};
 
 /// How decoding proposes tokens to verify.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum SpeculativeMode {
     /// One token per forward pass.

@@ -50,7 +50,7 @@ pub fn worse(a: PressureLevel, b: PressureLevel) -> PressureLevel {
 /// The machine's memory over `[at_ms, at_ms + span_ms)`: the worst of the
 /// readings in it (least available, most used and swap, highest pressure),
 /// so a short spike is never averaged away. Bytes; times in Unix ms.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct MemoryPoint {
     pub at_ms: u64,

@@ -25,7 +25,7 @@ pub const MAX_ATTEMPTS: u32 = 5;
 const PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
 /// One file of the pull.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct RemoteFile {
     pub path: String,
     pub size: u64,
@@ -35,7 +35,7 @@ pub struct RemoteFile {
 }
 
 /// What [`inspect`] learned about a repo without downloading its weights.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct RemoteModel {
     pub repo: String,
     pub revision: String,
@@ -61,7 +61,7 @@ pub struct RemoteModel {
 }
 
 /// Progress of [`download`], for `--json` lines and the app's Channel.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum PullEvent {
     Started {
@@ -105,7 +105,7 @@ pub enum PullEvent {
 }
 
 /// How a blob was checked.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "snake_case")]
 pub enum Verified {
     /// LFS file: its sha256 equals the hub's ETag.

@@ -39,7 +39,7 @@ impl Default for BandwidthOptions {
 }
 
 /// The measurement and how it was made.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 pub struct BandwidthReport {
     /// Best copy rate, GB/s (10^9 bytes per second).
     pub copy_gb_per_s: f64,
@@ -225,7 +225,7 @@ fn macos_cache_bytes() -> Option<u64> {
 }
 
 /// What the machine is, to label saved benchmark results with.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct MachineInfo {
     /// The CPU's brand string ("Apple M2 Pro", "Intel(R) Xeon(R) …").
     pub cpu: String,

@@ -39,7 +39,7 @@ pub enum PutOutcome {
 }
 
 /// The figures settings shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct CacheStats {
     pub hits: u64,

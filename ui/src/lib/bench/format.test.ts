@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import type { BenchReport } from '../ipc/bench';
+import { decodeTraffic, plainSpeculation } from '../ipc/contract.fixture';
 import { benchLabels, benchRows, formatMeanSd, parseDepths, rooflineSentence, weightsSentence } from './format';
 
 const run = { index: 0, context_tokens: 0, prompt_tokens: 512, generated_tokens: 128, cache_tokens_after: 640, ttft_ms: 100, prefill_tps: 5000, decode_tps: 60, e2e_tps: 50, prefill_ms: 100, first_token_ms: 100, last_token_ms: 2000, peak_memory_bytes: 1 };
@@ -7,9 +8,26 @@ const report: BenchReport = {
   id: 1,
   model: 'demo',
   path: '/m',
-  labels: { model_type: 'qwen2', quantization: { bits: 4, group_size: 64 }, kv_dtype: 'float16', weight_bytes: 1e9, kv_bytes_per_position: 1000, batch: 1, prompt_tokens: 512, gen_tokens: 128, repetitions: 5, depths: [0, 4096], seed: 0 },
+  chart_svg: '<svg/>',
+  labels: {
+    model_type: 'qwen2',
+    quantization: { bits: 4, group_size: 64 },
+    kv_dtype: 'float16',
+    quant_kernel: null,
+    weight_bytes: 1e9,
+    active_weight_bytes: null,
+    resident_weight_bytes: null,
+    traffic: null,
+    kv_bytes_per_position: 1000,
+    batch: 1,
+    prompt_tokens: 512,
+    gen_tokens: 128,
+    repetitions: 5,
+    depths: [0, 4096],
+    seed: 0,
+  },
   machine: { cpu: 'x', cpu_cores: 2, total_memory_bytes: 1, os: 'linux', arch: 'x86_64' },
-  bandwidth: { source: 'measured', copy_gb_per_s: 10, triad_gb_per_s: 11, array_bytes: 1, threads: 2 },
+  bandwidth: { source: 'measured', copy_gb_per_s: 10, triad_gb_per_s: 11, array_bytes: 1, threads: 2, passes: 2, last_level_cache_bytes: null, capped_by_memory: false },
   rated_bandwidth: null,
   depths: [
     {
@@ -18,6 +36,7 @@ const report: BenchReport = {
       warmup: run,
       runs: [run],
       summary: { ttft_ms: { mean: 101.4, sd: 2.04, n: 5 }, prefill_tps: { mean: 5012.3, sd: 31.1, n: 5 }, decode_tps: { mean: 61.25, sd: 0.41, n: 5 }, e2e_tps: null },
+      speculative: plainSpeculation(),
       pressure: 'normal',
       swap_delta_bytes: 0,
       peak_memory_bytes: 1,
@@ -30,6 +49,7 @@ const report: BenchReport = {
       warmup: run,
       runs: [run],
       summary: { ttft_ms: null, prefill_tps: null, decode_tps: { mean: 48.1, sd: null, n: 1 }, e2e_tps: null },
+      speculative: plainSpeculation(),
       pressure: 'normal',
       swap_delta_bytes: 0,
       peak_memory_bytes: 1,
@@ -60,7 +80,7 @@ describe('benchmark words', () => {
       'Decode reached 78 % of the bandwidth limit at depth 4K (48.1 of 61.7 tok/s at 100 GB/s, measured)',
     );
     expect(rooflineSentence({ ...report, depths: [] })).toBeNull();
-    // Older runs kept no active/resident split: no sentence rather than a wrong one.
+    // Without the active/resident split (no depth ran): no sentence rather than a wrong one.
     expect(weightsSentence(report)).toBeNull();
     const moe = {
       ...report,
@@ -68,11 +88,11 @@ describe('benchmark words', () => {
         ...report.labels,
         active_weight_bytes: 1.6e9,
         resident_weight_bytes: 17.2e9,
-        traffic: { experts: 128, experts_per_token: 8, window: 0, state_bytes: 0 },
+        traffic: decodeTraffic({ experts: 128, experts_per_token: 8 }),
       },
     };
     expect(weightsSentence(moe)).toBe('Each token reads 1.6 GB of the 17.2 GB of weights in memory (8 of 128 experts)');
-    const dense = { ...report, labels: { ...report.labels, active_weight_bytes: 4.2e6, resident_weight_bytes: 4.3e6, traffic: {} } };
+    const dense = { ...report, labels: { ...report.labels, active_weight_bytes: 4.2e6, resident_weight_bytes: 4.3e6, traffic: decodeTraffic() } };
     expect(weightsSentence(dense)).toBe('Each token reads 4.2 MB of the 4.3 MB of weights in memory');
     // The tiny MoE demo: below 1 MB two significant digits, not "0.1 of the 0.2 MB".
     const tinyMoe = { ...moe, labels: { ...moe.labels, active_weight_bytes: 89_216, resident_weight_bytes: 181_376 } };

@@ -1,8 +1,10 @@
 import { describe, expect, it } from 'vitest';
 import type { ModelEntry } from '../ipc/models';
+import { modelEntry } from '../ipc/contract.fixture';
 import { formatAppInfo, modelFacts } from './format';
 
-const model = (o: Partial<ModelEntry> = {}): ModelEntry => ({
+const model = (o: Partial<ModelEntry> = {}): ModelEntry =>
+  modelEntry({
   id: 'm',
   name: 'Qwen2.5-7B-Instruct-4bit',
   path: '/m',
@@ -10,7 +12,6 @@ const model = (o: Partial<ModelEntry> = {}): ModelEntry => ({
   bits: 4,
   size_bytes: 4_300_000_000,
   loaded: false,
-  fit: null,
   ...o,
 });
 

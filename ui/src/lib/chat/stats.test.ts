@@ -1,8 +1,7 @@
 import { describe, expect, it } from 'vitest';
-import type { TurnStats } from '../ipc/chat';
-import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails } from './stats';
+import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails, type ShownStats } from './stats';
 
-const stats = (o: Partial<TurnStats> = {}): TurnStats => ({
+const stats = (o: Partial<ShownStats> = {}): ShownStats => ({
   ttftMs: 25.4,
   prefillTps: 812.3,
   decodeTps: 193.2,
@@ -65,7 +64,7 @@ describe('units', () => {
 
 describe('the cached prefix', () => {
   it('says how much of the prompt was not prefilled again, and from where', () => {
-    const rows = (o: Partial<TurnStats>) => Object.fromEntries(statsDetails(stats(o)))['Cached, not prefilled'];
+    const rows = (o: Partial<ShownStats>) => Object.fromEntries(statsDetails(stats(o)))['Cached, not prefilled'];
     expect(rows({})).toBe('none');
     expect(rows({ promptTokens: 900, reusedTokens: 640, reusedFrom: 'disk' })).toBe('640 of 900, from disk');
     expect(rows({ promptTokens: 900, reusedTokens: 640, reusedFrom: 'memory' })).toBe('640 of 900, in memory');

@@ -1,6 +1,13 @@
 // The stats line under an answer and its expanded labels, from one TurnStats.
 // The numbers themselves are defined once, in Rust (`core::stats`).
-import type { FinishReason, TurnStats } from '../ipc/chat';
+import type { FinishReason, ReusedFrom, TurnStats } from '../ipc/chat';
+
+/**
+ * A turn's figures as the chat shows them: a live answer's `stats` event, or
+ * a stored answer's record, which keeps how many tokens were reused but not
+ * where from (`reusedFrom: null`).
+ */
+export type ShownStats = Omit<TurnStats, 'reusedFrom'> & { reusedFrom: ReusedFrom | null };
 
 export function formatMs(ms: number | null): string {
   if (ms === null) return '—';
@@ -36,7 +43,7 @@ export function formatReason(reason: FinishReason): string {
 }
 
 /** The compact line, e.g. `TTFT 25 ms · 193 tok/s · 40 tok · ctx 20`. */
-export function formatStatsLine(s: TurnStats, reason?: FinishReason): string {
+export function formatStatsLine(s: ShownStats, reason?: FinishReason): string {
   const parts = [
     `TTFT ${formatMs(s.ttftMs)}`,
     formatTps(s.decodeTps),
@@ -50,14 +57,14 @@ export function formatStatsLine(s: TurnStats, reason?: FinishReason): string {
 }
 
 /** How much of the prompt the prompt cache held, and where from. */
-export function cachedWords(s: TurnStats): string {
+export function cachedWords(s: ShownStats): string {
   if (s.reusedTokens === 0) return 'none';
   const from = s.reusedFrom === 'disk' ? ', from disk' : s.reusedFrom === 'memory' ? ', in memory' : '';
   return `${s.reusedTokens} of ${s.promptTokens}${from}`;
 }
 
 /** Every label, for the expanded view. */
-export function statsDetails(s: TurnStats, reason?: FinishReason): Array<[string, string]> {
+export function statsDetails(s: ShownStats, reason?: FinishReason): Array<[string, string]> {
   const rows: Array<[string, string]> = [
     ['Time to first token', formatMs(s.ttftMs)],
     ['Prefill', formatTps(s.prefillTps)],

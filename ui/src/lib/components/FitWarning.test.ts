@@ -3,16 +3,17 @@ import userEvent from '@testing-library/user-event';
 import { describe, expect, it, vi } from 'vitest';
 import { remedyLoad } from '../fit/format';
 import type { FitReport, Remedy } from '../ipc/models';
+import { budget, calibration, estimate, fitReport, footprint, overhead } from '../ipc/contract.fixture';
 import FitWarning from './FitWarning.svelte';
 
 const GB = 1024 ** 3;
-const REPORT: FitReport = {
-  estimate: { context_tokens: 8192, weight_bytes: 8 * GB, kv_cache_bytes: 3 * GB, overhead: { total_bytes: GB }, predicted_peak_bytes: 12 * GB },
-  budget: { available_bytes: 14 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB },
+const REPORT: FitReport = fitReport({
+  estimate: estimate({ weight_bytes: 8 * GB, kv_cache_bytes: 3 * GB, overhead: overhead({ total_bytes: GB }), predicted_peak_bytes: 12 * GB }),
+  budget: budget({ available_bytes: 14 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB }),
   verdict: { kind: 'would_swap', by_bytes: 2 * GB },
   spare_bytes: -2 * GB,
   largest_context_that_fits: 4096,
-};
+});
 
 function show(report: FitReport = REPORT) {
   const props = { name: 'Big', report, onCancel: vi.fn(), onLoadWithContext: vi.fn(), onLoadAnyway: vi.fn() };
@@ -36,7 +37,7 @@ describe('FitWarning', () => {
     show({
       ...REPORT,
       estimate: { ...REPORT.estimate, kv_full_bytes: 2 * GB, kv_window_bytes: 0.5 * GB, kv_state_bytes: 0.5 * GB },
-      footprint: {
+      footprint: footprint({
         kv_layers: [
           { layers: 8, kv_heads: 8, head_dim: 256, window: null, state_bytes: 0 },
           { layers: 40, kv_heads: 8, head_dim: 256, window: 1024, state_bytes: 0 },
@@ -44,7 +45,7 @@ describe('FitWarning', () => {
         ],
         experts: { count: 128, per_token: 8, resident_bytes: 7 * GB, active_bytes: 0.5 * GB },
         active_weight_bytes: GB,
-      },
+      }),
     });
     expect(screen.getByTestId('fit-parts')).toHaveTextContent('Experts: all 128 in memory, 8 used per token7.0 GB');
     expect(screen.getByTestId('fit-kv-full')).toHaveTextContent('2.0 GB');
@@ -56,9 +57,9 @@ describe('FitWarning', () => {
   it('says what the figure rests on: a peak measured here, else an estimate', () => {
     show();
     expect(screen.getByTestId('fit-basis')).toHaveTextContent('estimated');
-    const calibration = { at_context: 4096, peak_bytes: 9.8 * GB, formula_bytes: 9 * GB, fixed_bytes: 8 * GB, offset_bytes: 0.8 * GB };
+    const measured = calibration({ at_context: 4096, peak_bytes: 9.8 * GB, formula_bytes: 9 * GB, offset_bytes: 0.8 * GB });
     document.body.innerHTML = '';
-    show({ ...REPORT, calibration, basis: 'measured here at 4K: 9.8 GB' });
+    show({ ...REPORT, calibration: measured, basis: 'measured here at 4K: 9.8 GB' });
     expect(screen.getByTestId('fit-basis')).toHaveTextContent('measured here at 4K: 9.8 GB');
   });
 

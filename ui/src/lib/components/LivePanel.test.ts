@@ -33,7 +33,7 @@ function view(minutes: number): LiveView {
 function backend() {
   const calls: Record<string, unknown>[] = [];
   mockIPC((cmd, args) => {
-    if (cmd !== 'live_chart') throw { code: 'UNKNOWN_COMMAND', message: cmd };
+    if (cmd !== 'live_chart') throw `command ${cmd} not found`;
     const a = args as { minutes: number; theme: string };
     calls.push(a);
     return view(a.minutes);

@@ -5,23 +5,24 @@ import userEvent from '@testing-library/user-event';
 import { describe, expect, it, vi } from 'vitest';
 import type { FitReport } from '../ipc/models';
 import type { PullCheck, PullEvent } from '../ipc/pull';
+import { budget, estimate, fitReport, overhead, remoteModel } from '../ipc/contract.fixture';
 import PullSheet from './PullSheet.svelte';
 
 const GB = 1e9;
 function report(kind: 'fits' | 'would_swap'): FitReport {
-  return {
-    estimate: { context_tokens: 8192, weight_bytes: 4.3 * GB, kv_cache_bytes: 0.5 * GB, overhead: { total_bytes: 0.3 * GB }, predicted_peak_bytes: 5.1 * GB },
-    budget: { available_bytes: 20 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 16 * GB },
+  return fitReport({
+    estimate: estimate({ weight_bytes: 4.3 * GB, kv_cache_bytes: 0.5 * GB, overhead: overhead({ total_bytes: 0.3 * GB }), predicted_peak_bytes: 5.1 * GB }),
+    budget: budget({ available_bytes: 20 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 16 * GB }),
     verdict: kind === 'fits' ? { kind } : { kind, by_bytes: 2 * 1024 ** 3 },
     spare_bytes: 0,
     largest_context_that_fits: kind === 'fits' ? 32768 : 2048,
-  };
+  });
 }
 function checked(kind: 'fits' | 'would_swap'): PullCheck {
   return {
     endpoint: 'http://127.0.0.1:9',
     fit: report(kind),
-    model: { repo: 'org/Model-4bit', revision: 'main', commit: 'abc', arch: 'qwen2', bits: 4, files: [], total_bytes: 4_300_000_000, cached_bytes: 300_000_000 },
+    model: remoteModel({ repo: 'org/Model-4bit', bits: 4, total_bytes: 4_300_000_000, cached_bytes: 300_000_000 }),
   };
 }
 
@@ -35,7 +36,7 @@ function backend(kind: 'fits' | 'would_swap', pull: (emit: (e: PullEvent) => voi
       return pull((e) => ch.onmessage(e));
     }
     if (cmd === 'model_pull_cancel') return true;
-    throw { code: 'UNKNOWN_COMMAND', message: cmd };
+    throw `command ${cmd} not found`;
   });
   return calls;
 }

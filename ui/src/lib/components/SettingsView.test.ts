@@ -48,7 +48,7 @@ function backend(taken = 'Ctrl+Alt+K') {
       case 'cloud_cache_stats':
         return { hits: 0, misses: 0, entries: 0, bytes: 0 };
       default:
-        throw { code: 'UNKNOWN_COMMAND', message: cmd };
+        throw `command ${cmd} not found`;
     }
   });
   return calls;

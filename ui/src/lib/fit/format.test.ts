@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest';
+import { budget, calibration, estimate, fitReport, footprint, modelEntry, overhead } from '../ipc/contract.fixture';
 import type { FitReport, ModelEntry } from '../ipc/models';
 import {
   architectureNote,
@@ -17,30 +18,22 @@ import {
 } from './format';
 
 const GB = 1024 ** 3;
-const report = (verdict: FitReport['verdict'], largest: number | null = 4096): FitReport => ({
-  estimate: { context_tokens: 8192, weight_bytes: 8 * GB, kv_cache_bytes: 3 * GB, overhead: { total_bytes: GB }, predicted_peak_bytes: 12 * GB },
-  budget: { available_bytes: 14 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB },
-  verdict,
-  spare_bytes: -2 * GB,
-  largest_context_that_fits: largest,
-});
-const entry = (size_bytes: number, id = `m${size_bytes}`): ModelEntry => ({
-  id,
-  name: id,
-  path: '/m',
-  arch: null,
-  bits: null,
-  size_bytes,
-  loaded: false,
-  fit: null,
-});
+const report = (verdict: FitReport['verdict'], largest: number | null = 4096): FitReport =>
+  fitReport({
+    estimate: estimate({ weight_bytes: 8 * GB, kv_cache_bytes: 3 * GB, overhead: overhead({ total_bytes: GB }), predicted_peak_bytes: 12 * GB }),
+    budget: budget({ available_bytes: 14 * GB, freed_by_unload_bytes: 0, os_headroom_bytes: 4 * GB, budget_bytes: 10 * GB }),
+    verdict,
+    spare_bytes: -2 * GB,
+    largest_context_that_fits: largest,
+  });
+const entry = (size_bytes: number, id = `m${size_bytes}`): ModelEntry => modelEntry({ id, size_bytes });
 
 describe('fit format', () => {
   it('says what a prediction rests on in a few words', () => {
     expect(basisShort(null)).toBe('');
     expect(basisShort(report({ kind: 'fits' }))).toBe('estimated');
-    const calibration = { at_context: 4096, peak_bytes: 9 * GB, formula_bytes: 8 * GB, fixed_bytes: 7 * GB, offset_bytes: GB };
-    expect(basisShort({ ...report({ kind: 'fits' }), calibration })).toBe('measured here at 4K');
+    const measured = calibration({ at_context: 4096, peak_bytes: 9 * GB, formula_bytes: 8 * GB, offset_bytes: GB });
+    expect(basisShort({ ...report({ kind: 'fits' }), calibration: measured })).toBe('measured here at 4K');
   });
 
   it('colours verdicts green, amber, red', () => {
@@ -82,7 +75,7 @@ describe('fit format', () => {
   it('names experts, windows and fixed state in words, and nothing for a plain dense model', () => {
     const dense: FitReport = {
       ...report({ kind: 'fits' }),
-      footprint: { kv_layers: [{ layers: 28, kv_heads: 4, head_dim: 128, window: null, state_bytes: 0 }], experts: null, active_weight_bytes: 4 * GB },
+      footprint: footprint({ kv_layers: [{ layers: 28, kv_heads: 4, head_dim: 128, window: null, state_bytes: 0 }], experts: null, active_weight_bytes: 4 * GB }),
     };
     expect([expertsPart(dense), kvParts(dense), architectureNote(dense)]).toEqual([null, [], '']);
     expect(architectureNote(report({ kind: 'fits' }))).toBe('');
@@ -90,7 +83,7 @@ describe('fit format', () => {
     const hybrid: FitReport = {
       ...report({ kind: 'fits' }),
       estimate: { ...report({ kind: 'fits' }).estimate, kv_full_bytes: 2 * GB, kv_window_bytes: 0.5 * GB, kv_state_bytes: 0.5 * GB },
-      footprint: {
+      footprint: footprint({
         kv_layers: [
           { layers: 8, kv_heads: 8, head_dim: 256, window: null, state_bytes: 0 },
           { layers: 40, kv_heads: 8, head_dim: 256, window: 1024, state_bytes: 0 },
@@ -98,7 +91,7 @@ describe('fit format', () => {
         ],
         experts: { count: 128, per_token: 8, resident_bytes: 15 * GB, active_bytes: 1 * GB },
         active_weight_bytes: 1.6 * GB,
-      },
+      }),
     };
     expect(expertsPart(hybrid)).toEqual({ key: 'experts', label: 'Experts: all 128 in memory, 8 used per token', bytes: 15 * GB });
     expect(kvParts(hybrid).map((p) => [p.key, p.label, p.bytes])).toEqual([

@@ -1,7 +1,7 @@
 // Typed bindings for the charts (src-tauri/src/commands/charts.rs): SVG text
 // drawn by headroom-charts; put into the page only through `sanitizeChart`.
+import type { LiveView, MemoryPoint, ModelRate, PlotBox, SlowdownView } from './generated';
 import { call } from './invoke';
-import type { PressureLevel } from './memory';
 
 export type ChartTheme = 'light' | 'dark';
 
@@ -15,56 +15,13 @@ export function sessionChart(sessionId: string, theme: ChartTheme): Promise<stri
 export const LIVE_WINDOWS = [5, 15, 60] as const;
 export type LiveWindow = (typeof LIVE_WINDOWS)[number];
 
-/** Mirrors `headroom_charts::PlotBox`: the plot area in SVG pixels and the times at its edges. */
-export interface PlotBox {
-  left: number;
-  right: number;
-  top: number;
-  bottom: number;
-  startMs: number;
-  endMs: number;
-}
-
-/** Mirrors `core::timeline::MemoryPoint`: the worst of the readings over `[atMs, atMs + spanMs)`. */
-export interface LiveMemoryPoint {
-  atMs: number;
-  spanMs: number;
-  totalBytes: number;
-  availableBytes: number;
-  usedBytes: number;
-  swapTotalBytes: number;
-  swapUsedBytes: number;
-  processRssBytes: number;
-  pressure: PressureLevel;
-}
-
-/** Mirrors `live::ModelRate`: `tokens` decoded in `(startMs, atMs]` at `tps`. */
-export interface LiveRate {
-  modelId: string;
-  startMs: number;
-  atMs: number;
-  tokens: number;
-  tps: number;
-}
-
-/** Mirrors `live::SlowdownView`. */
-export interface LiveSlowdown {
-  modelId: string;
-  startMs: number;
-  endMs: number;
-  sentence: string;
-}
-
-/** Mirrors `live::LiveView`: the drawn graph and the figures behind it. */
-export interface LiveView {
-  svg: string;
-  plot: PlotBox;
-  budgetBytes: number | null;
-  memory: LiveMemoryPoint[];
-  rates: LiveRate[];
-  slowdowns: LiveSlowdown[];
-}
-
+/** The live graph and the figures behind it (`live::LiveView`). */
+export type { LiveView, PlotBox };
+/** The worst of the readings over `[atMs, atMs + spanMs)` (`core::timeline::MemoryPoint`). */
+export type LiveMemoryPoint = MemoryPoint;
+/** `tokens` decoded in `(startMs, atMs]` at `tps` (`live::ModelRate`). */
+export type LiveRate = ModelRate;
+export type LiveSlowdown = SlowdownView;
 /** The live graph of the last `minutes`: memory against the budget, pressure, swap, decode tok/s. */
 export function liveChart(minutes: LiveWindow, theme: ChartTheme): Promise<LiveView> {
   return call<LiveView>('live_chart', { minutes, theme });

@@ -1,17 +1,9 @@
 // Typed bindings for the cloud endpoint's API key (src-tauri/src/commands/cloud.rs).
 // The key goes in and never comes back out: status says only whether one is stored, and where.
+import type { KeyStatus, KeyStorage } from './generated';
 import { call } from './invoke';
 
-/** Mirrors `headroom_cloud::KeyStorage`. */
-export type KeyStorage = 'keychain' | 'file';
-
-/** Mirrors `commands::cloud::KeyStatus`. */
-export interface KeyStatus {
-  stored: boolean;
-  /** Null when no key is stored. */
-  storage: KeyStorage | null;
-}
-
+export type { KeyStatus, KeyStorage };
 /** Stores `key` for `baseUrl` (replacing any earlier one); resolves to where it went. */
 export function cloudKeySet(baseUrl: string, key: string): Promise<KeyStorage> {
   return call<KeyStorage>('cloud_key_set', { baseUrl, key });

@@ -2,20 +2,23 @@
 //! through `call`, so every rejection reaching the UI is a `CommandError`.
 import { Channel, invoke, type InvokeArgs } from '@tauri-apps/api/core';
 import { listen } from '@tauri-apps/api/event';
+import type { CommandError as BackendError, ErrorCode } from './generated';
 
 export { Channel };
 
-/** Mirrors `src-tauri/src/error.rs`: what a failed command rejects with. */
-export interface CommandError {
-  code: string;
-  message: string;
-  details?: unknown;
-}
+/** The codes a command fails with (`ErrorCode` in src-tauri/src/error.rs). */
+export type { ErrorCode };
 
 /** Raised in the UI itself when there is no Tauri backend to talk to. */
 export const NO_BACKEND = 'NO_BACKEND';
 /** Tauri's own failures (unknown command, bad arguments) arrive as strings. */
 export const IPC_ERROR = 'IPC_ERROR';
+
+/**
+ * What every `call` rejects with: the backend's `CommandError`
+ * (src-tauri/src/error.rs), or one the UI makes itself (`NO_BACKEND`, `IPC_ERROR`).
+ */
+export type CommandError = Omit<BackendError, 'code'> & { code: ErrorCode | typeof NO_BACKEND | typeof IPC_ERROR };
 
 export function isCommandError(value: unknown): value is CommandError {
   return (

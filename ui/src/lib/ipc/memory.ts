@@ -1,22 +1,8 @@
 // Typed bindings for live memory (src-tauri/src/memory.rs, commands/memory.rs).
+import type { Cause, MemorySample, Notice, PressureLevel } from './generated';
 import { call, subscribeTo } from './invoke';
 
-export type PressureLevel = 'normal' | 'warning' | 'critical' | 'unknown';
-
-/** Mirrors `memory::MemorySample` (bytes). */
-export interface MemorySample {
-  atUnixMs: number;
-  total: number;
-  available: number;
-  used: number;
-  swapTotal: number;
-  swapUsed: number;
-  pressure: PressureLevel;
-  processRss: number;
-  /** MLX's live arrays; null in the history. */
-  mlxActive: number | null;
-  mlxPeak: number | null;
-}
+export type { MemorySample, PressureLevel };
 
 /** Emitted about once a second with a `MemorySample`. */
 export const MEMORY_EVENT = 'memory';
@@ -30,23 +16,11 @@ export function onMemory(handler: (sample: MemorySample) => void): Promise<() =>
   return subscribeTo<MemorySample>(MEMORY_EVENT, handler);
 }
 
-/** Why Headroom gave memory back (mirrors `core::away::Cause`). */
-export type AwayCause =
-  | { kind: 'idle'; idleMs: number }
-  | { kind: 'pressure'; level: PressureLevel }
-  | { kind: 'swapGrowing'; grewBytes: number; overMs: number };
-
-/** What Headroom did to give memory back (mirrors `away::Notice`). */
-export interface AwayNotice {
-  atUnixMs: number;
-  /** `blameRun`: memory turned tight during an answer, which is the cause; nothing was freed mid-answer. */
-  action: 'blameRun' | 'dropSessions' | 'unload';
-  cause: AwayCause;
-  modelId: string | null;
-  freedBytes: number | null;
-  message: string;
-}
-
+/** Why Headroom gave memory back (`core::away::Cause`). */
+export type AwayCause = Cause;
+/** What Headroom did to give memory back (`away::Notice`); `blameRun`: memory
+ *  turned tight during an answer, which is the cause; nothing was freed mid-answer. */
+export type AwayNotice = Notice;
 /** Emitted with an `AwayNotice` each time Headroom frees memory (or blames an answer). */
 export const AWAY_EVENT = 'away';
 

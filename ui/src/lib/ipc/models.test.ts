@@ -1,17 +1,16 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
+import { modelEntry } from './contract.fixture';
 import { modelLoad, modelsList, onModelsChanged, type ModelEntry } from './models';
 
-const DEMO: ModelEntry = {
+const DEMO: ModelEntry = modelEntry({
   id: 'headroom-demo-tiny',
-  name: 'headroom-demo-tiny',
   path: '/data/models/headroom-demo-tiny',
   arch: 'qwen2',
   bits: 4,
   size_bytes: 1_234_567,
   loaded: true,
-  fit: null,
-};
+});
 
 describe('models', () => {
   it('lists with models_list and loads with model_load { id }', async () => {

@@ -1,28 +1,9 @@
 // Typed binding for the prompt cache's figures (src-tauri/src/commands/prompt_cache.rs).
+import type { PromptCacheView } from './generated';
 import { call } from './invoke';
 
-/** Mirrors `commands::prompt_cache::PromptCacheView`. */
-export interface PromptCacheStats {
-  entries: number;
-  bytes: number;
-  /** Of `bytes`, the chat in use's: the fit verdict counts it as the KV cache. */
-  latestBytes: number;
-  /** What the other entries may hold (from the load's fit). */
-  limitBytes: number;
-  lookups: number;
-  hits: number;
-  diskHits: number;
-  /** hits / lookups; null before the first request. */
-  hitRate: number | null;
-  /** Share of all prompt tokens asked for that were not prefilled again. */
-  reusedShare: number | null;
-  evictions: number;
-  diskFiles: number;
-  diskBytes: number;
-  diskLimitBytes: number;
-  diskErrors: number;
-}
-
+/** What the prompt cache holds and how it served (`commands::prompt_cache::PromptCacheView`). */
+export type PromptCacheStats = PromptCacheView;
 /** What the prompt cache holds in memory and on disk, and how often it saved a prefill. */
 export function promptCacheStats(): Promise<PromptCacheStats> {
   return call<PromptCacheStats>('prompt_cache_stats');

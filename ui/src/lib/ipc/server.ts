@@ -1,27 +1,14 @@
 // Typed bindings for the local OpenAI-compatible server's toggle
 // (src-tauri/src/commands/server.rs).
-import { call } from './invoke';
+import type { ServerInfo } from './generated';
+import { call, type ErrorCode } from './invoke';
 
-/** Mirrors `commands::server::ServerInfo`. */
-export interface ServerInfo {
-  /** The base URL clients use, e.g. `http://127.0.0.1:8080/v1`. */
-  url: string;
-  port: number;
-  /** Chat-completion requests received (valid or not). */
-  requests: number;
-  /** Runs that ended on their own. */
-  completed: number;
-  /** Runs cancelled because the client went away. */
-  cancelled: number;
-  /** Runs queued or generating now. */
-  active: number;
-}
-
+export type { ServerInfo };
 /** The port the server uses when none is given. */
 export const DEFAULT_SERVER_PORT = 8080;
 
 /** The code a start rejects with when the port is taken. */
-export const PORT_UNAVAILABLE = 'PORT_UNAVAILABLE';
+export const PORT_UNAVAILABLE = 'PORT_UNAVAILABLE' satisfies ErrorCode;
 
 /**
  * Starts the server on 127.0.0.1 (`port` defaults to 8080); if it already

@@ -1,76 +1,20 @@
 // Typed bindings for sessions (src-tauri/src/commands/sessions.rs): the
 // stored conversations, their messages with per-turn stats, export/import.
+import type {
+  MessageStatus,
+  PressureLevel,
+  Route,
+  SearchHit,
+  Session,
+  SessionSummary,
+  StoredMessage,
+  TurnStatsRecord,
+} from './generated';
 import { call } from './invoke';
-import type { FinishReason } from './chat';
 
-/** Mirrors `headroom_store::Session` (times are Unix milliseconds). */
-export interface Session {
-  id: string;
-  title: string;
-  createdAt: number;
-  updatedAt: number;
-}
-
-/** Mirrors `SessionSummary`: a session as the list shows it. */
-export interface SessionSummary extends Session {
-  messageCount: number;
-  /** The start of the last message. */
-  preview: string | null;
-}
-
-/** Mirrors `SearchHit`; `messageId` is null when only the title matched. */
-export interface SearchHit extends Session {
-  messageId: number | null;
-  snippet: string | null;
-}
-
-export type MessageStatus = 'streaming' | 'complete' | 'interrupted' | 'error';
-export type Route = 'local' | 'cloud';
-export type PressureLevel = 'normal' | 'warning' | 'critical' | 'unknown';
-
-/** Mirrors `TurnStatsRecord`: one answer's figures with all their labels; an undefined rate is null. */
-export interface StoredTurnStats {
-  modelId: string;
-  quantization: string | null;
-  kvDtype: string;
-  batch: number;
-  contextTokens: number;
-  promptTokens: number;
-  reusedTokens: number;
-  generatedTokens: number;
-  ttftMs: number | null;
-  prefillTps: number | null;
-  decodeTps: number | null;
-  e2eTps: number | null;
-  prefillMs: number;
-  firstTokenMs: number | null;
-  lastTokenMs: number | null;
-  peakMemoryBytes: number;
-  pressure: PressureLevel;
-  swapDeltaBytes: number | null;
-  finishReason: FinishReason;
-  /** The quantized-matmul kernel ("cpu-f32", "fused"); null if unquantized or cloud. */
-  quantKernel: string | null;
-  slowdown: string | null;
-  /** What prompt lookup did; null for plain decoding (and answers stored before it was kept). */
-  speculation: string | null;
-}
-
-/** Mirrors `StoredMessage`. */
-export interface StoredMessage {
-  id: number;
-  sessionId: string;
-  role: 'system' | 'user' | 'assistant';
-  content: string;
-  model: string | null;
-  route: Route;
-  status: MessageStatus;
-  error: string | null;
-  createdAt: number;
-  updatedAt: number;
-  stats: StoredTurnStats | null;
-}
-
+export type { MessageStatus, PressureLevel, Route, SearchHit, Session, SessionSummary, StoredMessage };
+/** One answer's figures with all their labels (`TurnStatsRecord`); an undefined rate is null. */
+export type StoredTurnStats = TurnStatsRecord;
 export type ExportFormat = 'md' | 'json';
 
 /** Every session, the most recently active first. */

@@ -16,8 +16,8 @@ it('hideWindow invokes `hide_window`', async () => {
 
 it('hideWindow rejects with the CommandError from Rust', async () => {
   mockIPC(() => {
-    throw { code: 'WINDOW_NOT_FOUND', message: 'The popover window is gone. Quit and reopen Headroom.' };
+    throw { code: 'WINDOW', message: 'The popover window is gone. Quit and reopen Headroom.' };
   });
 
-  await expect(hideWindow()).rejects.toMatchObject({ code: 'WINDOW_NOT_FOUND' });
+  await expect(hideWindow()).rejects.toMatchObject({ code: 'WINDOW' });
 });

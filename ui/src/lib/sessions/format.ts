@@ -1,5 +1,6 @@
 // Sessions as the list and the chat show them.
-import type { FinishReason, RouteInfo, TurnStats } from '../ipc/chat';
+import type { FinishReason, RouteInfo } from '../ipc/chat';
+import type { ShownStats } from '../chat/stats';
 import type { StoredMessage, StoredTurnStats } from '../ipc/sessions';
 
 /** A message as the chat view holds it. */
@@ -7,7 +8,7 @@ export interface ChatMessage {
   id: number;
   role: 'user' | 'assistant';
   text: string;
-  stats?: TurnStats;
+  stats?: ShownStats;
   reason?: FinishReason;
   /** Saved as it streamed, then cut short (the app quit, or Stop). */
   interrupted?: boolean;
@@ -18,7 +19,7 @@ export interface ChatMessage {
 }
 
 /** The stats line's figures from a stored turn. */
-export function toTurnStats(s: StoredTurnStats): TurnStats {
+export function toTurnStats(s: StoredTurnStats): ShownStats {
   return {
     ttftMs: s.ttftMs,
     prefillTps: s.prefillTps,

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::error::{Result, StoreError};
 
 /// A conversation.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Session {
     /// The stable key (the CLI's `--session`, the UI's `sessionId`).
@@ -19,7 +19,7 @@ pub struct Session {
 }
 
 /// A session as the list shows it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct SessionSummary {
     #[serde(flatten)]
@@ -30,7 +30,7 @@ pub struct SessionSummary {
 }
 
 /// A session whose title or one of whose messages matched a search.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct SearchHit {
     #[serde(flatten)]
@@ -42,7 +42,7 @@ pub struct SearchHit {
 }
 
 /// Where a message is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageStatus {
     /// Being generated now (or its process died; see `Store::open`).
@@ -54,7 +54,7 @@ pub enum MessageStatus {
 }
 
 /// Who answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, Default, ts_rs::TS)]
 #[serde(rename_all = "lowercase")]
 pub enum Route {
     #[default]
@@ -64,7 +64,7 @@ pub enum Route {
 
 /// The measured figures of one assistant turn and all their labels.
 /// Rates are `None` when undefined for the turn, never 0.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct TurnStatsRecord {
     pub model_id: String,
@@ -104,7 +104,7 @@ pub struct TurnStatsRecord {
 }
 
 /// One stored message, with its turn's stats if it is an answer that has them.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct StoredMessage {
     pub id: i64,

@@ -40,7 +40,7 @@ pub use numbers::prc_id_valid;
 use secrets::{assigned_secrets, bearer_tokens, entropy_near_keywords, prefixed_secrets, private_keys};
 
 /// What kind of sensitive content a finding is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub enum SensitiveKind {
     /// A mainland-China mobile number: 1[3-9] + 9 digits, optional +86.
@@ -113,7 +113,7 @@ pub const EXAMPLES: [(SensitiveKind, &str); 9] = [
 
 /// One piece of sensitive content: what it is, where (byte offsets into the
 /// text), and a masked excerpt that is safe to show and log.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 #[serde(rename_all = "camelCase")]
 pub struct Finding {
     pub kind: SensitiveKind,
