@@ -39,7 +39,17 @@ describe('fit format', () => {
   it('says what a prediction rests on in a few words', () => {
     expect(basisShort(null)).toBe('');
     expect(basisShort(report({ kind: 'fits' }))).toBe('estimated');
-    const calibration = { at_context: 4096, peak_bytes: 9 * GB, formula_bytes: 8 * GB, fixed_bytes: 7 * GB, offset_bytes: GB };
+    const calibration = {
+      at_context: 4096,
+      peak_bytes: 9 * GB,
+      formula_bytes: 8 * GB,
+      offset_bytes: GB,
+      capped: false,
+      confirmed_at: null,
+      for_context: 4096,
+      weight_percent: 100,
+      rule: 'the rule',
+    };
     expect(basisShort({ ...report({ kind: 'fits' }), calibration })).toBe('measured here at 4K');
   });
 

@@ -88,16 +88,28 @@ export interface FitReport {
   formula_peak_bytes?: number;
   /** The peak measured for this model on this Mac the prediction rests on (`core::calibration`). */
   calibration?: Calibration | null;
-  /** What the prediction rests on, in words: `measured here at 4K: 9.8 GB` or `estimated`. */
+  /** What the prediction rests on, in words: `measured here at 4K: 9.8 GB, counted 75 % at 8K` or `estimated`. */
   basis?: string;
 }
 
+/** A peak measured on this Mac and how it counts (`core::calibration::Calibration`). */
 export interface Calibration {
   at_context: number;
+  /** The peak measured there. */
   peak_bytes: number;
+  /** The formula's peak there. */
   formula_bytes: number;
-  fixed_bytes: number;
+  /** What the correction counts there, less the formula (negative: the formula errs high). */
   offset_bytes: number;
+  /** One run lowered the formula by more than the margin and nothing confirms it: held at the margin. */
+  capped: boolean;
+  /** The context of a second measurement that confirms a lowering beyond the margin. */
+  confirmed_at: number | null;
+  /** The context the prediction is for, and how much of the correction counts there (percent). */
+  for_context: number;
+  weight_percent: number;
+  /** The rule in words, for the fit sheet. */
+  rule: string;
 }
 
 /** What `model_load` resolves to: the entry, now loaded, and the switch's timings. */
