@@ -11,13 +11,18 @@
 #   scripts/measure-fit.sh --skip-7b   # the ~100M cases only: ~1 min
 #   scripts/measure-fit.sh --models-dir DIR   # keep the models in DIR and reuse them
 #   scripts/measure-fit.sh --archs-only       # qwen3_moe, gemma3_text, qwen3_5(_moe) small demos at ~256 and ~4000 tokens
-#   scripts/measure-fit.sh --calibration      # estimates that learn: one recorded turn at ~1K tokens, the
-#                                             # prediction against fresh runs there and at ~2K (4 models, ~3 min)
+#   scripts/measure-fit.sh --calibration      # estimates that learn (issue #29): one recorded turn at c0 (960
+#                                             # positions; --calibration-tokens N), then the formula alone, the
+#                                             # calibrated prediction and a fresh process's recorded peak from
+#                                             # c0/4 to 4 x c0, for three demo shapes and the default model
+#                                             # (SmolLM2 GGUF, when scripts/setup.sh has put it in .deps/models)
 #
 # Decode is 2 tokens: the peak is the prefill's.
 # Needs `cargo build -p headroom` and scripts/setup.sh (the venv's
 # `tokenizers` cuts the prompts to exact token counts). Exit code 2 when a
-# case is more than 5 % under or 25 % over (the bounds core::fit's test holds).
+# case is more than 5 % under or 25 % over (the bounds core::fit's test holds);
+# with --calibration, when a calibrated prediction is more than 5 % off or
+# further off than the formula alone.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,4 +32,5 @@ PY=.deps/venv/bin/python
 [[ -x "$PY" ]] || { echo "measure-fit: $PY is missing: run scripts/setup.sh" >&2; exit 1; }
 [[ "$(uname -s)" == Linux ]] || { echo "measure-fit: reads ru_maxrss in KiB as Linux reports it; run it on Linux" >&2; exit 1; }
 
-exec "$PY" scripts/measure-fit/measure.py --bin "$BIN" --text assets/demo/english.txt "$@"
+GGUF=.deps/models/SmolLM2-135M-Instruct/SmolLM2-135M-Instruct.Q4_1.gguf
+exec "$PY" scripts/measure-fit/measure.py --bin "$BIN" --text assets/demo/english.txt --gguf "$GGUF" "$@"

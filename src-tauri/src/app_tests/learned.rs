@@ -75,3 +75,76 @@ fn a_turn_in_the_app_is_measured_and_the_picker_and_the_cli_rest_on_it() {
     assert!(rows[0].reused_tokens > 0, "{:?}", rows[0]);
     assert_eq!(demo(&window)["calibration"]["at_context"].as_u64(), Some(first.context_tokens));
 }
+
+/// `headroom fit` on the app's data folder, for the loaded model at the
+/// app's context limit: (predicted peak, what it rests on).
+fn cli_fit(state: &AppState) -> (u64, String) {
+    let loaded = state.loaded_model().expect("no model");
+    let context = state.context_limit().to_string();
+    let dir = loaded.path.to_string_lossy().into_owned();
+    let argv = ["headroom", "fit", &dir, "--context", &context, "--json"];
+    let Some(Command::Fit(args)) = Cli::try_parse_from(argv).unwrap().command else { panic!("not fit") };
+    let mut out = Vec::new();
+    crate::cli::fit::fit(&args, &state.locations.hub, Some(&state.store), &mut out).unwrap();
+    let fit: Value = serde_json::from_slice(&out).unwrap();
+    let peak = fit["estimate"]["predicted_peak_bytes"].as_u64().unwrap_or_else(|| panic!("no peak in {fit}"));
+    (peak, fit["basis"].as_str().unwrap_or_default().to_owned())
+}
+
+#[test]
+fn after_a_turn_cancelled_in_its_prefill_headroom_fit_predicts_the_same_peak_as_before() {
+    let (app, _window) = app_with_window_in("learned-cancel");
+    let state = state_of(&app);
+    crate::models::ensure_default_model(&state).unwrap();
+    let loaded = state.loaded_model().expect("no model");
+    let turns = || {
+        let rows = block_on(state.store.peak_measurements(&loaded.info.fingerprint)).unwrap();
+        rows.into_iter().filter(|m| m.kind == MeasuredKind::Turn).count()
+    };
+    // One whole prefill that ran to its end: the fit rests on it.
+    turn(&app, "s", "Tell me about caches.");
+    assert_eq!(turns(), 1);
+    let before = cli_fit(&state);
+    assert!(before.1.starts_with("measured here at "), "{before:?}");
+
+    // A long prompt (more than one prefill chunk) in a new chat, stopped the
+    // moment the engine starts on it (the Stop button; a server client that
+    // hangs up ends its run the same way): it ends in its prefill, before
+    // any token. Recorded, its short peak at a long context would be the
+    // measurement nearest the limit and pull the prediction down.
+    let cancelling = state_of(&app);
+    let (tx, events) = std::sync::mpsc::channel();
+    let channel = Channel::new(move |body| {
+        if let InvokeResponseBody::Json(json) = body {
+            let event: Value = serde_json::from_str(&json).unwrap_or(Value::Null);
+            if event["event"] == "started" {
+                let run = event["data"]["runId"].as_u64().unwrap_or_else(|| panic!("no run id in {event}"));
+                assert!(cancelling.runs.cancel(run), "the run is live while it starts");
+            }
+            let _ = tx.send(event);
+        }
+        Ok(())
+    });
+    let long = "Caches grow with the context they hold. ".repeat(300);
+    let sent = block_on(crate::commands::chat::chat_send(
+        "long".into(),
+        long,
+        Some(64),
+        Some(Force::Local),
+        Some(false),
+        channel,
+        app.state(),
+    ));
+    assert!(sent.is_ok(), "{sent:?}");
+    let events = until_end(&events);
+    let started = events.iter().find(|e| e["event"] == "started").unwrap_or_else(|| panic!("{events:?}"));
+    let prompt = started["data"]["promptTokens"].as_u64().unwrap_or_default();
+    assert!(prompt > headroom_core::fit::PREFILL_CHUNK, "{prompt} tokens: one chunk only");
+    assert!(!events.iter().any(|e| e["event"] == "token"), "stopped in its prefill: {events:?}");
+    let last = events.last().unwrap_or_else(|| panic!("no events"));
+    assert_eq!((&last["event"], &last["data"]["reason"]), (&json!("finished"), &json!("cancelled")), "{last}");
+
+    // The fit says what it said before: nothing was recorded as a turn.
+    assert_eq!(cli_fit(&state), before);
+    assert_eq!(turns(), 1);
+}

@@ -166,7 +166,7 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &m
         let mut measured: Vec<Measured> = args
             .measured
             .iter()
-            .map(|&(context_tokens, peak_bytes)| Measured { kv, context_tokens, peak_bytes, slack_bytes: 0 })
+            .map(|&(context_tokens, peak_bytes)| Measured { kv, context_tokens, peak_bytes })
             .collect();
         measured.extend(report.measured.iter().copied());
         let context = report.estimate.context_tokens;

@@ -155,7 +155,8 @@
 //!
 //! On each machine the formula is then calibrated by what that machine
 //! measured for the model ([`check_with`], `crate::calibration`): every load
-//! and turn is recorded, and the nearest whole-prompt turn fixes the level.
+//! and turn is recorded, and the nearest whole-prompt turn corrects the
+//! formula, in full at its own context and less with distance.
 
 use serde::Serialize;
 
@@ -350,31 +351,6 @@ pub struct Overhead {
     pub recurrence_bytes: u64,
     pub fixed_bytes: u64,
     pub total_bytes: u64,
-}
-
-impl Estimate {
-    /// MLX's buffers that live only while a prompt chunk is read: the
-    /// attention block and the activations. What the process holds beyond
-    /// MLX's peak grows with them on the CPU kernel (`crate::calibration`).
-    pub fn transient_bytes(&self) -> u64 {
-        self.overhead.attention_bytes.saturating_add(self.overhead.activation_bytes)
-    }
-
-    /// The terms that are resident memory MLX's own peak does not count
-    /// (the prefill's slack, the recurrence): already the formula's, so a
-    /// calibration does not count them again.
-    pub fn beyond_mlx_bytes(&self) -> u64 {
-        self.overhead.prefill_slack_bytes.saturating_add(self.overhead.recurrence_bytes)
-    }
-
-    /// The figures a calibration reads (`crate::calibration::Formula`).
-    pub fn formula(&self) -> calibration::Formula {
-        calibration::Formula {
-            peak_bytes: self.predicted_peak_bytes,
-            transient_bytes: self.transient_bytes(),
-            beyond_mlx_bytes: self.beyond_mlx_bytes(),
-        }
-    }
 }
 
 /// The predicted peak at one context length, with its parts.
@@ -713,9 +689,9 @@ pub fn check(model: &ModelFootprint, context: u64, kv: KvFormat, inputs: BudgetI
 /// The verdict for `model` at `context` tokens, its KV cache stored as
 /// `kv`, within `inputs`, every peak calibrated by the peaks `measured` for
 /// this model on this machine (`crate::calibration`: the measurement
-/// nearest `context` fixes the level, the formula the growth; the same
-/// offset for the verdict, the smallest context and the largest that fits,
-/// so they agree). Pure: a caller weighing remedies (another context,
+/// nearest `context` corrects the formula, less with distance; the same
+/// calibration for the verdict, the smallest context and the largest that
+/// fits, so they agree). Pure: a caller weighing remedies (another context,
 /// another KV format) calls it once per option against the same inputs.
 pub fn check_with(
     model: &ModelFootprint,
@@ -725,12 +701,12 @@ pub fn check_with(
     measured: &[Measured],
 ) -> FitReport {
     let budget = Budget::new(inputs);
-    let formula = |c: u64| estimate(model, c, kv).formula();
+    let formula = |c: u64| estimate(model, c, kv).predicted_peak_bytes;
     let mut est = estimate(model, context, kv);
     let calibration = calibration::calibration(formula, kv, context, measured);
     let peak_at = |c: u64| {
         let f = formula(c);
-        calibration.map_or(f.peak_bytes, |cal| cal.apply(f))
+        calibration.map_or(f, |cal| cal.apply(c, f))
     };
     let formula_peak_bytes = est.predicted_peak_bytes;
     est.predicted_peak_bytes = peak_at(context);
@@ -959,25 +935,29 @@ mod tests {
     fn a_peak_measured_here_moves_the_verdict_the_largest_context_and_says_so() {
         let m = qwen7b();
         let formula = |c| estimate(&m, c, Float).predicted_peak_bytes;
-        let figures = |c| estimate(&m, c, Float).formula();
         let inputs = BudgetInputs::new(formula(8192) + formula(8192) / 10 + DEFAULT_OS_HEADROOM);
         let plain = check(&m, 8192, Float, inputs);
         assert_eq!((plain.verdict, plain.calibration, plain.basis.as_str()), (Verdict::Tight, None, "estimated"));
         assert_eq!(plain.formula_peak_bytes, plain.estimate.predicted_peak_bytes);
 
         // This Mac took 1 GiB more than the formula at 4K: 8K now swaps, by
-        // at least the formula's growth on top of that measurement.
-        let seen = [Measured { kv: Float, context_tokens: 4096, peak_bytes: formula(4096) + GIB, slack_bytes: 0 }];
+        // at least three quarters of that (twice the context: 75 % of the
+        // correction counts there).
+        let seen = [Measured { kv: Float, context_tokens: 4096, peak_bytes: formula(4096) + GIB }];
         let r = check_with(&m, 8192, Float, inputs, &seen);
         let cal = r.calibration.unwrap_or_else(|| panic!("calibrated"));
         assert_eq!((cal.at_context, cal.offset_bytes, cal.formula_bytes), (4096, GIB as i64, formula(4096)));
-        assert_eq!(r.estimate.predicted_peak_bytes, formula(8192) + GIB, "no slack seen: the level rule");
+        assert_eq!((cal.for_context, cal.weight_percent), (8192, 75));
+        assert!(r.estimate.predicted_peak_bytes >= formula(8192) + 3 * GIB / 4, "{}", r.estimate.predicted_peak_bytes);
+        assert_eq!(r.estimate.predicted_peak_bytes, cal.apply(8192, formula(8192)));
         assert_eq!(r.formula_peak_bytes, formula(8192));
         assert!(matches!(r.verdict, Verdict::WouldSwap { .. }), "{:?}", r.verdict);
         assert!(r.basis.starts_with("measured here at 4K: "), "{}", r.basis);
+        assert!(r.basis.ends_with(", counted 75 % at 8K"), "{}", r.basis);
         let largest = r.largest_context_that_fits.unwrap_or_default();
         let budget = r.budget.budget_bytes;
-        assert!(cal.apply(figures(largest)) <= budget && cal.apply(figures(largest + 1)) > budget, "{largest}");
+        let at = |c| cal.apply(c, formula(c));
+        assert!(at(largest) <= budget && at(largest + 1) > budget, "{largest}");
         // A measurement of another KV format does not count.
         let q8 = KvFormat::bits_from_start(8);
         let other = [Measured { kv: q8, ..seen[0] }];

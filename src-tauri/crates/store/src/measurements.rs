@@ -143,7 +143,7 @@ mod tests {
         assert_eq!(a[0].reused_tokens, 600);
         // Only the whole prefill is a calibration point.
         let points: Vec<Measured> = a.iter().filter_map(PeakMeasurement::calibration_point).collect();
-        assert_eq!(points, [Measured { kv: KvFormat::Float, context_tokens: 300, peak_bytes: 1007, slack_bytes: 7 }]);
+        assert_eq!(points, [Measured { kv: KvFormat::Float, context_tokens: 300, peak_bytes: 1007 }]);
         assert_eq!(store.peak_measurements("b").await?.len(), 1);
         assert!(store.peak_measurements("c").await?.is_empty());
 

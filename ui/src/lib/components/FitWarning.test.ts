@@ -57,10 +57,22 @@ describe('FitWarning', () => {
   it('says what the figure rests on: a peak measured here, else an estimate', () => {
     show();
     expect(screen.getByTestId('fit-basis')).toHaveTextContent('estimated');
-    const measured = calibration({ at_context: 4096, peak_bytes: 9.8 * GB, formula_bytes: 9 * GB, offset_bytes: 0.8 * GB });
+    expect(screen.queryByTestId('fit-basis-rule')).toBeNull();
+    const rule = 'A peak measured on this Mac counts in full at its own context and less with distance.';
+    const measured = calibration({
+      at_context: 4096,
+      peak_bytes: 9.8 * GB,
+      formula_bytes: 9 * GB,
+      offset_bytes: 0.8 * GB,
+      for_context: 8192,
+      weight_percent: 75,
+      rule,
+    });
     document.body.innerHTML = '';
-    show({ ...REPORT, calibration: measured, basis: 'measured here at 4K: 9.8 GB' });
-    expect(screen.getByTestId('fit-basis')).toHaveTextContent('measured here at 4K: 9.8 GB');
+    show({ ...REPORT, calibration: measured, basis: 'measured here at 4K: 9.8 GB, counted 75 % at 8K' });
+    expect(screen.getByTestId('fit-basis')).toHaveTextContent('measured here at 4K: 9.8 GB, counted 75 % at 8K');
+    // The sheet says how a measurement counts: the rule from core::calibration.
+    expect(screen.getByTestId('fit-basis-rule')).toHaveTextContent(rule);
   });
 
   it('has no parts list for a dense full-attention model', () => {

@@ -97,9 +97,11 @@ export function calibration(o: Partial<Calibration> = {}): Calibration {
     peak_bytes: 9 * GB,
     formula_bytes: 8 * GB,
     offset_bytes: GB,
-    transient_bytes: 0,
-    slack_bytes: 0,
-    beyond_mlx_bytes: 0,
+    capped: false,
+    confirmed_at: null,
+    for_context: 4096,
+    weight_percent: 100,
+    rule: 'the rule',
     ...o,
   };
 }
