@@ -30,7 +30,9 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::InvalidConfig { .. } => "MODEL_CONFIG",
             E::Format { source, .. } | E::Weights { source, .. } => format_code(source),
             E::MissingShard { .. } => "MODEL_INCOMPLETE",
-            E::VocabMismatch { .. } => "MODEL_TOKENIZER",
+            // Both say the ids and the embedding do not belong together (the
+            // second is refused per prompt, the first at load).
+            E::VocabMismatch { .. } | E::TokenOutOfVocab { .. } => "MODEL_TOKENIZER",
             E::NothingLoaded { .. } => "NOTHING_LOADED",
             E::CorruptWeights { .. }
             | E::MissingTensor { .. }
