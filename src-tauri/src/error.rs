@@ -155,7 +155,9 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::InvalidConfig { .. } => ErrorCode::ModelConfig,
             E::Format { source, .. } | E::Weights { source, .. } => format_code(source),
             E::MissingShard { .. } => ErrorCode::ModelIncomplete,
-            E::VocabMismatch { .. } => ErrorCode::ModelTokenizer,
+            // Both say the ids and the embedding do not belong together (the
+            // second is refused per prompt, the first at load).
+            E::VocabMismatch { .. } | E::TokenOutOfVocab { .. } => ErrorCode::ModelTokenizer,
             E::NothingLoaded { .. } => ErrorCode::NothingLoaded,
             E::CorruptWeights { .. }
             | E::MissingTensor { .. }

@@ -79,6 +79,11 @@ pub enum EngineError {
     /// A prompt with no tokens: there is nothing to condition on.
     #[error("empty prompt: at least one token is needed")]
     EmptyPrompt,
+    /// A prompt id the embedding has no row for. MLX's gather does not
+    /// check bounds: it would read whatever memory follows the table, and
+    /// the logits would differ from run to run.
+    #[error("token id {token} is outside the model's vocabulary of {vocab_size}")]
+    TokenOutOfVocab { token: u32, vocab_size: i32 },
     /// The tokenizer can produce ids the model's embedding has no row for
     /// (an out-of-bounds read in MLX): the tokenizer belongs to another model.
     #[error("the tokenizer in {dir} has ids up to {max_token_id} but the model's embedding has {embedding_rows} rows: they do not belong together")]

@@ -113,6 +113,7 @@ pub fn generate(
     if prompt.is_empty() {
         return Err(EngineError::EmptyPrompt);
     }
+    check_ids(model, prompt)?;
     let context_tokens = cache.offset();
     let reused = cache.reuse_prefix(prompt);
     let use_history = sampler.uses_history();
@@ -313,6 +314,19 @@ pub fn generate(
         speculation,
         depth,
     })
+}
+
+/// Refuses an id the embedding has no row for: MLX's gather reads past the
+/// table without a word (the app's tokenizer is checked against the
+/// embedding at load, but ids given directly are not). Sampled ids and
+/// lookup proposals come from logits and the prompt, so the prompt is all
+/// that needs checking.
+fn check_ids(model: &Model, prompt: &[u32]) -> Result<()> {
+    let vocab_size = model.config().text.vocab_size;
+    match prompt.iter().find(|&&t| i64::from(t) >= i64::from(vocab_size)) {
+        Some(&token) => Err(EngineError::TokenOutOfVocab { token, vocab_size }),
+        None => Ok(()),
+    }
 }
 
 /// One forward pass of `ids` and the sampled token after it (lazy).
@@ -619,6 +633,28 @@ mod tests {
         assert!(checked >= 5, "only {checked} architectures compared whole");
         // Both outcomes of a check happened: accepted runs and rejections.
         assert!(accepted > 0 && accepted < drafted, "accepted {accepted} of {drafted}");
+    }
+
+    /// An id past the embedding is refused before anything runs. Unchecked,
+    /// MLX's gather read past the table: the same prompt (ids up to 322 on
+    /// the 256-row tiny model) gave another first token on each run.
+    #[test]
+    fn a_prompt_id_outside_the_vocabulary_is_refused() {
+        let m = model(Arch::Qwen3);
+        let vocab = u32::try_from(crate::testutil::VOCAB).unwrap();
+        let mut cache = m.new_cache();
+        let cancel = AtomicBool::new(false);
+        let opts = GenerateOptions { max_tokens: 2, ..Default::default() };
+        let err =
+            generate(&m, &mut cache, &[3, vocab, 5], &opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| true)
+                .unwrap_err();
+        assert!(
+            matches!(err, EngineError::TokenOutOfVocab { token, vocab_size } if token == vocab && vocab_size == 256)
+        );
+        assert_eq!(cache.offset(), 0, "nothing was prefilled");
+        // The last row is in: it answers, and the same on every run.
+        let first = run(&m, &mut m.new_cache(), &[3, vocab - 1, 5], &opts);
+        assert_eq!(first.tokens, run(&m, &mut m.new_cache(), &[3, vocab - 1, 5], &opts).tokens);
     }
 
     #[test]

@@ -35,6 +35,8 @@ pub const HEADS: i32 = 4;
 pub const KV_HEADS: i32 = 2;
 pub const HEAD_DIM: i32 = 16;
 pub const FFN: i32 = 128;
+/// Prompts for these models keep their ids below it: `generate` refuses
+/// any other (MLX would read past the embedding; see `TokenOutOfVocab`).
 pub const VOCAB: i32 = 256;
 
 /// A fresh, empty folder under the system temp dir.
