@@ -419,8 +419,7 @@ mod tests {
 
     use super::*;
     use crate::demo::Arch;
-    use crate::loader::{load_model, load_model_with};
-    use crate::quant::QuantKernel;
+    use crate::loader::load_model;
     use crate::sampler::SamplingParams;
     use crate::testutil::{tiny_model, TinySpec};
     use crate::weights::ComputeDtype;
@@ -480,14 +479,10 @@ mod tests {
     /// A tiny demo model of one of the architectures with experts, windows
     /// or linear attention (the project's writer), loaded as mlx-lm would.
     fn demo_model(arch: Arch, dtype: ComputeDtype) -> Model {
-        demo_model_with(arch, dtype, QuantKernel::for_device(crate::backend_info().device))
-    }
-
-    fn demo_model_with(arch: Arch, dtype: ComputeDtype, kernel: QuantKernel) -> Model {
         use crate::demo::{write_demo_model, Bits, DemoSpec, Preset};
         let dir = crate::testutil::temp_dir(&format!("gen-{}", arch.as_str()));
         write_demo_model(&dir, &DemoSpec::new(arch, Preset::Tiny, Bits::Four)).expect("demo model");
-        let model = load_model_with(&dir, dtype, kernel).expect("load");
+        let model = load_model(&dir, dtype).expect("load");
         let _ = std::fs::remove_dir_all(dir);
         model
     }
@@ -588,13 +583,8 @@ mod tests {
         let (mut drafted, mut accepted) = (0, 0);
         let archs = [Arch::Qwen2, Arch::Qwen3, Arch::Llama].into_iter().chain(NEW_ARCHS);
         for arch in archs {
-            // In f32 and with the fused kernel, which computes each row
-            // alone: the loop is what is tested. (MLX's CPU kernel
-            // multiplies 8 rows or more through weights dequantized once, a
-            // different summation order, as it does a prompt chunk; that can
-            // flip a near tie of random weights, in a deep pass as between a
-            // prefill and a decode. The real model's answers are compared by
-            // scripts/bench/lookup.py.)
+            // The project's demo models (a vocabulary that covers every id
+            // below 400), in f32 with this device's kernel, as users run them.
             let m = demo_model(arch, ComputeDtype::F32);
             let base: Vec<u32> = (0..12u32).map(|i| 3 + i * 29 % 400).collect();
             let prompt = copying_prompt(&m, &base);
