@@ -294,11 +294,28 @@ pub struct QuantLabel {
     pub group_size: i32,
 }
 
+/// Which quantized-matmul kernel ran ([`QuantKernel`]'s kinds, by its `as_str` names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+pub enum KernelKind {
+    #[serde(rename = "fused")]
+    Fused,
+    #[serde(rename = "cpu-f32")]
+    CpuF32,
+}
+
+impl From<QuantKernel> for KernelKind {
+    fn from(k: QuantKernel) -> Self {
+        match k {
+            QuantKernel::Fused => Self::Fused,
+            QuantKernel::CpuF32 { .. } => Self::CpuF32,
+        }
+    }
+}
+
 /// How quantized matrices multiply (`QuantKernel`), as reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct KernelLabel {
-    /// "fused" or "cpu-f32".
-    pub kind: &'static str,
+    pub kind: KernelKind,
     /// The CPU kernel's switch to a dequantized matmul; `None` for fused.
     pub dequantize_from_rows: Option<i32>,
 }
@@ -370,7 +387,7 @@ impl BenchJson {
                     .map(|(bits, group_size)| QuantLabel { bits, group_size }),
                 kv_dtype: labels.map(|l| l.kv_dtype.clone()),
                 quant_kernel: labels.and_then(|l| l.quant_kernel).map(|k| KernelLabel {
-                    kind: k.as_str(),
+                    kind: k.into(),
                     dequantize_from_rows: match k {
                         QuantKernel::CpuF32 { dequantize_from_rows } => Some(dequantize_from_rows),
                         QuantKernel::Fused => None,
@@ -425,4 +442,20 @@ pub struct BenchRunReply {
 /// it always serializes (`Null` is unreachable).
 pub fn report_json(r: &BenchReport) -> Value {
     serde_json::to_value(BenchJson::of(r)).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use headroom_engine::QuantKernel;
+
+    use super::KernelKind;
+
+    /// The report names the kernel as the engine does (`QuantKernel::as_str`).
+    #[test]
+    fn kernel_kinds_are_sent_as_the_engine_names_them() {
+        // One of each kind: a new kind fails to compile in `From`.
+        for k in [QuantKernel::Fused, QuantKernel::CpuF32 { dequantize_from_rows: 8 }] {
+            assert_eq!(serde_json::to_value(KernelKind::from(k)).unwrap(), k.as_str());
+        }
+    }
 }

@@ -29,6 +29,7 @@ export type { FinishReason } from './FinishReason';
 export type { FitReport } from './FitReport';
 export type { Force } from './Force';
 export type { KernelChoice } from './KernelChoice';
+export type { KernelKind } from './KernelKind';
 export type { KernelLabel } from './KernelLabel';
 export type { KeyStatus } from './KeyStatus';
 export type { KeyStorage } from './KeyStorage';
