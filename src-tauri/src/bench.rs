@@ -92,7 +92,8 @@ impl DepthReport {
     }
 }
 
-/// What speculative decoding did over a depth's counted runs, as reported.
+/// What speculative decoding did, as reported: over a depth's counted runs
+/// here, over one turn in `headroom generate --json`.
 #[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 #[ts(rename = "BenchSpeculation")]
 pub struct SpeculationJson {
@@ -108,7 +109,7 @@ pub struct SpeculationJson {
 }
 
 impl SpeculationJson {
-    fn of(s: &Speculation) -> Self {
+    pub(crate) fn of(s: &Speculation) -> Self {
         Self {
             mode: s.mode,
             drafted: s.drafted,

@@ -214,15 +214,7 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
             "context_tokens": s.context_tokens,
             "batch": s.batch,
             "kv_cache": s.kv_label,
-            "speculative": {
-                "mode": s.speculation.mode,
-                "drafted": s.speculation.drafted,
-                "accepted": s.speculation.accepted,
-                "acceptance": s.speculation.acceptance(),
-                "forward_passes": s.speculation.forward_passes,
-                "tokens_per_pass": s.speculation.tokens_per_pass(),
-                "plain_because": s.speculation.plain_because.map(|p| p.describe()),
-            },
+            "speculative": crate::bench::SpeculationJson::of(&s.speculation),
         },
     })
 }
