@@ -209,7 +209,7 @@ pub fn generate(
         }
         match came_from {
             Came::Plain => depth.plain_step(now.saturating_sub(last_at)),
-            Came::Prefill | Came::Sync | Came::Verify => {}
+            Came::Prefill | Came::Unpipelined => {}
         }
         last_at = now;
         if ahead {
@@ -256,7 +256,7 @@ pub fn generate(
             y = step(model, sampler, cache, &ids_array(&[token]), Some(&[token]), &out.history)?;
             async_eval([&y]).op("async_eval")?;
             speculation.forward_passes += 1;
-            came_from = Came::Sync;
+            came_from = Came::Unpipelined;
             continue;
         }
         let draft = draft.to_vec();
@@ -288,8 +288,7 @@ pub fn generate(
         }
         // The pass's own token is read (and sent) next round, like a sampled one.
         y = Array::from_slice(&[following], &[1]);
-        came_from = Came::Verify;
-        last_at = now;
+        came_from = Came::Unpipelined;
         drain = depth.depth() > 0;
     }
     // Let an in-flight step finish so the cache is consistent for the next turn.
@@ -351,10 +350,9 @@ enum Came {
     Prefill,
     /// A step scheduled before the previous token was read.
     Plain,
-    /// A step scheduled after it was read.
-    Sync,
-    /// A pass that checked proposals.
-    Verify,
+    /// A step scheduled after the previous token was read, or a pass that
+    /// checked proposals: not a plain step's timing.
+    Unpipelined,
 }
 
 /// The tokens a turn has handed out, and when.
