@@ -58,10 +58,12 @@ pub struct ServeArgs {
     /// Accept clients from other machines (with --host 0.0.0.0 or a LAN address).
     #[arg(long, requires = "api_key_env")]
     pub allow_remote: bool,
-    /// The environment variable holding the API key every request must send
-    /// (a variable, not the key itself, so it stays out of `ps` and shell history).
+    /// The environment variable holding an API key every request must send
+    /// one of (a variable, not the key itself, so it stays out of `ps` and
+    /// shell history). Repeat it for several keys: each key's clients get a
+    /// prompt cache of their own, so none can read another's prompts.
     #[arg(long, value_name = "VAR")]
-    pub api_key_env: Option<String>,
+    pub api_key_env: Vec<String>,
 }
 
 /// What `serve` can fail with, beyond the other subcommands' errors.
@@ -114,18 +116,19 @@ pub fn run(args: &ServeArgs) -> ExitCode {
 }
 
 fn serve(args: &ServeArgs) -> Result<(), ServeError> {
-    let api_key = match &args.api_key_env {
-        Some(var) => Some(
+    let api_keys = args
+        .api_key_env
+        .iter()
+        .map(|var| {
             std::env::var(var)
                 .ok()
                 .filter(|k| !k.trim().is_empty())
-                .ok_or_else(|| ServeError::MissingKey { var: var.clone() })?,
-        ),
-        None => None,
-    };
+                .ok_or_else(|| ServeError::MissingKey { var: var.clone() })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let config = ServeConfig {
         allow_non_loopback: args.allow_remote,
-        api_key,
+        api_keys,
         context_limit: Some(args.context),
         default_max_tokens: args.max_tokens,
         max_requests: args.max_requests,

@@ -25,11 +25,13 @@
 //! so the disk tier (prompt_cache/disk.rs) can keep it across restarts.
 //!
 //! Partitioned: a state is reused only by the partition that made it. Each
-//! chat is its own; requests outside any chat (the local server's, which has
-//! one key for all its clients, and `headroom generate`'s) share one. So a
-//! private chat cannot be read through the server guess by guess from
-//! `cached_tokens` or the time to the first token, and no output reports
-//! reuse from anyone else's state. The bound, the LRU order and the drop
+//! chat is its own; requests outside any chat share one per tenant (the
+//! local server's API key, when it has keys: one partition each), and
+//! those without one (a keyless server, `headroom generate`) share the
+//! unnamed one. So a private chat cannot be read through the server guess
+//! by guess from `cached_tokens` or the time to the first token, one key's
+//! client cannot read another's that way, and no output reports reuse from
+//! anyone else's state. The bound, the LRU order and the drop
 //! under pressure stay global: they say how much is kept, not who may use it.
 //!
 //! A cache that cannot step back (a sliding window that may rotate, a
@@ -55,6 +57,9 @@ pub const CONTINUE_SLACK: usize = 8;
 pub(crate) struct Entry {
     /// The chat it belongs to; `None` for a server request.
     pub session: Option<String>,
+    /// Outside a chat, the tenant whose requests may reuse it (the server's
+    /// API key); `None`: requests that name none.
+    pub tenant: Option<String>,
     /// The state at the end of a prompt, kept beside the session's state.
     pub checkpoint: bool,
     pub cache: KvCache,
@@ -84,6 +89,26 @@ impl Reuse {
             Self::Memory => "memory",
             Self::Disk => "disk",
         }
+    }
+}
+
+/// The partition a request reads and writes: its chat, or outside any chat
+/// its tenant (module docs).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Owner<'a> {
+    pub session: Option<&'a str>,
+    pub tenant: Option<&'a str>,
+}
+
+impl<'a> Owner<'a> {
+    /// A chat's partition.
+    pub fn session(session: &'a str) -> Self {
+        Self { session: Some(session), tenant: None }
+    }
+
+    /// Whether `e` is in this partition.
+    fn owns(self, e: &Entry) -> bool {
+        e.session.as_deref() == self.session && e.tenant.as_deref() == self.tenant
     }
 }
 
@@ -143,13 +168,14 @@ impl PromptCache {
     /// The cache to run `prompt` on, in `format`, and how many of its
     /// tokens it already holds (the cache is trimmed to them); `None` when
     /// no entry saves a token. See the module docs for move vs copy.
-    pub fn take(&mut self, session: Option<&str>, prompt: &[u32], format: KvFormat) -> Option<(KvCache, usize)> {
+    pub fn take(&mut self, owner: Owner<'_>, prompt: &[u32], format: KvFormat) -> Option<(KvCache, usize)> {
+        let session = owner.session;
         let best = self
             .entries
             .iter()
             .enumerate()
             // Only the caller's own partition (module docs).
-            .filter(|(_, e)| e.cache.format() == format && e.session.as_deref() == session)
+            .filter(|(_, e)| e.cache.format() == format && owner.owns(e))
             .map(|(i, e)| {
                 let own = session.is_some();
                 (e.cache.reusable(prompt), own, e.used, i)
@@ -198,19 +224,20 @@ impl PromptCache {
     /// mlx-lm does) and then the least recently used others beyond the
     /// allowance (or `room`, if smaller: what the request's own fit check
     /// found). Returns the entries dropped for room, for the disk tier.
-    pub fn put(&mut self, session: Option<String>, cache: KvCache, room: usize, checkpoint: bool) -> Vec<Entry> {
+    pub fn put(&mut self, owner: Owner<'_>, cache: KvCache, room: usize, checkpoint: bool) -> Vec<Entry> {
         let tokens = cache.tokens();
         self.entries.retain(|e| {
-            let same_session = session.is_some() && e.session == session && e.checkpoint == checkpoint;
+            let same_session = owner.session.is_some() && owner.owns(e) && e.checkpoint == checkpoint;
             let prefix = e.cache.format() == cache.format()
                 && tokens.starts_with(e.cache.tokens())
                 && cache.can_trim(tokens.len() - e.cache.tokens().len());
             // Another partition's prefix is not this state's to replace.
-            let dropped = same_session || (prefix && e.session.is_none() && session.is_none());
+            let dropped = same_session || (prefix && owner.session.is_none() && owner.owns(e));
             !dropped
         });
         let used = self.tick();
-        self.entries.push(Entry { session, checkpoint, cache, used, used_at: Instant::now(), saved: false });
+        let (session, tenant) = (owner.session.map(str::to_owned), owner.tenant.map(str::to_owned));
+        self.entries.push(Entry { session, tenant, checkpoint, cache, used, used_at: Instant::now(), saved: false });
         self.evict_beyond(room.min(self.limit_bytes))
     }
 
@@ -307,25 +334,27 @@ mod tests {
     fn the_longest_usable_prefix_wins_exact_shorter_or_longer_trimmed() {
         let mut pc = PromptCache::default();
         pc.set_limit(usize::MAX);
-        pc.put(None, fed(FULL, &[1, 2, 3]), usize::MAX, false);
-        pc.put(None, fed(FULL, &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]), usize::MAX, false);
+        pc.put(Owner::default(), fed(FULL, &[1, 2, 3]), usize::MAX, false);
+        pc.put(Owner::default(), fed(FULL, &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18]), usize::MAX, false);
         // Shorter: a prompt that continues [1, 2, 3] reuses all three, and takes the entry.
-        let (c, reused) = pc.take(None, &[1, 2, 3, 4], KvFormat::Float).expect("a hit");
+        let (c, reused) = pc.take(Owner::default(), &[1, 2, 3, 4], KvFormat::Float).expect("a hit");
         assert_eq!((reused, c.offset(), pc.len()), (3, 3, 1));
         // Longer, parting early: a copy trimmed to the common prefix; the entry stays whole.
-        let (c, reused) = pc.take(None, &[7, 8, 9, 0], KvFormat::Float).expect("a hit");
+        let (c, reused) = pc.take(Owner::default(), &[7, 8, 9, 0], KvFormat::Float).expect("a hit");
         assert_eq!((reused, c.offset(), pc.len()), (3, 3, 1));
-        let (kept, _) =
-            pc.take(None, &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], KvFormat::Float).expect("hit");
+        let (kept, _) = pc
+            .take(Owner::default(), &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19], KvFormat::Float)
+            .expect("hit");
         assert_eq!(kept.offset(), 12, "the entry it branched off was not cut");
         // Exact: one token is always left to feed.
-        pc.put(None, kept, usize::MAX, false);
-        let (_, reused) = pc.take(None, &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], KvFormat::Float).expect("hit");
+        pc.put(Owner::default(), kept, usize::MAX, false);
+        let (_, reused) =
+            pc.take(Owner::default(), &[7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18], KvFormat::Float).expect("hit");
         assert_eq!(reused, 11);
         // Nothing in common, or another KV format: a miss.
-        pc.put(None, fed(FULL, &[1, 2]), usize::MAX, false);
-        assert!(pc.take(None, &[5, 6], KvFormat::Float).is_none());
-        assert!(pc.take(None, &[1, 2, 3], KvFormat::bits_from_start(8)).is_none());
+        pc.put(Owner::default(), fed(FULL, &[1, 2]), usize::MAX, false);
+        assert!(pc.take(Owner::default(), &[5, 6], KvFormat::Float).is_none());
+        assert!(pc.take(Owner::default(), &[1, 2, 3], KvFormat::bits_from_start(8)).is_none());
     }
 
     #[test]
@@ -333,20 +362,49 @@ mod tests {
         let mut pc = PromptCache::default();
         pc.set_limit(usize::MAX);
         let secret = [1, 2, 3, 4, 5, 6];
-        pc.put(Some("private".into()), fed(FULL, &secret), usize::MAX, false);
+        pc.put(Owner::session("private"), fed(FULL, &secret), usize::MAX, false);
         // Another chat, or the server, sending the chat's exact tokens: a miss,
         // so neither cached_tokens nor the first token's time tells them apart
         // from a wrong guess.
-        assert!(pc.take(Some("other"), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).is_none());
-        assert!(pc.take(None, &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).is_none());
+        assert!(pc.take(Owner::session("other"), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).is_none());
+        assert!(pc.take(Owner::default(), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).is_none());
         // The server's state is not a chat's either, and a chat's put leaves it be.
-        pc.put(None, fed(FULL, &[9, 9, 9]), usize::MAX, false);
-        assert!(pc.take(Some("private"), &[9, 9, 9, 1], KvFormat::Float).is_none());
-        pc.put(Some("b".into()), fed(FULL, &[9, 9, 9, 1]), usize::MAX, false);
+        pc.put(Owner::default(), fed(FULL, &[9, 9, 9]), usize::MAX, false);
+        assert!(pc.take(Owner::session("private"), &[9, 9, 9, 1], KvFormat::Float).is_none());
+        pc.put(Owner::session("b"), fed(FULL, &[9, 9, 9, 1]), usize::MAX, false);
         assert_eq!(pc.len(), 3, "the server's prefix stays: it is not b's to replace");
         // Each still reuses its own.
-        assert_eq!(pc.take(Some("private"), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).map(|(_, n)| n), Some(6));
-        assert_eq!(pc.take(None, &[9, 9, 9, 2], KvFormat::Float).map(|(_, n)| n), Some(3));
+        assert_eq!(
+            pc.take(Owner::session("private"), &[1, 2, 3, 4, 5, 6, 7], KvFormat::Float).map(|(_, n)| n),
+            Some(6)
+        );
+        assert_eq!(pc.take(Owner::default(), &[9, 9, 9, 2], KvFormat::Float).map(|(_, n)| n), Some(3));
+    }
+
+    #[test]
+    fn a_tenants_state_serves_that_tenant_only() {
+        let mut pc = PromptCache::default();
+        pc.set_limit(usize::MAX);
+        let alpha = Owner { session: None, tenant: Some("alpha") };
+        let beta = Owner { session: None, tenant: Some("beta") };
+        pc.put(alpha, fed(FULL, &[1, 2, 3, 4, 5]), usize::MAX, false);
+        // Another key, no key, or a chat sending alpha's tokens: a miss.
+        for other in [beta, Owner::default(), Owner::session("alpha")] {
+            assert!(pc.take(other, &[1, 2, 3, 4, 5, 6], KvFormat::Float).is_none(), "{other:?}");
+        }
+        // Beta's longer state does not replace alpha's prefix, keyless or not.
+        pc.put(beta, fed(FULL, &[1, 2, 3, 4, 5, 6]), usize::MAX, false);
+        pc.put(Owner::default(), fed(FULL, &[1, 2, 3, 4, 5, 6, 7]), usize::MAX, false);
+        assert_eq!(pc.len(), 3);
+        assert_eq!(pc.take(alpha, &[1, 2, 3, 4, 5, 9], KvFormat::Float).map(|(_, n)| n), Some(5));
+        assert_eq!(pc.take(beta, &[1, 2, 3, 4, 5, 6, 9], KvFormat::Float).map(|(_, n)| n), Some(6));
+        // Both moved out; the keyless state stays. Within one tenant a longer
+        // state replaces the prefix it extends, and leaves the keyless one be.
+        assert_eq!(pc.len(), 1);
+        pc.put(alpha, fed(FULL, &[1, 2, 3, 4, 5, 6, 7, 8]), usize::MAX, false);
+        pc.put(alpha, fed(FULL, &[1, 2, 3, 4, 5, 6, 7, 8, 9]), usize::MAX, false);
+        let kept: Vec<_> = pc.entries.iter().map(|e| (e.tenant.as_deref(), e.cache.offset())).collect();
+        assert_eq!(kept, [(None, 7), (Some("alpha"), 9)]);
     }
 
     #[test]
@@ -354,11 +412,12 @@ mod tests {
         let mut pc = PromptCache::default();
         pc.set_limit(usize::MAX);
         let hybrid = [LayerKind::Full, LayerKind::Recurrent];
-        pc.put(None, fed(&hybrid, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), usize::MAX, false);
+        pc.put(Owner::default(), fed(&hybrid, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]), usize::MAX, false);
         // A request that parts after 3 tokens would need the state at 3: it cannot have it.
-        assert!(pc.take(None, &[1, 2, 3, 0], KvFormat::Float).is_none());
+        assert!(pc.take(Owner::default(), &[1, 2, 3, 0], KvFormat::Float).is_none());
         // One that continues the whole state can.
-        let (_, reused) = pc.take(None, &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], KvFormat::Float).expect("hit");
+        let (_, reused) =
+            pc.take(Owner::default(), &[1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13], KvFormat::Float).expect("hit");
         assert_eq!(reused, 12);
     }
 
@@ -369,7 +428,7 @@ mod tests {
         pc.set_limit(2 * one);
         for s in ["a", "b", "c", "d"] {
             let first = s.as_bytes()[0] as u32;
-            let dropped = pc.put(Some(s.into()), fed(FULL, &[first]), usize::MAX, false);
+            let dropped = pc.put(Owner::session(s), fed(FULL, &[first]), usize::MAX, false);
             assert!(pc.nbytes() - pc.stats().latest_bytes <= 2 * one);
             if s == "d" {
                 assert_eq!(dropped.iter().map(|e| e.session.as_deref()).collect::<Vec<_>>(), [Some("a")]);
@@ -387,18 +446,18 @@ mod tests {
     fn a_sessions_new_state_replaces_its_old_one_and_subsumed_prefixes_go() {
         let mut pc = PromptCache::default();
         pc.set_limit(usize::MAX);
-        pc.put(Some("s".into()), fed(FULL, &[1, 2]), usize::MAX, false);
-        pc.put(None, fed(FULL, &[1, 2, 3]), usize::MAX, false);
-        pc.put(Some("s".into()), fed(FULL, &[9, 9]), usize::MAX, false);
+        pc.put(Owner::session("s"), fed(FULL, &[1, 2]), usize::MAX, false);
+        pc.put(Owner::default(), fed(FULL, &[1, 2, 3]), usize::MAX, false);
+        pc.put(Owner::session("s"), fed(FULL, &[9, 9]), usize::MAX, false);
         assert_eq!(pc.len(), 2, "s's first state gave way to its second");
         // A server entry that the new one extends is redundant.
-        pc.put(None, fed(FULL, &[1, 2, 3, 4]), usize::MAX, false);
+        pc.put(Owner::default(), fed(FULL, &[1, 2, 3, 4]), usize::MAX, false);
         assert_eq!(pc.len(), 2);
-        let (c, _) = pc.take(None, &[1, 2, 3, 4, 5], KvFormat::Float).expect("hit");
+        let (c, _) = pc.take(Owner::default(), &[1, 2, 3, 4, 5], KvFormat::Float).expect("hit");
         assert_eq!(c.offset(), 4);
         // Its own session continues its entry even with a longer unused tail.
-        pc.put(Some("t".into()), fed(FULL, &(0..40).collect::<Vec<_>>()), usize::MAX, false);
-        let (c, reused) = pc.take(Some("t"), &[0, 1, 2, 3, 99], KvFormat::Float).expect("hit");
+        pc.put(Owner::session("t"), fed(FULL, &(0..40).collect::<Vec<_>>()), usize::MAX, false);
+        let (c, reused) = pc.take(Owner::session("t"), &[0, 1, 2, 3, 99], KvFormat::Float).expect("hit");
         assert_eq!((reused, c.offset()), (4, 4));
         assert!(!pc.has_session("t"), "moved, not copied");
     }

@@ -194,8 +194,10 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
         include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
         generate: GenerateRequest {
             // No session: the engine's prompt cache finds the longest
-            // cached prefix of whatever conversation a client resends.
+            // cached prefix of whatever conversation a client resends,
+            // among the states of the caller's own key (set by the handler).
             session: None,
+            tenant: None,
             messages,
             sampling,
             max_tokens,

@@ -62,11 +62,31 @@ pub fn router(ctx: Ctx) -> Router {
         .with_state(ctx)
 }
 
-async fn guard(State(ctx): State<Ctx>, request: Request, next: Next) -> Response {
-    if let Err(e) = check_host(ctx.loopback_only, request.headers()).and_then(|()| check_key(&ctx, request.headers())) {
-        return e.into_response();
-    }
+async fn guard(State(ctx): State<Ctx>, mut request: Request, next: Next) -> Response {
+    let tenant =
+        match check_host(ctx.loopback_only, request.headers()).and_then(|()| check_key(&ctx, request.headers())) {
+            Ok(tenant) => tenant,
+            Err(e) => return e.into_response(),
+        };
+    request.extensions_mut().insert(tenant);
     next.run(request).await
+}
+
+/// Whose prompt-cache partition a request reads and writes: its API key's
+/// (`None` on a server without keys).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Tenant(pub Option<String>);
+
+impl Tenant {
+    /// A key's partition name: a hash of the key, so the key itself is not
+    /// copied into the engine's cache, and the same key names the same
+    /// partition whichever order the keys were given in.
+    fn of(key: &str) -> Self {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        key.hash(&mut h);
+        Self(Some(format!("api-key-{:016x}", h.finish())))
+    }
 }
 
 /// A page on any website can make the browser send requests to
@@ -96,21 +116,33 @@ fn check_host(loopback_only: bool, headers: &HeaderMap) -> Result<(), ApiError> 
     }
 }
 
-fn check_key(ctx: &Ctx, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(key) = ctx.config.api_key.as_deref() else { return Ok(()) };
+/// The tenant of the key the request sent, if it is one of the server's
+/// (none needed on a server without keys).
+fn check_key(ctx: &Ctx, headers: &HeaderMap) -> Result<Tenant, ApiError> {
+    let keys = &ctx.config.api_keys;
+    if keys.is_empty() {
+        return Ok(Tenant::default());
+    }
     let given =
         headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|v| v.strip_prefix("Bearer "));
-    match given {
-        None => Err(ApiError::new(
+    // Every key is compared, whichever matches: the time says nothing of which.
+    let matched = given.and_then(|given| {
+        keys.iter()
+            .fold(None, |found, key| if same(given.trim().as_bytes(), key.as_bytes()) { Some(key) } else { found })
+    });
+    match (given, matched) {
+        (None, _) => Err(ApiError::new(
             StatusCode::UNAUTHORIZED,
             "invalid_request_error",
             "You didn't provide an API key. Send it in an Authorization header using Bearer auth \
              (Authorization: Bearer YOUR_KEY).",
         )
         .code("missing_api_key")),
-        Some(given) if same(given.trim().as_bytes(), key.as_bytes()) => Ok(()),
-        Some(_) => Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect API key provided.")
-            .code("invalid_api_key")),
+        (Some(_), Some(key)) => Ok(Tenant::of(key)),
+        (Some(_), None) => {
+            Err(ApiError::new(StatusCode::UNAUTHORIZED, "invalid_request_error", "Incorrect API key provided.")
+                .code("invalid_api_key"))
+        }
     }
 }
 
@@ -189,11 +221,12 @@ async fn chat(State(ctx): State<Ctx>, request: Request) -> Response {
         return response;
     };
     let (parts, body) = request.into_parts();
+    let tenant = parts.extensions.get::<Tenant>().cloned().unwrap_or_default();
     // A declared length over the limit is refused before a byte is read.
     let declared = parts.headers.get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
     let body =
         if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) { Err(too_large()) } else { read_body(body).await };
-    match chat_response(&ctx, &parts.headers, body, permit).await {
+    match chat_response(&ctx, &parts.headers, body, tenant, permit).await {
         Ok(response) => response,
         Err(e) => {
             tracing::debug!(status = e.status.as_u16(), code = e.code, "{}", e.message);
@@ -242,6 +275,7 @@ async fn chat_response(
     ctx: &Ctx,
     headers: &HeaderMap,
     body: Result<Bytes, ApiError>,
+    tenant: Tenant,
     permit: tokio::sync::OwnedSemaphorePermit,
 ) -> Result<Response, ApiError> {
     // Requiring JSON also keeps browsers from posting here without a CORS
@@ -259,6 +293,7 @@ async fn chat_response(
     let request = parse_request(&body, ctx.config.default_max_tokens)?;
     let ChatRequest { model, stream, include_usage, mut generate } = request;
     generate.speculative = ctx.config.speculative;
+    generate.tenant = tenant.0;
 
     let run = {
         let _turn = ctx.turn.lock().await;

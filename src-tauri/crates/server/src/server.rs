@@ -36,10 +36,13 @@ pub const STOP_DEADLINE: Duration = Duration::from_secs(3);
 /// How the server behaves.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ServeConfig {
-    /// Listen on a non-loopback address. Also requires `api_key`.
+    /// Listen on a non-loopback address. Also requires `api_keys`.
     pub allow_non_loopback: bool,
-    /// When set, every request must send `Authorization: Bearer <key>`.
-    pub api_key: Option<String>,
+    /// When any is set, every request must send one of them
+    /// (`Authorization: Bearer <key>`). Each key's clients are a prompt-cache
+    /// partition of their own: one key's requests never reuse (nor report in
+    /// `cached_tokens`) a state another key's made.
+    pub api_keys: Vec<String>,
     /// The context limit models the server loads get (`None`: the
     /// provider's default). A model already loaded keeps its own.
     pub context_limit: Option<usize>,
@@ -57,7 +60,7 @@ impl Default for ServeConfig {
     fn default() -> Self {
         Self {
             allow_non_loopback: false,
-            api_key: None,
+            api_keys: Vec::new(),
             context_limit: None,
             default_max_tokens: DEFAULT_MAX_TOKENS,
             max_requests: DEFAULT_MAX_REQUESTS,
@@ -70,7 +73,7 @@ impl Default for ServeConfig {
 impl ServeConfig {
     /// Refuses settings that would expose the model, before anything listens.
     pub fn check(&self, addr: SocketAddr) -> Result<()> {
-        if self.api_key.as_deref().is_some_and(|k| k.trim().is_empty()) {
+        if self.api_keys.iter().any(|k| k.trim().is_empty()) {
             return Err(ServerError::EmptyApiKey);
         }
         if self.max_requests == 0 {
@@ -84,7 +87,7 @@ impl ServeConfig {
             if !self.allow_non_loopback {
                 return Err(ServerError::NonLoopback { addr });
             }
-            if self.api_key.is_none() {
+            if self.api_keys.is_empty() {
                 return Err(ServerError::RemoteWithoutKey { addr });
             }
         }

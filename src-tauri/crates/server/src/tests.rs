@@ -19,6 +19,8 @@ use crate::{ModelCard, ModelProvider, ProvideError, ReadyModel, ServeConfig, Ser
 
 /// The context limit the tests load with: small, so "too long" is cheap to send.
 const CONTEXT: usize = 256;
+/// What the prompt cache may keep besides the latest request's state.
+const PROMPT_CACHE_BYTES: usize = 64 << 20;
 
 fn demo_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
@@ -68,7 +70,11 @@ impl ModelProvider for DemoProvider {
         if report.verdict.refuses() {
             return Err(ProvideError::WouldNotFit { model: id.into(), report: Box::new(report) });
         }
-        self.engine.load(demo_dir(), LoadSettings { context_limit, ..LoadSettings::default() }).map_err(failed)?;
+        // Room for states besides the latest (as the app's fit gives), so
+        // partitions can each keep theirs.
+        let settings =
+            LoadSettings { context_limit, prompt_cache_bytes: PROMPT_CACHE_BYTES, ..LoadSettings::default() };
+        self.engine.load(demo_dir(), settings).map_err(failed)?;
         self.loads.fetch_add(1, Ordering::Relaxed);
         *loaded = Some(id.into());
         Ok(ReadyModel { id: id.into() })
@@ -340,12 +346,44 @@ fn bad_requests_get_the_right_status_and_an_openai_error_body() {
 
 #[test]
 fn a_key_guards_every_route_once_set() {
-    let (server, _) = serve(ServeConfig { api_key: Some("s3cret".into()), ..ServeConfig::default() });
+    let (server, _) = serve(ServeConfig { api_keys: vec!["s3cret".into()], ..ServeConfig::default() });
     let addr = server.addr();
     let get = |headers: &[(&str, &str)]| send_raw(addr, &request(addr, "GET", "/v1/models", headers, ""));
     assert_error(&get(&[]), 401, Some("missing_api_key"), None);
     assert_error(&get(&[("Authorization", "Bearer nope")]), 401, Some("invalid_api_key"), None);
     assert_eq!(get(&[("Authorization", "Bearer s3cret")]).status, 200);
+}
+
+/// Each key's clients are a partition of the prompt cache: the same long
+/// prompt sent with another key reuses nothing (its `cached_tokens` is 0, as
+/// a cold prompt's), while the same key sending it again reuses all of it.
+#[test]
+fn two_keys_never_share_a_cached_state() {
+    let (server, _) =
+        serve(ServeConfig { api_keys: vec!["alpha-key".into(), "beta-key".into()], ..ServeConfig::default() });
+    let addr = server.addr();
+    let long = "The quick brown fox jumps over the lazy dog. ".repeat(6);
+    let body = chat("demo", &long, &json!({"max_tokens": 2})).to_string();
+    let ask = |key: &str| {
+        let auth = format!("Bearer {key}");
+        let reply =
+            send_raw(addr, &request(addr, "POST", "/v1/chat/completions", &[JSON, ("Authorization", &auth)], &body));
+        assert_eq!(reply.status, 200, "{reply:?}");
+        let usage = reply.json()["usage"].clone();
+        let cached = usage["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or_else(|| panic!("{usage}"));
+        (cached, usage["prompt_tokens"].as_u64().unwrap_or(0))
+    };
+    let (first, prompt) = ask("alpha-key");
+    assert!(prompt > 64, "a long prompt: {prompt} tokens");
+    assert_eq!(first, 0, "nothing cached yet");
+    // The same key again: every token but the last (which is fed) is reused.
+    assert_eq!(ask("alpha-key"), (prompt - 1, prompt));
+    // The other key, the very same prompt: nothing of alpha's is reused.
+    assert_eq!(ask("beta-key"), (0, prompt));
+    // Each keeps its own: both reuse from here on.
+    assert_eq!(ask("beta-key"), (prompt - 1, prompt));
+    assert_eq!(ask("alpha-key"), (prompt - 1, prompt));
+    server.stop().unwrap();
 }
 
 #[test]
@@ -362,9 +400,9 @@ fn only_loopback_unless_allowed_and_keyed() {
     let allowed = ServeConfig { allow_non_loopback: true, ..ServeConfig::default() };
     let err = Server::bind(any, allowed.clone(), engine(), provider()).err();
     assert!(matches!(err, Some(ServerError::RemoteWithoutKey { .. })), "{err:?}");
-    let blank = ServeConfig { api_key: Some("  ".into()), ..allowed };
+    let blank = ServeConfig { api_keys: vec!["k".into(), "  ".into()], ..allowed };
     assert!(matches!(blank.check(any), Err(ServerError::EmptyApiKey)));
-    let keyed = ServeConfig { api_key: Some("k".into()), ..blank };
+    let keyed = ServeConfig { api_keys: vec!["k".into()], ..blank };
     assert!(keyed.check(any).is_ok());
 
     // A port in use is the caller's error, with the address.

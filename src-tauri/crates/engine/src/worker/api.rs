@@ -192,6 +192,11 @@ pub struct GenerateRequest {
     /// Turns of one session share a KV cache, so a follow-up prefills only
     /// its new tokens. `None`: a one-off run with a cache of its own.
     pub session: Option<String>,
+    /// Outside a session, whose earlier requests' states this one may reuse
+    /// from the prompt cache (and whose later ones may reuse its): the same
+    /// tenant's only. The local server names the API key a client sent;
+    /// `None`: the one partition of requests that name no tenant.
+    pub tenant: Option<String>,
     /// The whole conversation so far, ending with the user's new message.
     pub messages: Vec<Message>,
     pub sampling: SamplingParams,
@@ -217,6 +222,7 @@ impl GenerateRequest {
     pub fn new(messages: Vec<Message>) -> Self {
         Self {
             session: None,
+            tenant: None,
             messages,
             sampling: SamplingParams::default(),
             max_tokens: 256,

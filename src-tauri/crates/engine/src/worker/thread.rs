@@ -33,7 +33,7 @@ use crate::meter::{MeasuredKind, PeakMeasurement, SharedMeter};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::{check_kv_format, Model};
 use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part};
-use crate::prompt_cache::{Entry, PromptCache, PromptCacheStats, Reuse};
+use crate::prompt_cache::{Entry, Owner, PromptCache, PromptCacheStats, Reuse};
 use crate::sampler::Sampler;
 use crate::source::ModelFiles;
 use crate::tokenizer::Tokenizer;
@@ -576,7 +576,8 @@ impl Worker {
         let dropped = self.prompts.make_room(room);
         self.spill(dropped);
         let session = request.session.as_deref();
-        let (mut cache, reused, from) = match self.prompts.take(session, &prompt, format) {
+        let owner = Owner { session, tenant: request.tenant.as_deref() };
+        let (mut cache, reused, from) = match self.prompts.take(owner, &prompt, format) {
             Some((cache, reused)) => (cache, reused, Reuse::Memory),
             None => match self.restore(session, &prompt, format)? {
                 Some((cache, reused)) => (cache, reused, Reuse::Disk),
@@ -644,9 +645,9 @@ impl Worker {
         // where it re-words this answer.
         let mut dropped = Vec::new();
         if let Some(checkpoint) = generation.checkpoint {
-            dropped.extend(self.prompts.put(request.session.clone(), checkpoint, room, true));
+            dropped.extend(self.prompts.put(owner, checkpoint, room, true));
         }
-        dropped.extend(self.prompts.put(request.session.clone(), cache, room, false));
+        dropped.extend(self.prompts.put(owner, cache, room, false));
         self.spill(dropped);
         Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }])
     }
