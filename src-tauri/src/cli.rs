@@ -16,6 +16,7 @@ mod hostile_tests;
 mod hub;
 pub(crate) mod kernel;
 pub(crate) mod kv;
+pub(crate) mod lend;
 mod live_probe;
 mod models;
 mod pull;
@@ -42,6 +43,7 @@ pub use export::{ExportArgs, ExportFormat, ImportArgs};
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
 pub use kernel::KernelArgs;
+pub use lend::{LendArgs, PeerArgs};
 pub use live_probe::LiveProbeArgs;
 pub use models::ModelsArgs;
 pub use pull::PullArgs;
@@ -97,6 +99,10 @@ pub enum Command {
     Generate(GenerateArgs),
     /// Add a session from a JSON export (`headroom export --format json`).
     Import(ImportArgs),
+    /// Lend this Mac to another: a host whose model does not fit alone
+    /// runs its later layers here (`--peer HOST:PORT` there), each Mac
+    /// within its own budget, over MLX's ring backend.
+    Lend(LendArgs),
     /// Answer with a local model a few times and print each answer's
     /// per-second decode rate beside swap and pressure, and whether a
     /// slowdown is blamed on memory (the live graph's attribution).
@@ -154,6 +160,7 @@ pub fn run(command: Command) -> ExitCode {
         Command::Sessions(args) => report(sessions::run(&args)),
         Command::Fit(args) => report(fit::run(&args)),
         Command::Generate(args) => report(generate::run(&args)),
+        Command::Lend(args) => report(lend::run(&args)),
         Command::LiveProbe(args) => report(live_probe::run(&args)),
         Command::Models(args) => report(models::run(&args)),
         Command::Pull(args) => pull::run(&args),

@@ -73,6 +73,11 @@ error_codes! {
     DemoModel = "DEMO_MODEL",
     Memory = "MEMORY",
     Io = "IO",
+    // Two Macs (a model's later layers on a lent Mac).
+    PeerUnreachable = "PEER_UNREACHABLE",
+    PeerRefused = "PEER_REFUSED",
+    PeerLost = "PEER_LOST",
+    PeerUnsupported = "PEER_UNSUPPORTED",
     // Turns, routing and the privacy gate.
     EmptyMessage = "EMPTY_MESSAGE",
     NothingToRegenerate = "NOTHING_TO_REGENERATE",
@@ -176,6 +181,10 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::MemoryNotReturned { .. } => ErrorCode::MemoryNotReturned,
             E::BenchCancelled => ErrorCode::BenchCancelled,
             E::BenchContext { .. } => ErrorCode::ContextOverflow,
+            E::Peer { .. } => ErrorCode::PeerUnreachable,
+            E::PeerRefused { .. } => ErrorCode::PeerRefused,
+            E::PeerLost { .. } => ErrorCode::PeerLost,
+            E::PeerUnsupported { .. } => ErrorCode::PeerUnsupported,
         };
         Self::new(code, e.to_string())
     }

@@ -53,6 +53,9 @@ pub enum FitError {
     /// The OS's memory figures could not be read.
     #[error(transparent)]
     Memory(#[from] MemoryError),
+    /// The model cannot be split across two Macs.
+    #[error(transparent)]
+    Split(#[from] headroom_core::split::SplitError),
 }
 
 /// The budget inputs `source` describes, reading the OS if it must.
@@ -168,6 +171,50 @@ pub fn check_model_with(
     Ok(check_with(&inspection.footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &measured))
 }
 
+/// Two Macs: the split of the model in `dir` (loaded as `dtype` with
+/// `kernel`, KV as `kv`, at `context` tokens) between this Mac (`source`'s
+/// budget) and the lending Mac at `peer` (the budget it reports now), with
+/// each Mac's verdict (`headroom_core::split`). Headers only, here; the
+/// peer is asked one question and loads nothing.
+pub fn check_split(
+    dir: &Path,
+    context: usize,
+    dtype: ComputeDtype,
+    kernel: QuantKernel,
+    kv: KvFormat,
+    source: BudgetSource,
+    peer: &str,
+) -> Result<PeerSplit, FitError> {
+    let inspection = inspect(dir, dtype, kernel)?;
+    inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
+    let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer)?;
+    let context = u64::try_from(context).unwrap_or(u64::MAX);
+    let report = headroom_core::split::split(&inspection.footprint, context, kv, budget_inputs(source)?, peer_budget)?;
+    Ok(PeerSplit { peer: peer.to_owned(), machine, report })
+}
+
+/// A split across this Mac and a peer, and who the peer is.
+#[derive(Debug, Clone, Serialize)]
+pub struct PeerSplit {
+    /// The peer's control address, as given.
+    pub peer: String,
+    /// The peer's machine name, as it reported it.
+    pub machine: String,
+    #[serde(flatten)]
+    pub report: headroom_core::split::SplitReport,
+}
+
+impl PeerSplit {
+    /// Where the model's later layers go, for [`load_settings`]'s result.
+    pub fn placement(&self) -> headroom_engine::peer::PeerPlacement {
+        headroom_engine::peer::PeerPlacement {
+            addr: self.peer.clone(),
+            first_peer_layer: usize::try_from(self.report.peer.first_layer).unwrap_or(usize::MAX),
+            context: usize::try_from(self.report.context_tokens).unwrap_or(usize::MAX),
+        }
+    }
+}
+
 /// How to load a model whose check gave `report`: at `context_limit`, as
 /// `dtype` with `kernel`, its KV caches as `kv` (the format the report was
 /// computed for), and MLX's buffer-cache and wired limits by the rules in
@@ -192,6 +239,7 @@ pub fn load_settings(
         prompt_cache_bytes: bytes(prompt_cache),
         kv,
         wired_limit_bytes: headroom_core::fit::wired_limit(report).map(bytes),
+        peer: None,
     }
 }
 

@@ -323,6 +323,7 @@ pub fn load(
         fit::FitError::Memory(e) => {
             CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
         }
+        fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
     })?;
     if report.verdict.refuses() && !override_fit {
         let over = fit::over_by(&report) as f64 / GIB as f64;

@@ -20,3 +20,4 @@ mod persist;
 mod pull;
 mod route;
 mod shelf;
+mod two_macs;

@@ -12,12 +12,12 @@ use std::sync::Arc;
 
 use clap::Args;
 use headroom_core::bench::MeanSd;
-use headroom_engine::worker::EngineHandle;
+use headroom_engine::worker::{EngineHandle, LoadSettings};
 use headroom_engine::ComputeDtype;
 use headroom_memory::bandwidth::{self, BandwidthOptions};
 use headroom_store::Store;
 
-use super::fit::{check_model_for, BudgetArgs};
+use super::fit::{guard, BudgetArgs, GuardRequest};
 use super::hub::{model_label, resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
@@ -67,6 +67,8 @@ pub struct BenchArgs {
     pub no_save: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub peer: super::lend::PeerArgs,
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
@@ -118,13 +120,19 @@ pub(crate) fn bench(
     }
     let dir = resolve_model(args.model.as_deref(), env)?;
     let kv = args.kv.format()?;
-    let report = check_model_for(&dir, plan.context(), args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
-    if report.verdict.refuses() {
-        if !args.override_fit {
-            return Err(CliError::WouldNotFit { model: model_label(args.model.as_deref()), report: Box::new(report) });
-        }
-        writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
-    }
+    let request = GuardRequest {
+        dir: &dir,
+        model: args.model.as_deref(),
+        context: plan.context(),
+        dtype: args.dtype,
+        kernel: args.kernel,
+        kv,
+        budget: &args.budget,
+        peer: &args.peer,
+        override_fit: args.override_fit,
+        learned: learned.as_ref(),
+    };
+    let (report, peer) = guard(&request, err)?;
     // Measured before the model is loaded, so its buffers do not compete.
     let bandwidth = match args.bandwidth {
         Some(gb_per_s) => Bandwidth::Given { gb_per_s },
@@ -138,7 +146,7 @@ pub(crate) fn bench(
         engine.set_meter(Some(crate::fit::store_meter(store)))?;
     }
     let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv, 0);
-    engine.load(&dir, settings)?;
+    engine.load(&dir, LoadSettings { peer, ..settings })?;
     let cancel = Arc::new(AtomicBool::new(false));
     let report = run_plan(&engine, &model_label(args.model.as_deref()), &dir, &plan, bandwidth, &cancel, |p| {
         let what = if p.run == 0 { "warm-up".to_owned() } else { format!("run {}/{}", p.run, p.runs) };

@@ -11,12 +11,12 @@ use clap::{Args, ValueEnum};
 use headroom_core::chat::FinishReason;
 use headroom_core::router::Force;
 use headroom_core::settings::Settings;
-use headroom_engine::worker::EngineHandle;
+use headroom_engine::worker::{EngineHandle, LoadSettings};
 use headroom_engine::ComputeDtype;
 use headroom_store::Store;
 use serde_json::json;
 
-use super::fit::{check_model_for, BudgetArgs};
+use super::fit::{guard, BudgetArgs, GuardRequest};
 use super::hub::{model_label, resolve_model};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
@@ -59,6 +59,8 @@ pub struct ChatArgs {
     pub json: bool,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub peer: super::lend::PeerArgs,
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
@@ -249,13 +251,19 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
     let dir = resolve_model(args.model.as_deref(), &state.locations.hub)?;
     let kv = args.kv.format()?;
     let learned = Some(&state.store);
-    let report = check_model_for(&dir, context, ComputeDtype::Native, args.kernel, kv, &args.budget, learned)?;
-    if report.verdict.refuses() {
-        if !args.override_fit {
-            return Err(CliError::WouldNotFit { model: model_label(args.model.as_deref()), report: Box::new(report) });
-        }
-        writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
-    }
+    let request = GuardRequest {
+        dir: &dir,
+        model: args.model.as_deref(),
+        context,
+        dtype: ComputeDtype::Native,
+        kernel: args.kernel,
+        kv,
+        budget: &args.budget,
+        peer: &args.peer,
+        override_fit: args.override_fit,
+        learned,
+    };
+    let (report, peer) = guard(&request, err)?;
     let settings = crate::fit::load_settings(
         &report,
         context,
@@ -265,7 +273,7 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
         state.prompt_cache_max_bytes(),
     );
     let kernel = settings.kernel;
-    let info = state.engine.load(&dir, settings)?;
+    let info = state.engine.load(&dir, LoadSettings { peer, ..settings })?;
     state.set_loaded(Some(LoadedModel::new(&model_label(args.model.as_deref()), dir, info, report.footprint, kernel)));
     Ok(())
 }

@@ -20,6 +20,15 @@ pub enum CliError {
     /// The fit verdict says the model would swap or cannot fit; nothing was loaded.
     #[error("{}", super::fit::refusal(model, report))]
     WouldNotFit { model: String, report: Box<FitReport> },
+    /// The model cannot be split across two Macs.
+    #[error(transparent)]
+    Split(headroom_core::split::SplitError),
+    /// `--peer`: the split would swap one of the two Macs; nothing was loaded.
+    #[error("{}", super::lend::split_refusal(model, split))]
+    SplitWouldNotFit { model: String, split: Box<crate::fit::PeerSplit> },
+    /// `lend` could not listen or serve.
+    #[error("cannot lend this Mac: {0}")]
+    Lend(String),
     /// MODEL is neither a folder nor a repo id found in the local HF cache.
     #[error(
         "model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})",
@@ -99,6 +108,7 @@ impl From<crate::fit::FitError> for CliError {
         match e {
             crate::fit::FitError::Model(e) => Self::Engine(Box::new(e)),
             crate::fit::FitError::Memory(e) => Self::Memory(e),
+            crate::fit::FitError::Split(e) => Self::Split(e),
         }
     }
 }

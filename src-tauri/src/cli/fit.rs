@@ -88,6 +88,8 @@ pub struct FitArgs {
     /// says so.
     #[arg(long = "measured", value_name = "CONTEXT:BYTES", value_parser = parse_measured)]
     pub measured: Vec<(u64, u64)>,
+    #[command(flatten)]
+    pub peer: super::lend::PeerArgs,
 }
 
 fn parse_measured(s: &str) -> Result<(u64, u64), String> {
@@ -110,6 +112,9 @@ struct FitOutput<'a> {
     report: &'a FitReport,
     /// What would make a refused model fit (empty when it fits).
     remedies: &'a [Remedy],
+    /// With `--peer`: the split across this Mac and the peer, each Mac's share and verdict.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    split: Option<&'a crate::fit::PeerSplit>,
 }
 
 /// The verdict for the model in `dir` at `context` tokens with the device's
@@ -137,6 +142,58 @@ pub fn check_model_for(
 ) -> Result<FitReport, CliError> {
     let source = budget_source(budget);
     Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), kv, source, learned)?)
+}
+
+/// What a CLI load asks of the guard: the model, how it would be loaded,
+/// the budget, and where its later layers could go.
+pub(crate) struct GuardRequest<'a> {
+    pub dir: &'a Path,
+    /// The model as the user named it (for the refusal).
+    pub model: Option<&'a str>,
+    pub context: usize,
+    pub dtype: ComputeDtype,
+    pub kernel: KernelArgs,
+    pub kv: KvFormat,
+    pub budget: &'a BudgetArgs,
+    pub peer: &'a super::lend::PeerArgs,
+    pub override_fit: bool,
+    /// What this machine measured (calibrates the one-Mac verdict).
+    pub learned: Option<&'a Store>,
+}
+
+/// The guard every CLI load passes (generate, chat, bench): the verdict
+/// from the headers before anything is allocated, on this Mac alone or,
+/// with `--peer`, for each of two Macs (the split printed on `err`);
+/// refused unless `--override-fit`. Returns the report this Mac's load
+/// settings follow, and where the later layers go.
+pub(crate) fn guard(
+    g: &GuardRequest<'_>,
+    err: &mut dyn Write,
+) -> Result<(FitReport, Option<headroom_engine::peer::PeerPlacement>), CliError> {
+    let label = super::hub::model_label(g.model);
+    let (report, placement) = match &g.peer.peer {
+        Some(peer) => {
+            let source = budget_source(g.budget);
+            let kernel = g.kernel.quant_kernel();
+            let split = crate::fit::check_split(g.dir, g.context, g.dtype, kernel, g.kv, source, peer)?;
+            write!(err, "{}", super::lend::split_lines(&split))?;
+            if split.report.refuses() && !g.override_fit {
+                return Err(CliError::SplitWouldNotFit { model: label, split: Box::new(split) });
+            }
+            (split.report.host.fit.clone(), Some(split.placement()))
+        }
+        None => {
+            let report = check_model_for(g.dir, g.context, g.dtype, g.kernel, g.kv, g.budget, g.learned)?;
+            if report.verdict.refuses() && !g.override_fit {
+                return Err(CliError::WouldNotFit { model: label, report: Box::new(report) });
+            }
+            (report, None)
+        }
+    };
+    if report.verdict.refuses() {
+        writeln!(err, "headroom: --override-fit: loading although it {}", verdict_line(&report))?;
+    }
+    Ok((report, placement))
 }
 
 /// The budget the CLI's flags describe.
@@ -178,12 +235,26 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &m
     } else {
         Vec::new()
     };
+    // Two Macs: the same model split between this Mac and the peer, each
+    // within its own budget, beside the verdict for this Mac alone.
+    let split = match &args.peer.peer {
+        Some(peer) => {
+            let source = budget_source(&args.budget);
+            let kernel = args.kernel.quant_kernel();
+            Some(crate::fit::check_split(&dir, args.context, args.dtype, kernel, kv, source, peer)?)
+        }
+        None => None,
+    };
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&FitOutput { report: &report, remedies: &remedies })?)?;
+        let output = FitOutput { report: &report, remedies: &remedies, split: split.as_ref() };
+        writeln!(out, "{}", serde_json::to_string(&output)?)?;
     } else {
         write!(out, "{}", describe(&dir.display().to_string(), &report))?;
         if report.verdict.refuses() {
             write!(out, "{}", remedy_lines(&report, &remedies))?;
+        }
+        if let Some(split) = &split {
+            write!(out, "{}", super::lend::split_lines(split))?;
         }
     }
     Ok(())

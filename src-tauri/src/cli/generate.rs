@@ -6,13 +6,15 @@ use std::io::{IsTerminal, Write};
 use clap::Args;
 use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_engine::prompt_cache::Reuse;
-use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest, RunOutput, TurnStats};
+use headroom_engine::worker::{
+    EngineEvent, EngineHandle, GenerateRequest, LoadSettings, PeerTurn, RunOutput, TurnStats,
+};
 use headroom_engine::{ComputeDtype, SamplingParams};
 use headroom_store::Store;
 use serde_json::json;
 
-use super::fit::{check_model_for, BudgetArgs};
-use super::hub::{model_label, resolve_model, HubEnv};
+use super::fit::{guard, BudgetArgs, GuardRequest};
+use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
 use super::speculative::SpeculativeArgs;
@@ -65,6 +67,8 @@ pub struct GenerateArgs {
     pub speculative: SpeculativeArgs,
     #[command(flatten)]
     pub budget: BudgetArgs,
+    #[command(flatten)]
+    pub peer: super::lend::PeerArgs,
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
@@ -142,19 +146,25 @@ pub(crate) fn generate(
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
     let kv = args.kv.format()?;
-    let report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned.as_ref())?;
-    if report.verdict.refuses() {
-        if !args.override_fit {
-            return Err(CliError::WouldNotFit { model: model_label(args.model.as_deref()), report: Box::new(report) });
-        }
-        writeln!(err, "headroom: --override-fit: loading although it {}", super::fit::verdict_line(&report))?;
-    }
+    let request = GuardRequest {
+        dir: &dir,
+        model: args.model.as_deref(),
+        context: args.context,
+        dtype: args.dtype,
+        kernel: args.kernel,
+        kv,
+        budget: &args.budget,
+        peer: &args.peer,
+        override_fit: args.override_fit,
+        learned: learned.as_ref(),
+    };
+    let (report, peer) = guard(&request, err)?;
     let engine = EngineHandle::spawn()?;
     if let Some(store) = keep(learned) {
         engine.set_meter(Some(crate::fit::store_meter(store)))?;
     }
     let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv, 0);
-    engine.load(&dir, settings)?;
+    engine.load(&dir, LoadSettings { peer, ..settings })?;
     let run = engine.generate(args.request(prompt))?;
 
     let mut write_error = None;
@@ -180,6 +190,9 @@ pub(crate) fn generate(
     } else {
         writeln!(out)?;
         writeln!(err, "{}", stats_line(&output.stats, output.finish_reason))?;
+        if let Some(peer) = &output.stats.peer {
+            writeln!(err, "{}", peer_line(peer))?;
+        }
     }
     Ok(())
 }
@@ -215,8 +228,33 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
             "batch": s.batch,
             "kv_cache": s.kv_label,
             "speculative": crate::bench::SpeculationJson::of(&s.speculation),
+            "peer": s.peer.as_ref().map(|p| json!({
+                "peer": p.peer,
+                "first_peer_layer": p.first_peer_layer,
+                "layers": p.layers,
+                "passes": p.hand_offs.passes,
+                "waited_s": p.hand_offs.waited.as_secs_f64(),
+                "peer_compute_s": p.hand_offs.peer_compute.as_secs_f64(),
+                "hand_off_ms_per_pass": p.hand_offs.per_pass().as_secs_f64() * 1e3,
+            })),
         },
     })
+}
+
+/// Where the layers ran and what handing over cost, for a model split across two Macs.
+pub(crate) fn peer_line(p: &PeerTurn) -> String {
+    let h = &p.hand_offs;
+    format!(
+        "two Macs: layers 0..{} here, {}..{} on {} | {} hand-offs, {:.2} ms each beyond the peer's own compute ({:.2} s of {:.2} s waited)",
+        p.first_peer_layer,
+        p.first_peer_layer,
+        p.layers,
+        p.peer,
+        h.passes,
+        h.per_pass().as_secs_f64() * 1e3,
+        h.peer_compute.as_secs_f64(),
+        h.waited.as_secs_f64(),
+    )
 }
 
 /// One line, labelled the way ARCHITECTURE.md requires (context, tokens, batch).

@@ -90,6 +90,7 @@ pub fn turn_stats(stats: &CloudStats) -> TurnStats {
         peak_memory_bytes: 0,
         kv_label: "n/a (cloud)".to_owned(),
         speculation: Default::default(),
+        peer: None,
     }
 }
 

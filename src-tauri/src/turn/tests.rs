@@ -127,6 +127,7 @@ fn drive_maps_every_event_and_stops_the_run_once_when_nobody_listens() {
         peak_memory_bytes: 1,
         kv_label: "8-bit (group 64)".into(),
         speculation: Default::default(),
+        peer: None,
     };
     let route = RouteInfo { target: RouteTarget::Local, model_or_provider: "demo".into(), reasons: Vec::new() };
     let labels = ModelLabels::cloud("demo");

@@ -221,6 +221,11 @@ pub struct ModelFootprint {
     pub active_weight_bytes: u64,
     /// A mixture-of-experts model's experts (`None` for a dense model).
     pub experts: Option<Experts>,
+    /// Each layer's weight bytes, by layer index (what a split across two
+    /// Macs places on each: `crate::split`).
+    #[serde(skip)]
+    #[ts(skip)]
+    pub layer_weight_bytes: Vec<u64>,
 }
 
 impl ModelFootprint {
@@ -570,7 +575,7 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
 }
 
 /// What the budget is made of, as read from the machine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize, ts_rs::TS)]
 pub struct BudgetInputs {
     /// Memory the OS reports available now.
     pub available_bytes: u64,
@@ -856,6 +861,7 @@ mod tests {
             backend: Backend::Cpu,
             active_weight_bytes: 4_283_105_280,
             experts: None,
+            layer_weight_bytes: Vec::new(),
         }
     }
 

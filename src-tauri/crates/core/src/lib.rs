@@ -18,5 +18,6 @@ pub mod settings;
 pub mod shelf;
 pub mod slowdown;
 pub mod speculative;
+pub mod split;
 pub mod stats;
 pub mod timeline;

@@ -126,6 +126,22 @@ pub enum EngineError {
         #[source]
         source: Box<EngineError>,
     },
+    /// The control connection to a peer Mac failed or said something
+    /// unexpected (unreachable, silent, another protocol).
+    #[error("two Macs: {reason}")]
+    Peer { reason: String },
+    /// The peer Mac refused the placement, with its reason (its own fit
+    /// verdict and numbers, a missing copy of the model).
+    #[error("the Mac at {peer} refused: {message}")]
+    PeerRefused { peer: String, message: String },
+    /// A hand-off to the peer failed mid-answer (it was killed, its network
+    /// dropped, or it stopped answering): the ring is gone for this
+    /// process; what was generated before stands.
+    #[error("the peer Mac is gone: {reason}")]
+    PeerLost { reason: String },
+    /// An architecture the engine does not split across two Macs yet.
+    #[error("{model_type} models do not run across two Macs yet (only full-attention decoders: llama, mistral, qwen2, qwen3, qwen3_moe)")]
+    PeerUnsupported { model_type: String },
     /// A bug (a panic) inside the engine thread; the thread survives it.
     #[error("internal error during {during}: {message}")]
     Panicked { during: &'static str, message: String },

@@ -44,3 +44,103 @@ pub(crate) fn device_info_size(gpu: bool, key: &CStr) -> Option<u64> {
         found.then(|| u64::try_from(value).unwrap_or(u64::MAX))
     }
 }
+
+/// This process's MLX ring group (peer/ring.rs). Freed when dropped.
+pub(crate) struct Group(mlx_sys::mlx_distributed_group);
+
+// SAFETY: the group is a handle to MLX's process-wide ring, which MLX
+// itself uses from its own threads; the engine uses it from one thread at a
+// time (the model that owns it moves with the engine's jobs).
+unsafe impl Send for Group {}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // SAFETY: the handle came from mlx_distributed_init and is freed once.
+        unsafe {
+            mlx_sys::mlx_distributed_group_free(self.0);
+        }
+    }
+}
+
+/// Joins MLX's ring backend (strictly: no fallback to a group of one), as
+/// `MLX_HOSTFILE` and `MLX_RANK` describe; `None` when it fails.
+pub(crate) fn ring_init() -> Option<Group> {
+    // SAFETY: `group` is created here and filled by mlx_distributed_init on
+    // success; on failure it is freed here. The backend name is NUL-terminated.
+    unsafe {
+        let mut group = mlx_sys::mlx_distributed_group_new();
+        if mlx_sys::mlx_distributed_init(&mut group, true, c"ring".as_ptr()) == 0 && !group.ctx.is_null() {
+            Some(Group(group))
+        } else {
+            mlx_sys::mlx_distributed_group_free(group);
+            None
+        }
+    }
+}
+
+/// MLX's `send` of `x` to rank `dst` on the CPU stream: an array to evaluate.
+pub(crate) fn ring_send(x: &mlx_rs::Array, dst: i32, group: &Group) -> Result<mlx_rs::Array, i32> {
+    let stream = mlx_rs::Stream::cpu();
+    // SAFETY: `res` is a fresh array handle that mlx-c fills on success and
+    // that `Array::from_ptr` then owns; on failure it is freed here. `x`,
+    // the group and the stream outlive the call.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        match mlx_sys::mlx_distributed_send(&mut res, x.as_ptr(), dst, group.0, stream.as_ptr()) {
+            0 => Ok(mlx_rs::Array::from_ptr(res)),
+            status => {
+                mlx_sys::mlx_array_free(res);
+                Err(status)
+            }
+        }
+    }
+}
+
+/// MLX's `recv` of a `shape` array of `dtype` from rank `src` on the CPU stream.
+pub(crate) fn ring_recv(shape: &[i32], dtype: mlx_rs::Dtype, src: i32, group: &Group) -> Result<mlx_rs::Array, i32> {
+    let stream = mlx_rs::Stream::cpu();
+    // SAFETY: as in `ring_send`; `shape` is read for `shape.len()` ints.
+    unsafe {
+        let mut res = mlx_sys::mlx_array_new();
+        let status = mlx_sys::mlx_distributed_recv(
+            &mut res,
+            shape.as_ptr(),
+            shape.len(),
+            dtype as mlx_sys::mlx_dtype,
+            src,
+            group.0,
+            stream.as_ptr(),
+        );
+        match status {
+            0 => Ok(mlx_rs::Array::from_ptr(res)),
+            status => {
+                mlx_sys::mlx_array_free(res);
+                Err(status)
+            }
+        }
+    }
+}
+
+/// Shuts down (both ways) every TCP socket of this process whose local and
+/// peer addresses satisfy `pick`, without closing it (its owner, MLX's
+/// ring, still holds the descriptor and then sees the connection end);
+/// returns how many. `/dev/fd` lists the open descriptors on Linux and macOS.
+pub(crate) fn shutdown_sockets(pick: impl Fn(std::net::SocketAddr, std::net::SocketAddr) -> bool) -> usize {
+    use std::os::fd::{FromRawFd, IntoRawFd};
+    let Ok(entries) = std::fs::read_dir("/dev/fd") else { return 0 };
+    let fds: Vec<i32> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
+    let mut cut = 0;
+    for fd in fds {
+        // SAFETY: the descriptor is borrowed, never closed: `into_raw_fd`
+        // gives it back before the stream would drop. A descriptor that is
+        // not a connected socket fails `local_addr`/`peer_addr` and is left alone.
+        let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
+        if let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) {
+            if pick(local, peer) && stream.shutdown(std::net::Shutdown::Both).is_ok() {
+                cut += 1;
+            }
+        }
+        let _ = stream.into_raw_fd();
+    }
+    cut
+}

@@ -25,6 +25,7 @@ mod lookup;
 pub mod meter;
 mod mlx_memory;
 mod models;
+pub mod peer;
 pub mod prompt_cache;
 mod quant;
 mod sampler;

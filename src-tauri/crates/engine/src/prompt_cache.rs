@@ -102,6 +102,7 @@ pub(crate) struct Owner<'a> {
 
 impl<'a> Owner<'a> {
     /// A chat's partition.
+    #[cfg(test)]
     pub fn session(session: &'a str) -> Self {
         Self { session: Some(session), tenant: None }
     }

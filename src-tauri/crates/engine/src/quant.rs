@@ -72,6 +72,15 @@ impl QuantKernel {
         }
     }
 
+    /// The kernel [`Self::as_str`] names (a placement carries it to a peer).
+    pub fn from_name(name: &str) -> Option<Self> {
+        match name {
+            "fused" => Some(Self::Fused),
+            "cpu-f32" => Some(Self::CPU),
+            _ => None,
+        }
+    }
+
     /// For labels: "fused, in the activations' dtype", or "in f32: fused
     /// below 8 rows, dequantized + BLAS from 8".
     pub fn describe(self) -> String {

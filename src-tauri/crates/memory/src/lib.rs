@@ -155,3 +155,9 @@ mod tests {
         assert_eq!(Reader::with_signals(signals).unwrap().read().pressure, PressureLevel::Unknown);
     }
 }
+
+/// This machine's name as the OS reports it ("Studio.local"), for telling a
+/// paired Mac apart; "this Mac" where the OS gives none.
+pub fn machine_name() -> String {
+    sysinfo::System::host_name().ok().filter(|n| !n.is_empty()).unwrap_or_else(|| "this Mac".to_owned())
+}

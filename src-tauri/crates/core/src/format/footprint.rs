@@ -30,6 +30,7 @@ pub struct LoadShape {
 /// engine's native dtype does.
 pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> ModelFootprint {
     let mut weight_bytes = 0u64;
+    let mut layer_bytes = vec![0u64; usize::try_from(config.text.num_hidden_layers).unwrap_or(0)];
     let (mut embed_bytes, mut expert_bytes) = (0u64, 0u64);
     let mut embed_float = None;
     let mut any_float = None;
@@ -49,6 +50,9 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
                 t.nbytes()
             };
             weight_bytes = weight_bytes.saturating_add(bytes);
+            if let Some(slot) = layer_index(name).and_then(|i| layer_bytes.get_mut(i)) {
+                *slot = slot.saturating_add(bytes);
+            }
             let embedding = is_embedding(name);
             if embedding {
                 embed_bytes = embed_bytes.saturating_add(bytes);
@@ -115,7 +119,15 @@ pub fn footprint(config: &ModelConfig, headers: &[Header], shape: LoadShape) -> 
         active_weight_bytes,
         experts,
         backend: shape.backend,
+        layer_weight_bytes: layer_bytes,
     }
+}
+
+/// The layer a tensor belongs to (`model.layers.{i}.…`, also under
+/// mlx-lm's `language_model.` wrapper); `None` outside the layers.
+pub fn layer_index(name: &str) -> Option<usize> {
+    let rest = name.strip_prefix("language_model.").unwrap_or(name).strip_prefix("model.layers.")?;
+    rest.split('.').next()?.parse().ok()
 }
 
 /// The token embedding table's tensors, in either layout (mlx-lm's

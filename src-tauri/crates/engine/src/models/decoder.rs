@@ -8,8 +8,8 @@
 
 use mlx_rs::Array;
 
-use super::{check_cache, mlx, Architecture, Logits};
-use crate::cache::{KvCache, LayerCache};
+use super::{check_cache, mlx, Architecture, Logits, Stages};
+use crate::cache::{KvCache, LayerCache, LayerKind};
 use crate::error::Result;
 use crate::layers::{Embedding, Linear, Mlp, Params, RmsNorm};
 use crate::quant::QuantKernel;
@@ -91,6 +91,41 @@ impl<A: Attention, F: FeedForward> Block<A, F> {
     }
 }
 
+impl<A: Attention, F: FeedForward> Stages for Decoder<A, F> {
+    fn embed(&self, tokens: &Array) -> Result<Array> {
+        self.embed_tokens.forward(tokens)
+    }
+
+    fn blocks(&self, mut h: Array, cache: &mut KvCache) -> Result<Array> {
+        check_cache(cache, self.layers.len())?;
+        for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
+            h = layer.forward(&h, c)?;
+        }
+        Ok(h)
+    }
+
+    fn head(&self, h: Array, logits: Logits) -> Result<Array> {
+        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
+    }
+
+    fn keep_layers(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        let n = self.layers.len();
+        if range.start >= range.end || range.end > n {
+            return Err(crate::error::EngineError::Shape {
+                what: "layer range",
+                expected: format!("a non-empty range within {n} layers"),
+                found: vec![
+                    i32::try_from(range.start).unwrap_or(i32::MAX),
+                    i32::try_from(range.end).unwrap_or(i32::MAX),
+                ],
+            });
+        }
+        self.layers.truncate(range.end);
+        self.layers.drain(..range.start);
+        Ok(())
+    }
+}
+
 #[derive(Debug)]
 pub struct Decoder<A, F> {
     pub config: ModelConfig,
@@ -115,12 +150,20 @@ impl<A: Attention, F: FeedForward> Architecture for Decoder<A, F> {
     }
 
     fn forward(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
-        check_cache(cache, self.layers.len())?;
-        let mut h = self.embed_tokens.forward(tokens)?;
-        for (layer, c) in self.layers.iter().zip(cache.layers_mut()) {
-            h = layer.forward(&h, c)?;
-        }
-        logits.head(h, |x| self.norm.forward(x), self.lm_head.as_ref(), &self.embed_tokens)
+        let h = self.blocks(self.embed(tokens)?, cache)?;
+        self.head(h, logits)
+    }
+
+    fn layer_kinds(&self) -> Vec<LayerKind> {
+        vec![LayerKind::Full; self.layers.len()]
+    }
+
+    fn stages(&self) -> Option<&dyn Stages> {
+        Some(self)
+    }
+
+    fn stages_mut(&mut self) -> Option<&mut dyn Stages> {
+        Some(self)
     }
 
     fn config(&self) -> &ModelConfig {

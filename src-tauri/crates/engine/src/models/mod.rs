@@ -9,6 +9,7 @@ use mlx_rs::Array;
 use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::layers::{last_position, Embedding, Linear};
+use crate::peer::Link;
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
 use headroom_core::bench::WeightBytes;
@@ -84,6 +85,35 @@ pub(crate) trait Architecture: std::fmt::Debug + Send {
     fn expert_arrays(&self) -> Vec<&Array> {
         Vec::new()
     }
+
+    /// The model as the stages of a pipeline across two Macs (crate::peer);
+    /// `None` for an architecture that cannot be split yet.
+    fn stages(&self) -> Option<&dyn Stages> {
+        None
+    }
+
+    /// [`Self::stages`], to cut the model to a layer range.
+    fn stages_mut(&mut self) -> Option<&mut dyn Stages> {
+        None
+    }
+}
+
+/// A model's forward pass in its three stages, so that its layers can run
+/// on two Macs (crate::peer): the host embeds, runs its layers, hands the
+/// hidden state over and back, and applies the head; the lender runs only
+/// its layers. `forward` is these three in a row, so one Mac and two
+/// compute the same thing.
+pub(crate) trait Stages {
+    /// `tokens` (`[B, L]` ids) to the first layer's input, `[B, L, hidden]`.
+    fn embed(&self, tokens: &Array) -> Result<Array>;
+    /// The layers this model holds, in order, over `h`; `cache` has an
+    /// entry per layer held.
+    fn blocks(&self, h: Array, cache: &mut KvCache) -> Result<Array>;
+    /// The final norm and the output head over the last layer's output.
+    fn head(&self, h: Array, logits: Logits) -> Result<Array>;
+    /// Keeps only layers `range` (of all the model's), dropping the others
+    /// before their weights are read.
+    fn keep_layers(&mut self, range: std::ops::Range<usize>) -> Result<()>;
 }
 
 /// A registry entry: builds one architecture's model, boxed.
@@ -157,15 +187,38 @@ impl Logits {
     }
 }
 
-/// A loaded model of any supported architecture.
+/// A loaded model of any supported architecture, on this Mac alone or with
+/// its later layers on a peer.
 #[derive(Debug)]
-pub struct Model(Box<dyn Architecture>);
+pub struct Model(Box<dyn Architecture>, Option<Link>);
 
 impl Model {
     /// Builds the model `config` describes with the architecture the
     /// registry names for its `model_type`.
     pub(crate) fn load(config: ModelConfig, w: &mut Weights) -> Result<Self> {
-        loader(&config.model_type)(config, w).map(Self)
+        loader(&config.model_type)(config, w).map(|a| Self(a, None))
+    }
+
+    /// The model's stages (`None`: its architecture cannot be split).
+    pub(crate) fn stages(&self) -> Option<&dyn Stages> {
+        self.0.stages()
+    }
+
+    /// Keeps only layers `range` (before the weights are read): the
+    /// host's first layers, or a lender's share.
+    pub(crate) fn keep_layers(&mut self, range: std::ops::Range<usize>) -> Result<()> {
+        let model_type = self.config().model_type_name().to_owned();
+        self.0.stages_mut().ok_or(EngineError::PeerUnsupported { model_type })?.keep_layers(range)
+    }
+
+    /// Hands every forward pass's later layers to the peer `link` joined.
+    pub(crate) fn attach(&mut self, link: Link) {
+        self.1 = Some(link);
+    }
+
+    /// The peer running this model's later layers, if any.
+    pub fn link(&self) -> Option<&Link> {
+        self.1.as_ref()
     }
 
     /// Runs `tokens` (`[B, L]` ids) after what `cache` holds, appends their
@@ -175,7 +228,10 @@ impl Model {
     }
 
     pub fn forward_with(&self, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
-        let out = self.0.forward(tokens, cache, logits)?;
+        let out = match (&self.1, self.0.stages()) {
+            (Some(link), Some(stages)) => link.forward(stages, tokens, cache, logits)?,
+            _ => self.0.forward(tokens, cache, logits)?,
+        };
         // After the model call, as mlx-lm's generate_step does: the pass
         // that reached the start ran over the float cache.
         cache.maybe_quantize()?;

@@ -16,6 +16,8 @@ use headroom_core::stats::{Rates, TurnTimings};
 use crate::backend::backend_info;
 use crate::error::{EngineError, Result};
 use crate::mlx_memory::MlxMemory;
+use crate::peer::host::HandOffs;
+use crate::peer::PeerPlacement;
 use crate::prompt_cache::Reuse;
 use crate::quant::QuantKernel;
 use crate::sampler::SamplingParams;
@@ -51,6 +53,9 @@ pub struct LoadSettings {
     /// (`headroom_core::fit::prompt_cache_limit`: out of what the verdict
     /// left over). 0 keeps only the latest.
     pub prompt_cache_bytes: usize,
+    /// Where the model's later layers run, when it is split across two
+    /// Macs (`None`: all here).
+    pub peer: Option<PeerPlacement>,
 }
 
 impl Default for LoadSettings {
@@ -63,6 +68,7 @@ impl Default for LoadSettings {
             kv: KvFormat::Float,
             wired_limit_bytes: None,
             prompt_cache_bytes: 0,
+            peer: None,
         }
     }
 }
@@ -264,6 +270,20 @@ pub struct TurnStats {
     pub kv_label: String,
     /// What speculative decoding did (mode `None`: plain decoding).
     pub speculation: Speculation,
+    /// Where the later layers ran when the model is split across two Macs.
+    pub peer: Option<PeerTurn>,
+}
+
+/// A turn of a model split across two Macs: where, and what handing the
+/// hidden state over and back cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerTurn {
+    /// The peer's control address.
+    pub peer: String,
+    /// Layers `0..first_peer_layer` ran here, the rest there.
+    pub first_peer_layer: usize,
+    pub layers: usize,
+    pub hand_offs: HandOffs,
 }
 
 /// What a run reports, in this order: `Started`, `Token`s (and possibly one
@@ -354,6 +374,7 @@ fn empty_stats(generated: usize) -> TurnStats {
         peak_memory_bytes: 0,
         kv_label: String::new(),
         speculation: Speculation::default(),
+        peer: None,
     }
 }
 

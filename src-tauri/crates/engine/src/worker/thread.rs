@@ -16,8 +16,8 @@ use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_core::kv::KvFormat;
 
 use super::api::{
-    memory_returned, AfterUnload, EngineEvent, GenerateRequest, LoadSettings, ModelInfo, OverflowPolicy, RunId,
-    SavedSessions, SessionsDropped, TurnStats, UnloadReport,
+    memory_returned, AfterUnload, EngineEvent, GenerateRequest, LoadSettings, ModelInfo, OverflowPolicy, PeerTurn,
+    RunId, SavedSessions, SessionsDropped, TurnStats, UnloadReport,
 };
 use crate::backend::backend_info;
 use crate::cache::persist::StateShape;
@@ -32,12 +32,13 @@ use crate::lookup::Depth;
 use crate::meter::{MeasuredKind, PeakMeasurement, SharedMeter};
 use crate::mlx_memory::{mlx_memory, MlxMemory};
 use crate::models::{check_kv_format, Model};
+use crate::peer::{PeerPlacement, Placement};
 use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part};
 use crate::prompt_cache::{Entry, Owner, PromptCache, PromptCacheStats, Reuse};
 use crate::sampler::Sampler;
 use crate::source::ModelFiles;
 use crate::tokenizer::Tokenizer;
-use crate::weights::weight_files;
+use crate::weights::{weight_files, ComputeDtype};
 
 /// A [`Job::WithModel`] body: the loaded model (if any), how it was
 /// loaded, and the engine's meter for the turns it runs.
@@ -397,16 +398,24 @@ impl Worker {
         let model = catch_unwind(AssertUnwindSafe(|| {
             // A GGUF model is staged only now: MLX reads its tensors when it
             // opens the file, so staging it earlier would hold two models.
-            let model = match staged {
+            let mut model = match staged {
                 Some(model) => model,
                 None => stage(dir, settings.dtype, settings.kernel)?,
             };
+            // Two Macs: only the host's layers are read here.
+            if let Some(peer) = &settings.peer {
+                model.keep_layers(0..peer.first_peer_layer)?;
+            }
             materialize(&model, dir).map(|()| model)
         }))
         .unwrap_or_else(|panic| {
             Err(EngineError::Panicked { during: "reading the weights", message: panic_message(&*panic) })
         })
         .map_err(none_loaded)?;
+        let model = match &settings.peer {
+            Some(at) => attach_peer(model, dir, at, &settings).map_err(none_loaded)?,
+            None => model,
+        };
         let config = model.config();
         let info = ModelInfo {
             dir: dir.to_owned(),
@@ -443,7 +452,12 @@ impl Worker {
             state_key: std::sync::OnceLock::new(),
             lookup: std::cell::RefCell::new(Depth::default()),
         });
-        self.record(measured.map_err(none_loaded)?);
+        let measured = measured.map_err(none_loaded)?;
+        // A model split across two Macs is not this model's footprint here:
+        // never a calibration point for it.
+        if self.loaded.as_ref().is_some_and(|l| l.model.link().is_none()) {
+            self.record(measured);
+        }
         Ok(info)
     }
 
@@ -501,7 +515,7 @@ impl Worker {
         // A cancelled turn (Stop, a client that hung up) may have stopped in
         // its prefill: its peak is no whole prefill's, and recorded as one it
         // would teach the fit to predict too little. Only complete evidence is kept.
-        if generation.finish_reason != FinishReason::Cancelled {
+        if generation.finish_reason != FinishReason::Cancelled && loaded.model.link().is_none() {
             self.record(measured);
         }
         Ok(peak)
@@ -568,6 +582,9 @@ impl Worker {
         let mut sampler = Sampler::new(request.sampling.clone())?;
         let format = request.kv.unwrap_or(loaded.settings.kv);
         loaded.model.check_kv_format(format)?;
+        // Across two Macs every turn starts afresh: the peer's half of a
+        // kept state would have to be kept and matched too (docs/two-macs.md).
+        let alone = loaded.model.link().is_none();
 
         // Room first (memory may be tighter than at the load), then the
         // cache that saves the most prefill: in memory, else this chat's
@@ -577,9 +594,10 @@ impl Worker {
         self.spill(dropped);
         let session = request.session.as_deref();
         let owner = Owner { session, tenant: request.tenant.as_deref() };
-        let (mut cache, reused, from) = match self.prompts.take(owner, &prompt, format) {
+        let kept = if alone { self.prompts.take(owner, &prompt, format) } else { None };
+        let (mut cache, reused, from) = match kept {
             Some((cache, reused)) => (cache, reused, Reuse::Memory),
-            None => match self.restore(session, &prompt, format)? {
+            None => match if alone { self.restore(session, &prompt, format)? } else { None } {
                 Some((cache, reused)) => (cache, reused, Reuse::Disk),
                 None => (self.loaded()?.model.new_cache_as(format)?, 0, Reuse::None),
             },
@@ -637,12 +655,21 @@ impl Worker {
             peak_memory_bytes,
             kv_label: cache.label(short_dtype_name(loaded.model.activation_dtype())),
             speculation: generation.speculation,
+            peer: loaded.model.link().map(|link| PeerTurn {
+                peer: link.peer.clone(),
+                first_peer_layer: link.first_peer_layer,
+                layers: link.layers,
+                hand_offs: link.take_hand_offs(),
+            }),
         };
         // What this request leaves is the latest entry; what no longer fits
         // the allowance goes to disk (a chat's) or away. A cache that cannot
         // step back leaves its state at the end of the prompt too (older,
         // so evicted first): the next turn's prompt continues that one even
         // where it re-words this answer.
+        if !alone {
+            return Ok(vec![EngineEvent::Stats(stats), EngineEvent::Finished { reason }]);
+        }
         let mut dropped = Vec::new();
         if let Some(checkpoint) = generation.checkpoint {
             dropped.extend(self.prompts.put(owner, checkpoint, room, true));
@@ -753,4 +780,22 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
         .map(|s| (*s).to_owned())
         .or_else(|| panic.downcast_ref::<String>().cloned())
         .unwrap_or_else(|| "unknown panic".into())
+}
+
+/// Places the later layers of `model` (already cut to the host's) on the
+/// peer `at` names, which loads them from its own copy of `dir`.
+fn attach_peer(mut model: Model, dir: &Path, at: &PeerPlacement, settings: &LoadSettings) -> Result<Model> {
+    let placement = Placement {
+        model: dir.to_owned(),
+        first_layer: at.first_peer_layer,
+        layers: usize::try_from(model.config().text.num_hidden_layers).unwrap_or(0),
+        f32: settings.dtype == ComputeDtype::F32,
+        kernel: settings.kernel.as_str().to_owned(),
+        kv: settings.kv,
+        context: at.context,
+        host_ring: String::new(),
+    };
+    let link = crate::peer::host::place(at, placement, model.activation_dtype(), model.config().text.hidden_size)?;
+    model.attach(link);
+    Ok(model)
 }

@@ -2,7 +2,8 @@
 import type { SpeculativeMode } from "./SpeculativeMode";
 
 /**
- * What speculative decoding did over a depth's counted runs, as reported.
+ * What speculative decoding did, as reported: over a depth's counted runs
+ * here, over one turn in `headroom generate --json`.
  */
 export type BenchSpeculation = { mode: SpeculativeMode, drafted: number, accepted: number, 
 /**

@@ -1,0 +1,205 @@
+//! The host's side: places the later layers of a model on a peer, and runs
+//! the hand-off of every forward pass ([`Link`]).
+
+use std::cell::Cell;
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use headroom_core::fit::BudgetInputs;
+use mlx_rs::{Array, Dtype};
+
+use super::protocol::{self, Placement, Reply, Request, VERSION};
+use super::ring::{stall_deadline, Ring};
+use super::{Op, HEADER_LEN};
+use crate::cache::KvCache;
+use crate::error::{EngineError, MlxContext, Result};
+use crate::models::{Logits, Stages};
+
+/// How long connecting to a peer may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a budget question may take.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long the peer may take to load its share (it reads its layers from
+/// disk first): a 32B model's half from a slow disk.
+const PLACE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// Where a model's later layers go: the peer's control address (`host:port`,
+/// as `headroom lend` prints it) and the first layer it runs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerPlacement {
+    pub addr: String,
+    pub first_peer_layer: usize,
+    /// The context the split was fitted for.
+    pub context: usize,
+}
+
+/// What the hand-offs of one turn cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HandOffs {
+    /// Forward passes handed over (one per decoded token, one per prompt chunk).
+    pub passes: usize,
+    /// Time the host waited on the peer, its layers included.
+    pub waited: Duration,
+    /// Of that, the peer's own compute (what it reported for each pass).
+    pub peer_compute: Duration,
+}
+
+impl HandOffs {
+    /// The hand-off itself per pass: the wait less the peer's compute.
+    pub fn per_pass(&self) -> Duration {
+        let passes = u32::try_from(self.passes.max(1)).unwrap_or(u32::MAX);
+        self.waited.saturating_sub(self.peer_compute) / passes
+    }
+}
+
+/// A model's later layers, placed on a peer for the life of this process's ring.
+pub struct Link {
+    ring: Ring,
+    /// Kept open: the lender ends the session when it closes.
+    _control: TcpStream,
+    /// Where the peer's control connection is (for messages).
+    pub peer: String,
+    /// The first layer the peer runs, and the model's layers in all.
+    pub first_peer_layer: usize,
+    pub layers: usize,
+    /// The activations' dtype and width: what crosses the ring.
+    dtype: Dtype,
+    hidden: i32,
+    /// Set once a hand-off failed: the ring is gone for this process.
+    lost: Cell<bool>,
+    /// Since the last [`Link::take_hand_offs`].
+    hand_offs: Mutex<HandOffs>,
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Link").field("peer", &self.peer).field("first_peer_layer", &self.first_peer_layer).finish()
+    }
+}
+
+/// The peer's budget now (for the split and `headroom fit --peer`), and its machine's name.
+pub fn peer_budget(addr: &str) -> Result<(String, BudgetInputs)> {
+    let mut control = connect(addr)?;
+    protocol::send(&mut control, &Request::Budget { version: VERSION })?;
+    match protocol::receive(&control, ANSWER_TIMEOUT)? {
+        Reply::Budget { version, machine, budget } if version == VERSION => Ok((machine, budget)),
+        Reply::Budget { version, .. } => Err(EngineError::PeerRefused {
+            peer: addr.to_owned(),
+            message: format!("it speaks version {version} of the protocol, this Mac {VERSION}"),
+        }),
+        Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
+        Reply::Placed { .. } => {
+            Err(EngineError::Peer { reason: "the peer answered a placement to a budget question".into() })
+        }
+    }
+}
+
+/// Places layers `first_peer_layer..` of the model on the peer (which loads
+/// them from its own copy at `placement.model`) and joins the ring.
+pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, hidden: i32) -> Result<Link> {
+    let mut control = connect(&at.addr)?;
+    let local = control.local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
+    let host_ring = free_address(local.ip())?;
+    placement.host_ring = host_ring.clone();
+    let (first_peer_layer, layers) = (placement.first_layer, placement.layers);
+    protocol::send(&mut control, &Request::Place { version: VERSION, placement })?;
+    let lender_ring = match protocol::receive(&control, PLACE_TIMEOUT)? {
+        Reply::Placed { ring } => ring,
+        Reply::Refused { message } => return Err(EngineError::PeerRefused { peer: at.addr.clone(), message }),
+        Reply::Budget { .. } => {
+            return Err(EngineError::Peer { reason: "the peer answered a budget to a placement".into() })
+        }
+    };
+    let ring = Ring::join(&host_ring, &lender_ring, 0, stall_deadline())?;
+    Ok(Link {
+        ring,
+        _control: control,
+        peer: at.addr.clone(),
+        first_peer_layer,
+        layers,
+        dtype,
+        hidden,
+        lost: Cell::new(false),
+        hand_offs: Mutex::default(),
+    })
+}
+
+impl Link {
+    /// One forward pass across both Macs: the host's layers here, the
+    /// peer's there, the head here. The peer rolls its cache back to the
+    /// host's length first, so a rejected proposal or a new turn (a cache
+    /// trimmed or started afresh here) is one there too.
+    pub(crate) fn forward(
+        &self,
+        stages: &dyn Stages,
+        tokens: &Array,
+        cache: &mut KvCache,
+        logits: Logits,
+    ) -> Result<Array> {
+        if self.lost.get() {
+            return Err(EngineError::PeerLost { reason: format!("the peer at {} is gone", self.peer) });
+        }
+        let offset = i32::try_from(cache.offset()).unwrap_or(i32::MAX);
+        let h = stages.blocks(stages.embed(tokens)?, cache)?.as_dtype(self.dtype).op("cast the hidden state")?;
+        h.eval().op("the host's layers")?;
+        let (b, l) = (h.dim(0), h.dim(1));
+        let all = logits == Logits::All;
+        let header = Array::from_slice(&[Op::Forward as i32, b, l, offset, i32::from(all)], &[HEADER_LEN]);
+        let started = Instant::now();
+        let back = (|| {
+            self.ring.send(&header)?;
+            self.ring.send(&h)?;
+            let back = self.ring.recv(&[b, if all { l } else { 1 }, self.hidden], self.dtype)?;
+            let micros = self.ring.recv(&[1], Dtype::Int32)?;
+            Ok((back, micros.as_slice::<i32>().first().copied().unwrap_or(0)))
+        })();
+        let (back, micros) = back.inspect_err(|_| self.lost.set(true))?;
+        {
+            let mut h = self.hand_offs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            h.passes += 1;
+            h.waited += started.elapsed();
+            h.peer_compute += Duration::from_micros(u64::try_from(micros).unwrap_or(0));
+        }
+        stages.head(back, logits)
+    }
+
+    /// What the hand-offs cost since the last call.
+    pub fn take_hand_offs(&self) -> HandOffs {
+        std::mem::take(&mut *self.hand_offs.lock().unwrap_or_else(std::sync::PoisonError::into_inner))
+    }
+
+    /// Whether a hand-off failed (the ring is gone for this process).
+    pub fn is_lost(&self) -> bool {
+        self.lost.get()
+    }
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        // Tells the peer to end its session; it also ends when the ring or
+        // the control connection goes, so a failure here changes nothing.
+        if !self.lost.get() {
+            let _ = self.ring.send(&Array::from_slice(&[Op::End as i32, 0, 0, 0, 0], &[HEADER_LEN]));
+        }
+    }
+}
+
+fn connect(addr: &str) -> Result<TcpStream> {
+    let target = addr
+        .to_socket_addrs()
+        .map_err(|e| EngineError::Peer { reason: format!("{addr} is not a host:port address: {e}") })?
+        .next()
+        .ok_or_else(|| EngineError::Peer { reason: format!("{addr} resolves to no address") })?;
+    TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)
+        .map_err(|e| EngineError::Peer { reason: format!("cannot reach a lending Mac at {addr}: {e}") })
+}
+
+/// An `ip:port` on this interface with a port free now (MLX's ring binds it
+/// a moment later).
+pub(crate) fn free_address(ip: IpAddr) -> Result<String> {
+    let listener = TcpListener::bind(SocketAddr::new(ip, 0))
+        .map_err(|e| EngineError::Peer { reason: format!("no free port on {ip}: {e}") })?;
+    let addr = listener.local_addr().map_err(|e| EngineError::Peer { reason: format!("no free port on {ip}: {e}") })?;
+    Ok(addr.to_string())
+}

@@ -1,0 +1,142 @@
+//! MLX's ring backend, as this engine uses it: a group of two processes
+//! (rank 0 the host, rank 1 the lender) joined over TCP from a hostfile,
+//! hidden states sent and received as MLX arrays on the CPU stream, and a
+//! watchdog for the one failure MLX does not see.
+//!
+//! Checked here (`docs/two-macs.md`): a killed peer makes the waiting side's
+//! `eval` fail with "[ring] connection to a peer was lost" within seconds
+//! (the kernel resets its sockets). A peer that stops answering without
+//! closing (a frozen process, a dropped network) would block it forever:
+//! the watchdog shuts the ring's sockets down when a pass has waited longer
+//! than its deadline, and MLX then fails the pass the same way.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use mlx_rs::{Array, Dtype};
+
+use crate::error::{EngineError, Result};
+use crate::ffi;
+
+/// How long one hand-off may wait for the peer before the watchdog cuts the
+/// ring: longer than the slowest honest pass (a 2048-token prompt chunk
+/// through half of a 32B model on a base M1 takes about 20 s).
+/// `HEADROOM_PEER_STALL_SECS` sets another (the tests' frozen-peer case).
+pub const STALL_DEADLINE: Duration = Duration::from_secs(60);
+
+/// [`STALL_DEADLINE`], or what `HEADROOM_PEER_STALL_SECS` says.
+pub(crate) fn stall_deadline() -> Duration {
+    std::env::var("HEADROOM_PEER_STALL_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(STALL_DEADLINE, Duration::from_secs)
+}
+
+/// This process's ring group.
+pub(crate) struct Ring {
+    group: ffi::Group,
+    /// The other rank.
+    other: i32,
+    watchdog: Watchdog,
+}
+
+impl std::fmt::Debug for Ring {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Ring").field("other", &self.other).finish_non_exhaustive()
+    }
+}
+
+impl Ring {
+    /// Joins the ring the hostfile `[[host], [lender]]` describes as `rank`,
+    /// waiting for the other side (MLX retries its connections for a while,
+    /// then fails). Once per process: MLX keeps the group for the process's life.
+    pub(crate) fn join(host: &str, lender: &str, rank: i32, deadline: Duration) -> Result<Self> {
+        let dir = std::env::temp_dir().join(format!("headroom-ring-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).map_err(|e| ring_error(format!("cannot create {}: {e}", dir.display())))?;
+        let hostfile = dir.join("hosts.json");
+        let hosts = serde_json::json!([[host], [lender]]);
+        std::fs::write(&hostfile, hosts.to_string())
+            .map_err(|e| ring_error(format!("cannot write {}: {e}", hostfile.display())))?;
+        let group = join_with(&hostfile, rank)?;
+        let _ = std::fs::remove_dir_all(&dir);
+        let ours: SocketAddr = parse(if rank == 0 { host } else { lender })?;
+        let theirs: SocketAddr = parse(if rank == 0 { lender } else { host })?;
+        Ok(Self { group, other: 1 - rank, watchdog: Watchdog::start(ours, theirs, deadline) })
+    }
+
+    /// Sends `x` to the other rank and waits until it has gone.
+    pub(crate) fn send(&self, x: &Array) -> Result<()> {
+        let sent = ffi::ring_send(x, self.other, &self.group)
+            .map_err(|status| ring_error(format!("send failed ({status})")))?;
+        self.watchdog.wait(|| sent.eval())
+    }
+
+    /// Receives a `shape` array of `dtype` from the other rank.
+    pub(crate) fn recv(&self, shape: &[i32], dtype: Dtype) -> Result<Array> {
+        let got = ffi::ring_recv(shape, dtype, self.other, &self.group)
+            .map_err(|status| ring_error(format!("receive failed ({status})")))?;
+        self.watchdog.wait(|| got.eval())?;
+        Ok(got)
+    }
+}
+
+/// Sets the two variables MLX's ring reads (it has no other way in) and
+/// joins. Each side calls it once, before it starts a ring of its own.
+fn join_with(hostfile: &Path, rank: i32) -> Result<ffi::Group> {
+    // MLX reads these with getenv during the init below; nothing else in
+    // the process reads or writes them.
+    std::env::set_var("MLX_HOSTFILE", hostfile);
+    std::env::set_var("MLX_RANK", rank.to_string());
+    ffi::ring_init().ok_or_else(|| {
+        ring_error("MLX could not join the ring (the other side did not connect, or a port is taken)".into())
+    })
+}
+
+fn parse(addr: &str) -> Result<SocketAddr> {
+    addr.parse().map_err(|e| ring_error(format!("{addr} is not an ip:port address: {e}")))
+}
+
+fn ring_error(reason: String) -> EngineError {
+    EngineError::Peer { reason }
+}
+
+/// Cuts the ring's sockets when a hand-off waits longer than its deadline.
+struct Watchdog {
+    /// When the current wait began (`None`: not waiting).
+    waiting: Arc<Mutex<Option<Instant>>>,
+}
+
+impl Watchdog {
+    fn start(ours: SocketAddr, theirs: SocketAddr, deadline: Duration) -> Self {
+        let waiting: Arc<Mutex<Option<Instant>>> = Arc::default();
+        let seen = Arc::downgrade(&waiting);
+        // Ends with the ring (its `Arc` gone).
+        let _ = std::thread::Builder::new().name("headroom-ring-watchdog".into()).spawn(move || loop {
+            std::thread::sleep(Duration::from_millis(500));
+            let Some(waiting) = seen.upgrade() else { return };
+            let since = *waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if since.is_some_and(|t| t.elapsed() > deadline) {
+                let cut = ffi::shutdown_sockets(|local, peer| local == ours || peer == theirs);
+                tracing::warn!("the peer has not answered for {} s: cut {cut} ring socket(s)", deadline.as_secs());
+                return;
+            }
+        });
+        Self { waiting }
+    }
+
+    fn wait(&self, eval: impl FnOnce() -> std::result::Result<(), mlx_rs::error::Exception>) -> Result<()> {
+        let set = |v| *self.waiting.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = v;
+        set(Some(Instant::now()));
+        let out = eval();
+        set(None);
+        // MLX's message ends with the mlx-c source line it came through: not the user's business.
+        out.map_err(|e| {
+            let what = e.what();
+            let reason = what.find(" at /").map_or(what, |at| &what[..at]);
+            EngineError::PeerLost { reason: reason.to_owned() }
+        })
+    }
+}

@@ -1,0 +1,193 @@
+//! One model across two Macs (issue #28), as two processes on 127.0.0.1:
+//! `headroom lend` and `headroom generate --peer`, over MLX's ring backend.
+//! The split's output is the one-process output token for token (dense and
+//! mixture-of-experts); a killed or frozen lender ends the answer with a
+//! typed error, what was generated kept; `fit --peer` shows each Mac's
+//! numbers, and a split that would swap a Mac is refused with them.
+
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use crate::common::headroom;
+
+/// A `headroom lend` in a process group of its own (it and its session
+/// processes), killed with the test.
+struct Lender {
+    child: Child,
+    addr: String,
+}
+
+impl Lender {
+    fn start(data: &Path, extra: &[&str]) -> Self {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
+            .args(["lend", "--port", "0"])
+            .args(extra)
+            .env("HEADROOM_DATA_DIR", data)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        // "lending NAME on 127.0.0.1:PORT (budget …); …"
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.split(" on ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or_default().to_owned();
+        assert!(addr.starts_with("127.0.0.1:"), "lend printed {line:?}");
+        Self { child, addr }
+    }
+
+    /// Sends `signal` to the lender and its session processes.
+    fn signal(&self, signal: &str) {
+        let group = format!("-{}", self.child.id());
+        let status = Command::new("kill").args(["-s", signal, "--", &group]).status().unwrap();
+        assert!(status.success(), "kill -s {signal} -- {group}");
+    }
+}
+
+impl Drop for Lender {
+    fn drop(&mut self) {
+        let _ = Command::new("kill").args(["-s", "KILL", "--", &format!("-{}", self.child.id())]).status();
+        let _ = self.child.wait();
+    }
+}
+
+/// `generate --json` greedily with the fused kernel (both sides multiply
+/// alike), 24 tokens through any EOS; the whole JSON object.
+fn generate(model: Option<&str>, peer: Option<&str>) -> Value {
+    let mut args = vec!["generate"];
+    args.extend(model);
+    args.extend(["--prompt", "Name three colours of the sea.", "--kernel", "fused", "--temp", "0"]);
+    args.extend(["--max-tokens", "24", "--ignore-eos", "--json"]);
+    if let Some(peer) = peer {
+        args.extend(["--peer", peer]);
+    }
+    let out = headroom(&args);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "generate {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    serde_json::from_str(stdout.trim()).unwrap()
+}
+
+#[test]
+fn a_model_split_across_two_processes_answers_token_for_token_as_one() {
+    let tmp = headroom_test_support::scratch("two-macs-parity");
+    let moe = tmp.join("moe");
+    let made = headroom(&["demo-model", moe.to_str().unwrap(), "--arch", "qwen3_moe"]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    // The real default model (dense, GGUF) and a mixture-of-experts one.
+    for model in [None, moe.to_str()] {
+        let lender = Lender::start(&tmp.join("lender"), &[]);
+        let alone = generate(model, None);
+        let split = generate(model, Some(&lender.addr));
+        let ids = |v: &Value| v["token_ids"].as_array().cloned().unwrap_or_default();
+        assert_eq!(ids(&alone).len(), 24, "{alone}");
+        assert_eq!(ids(&split), ids(&alone), "{model:?}: split {split} vs alone {alone}");
+        let peer = &split["stats"]["peer"];
+        assert_eq!(peer["peer"], lender.addr.as_str(), "{split}");
+        let (first, layers) = (peer["first_peer_layer"].as_u64().unwrap(), peer["layers"].as_u64().unwrap());
+        assert!(first >= 1 && first < layers, "{peer}");
+        // One hand-off per pass: the prompt and then at most one per token.
+        let passes = peer["passes"].as_u64().unwrap();
+        assert!((2..=25).contains(&passes), "{peer}");
+        assert!(alone["stats"]["peer"].is_null(), "{alone}");
+    }
+}
+
+/// Starts `generate --peer` for a long answer, waits until it has streamed
+/// some text, then does `to_lender` to the lender: the answer must end
+/// within `limit` with the typed error, its text so far kept on stdout.
+fn answer_ends_when_the_lender(to_lender: &str, stall_secs: &str, limit: Duration) {
+    let tmp = headroom_test_support::scratch("two-macs-failure");
+    let lender = Lender::start(&tmp.join("lender"), &[]);
+    let mut host = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["generate", "--prompt", "Tell me a long story about a lighthouse.", "--kernel", "fused"])
+        .args(["--temp", "0", "--max-tokens", "4000", "--ignore-eos", "--peer", &lender.addr])
+        .env("HEADROOM_DATA_DIR", tmp.join("host"))
+        .env("HEADROOM_PEER_STALL_SECS", stall_secs)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdout = host.stdout.take().unwrap();
+    let mut seen = vec![0u8; 64];
+    stdout.read_exact(&mut seen).unwrap();
+    lender.signal(to_lender);
+    let since = Instant::now();
+    let status = loop {
+        if let Some(status) = host.try_wait().unwrap() {
+            break status;
+        }
+        assert!(since.elapsed() < limit, "the answer still runs {limit:?} after the lender got SIG{to_lender}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let mut rest = String::new();
+    stdout.read_to_string(&mut rest).unwrap();
+    let mut stderr = String::new();
+    host.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    println!("SIG{to_lender}: the answer ended {:.2} s later", since.elapsed().as_secs_f64());
+    assert!(!status.success());
+    assert!(stderr.contains("headroom: the peer Mac is gone"), "{stderr}");
+    assert!(!stderr.contains(" at /"), "no source paths in the message: {stderr}");
+    assert!(seen.iter().chain(rest.as_bytes()).any(|b| b.is_ascii_alphabetic()), "the text so far stays on stdout");
+    if to_lender == "STOP" {
+        lender.signal("CONT");
+    }
+}
+
+#[test]
+fn killing_the_lender_mid_answer_ends_it_with_a_typed_error_within_30_s() {
+    answer_ends_when_the_lender("KILL", "60", Duration::from_secs(30));
+}
+
+#[test]
+fn a_frozen_lender_is_cut_off_by_the_watchdog() {
+    // The watchdog's deadline shortened to 3 s (60 s by default).
+    answer_ends_when_the_lender("STOP", "3", Duration::from_secs(20));
+}
+
+#[test]
+fn fit_with_a_peer_shows_each_macs_numbers_and_refuses_a_split_that_would_swap() {
+    let tmp = headroom_test_support::scratch("two-macs-fit");
+    // Qwen2.5-7B's real headers, no data: 4 GB of weights.
+    let model = tmp.join("q7");
+    let made = headroom(&["demo-model", model.to_str().unwrap(), "--preset", "qwen2.5-7b", "--sparse"]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let model = model.to_str().unwrap();
+    let fit = |peer: &str| {
+        let out = headroom(&["fit", model, "--available-gb", "9", "--context", "8192", "--json", "--peer", peer]);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_str::<Value>(String::from_utf8_lossy(&out.stdout).trim()).unwrap()
+    };
+    let refuses = |v: &Value| matches!(v["kind"].as_str(), Some("would_swap" | "cannot_fit"));
+
+    // A lender with 14 GB available: the 7B does not fit here (5 GB of
+    // budget) but fits across both, the lender taking more layers.
+    let roomy = Lender::start(&tmp.join("roomy"), &["--available-gb", "14"]);
+    let v = fit(&roomy.addr);
+    assert!(refuses(&v["verdict"]), "alone: {}", v["verdict"]);
+    let (host, peer) = (&v["split"]["host"], &v["split"]["peer"]);
+    for share in [host, peer] {
+        assert!(!refuses(&share["fit"]["verdict"]), "{share}");
+        assert!(share["fit"]["estimate"]["weight_bytes"].as_u64().unwrap() > 0, "{share}");
+        assert!(share["fit"]["budget"]["budget_bytes"].as_u64().unwrap() > 0, "{share}");
+    }
+    assert_eq!(host["layers"].as_u64().unwrap() + peer["layers"].as_u64().unwrap(), 28);
+    assert!(peer["layers"].as_u64() > host["layers"].as_u64(), "the roomier Mac takes more: {v}");
+    assert_eq!(peer["first_layer"], host["layers"]);
+    assert_eq!(v["split"]["machine"].as_str().map(str::is_empty), Some(false));
+
+    // A lender with 5 GB available (1 GB of budget): no split fits; the
+    // split is shown with its numbers, and generate refuses it.
+    let tight = Lender::start(&tmp.join("tight"), &["--available-gb", "5"]);
+    let v = fit(&tight.addr);
+    assert!(refuses(&v["split"]["peer"]["fit"]["verdict"]) || refuses(&v["split"]["host"]["fit"]["verdict"]), "{v}");
+    let out = headroom(&["generate", model, "--prompt", "hi", "--available-gb", "9", "--peer", &tight.addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("refusing to load") && stderr.contains("one of them would swap"), "{stderr}");
+    assert!(stderr.contains("layers") && stderr.contains("budget"), "each Mac's numbers: {stderr}");
+}
