@@ -19,5 +19,6 @@ mod openai_client;
 mod persist;
 mod pull;
 mod route;
+mod serve_load;
 mod shelf;
 mod two_macs;

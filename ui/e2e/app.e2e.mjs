@@ -1377,4 +1377,76 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       });
     }
   });
+
+  // Issue #29: with the app's local server on, any local process could send
+  // the popover chat's message with a guessed digit and read from
+  // `cached_tokens` whether the guess was right (the right one reused the
+  // chat's state). A chat's state serves that chat only: the exact message
+  // is cached no more than a wrong guess.
+  test('with the local server on, a popover chat cannot be read through it: its exact message is cached no more than a wrong guess', { timeout: 90_000 }, async () => {
+    requireApp();
+    const port = await freePort();
+    const savedNext = (testId) =>
+      waitFor(
+        () => session.execute(`return document.querySelector('[data-testid="${testId}"]').closest('label').nextElementSibling?.classList.contains('saved') ?? false;`),
+        { timeoutMs: 5_000, message: `${testId} to be saved` },
+      );
+    await session.click(await session.byTestId('settings-button'));
+    await setSetting('temperature', '0');
+    await savedNext('temperature');
+    await setSetting('max-tokens', '16');
+    await savedNext('max-tokens');
+    await setSetting('server-port', String(port));
+    await savedNext('server-port');
+    await session.click(await session.byTestId('server-toggle'));
+    const url = `http://127.0.0.1:${port}/v1`;
+    await waitFor(async () => (await session.text(await session.byTestId('server-status'))).includes(url), {
+      timeoutMs: 15_000,
+      message: `the server to report ${url}`,
+    });
+    await session.click(await session.byTestId('settings-button'));
+    try {
+      // A new chat: its one message is the whole conversation the engine ran.
+      await openTab('sessions');
+      await session.click(await session.byTestId('new-session'));
+      await session.waitForElement('[data-testid="chat-input"]', 5_000);
+      await waitFor(async () => (await session.allByTestId('message-user')).length === 0, { timeoutMs: 5_000, message: 'an empty chat' });
+      const secret = 'Keep this private: the last digit of my door code is 7.';
+      await sendMessage(secret);
+      await finishedAnswer(1, 40_000);
+
+      // Another local process: the chat's exact conversation first, then the
+      // same with a wrong digit, greedy, on the model the popover uses.
+      const ask = async (content) => {
+        const reply = await fetch(`${url}/chat/completions`, {
+          method: 'POST',
+          headers: { 'Content-Type': 'application/json' },
+          body: JSON.stringify({ model: DEFAULT_MODEL_ID, messages: [{ role: 'user', content }], max_tokens: 2, temperature: 0 }),
+          signal: AbortSignal.timeout(30_000),
+        });
+        const body = await reply.text();
+        assert.equal(reply.status, 200, body);
+        return JSON.parse(body).usage;
+      };
+      const exact = await ask(secret);
+      const wrong = await ask(secret.replace('7', '3'));
+      const cached = (usage) => usage?.prompt_tokens_details?.cached_tokens;
+      for (const [name, usage] of [['exact', exact], ['wrong', wrong]]) {
+        assert.equal(typeof cached(usage), 'number', `the ${name} guess's reply reports cached_tokens: ${JSON.stringify(usage)}`);
+      }
+      assert.equal(exact.prompt_tokens, wrong.prompt_tokens, 'the two guesses are the same length');
+      assert.ok(
+        cached(exact) <= cached(wrong),
+        `the chat's exact message reused ${cached(exact)} cached tokens, a wrong guess ${cached(wrong)} (of ${exact.prompt_tokens}): the chat can be read through the server`,
+      );
+    } finally {
+      await session.click(await session.byTestId('settings-button'));
+      await session.click(await session.byTestId('server-toggle'));
+      await waitFor(async () => (await session.text(await session.byTestId('server-status'))).startsWith('Off'), {
+        timeoutMs: 15_000,
+        message: 'the server to stop',
+      });
+      await session.click(await session.byTestId('settings-button'));
+    }
+  });
 });
