@@ -243,7 +243,9 @@ fn headroom_serve_under_load_refuses_beyond_its_bound_stays_in_budget_and_stops_
     let status = loop {
         match server.0.try_wait().unwrap() {
             Some(status) => break status,
-            None if signalled.elapsed() < limit + Duration::from_secs(20) => std::thread::sleep(Duration::from_millis(20)),
+            None if signalled.elapsed() < limit + Duration::from_secs(20) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
             None => panic!("headroom serve still runs {:?} after Ctrl-C", signalled.elapsed()),
         }
     };

@@ -97,16 +97,22 @@ fn a_model_split_across_two_processes_answers_token_for_token_as_one() {
     }
 }
 
-/// Starts `generate --peer` for a long answer, waits until it has streamed
-/// some text, then does `to_lender` to the lender: the answer must end
-/// within `limit` with the typed error, its text so far kept on stdout.
-fn answer_ends_when_the_lender(to_lender: &str, stall_secs: &str, limit: Duration) {
-    let tmp = headroom_test_support::scratch("two-macs-failure");
-    let lender = Lender::start(&tmp.join("lender"), &[]);
+/// Runs `args` (a long answer with `--peer` to `lender`) on the data folder
+/// `data`, waits until it has streamed some text, then sends `to_lender` to
+/// the lender: the answer must end within `limit` with the typed error.
+/// Returns what it printed on stdout and stderr.
+fn answer_ends_when_the_lender(
+    args: &[&str],
+    data: &Path,
+    lender: &Lender,
+    to_lender: &str,
+    stall_secs: &str,
+    limit: Duration,
+) -> (String, String) {
     let mut host = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["generate", "--prompt", "Tell me a long story about a lighthouse.", "--kernel", "fused"])
-        .args(["--temp", "0", "--max-tokens", "4000", "--ignore-eos", "--peer", &lender.addr])
-        .env("HEADROOM_DATA_DIR", tmp.join("host"))
+        .args(args)
+        .args(["--kernel", "fused", "--temp", "0", "--max-tokens", "4000", "--ignore-eos", "--peer", &lender.addr])
+        .env("HEADROOM_DATA_DIR", data)
         .env("HEADROOM_PEER_STALL_SECS", stall_secs)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -130,23 +136,51 @@ fn answer_ends_when_the_lender(to_lender: &str, stall_secs: &str, limit: Duratio
     host.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
     println!("SIG{to_lender}: the answer ended {:.2} s later", since.elapsed().as_secs_f64());
     assert!(!status.success());
-    assert!(stderr.contains("headroom: the peer Mac is gone"), "{stderr}");
+    assert!(stderr.contains("the peer Mac is gone"), "{stderr}");
     assert!(!stderr.contains(" at /"), "no source paths in the message: {stderr}");
-    assert!(seen.iter().chain(rest.as_bytes()).any(|b| b.is_ascii_alphabetic()), "the text so far stays on stdout");
-    if to_lender == "STOP" {
-        lender.signal("CONT");
-    }
+    (String::from_utf8_lossy(&seen).into_owned() + &rest, stderr)
 }
 
 #[test]
-fn killing_the_lender_mid_answer_ends_it_with_a_typed_error_within_30_s() {
-    answer_ends_when_the_lender("KILL", "60", Duration::from_secs(30));
+fn killing_the_lender_mid_answer_ends_it_within_30_s_keeps_it_and_the_next_answer_is_local() {
+    let tmp = headroom_test_support::scratch("two-macs-kill");
+    let data = tmp.join("host");
+    let lender = Lender::start(&tmp.join("lender"), &[]);
+    let chat = ["chat", "--session", "s", "--message", "Tell me a long story about a lighthouse."];
+    let (streamed, stderr) = answer_ends_when_the_lender(&chat, &data, &lender, "KILL", "60", Duration::from_secs(30));
+    assert!(stderr.contains("what arrived is saved"), "{stderr}");
+
+    // What arrived is stored, marked as an error with the reason.
+    let env = [("HEADROOM_DATA_DIR", data.as_os_str())];
+    let export = crate::common::headroom_with(&["export", "s", "--format", "json"], &env);
+    assert!(export.status.success(), "{}", String::from_utf8_lossy(&export.stderr));
+    let v: Value = serde_json::from_slice(&export.stdout).unwrap();
+    let answer = &v["messages"][1];
+    assert_eq!(answer["status"], "error", "{v}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("peer")), "{answer}");
+    let kept = answer["content"].as_str().unwrap_or_default();
+    assert!(
+        kept.len() >= 32 && streamed.contains(kept.get(..32).unwrap_or(kept)),
+        "stored {kept:?}, streamed {streamed:?}"
+    );
+
+    // The same chat goes on, on this Mac alone, with the model that fits here.
+    let local = ["chat", "--session", "s", "--message", "What is the capital of France?", "--temp", "0"];
+    let next = crate::common::headroom_with(&local, &env);
+    assert!(next.status.success(), "{}", String::from_utf8_lossy(&next.stderr));
+    assert!(String::from_utf8_lossy(&next.stdout).contains("Paris"), "{}", String::from_utf8_lossy(&next.stdout));
 }
 
 #[test]
 fn a_frozen_lender_is_cut_off_by_the_watchdog() {
+    let tmp = headroom_test_support::scratch("two-macs-frozen");
+    let lender = Lender::start(&tmp.join("lender"), &[]);
     // The watchdog's deadline shortened to 3 s (60 s by default).
-    answer_ends_when_the_lender("STOP", "3", Duration::from_secs(20));
+    let generate = ["generate", "--prompt", "Tell me a long story about a lighthouse."];
+    let (streamed, _) =
+        answer_ends_when_the_lender(&generate, &tmp.join("host"), &lender, "STOP", "3", Duration::from_secs(20));
+    assert!(streamed.chars().any(char::is_alphabetic), "the text so far stays on stdout: {streamed:?}");
+    lender.signal("CONT");
 }
 
 #[test]
