@@ -153,10 +153,19 @@ pub(crate) fn bench(
         let tps = p.decode_tps.map_or_else(|| "n/a".to_owned(), |v| format!("{v:.1}"));
         let _ = writeln!(err, "depth {}: {what}: decode {tps} tok/s", p.depth);
     })?;
+    // Two Macs: where the layers ran, and the hand-offs of the whole bench.
+    let peer = engine.peer_hand_offs()?;
     if args.json {
-        writeln!(out, "{}", serde_json::to_string(&report_json(&report))?)?;
+        let mut json = report_json(&report);
+        if let (Some(p), Some(object)) = (&peer, json.as_object_mut()) {
+            object.insert("peer".into(), super::generate::peer_json(p));
+        }
+        writeln!(out, "{}", serde_json::to_string(&json)?)?;
     } else {
         write!(out, "{}", table(&report))?;
+        if let Some(p) = &peer {
+            writeln!(out, "{} (the whole bench: warm-ups and depth fills too)", super::generate::peer_line(p))?;
+        }
     }
     Ok(report)
 }

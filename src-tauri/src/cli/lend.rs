@@ -131,16 +131,14 @@ fn answer(mut stream: TcpStream, args: &LendArgs, busy: bool) -> Result<Option<C
         protocol::send(&mut stream, &Reply::Refused { message })?;
         return Ok(None);
     }
-    let json = serde_json::to_string(&placement)?;
-    let exe = std::env::current_exe().map_err(|e| CliError::Lend(format!("cannot find this program: {e}")))?;
-    let fd = stream.as_fd().try_clone_to_owned().map_err(|e| CliError::Lend(e.to_string()))?;
-    let child = Command::new(exe)
-        .args(["lend", "--session"])
-        .env(PLACEMENT_ENV, json)
-        .stdin(Stdio::from(fd))
-        .stdout(Stdio::null())
-        .spawn()
-        .map_err(|e| CliError::Lend(format!("cannot start a session process: {e}")))?;
+    let child = match start_session(&stream, &placement) {
+        Ok(child) => child,
+        Err(e) => {
+            // The host hears why, not a closed connection.
+            protocol::send(&mut stream, &Reply::Refused { message: e.to_string() })?;
+            return Err(e);
+        }
+    };
     println!(
         "lent layers {}..{} of {} to {}",
         placement.first_layer,
@@ -150,6 +148,20 @@ fn answer(mut stream: TcpStream, args: &LendArgs, busy: bool) -> Result<Option<C
     );
     std::io::stdout().flush()?;
     Ok(Some(child))
+}
+
+/// A session process for `placement`, holding the host's connection as its stdin.
+fn start_session(stream: &TcpStream, placement: &Placement) -> Result<Child, CliError> {
+    let json = serde_json::to_string(placement)?;
+    let exe = std::env::current_exe().map_err(|e| CliError::Lend(format!("cannot find this program: {e}")))?;
+    let fd = stream.as_fd().try_clone_to_owned().map_err(|e| CliError::Lend(e.to_string()))?;
+    Command::new(exe)
+        .args(["lend", "--session"])
+        .env(PLACEMENT_ENV, json)
+        .stdin(Stdio::from(fd))
+        .stdout(Stdio::null())
+        .spawn()
+        .map_err(|e| CliError::Lend(format!("cannot start a session process: {e}")))
 }
 
 /// The share the host asks of this Mac, against this Mac's budget: its

@@ -9,7 +9,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use super::api::{
-    AfterUnload, GenerateRequest, LoadSettings, ModelInfo, Run, RunId, SavedSessions, SessionsDropped, UnloadReport,
+    AfterUnload, GenerateRequest, LoadSettings, ModelInfo, PeerTurn, Run, RunId, SavedSessions, SessionsDropped,
+    UnloadReport,
 };
 use super::thread::{spawn, Job, Metering, Shared};
 use crate::error::{EngineError, Result};
@@ -172,6 +173,23 @@ impl EngineHandle {
         job: impl FnOnce(Option<&Model>, &LoadSettings, &Metering<'_>) + Send + 'static,
     ) -> Result<()> {
         self.send(Job::WithModel(Box::new(job)))
+    }
+
+    /// Where the loaded model's later layers run and what handing over cost
+    /// since the last turn (or the last call): for runs that are not turns
+    /// (the benchmark). `None` when the model runs on this Mac alone.
+    pub fn peer_hand_offs(&self) -> Result<Option<PeerTurn>> {
+        let (reply, rx) = mpsc::channel();
+        self.with_model(move |model, _, _| {
+            let turn = model.and_then(Model::link).map(|link| PeerTurn {
+                peer: link.peer.clone(),
+                first_peer_layer: link.first_peer_layer,
+                layers: link.layers,
+                hand_offs: link.take_hand_offs(),
+            });
+            let _ = reply.send(turn);
+        })?;
+        rx.recv().map_err(|_| EngineError::EngineStopped)
     }
 
     /// Frees the model and ends the engine thread, waiting for both; later
