@@ -344,7 +344,7 @@ pub fn load(
             details: fit::refusal_details(&report, &remedies).into_details(),
         });
     }
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report).map_err(CommandError::from)?;
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, None).map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
     Ok(LoadResult {
@@ -410,6 +410,7 @@ pub(crate) fn switch_to(
     context_limit: usize,
     kv: KvFormat,
     report: &FitReport,
+    peer: Option<headroom_engine::peer::PeerPlacement>,
 ) -> Result<Switched, EngineError> {
     let rss = || headroom_memory::process_rss().unwrap_or(0);
     let rss_before_unload_bytes = rss();
@@ -427,6 +428,7 @@ pub(crate) fn switch_to(
         kv,
         state.prompt_cache_max_bytes(),
     );
+    let settings = headroom_engine::worker::LoadSettings { peer, ..settings };
     let cache_limit = settings.cache_limit_bytes.unwrap_or(usize::MAX);
     let kernel = settings.kernel;
     let info = match state.engine.load_observed(path, settings, Some(observe)) {

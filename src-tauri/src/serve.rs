@@ -32,11 +32,18 @@ pub struct AppModels {
     state: AppState,
     /// Folders outside the app's own, first in the list (they win a duplicate id).
     extra: Vec<Offered>,
+    /// A Mac lending itself (`serve --peer`): every model loads split with it.
+    peer: Option<String>,
 }
 
 impl AppModels {
     pub fn new(state: AppState) -> Self {
-        Self { state, extra: Vec::new() }
+        Self { state, extra: Vec::new(), peer: None }
+    }
+
+    /// Splits every model it loads with the lending Mac at `peer` (`HOST:PORT`).
+    pub fn with_peer(self, peer: Option<String>) -> Self {
+        Self { peer, ..self }
     }
 
     /// Offers the model at `path`, as its name: a folder with a config.json
@@ -144,10 +151,32 @@ impl ModelProvider for AppModels {
             }
             other => failed(other.to_string()),
         })?;
-        if report.verdict.refuses() {
-            return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });
-        }
-        models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report)
+        // Two Macs (`serve --peer`): the model split with the peer, each
+        // Mac within its own budget; refused where either would swap.
+        let (report, placement) = match &self.peer {
+            Some(peer) => {
+                let native = headroom_engine::ComputeDtype::Native;
+                let split = fit::check_split(&entry.path, context_limit, native, kernel, kv, source, peer)
+                    .map_err(|e| failed(e.to_string()))?;
+                let (host, lent) = (&split.report.host, &split.report.peer);
+                tracing::info!(
+                    model = %entry.id, peer = %split.peer,
+                    "split across two Macs: layers 0..{} here ({:?}), {}..{} there ({:?})",
+                    host.layers, host.fit.verdict, lent.first_layer, lent.first_layer + lent.layers, lent.fit.verdict
+                );
+                if split.report.refuses() {
+                    let over =
+                        if split.report.host.fit.verdict.refuses() { &split.report.host } else { &split.report.peer };
+                    return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(over.fit.clone()) });
+                }
+                (split.report.host.fit.clone(), Some(split.placement()))
+            }
+            None if report.verdict.refuses() => {
+                return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });
+            }
+            None => (report, None),
+        };
+        models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, placement)
             .map_err(|e| failed(e.to_string()))?;
         tracing::info!(model = %entry.id, context_limit, kv = %report.kv_label, "the server loaded a model");
         Ok(ReadyModel { id: entry.id })

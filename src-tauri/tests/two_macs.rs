@@ -225,3 +225,60 @@ fn fit_with_a_peer_shows_each_macs_numbers_and_refuses_a_split_that_would_swap()
     assert!(stderr.contains("refusing to load") && stderr.contains("one of them would swap"), "{stderr}");
     assert!(stderr.contains("layers") && stderr.contains("budget"), "each Mac's numbers: {stderr}");
 }
+
+/// One greedy chat completion over plain HTTP (`Connection: close`): the body.
+fn complete(addr: &str, model: &str, content: &str) -> Value {
+    use std::io::Write;
+    let body = serde_json::json!({
+        "model": model,
+        "messages": [{"role": "user", "content": content}],
+        "max_tokens": 16,
+        "temperature": 0,
+    })
+    .to_string();
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(120))).unwrap();
+    write!(
+        s,
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    assert!(head.starts_with("HTTP/1.1 200"), "{reply}");
+    serde_json::from_str(body).unwrap()
+}
+
+#[test]
+fn serve_with_a_peer_answers_across_two_macs_turn_after_turn() {
+    let tmp = headroom_test_support::scratch("two-macs-serve");
+    let lender = Lender::start(&tmp.join("lender"), &[]);
+    let model = Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/models/SmolLM2-135M-Instruct");
+    let mut server = Command::new(env!("CARGO_BIN_EXE_headroom"))
+        .args(["serve", "--port", "0", "--kernel", "fused", "--peer", &lender.addr, "--model"])
+        .arg(&model)
+        .env("HEADROOM_DATA_DIR", tmp.join("host"))
+        .env("HF_HUB_CACHE", tmp.join("empty-hub"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut url = String::new();
+    BufReader::new(server.stdout.as_mut().unwrap()).read_line(&mut url).unwrap();
+    let addr = url.trim().trim_start_matches("http://").trim_end_matches("/v1").to_owned();
+    // Two turns: each starts afresh on both Macs (the lender rolls its cache back).
+    let answers: Vec<Value> =
+        (0..2).map(|_| complete(&addr, "SmolLM2-135M-Instruct", "What is the capital of France?")).collect();
+    let _ = server.kill();
+    let _ = server.wait();
+    for v in &answers {
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap_or_default();
+        assert!(text.contains("Paris"), "{v}");
+        let two = &v["usage"]["headroom"]["two_macs"];
+        assert_eq!(two["peer"], lender.addr.as_str(), "{v}");
+        assert!(two["passes"].as_u64().is_some_and(|p| p >= 2), "{v}");
+    }
+    assert_eq!(answers[0]["choices"], answers[1]["choices"]);
+}

@@ -158,7 +158,7 @@ pub(crate) fn bench(
     if args.json {
         let mut json = report_json(&report);
         if let (Some(p), Some(object)) = (&peer, json.as_object_mut()) {
-            object.insert("peer".into(), super::generate::peer_json(p));
+            object.insert("peer".into(), serde_json::to_value(p.report())?);
         }
         writeln!(out, "{}", serde_json::to_string(&json)?)?;
     } else {

@@ -228,21 +228,8 @@ pub(crate) fn json_report(o: &RunOutput) -> serde_json::Value {
             "batch": s.batch,
             "kv_cache": s.kv_label,
             "speculative": crate::bench::SpeculationJson::of(&s.speculation),
-            "peer": s.peer.as_ref().map(peer_json),
+            "peer": s.peer.as_ref().map(PeerTurn::report),
         },
-    })
-}
-
-/// Where the layers ran and what handing over cost, as `--json` reports it.
-pub(crate) fn peer_json(p: &PeerTurn) -> serde_json::Value {
-    json!({
-        "peer": p.peer,
-        "first_peer_layer": p.first_peer_layer,
-        "layers": p.layers,
-        "passes": p.hand_offs.passes,
-        "waited_s": p.hand_offs.waited.as_secs_f64(),
-        "peer_compute_s": p.hand_offs.peer_compute.as_secs_f64(),
-        "hand_off_ms_per_pass": p.hand_offs.per_pass().as_secs_f64() * 1e3,
     })
 }
 

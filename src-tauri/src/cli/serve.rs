@@ -48,6 +48,8 @@ pub struct ServeArgs {
     pub kv: KvArgs,
     #[command(flatten)]
     pub speculative: SpeculativeArgs,
+    #[command(flatten)]
+    pub peer: super::lend::PeerArgs,
     /// Max new tokens for a request that sets none.
     #[arg(long, default_value_t = DEFAULT_MAX_TOKENS)]
     pub max_tokens: usize,
@@ -151,7 +153,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     state.context_limit.store(args.context, Ordering::Relaxed);
     state.apply_kernel(args.kernel.kernel);
     state.apply_kv(args.kv.format()?);
-    let mut provider = AppModels::new(state.clone());
+    let mut provider = AppModels::new(state.clone()).with_peer(args.peer.peer.clone());
     if let Some(dir) = &args.models_dir {
         provider.add_models_dir(dir).map_err(|source| ServeError::ModelsDir { dir: dir.clone(), source })?;
     }

@@ -300,6 +300,9 @@ pub struct HeadroomStats {
     pub peak_memory_bytes: usize,
     /// What the request's KV cache was: "bf16", "8-bit (group 64)", …
     pub kv_cache: String,
+    /// Split across two Macs (`serve --peer`): where, and what handing over cost.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub two_macs: Option<headroom_engine::worker::PeerReport>,
 }
 
 impl Usage {
@@ -320,6 +323,7 @@ impl Usage {
                 batch: s.batch,
                 peak_memory_bytes: s.peak_memory_bytes,
                 kv_cache: s.kv_label.clone(),
+                two_macs: s.peer.as_ref().map(headroom_engine::worker::PeerTurn::report),
             },
         }
     }

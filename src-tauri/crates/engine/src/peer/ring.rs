@@ -35,6 +35,9 @@ pub(crate) fn stall_deadline() -> Duration {
         .map_or(STALL_DEADLINE, Duration::from_secs)
 }
 
+/// Whether this process has joined a ring (MLX's is for the process's life).
+static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// This process's ring group.
 pub(crate) struct Ring {
     group: ffi::Group,
@@ -54,6 +57,12 @@ impl Ring {
     /// waiting for the other side (MLX retries its connections for a while,
     /// then fails). Once per process: MLX keeps the group for the process's life.
     pub(crate) fn join(host: &str, lender: &str, rank: i32, deadline: Duration) -> Result<Self> {
+        // A second init would return the first ring, its peer long gone.
+        if JOINED.swap(true, std::sync::atomic::Ordering::SeqCst) {
+            return Err(ring_error(
+                "this process has placed a model on a peer before, and MLX keeps one ring per process: start it again to place another".into(),
+            ));
+        }
         let dir = std::env::temp_dir().join(format!("headroom-ring-{}", std::process::id()));
         std::fs::create_dir_all(&dir).map_err(|e| ring_error(format!("cannot create {}: {e}", dir.display())))?;
         let hostfile = dir.join("hosts.json");

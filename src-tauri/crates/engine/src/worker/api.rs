@@ -286,6 +286,36 @@ pub struct PeerTurn {
     pub hand_offs: HandOffs,
 }
 
+/// A [`PeerTurn`] as `--json` and the server's `usage.headroom` report it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct PeerReport {
+    pub peer: String,
+    pub first_peer_layer: usize,
+    pub layers: usize,
+    /// Forward passes handed over.
+    pub passes: usize,
+    /// Time waited on the peer, its compute included.
+    pub waited_s: f64,
+    pub peer_compute_s: f64,
+    /// The hand-off itself: the wait less the peer's compute, per pass.
+    pub hand_off_ms_per_pass: f64,
+}
+
+impl PeerTurn {
+    pub fn report(&self) -> PeerReport {
+        let h = &self.hand_offs;
+        PeerReport {
+            peer: self.peer.clone(),
+            first_peer_layer: self.first_peer_layer,
+            layers: self.layers,
+            passes: h.passes,
+            waited_s: h.waited.as_secs_f64(),
+            peer_compute_s: h.peer_compute.as_secs_f64(),
+            hand_off_ms_per_pass: h.per_pass().as_secs_f64() * 1e3,
+        }
+    }
+}
+
 /// What a run reports, in this order: `Started`, `Token`s (and possibly one
 /// `Text`), `Stats`, `Finished`; or `Error` at any point, which ends the run.
 #[derive(Debug)]
