@@ -25,7 +25,7 @@ use crate::turn::RouteReason;
 /// The event each notice is emitted as.
 pub const AWAY_EVENT: &str = "away";
 
-/// Overrides the pressure level Headroom acts at (`warning` or `critical`;
+/// Overrides the pressure level Headroom acts at (`normal`, `warning` or `critical`;
 /// `off` turns the pressure reaction off): for the end-to-end check on a
 /// machine whose PSI reaches only warning. Users never need it.
 pub const ACT_AT_ENV: &str = "HEADROOM_AWAY_ACT_AT";
@@ -92,10 +92,13 @@ impl Default for AwayHandle {
 /// `policy` with the test overrides of the environment applied.
 pub fn policy_from_env(mut policy: AwayPolicy) -> AwayPolicy {
     match std::env::var(ACT_AT_ENV).as_deref() {
+        // Acts at any reading: for the tests of what acting does (a lender
+        // stepping aside) on a machine whose pressure is normal.
+        Ok("normal") => policy.act_at = PressureLevel::Normal,
         Ok("warning") => policy.act_at = PressureLevel::Warning,
         Ok("critical") => policy.act_at = PressureLevel::Critical,
         Ok("off") => policy.act_at = PressureLevel::Unknown,
-        Ok(other) => tracing::warn!("{ACT_AT_ENV}={other} is not warning, critical or off; ignored"),
+        Ok(other) => tracing::warn!("{ACT_AT_ENV}={other} is not normal, warning, critical or off; ignored"),
         Err(_) => {}
     }
     if let Some(secs) = std::env::var(IDLE_SECONDS_ENV).ok().and_then(|v| v.parse::<u64>().ok()) {

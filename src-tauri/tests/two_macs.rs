@@ -24,10 +24,15 @@ struct Lender {
 
 impl Lender {
     fn start(data: &Path, extra: &[&str]) -> Self {
+        Self::start_with(data, extra, &[])
+    }
+
+    fn start_with(data: &Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
         let mut child = Command::new(env!("CARGO_BIN_EXE_headroom"))
             .args(["lend", "--port", "0"])
             .args(extra)
             .env("HEADROOM_DATA_DIR", data)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .process_group(0)
@@ -281,4 +286,17 @@ fn serve_with_a_peer_answers_across_two_macs_turn_after_turn() {
         assert!(two["passes"].as_u64().is_some_and(|p| p >= 2), "{v}");
     }
     assert_eq!(answers[0]["choices"], answers[1]["choices"]);
+}
+
+#[test]
+fn a_lender_under_memory_pressure_steps_aside_and_the_host_is_told() {
+    let tmp = headroom_test_support::scratch("two-macs-pressure");
+    // Acting at "normal" pressure: whatever this machine's PSI reads, the
+    // lender finds memory tight at its first pass (the real level is
+    // critical, as for a local model).
+    let lender = Lender::start_with(&tmp.join("lender"), &[], &[("HEADROOM_AWAY_ACT_AT", "normal")]);
+    let out = headroom(&["generate", "--prompt", "Hello", "--max-tokens", "8", "--peer", &lender.addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("gave its memory back (memory pressure there)"), "{stderr}");
 }

@@ -208,9 +208,23 @@ fn session() -> Result<(), CliError> {
     let json = std::env::var(PLACEMENT_ENV).map_err(|_| CliError::Lend(format!("{PLACEMENT_ENV} is not set")))?;
     let placement: Placement = serde_json::from_str(&json)?;
     let fd = std::io::stdin().as_fd().try_clone_to_owned().map_err(|e| CliError::Lend(e.to_string()))?;
-    let served = headroom_engine::peer::lender::serve(TcpStream::from(fd), &placement)?;
+    // Steps aside at the pressure a local model gives its memory back at
+    // (crate::away's policy), read at most twice a second.
+    let policy = crate::away::policy_from_env(headroom_core::away::AwayPolicy::default());
+    let mut reader = headroom_memory::Reader::new()?;
+    let mut last: Option<(std::time::Instant, bool)> = None;
+    let mut tight = || match last {
+        Some((at, was)) if at.elapsed() < Duration::from_millis(500) => was,
+        _ => {
+            let now = policy.is_tight(reader.read().pressure);
+            last = Some((std::time::Instant::now(), now));
+            now
+        }
+    };
+    let served = headroom_engine::peer::lender::serve(TcpStream::from(fd), &placement, &mut tight)?;
     eprintln!(
-        "headroom lend: session over: {} passes, {} rows, {:.1} s computing",
+        "headroom lend: session over{}: {} passes, {} rows, {:.1} s computing",
+        if served.stepped_aside { " (stepped aside: memory pressure here)" } else { "" },
         served.passes,
         served.rows,
         served.compute.as_secs_f64()

@@ -11,7 +11,7 @@ use mlx_rs::{Array, Dtype};
 
 use super::protocol::{self, Placement, Reply, Request, VERSION};
 use super::ring::{stall_deadline, Ring};
-use super::{Op, HEADER_LEN};
+use super::{Op, HEADER_LEN, STEPPED_ASIDE};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::models::{Logits, Stages};
@@ -155,6 +155,12 @@ impl Link {
             Ok((back, micros.as_slice::<i32>().first().copied().unwrap_or(0)))
         })();
         let (back, micros) = back.inspect_err(|_| self.lost.set(true))?;
+        if micros == STEPPED_ASIDE {
+            self.lost.set(true);
+            return Err(EngineError::PeerLost {
+                reason: format!("the Mac at {} gave its memory back (memory pressure there)", self.peer),
+            });
+        }
         {
             let mut h = self.hand_offs.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             h.passes += 1;

@@ -12,7 +12,7 @@ use mlx_rs::{Array, Dtype};
 use super::host::free_address;
 use super::protocol::{self, Placement, Reply};
 use super::ring::Ring;
-use super::{Op, HEADER_LEN};
+use super::{Op, HEADER_LEN, STEPPED_ASIDE};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::last_position;
 use crate::loader::{materialize, stage};
@@ -29,13 +29,17 @@ pub struct Served {
     pub passes: usize,
     pub rows: usize,
     pub compute: Duration,
+    /// Whether it ended by stepping aside (memory pressure here).
+    pub stepped_aside: bool,
 }
 
 /// Serves the session `placement` describes over `control` (the host's
 /// connection, its placement already read): loads, answers `Placed`, joins
 /// the ring and runs passes until the host ends it. A placement it cannot
-/// load is answered `Refused` with the reason.
-pub fn serve(mut control: TcpStream, placement: &Placement) -> Result<Served> {
+/// load is answered `Refused` with the reason. `tight` is asked before each
+/// pass: when it says memory is tight here, the lender steps aside as a
+/// local model does (the host's answer ends saying so) and the session ends.
+pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMut() -> bool) -> Result<Served> {
     let loaded = load(placement);
     let (model, first) = match loaded {
         Ok(v) => v,
@@ -82,6 +86,14 @@ pub fn serve(mut control: TcpStream, placement: &Placement) -> Result<Served> {
             });
         }
         let h = ring.recv(&[b, l, hidden], dtype)?;
+        if tight() {
+            // The pass's shapes, so the host's receives complete, then the marker.
+            let shape = [b, if all != 0 { l } else { 1 }, hidden];
+            ring.send(&Array::zeros::<f32>(&shape).op("zeros")?.as_dtype(dtype).op("zeros")?)?;
+            ring.send(&Array::from_slice(&[STEPPED_ASIDE], &[1]))?;
+            served.stepped_aside = true;
+            return Ok(served);
+        }
         let started = Instant::now();
         let out = stages.blocks(h, &mut cache)?;
         cache.maybe_quantize()?;

@@ -31,6 +31,11 @@ pub use protocol::{Placement, Reply, Request};
 /// (the peer rolls its own back to it), and whether every row comes back.
 pub(crate) const HEADER_LEN: i32 = 5;
 
+/// What the lender sends in place of its compute time when it steps aside
+/// (memory pressure on that Mac): the pass's output is not to be used, and
+/// the session is over.
+pub(crate) const STEPPED_ASIDE: i32 = -1;
+
 /// The header's first field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Op {
