@@ -289,7 +289,8 @@ pub fn reload(state: &AppState) -> Result<Option<RouteReason>, CommandError> {
         return Ok(None);
     }
     let Some(unloaded) = state.away.unloaded() else { return Ok(None) };
-    let loaded = crate::models::load(state, &unloaded.id, Some(unloaded.context_limit), Some(unloaded.kv), false)?;
+    let loaded =
+        crate::models::load(state, &unloaded.id, Some(unloaded.context_limit), Some(unloaded.kv), false, false)?;
     let message = format!(
         "{} was unloaded because {}; it was loaded again for this message (fit checked first) in {:.1} s.",
         unloaded.id,

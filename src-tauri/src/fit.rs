@@ -190,14 +190,14 @@ pub fn check_split(
     let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer)?;
     let context = u64::try_from(context).unwrap_or(u64::MAX);
     let report = headroom_core::split::split(&inspection.footprint, context, kv, budget_inputs(source)?, peer_budget)?;
-    Ok(PeerSplit { peer: peer.to_owned(), machine, report })
+    Ok(PeerSplit { address: peer.to_owned(), machine, report })
 }
 
 /// A split across this Mac and a peer, and who the peer is.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct PeerSplit {
-    /// The peer's control address, as given.
-    pub peer: String,
+    /// The peer's control address (`HOST:PORT`), as given.
+    pub address: String,
     /// The peer's machine name, as it reported it.
     pub machine: String,
     #[serde(flatten)]
@@ -208,7 +208,7 @@ impl PeerSplit {
     /// Where the model's later layers go, for [`load_settings`]'s result.
     pub fn placement(&self) -> headroom_engine::peer::PeerPlacement {
         headroom_engine::peer::PeerPlacement {
-            addr: self.peer.clone(),
+            addr: self.address.clone(),
             first_peer_layer: usize::try_from(self.report.peer.first_layer).unwrap_or(usize::MAX),
             context: usize::try_from(self.report.context_tokens).unwrap_or(usize::MAX),
         }

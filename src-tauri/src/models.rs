@@ -66,6 +66,10 @@ pub struct ModelEntry {
     /// What the fit check consumes, read with the listing (not sent to the UI).
     #[serde(skip)]
     pub footprint: Option<ModelFootprint>,
+    /// With a peer Mac set and a model that does not fit here alone: the
+    /// split across both, each Mac's share and verdict (the picker's
+    /// "across two Macs" row).
+    pub two_macs: Option<fit::PeerSplit>,
 }
 
 /// A model folder that cannot be used, as the UI shows it: the error code
@@ -218,6 +222,7 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
         remedies: Vec::new(),
         problem,
         footprint,
+        two_macs: None,
     });
 }
 
@@ -285,7 +290,34 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
     }
+    if let Some(peer) = state.peer() {
+        add_two_macs(&mut list, &peer, state.context_limit(), state.kv_format());
+    }
     list
+}
+
+/// Each model of `list` that does not fit here alone gets its split across
+/// this Mac and `peer` (whose budget is asked once). A peer that does not
+/// answer leaves the list as it is, said in the log.
+fn add_two_macs(list: &mut [ModelEntry], peer: &str, context: usize, kv: KvFormat) {
+    let refused = |m: &ModelEntry| m.fit.as_ref().is_some_and(|f| f.verdict.refuses());
+    if !list.iter().any(refused) {
+        return;
+    }
+    let (machine, lender) = match headroom_engine::peer::host::peer_budget(peer) {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!("no two-Mac verdicts: {e}");
+            return;
+        }
+    };
+    let context = u64::try_from(context).unwrap_or(u64::MAX);
+    for m in list.iter_mut().filter(|m| refused(m)) {
+        let (Some(fp), Some(here)) = (&m.footprint, &m.fit) else { continue };
+        if let Ok(report) = headroom_core::split::split(fp, context, kv, here.budget.inputs, lender) {
+            m.two_macs = Some(fit::PeerSplit { address: peer.to_owned(), machine: machine.clone(), report });
+        }
+    }
 }
 
 /// Loads the model the picker calls `id` (blocking: call it off the UI
@@ -299,6 +331,7 @@ pub fn load(
     context_limit: Option<usize>,
     kv: Option<KvFormat>,
     override_fit: bool,
+    across_peer: bool,
 ) -> Result<LoadResult, CommandError> {
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
     let kernel = state.quant_kernel();
@@ -325,6 +358,9 @@ pub fn load(
         }
         fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
     })?;
+    if across_peer {
+        return load_across(state, entry, context_limit, kv, override_fit);
+    }
     if report.verdict.refuses() && !override_fit {
         let over = fit::over_by(&report) as f64 / GIB as f64;
         let message = match report.largest_context_that_fits {
@@ -347,6 +383,67 @@ pub fn load(
     let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, None).map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
+    Ok(LoadResult {
+        entry,
+        context_limit,
+        unload_ms: s.unload_ms,
+        freed_bytes: s.freed_bytes,
+        expected_freed_bytes: s.expected_freed_bytes,
+        rss_before_unload_bytes: s.rss_before_unload_bytes,
+        rss_after_unload_bytes: s.rss_after_unload_bytes,
+        load_ms: s.load_ms,
+        cache_limit_bytes: s.cache_limit_bytes,
+        wired_limit_bytes: s.wired_limit_bytes,
+        kv_cache: s.kv_cache,
+    })
+}
+
+/// [`load`] across this Mac and the peer the settings name: the split
+/// checked for each Mac (refused with both Macs' numbers where either
+/// would swap, unless `override_fit`), then the one switch with the
+/// placement.
+fn load_across(
+    state: &AppState,
+    mut entry: ModelEntry,
+    context_limit: usize,
+    kv: KvFormat,
+    override_fit: bool,
+) -> Result<LoadResult, CommandError> {
+    let peer = state.peer().ok_or_else(|| {
+        CommandError::new(ErrorCode::InvalidSetting, "No peer Mac is set: name one in Settings → Two Macs.")
+    })?;
+    let source = budget_source(state)?;
+    let split =
+        fit::check_split(&entry.path, context_limit, ComputeDtype::Native, state.quant_kernel(), kv, source, &peer)
+            .map_err(|e| match e {
+                fit::FitError::Model(e) => CommandError::from(e),
+                fit::FitError::Memory(e) => {
+                    CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
+                }
+                fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
+            })?;
+    if split.report.refuses() && !override_fit {
+        let side = |s: &headroom_core::split::Share, name: &str| {
+            format!(
+                "{name} {:.1} GB of {:.1} GB",
+                s.fit.estimate.predicted_peak_bytes as f64 / GIB as f64,
+                s.fit.budget.budget_bytes as f64 / GIB as f64
+            )
+        };
+        let message = format!(
+            "{} would push one of the two Macs into swap at {context_limit} tokens: {}, {}.",
+            entry.name,
+            side(&split.report.host, "this Mac"),
+            side(&split.report.peer, &split.machine),
+        );
+        return Err(CommandError::new(ErrorCode::ModelTooLarge, message));
+    }
+    let report = split.report.host.fit.clone();
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Some(split.placement()))
+        .map_err(CommandError::from)?;
+    entry.loaded = true;
+    entry.fit = Some(report);
+    entry.two_macs = Some(split);
     Ok(LoadResult {
         entry,
         context_limit,
@@ -528,7 +625,7 @@ pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
             let kv = state.kv_format();
             let head_dim = only.footprint.as_ref().map_or(0, |f| f.head_dim);
             let kv = if kv.check_head_dim(head_dim).is_ok() { kv } else { KvFormat::Float };
-            load(state, &only.id, None, Some(kv), false)?;
+            load(state, &only.id, None, Some(kv), false, false)?;
             Ok(true)
         }
         _ => Ok(false),
@@ -647,7 +744,7 @@ mod tests {
         );
         assert!(list[0].size_bytes > 0);
         assert_eq!(ensure_default_model(&state).ok(), Some(false), "already loaded");
-        let err = load(&state, "nobody/nothing", None, None, false).err();
+        let err = load(&state, "nobody/nothing", None, None, false, false).err();
         assert_eq!(err.map(|e| e.code), Some(ErrorCode::ModelNotFound));
     }
 
@@ -710,7 +807,7 @@ mod tests {
         let (tx, rx) = std::sync::mpsc::channel();
         let other = AppState::clone(&state);
         let popover = std::thread::spawn(move || {
-            let _ = tx.send(load(&other, DEMO_MODEL_ID, Some(512), None, false).map(|r| r.entry.id));
+            let _ = tx.send(load(&other, DEMO_MODEL_ID, Some(512), None, false, false).map(|r| r.entry.id));
         });
         // …so the popover's load neither finishes nor touches the engine
         // (unlocked, the tiny demo model loads in tens of milliseconds).
@@ -730,14 +827,14 @@ mod tests {
         let small = state.locations.data_dir.join(MODELS_DIR).join("small-bf16");
         write_demo_model(&small, &DemoSpec::new(Arch::Qwen2, Preset::Small, Bits::Sixteen)).unwrap();
 
-        let to_small = load(&state, "small-bf16", Some(1024), None, false).unwrap();
+        let to_small = load(&state, "small-bf16", Some(1024), None, false, false).unwrap();
         // The demo model it replaced: its weights had to come back.
         assert!(to_small.expected_freed_bytes > 0, "{to_small:?}");
         assert!(to_small.rss_before_unload_bytes > 0 && to_small.rss_after_unload_bytes > 0, "{to_small:?}");
         let small_weights = headroom_engine::inspect_model(&small).unwrap().weight_bytes;
         assert!(small_weights > 16 << 20, "{small_weights}");
 
-        let back = load(&state, DEMO_MODEL_ID, Some(1024), None, false).unwrap();
+        let back = load(&state, DEMO_MODEL_ID, Some(1024), None, false, false).unwrap();
         // Expected = what the engine held: exactly the small model's weights
         // (no session was opened), and MLX gave (at least about) that back.
         assert_eq!(back.expected_freed_bytes, small_weights, "{back:?}");
@@ -749,7 +846,7 @@ mod tests {
         crate::fit::write_sparse_model(&state.locations.data_dir.join(MODELS_DIR).join("huge"), 200_000_000_000);
         let active = || mlx_memory().map(|m| m.active).unwrap_or(0);
         let before = active();
-        let err = load(&state, "huge", Some(1024), None, false).err();
+        let err = load(&state, "huge", Some(1024), None, false, false).err();
         assert_eq!(err.map(|e| e.code), Some(ErrorCode::ModelTooLarge));
         assert!(active() <= before + headroom_engine::worker::RETURN_TOLERANCE_BYTES, "{before} -> {}", active());
         assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
@@ -797,7 +894,7 @@ mod tests {
                 ..Default::default()
             };
             state.apply_settings(&settings);
-            let Err(refused) = load(&state, "tiny-kv", None, None, false) else {
+            let Err(refused) = load(&state, "tiny-kv", None, None, false, false) else {
                 let _ = state.engine.unload();
                 state.set_loaded(None);
                 continue;
@@ -818,7 +915,7 @@ mod tests {
         let remedies = refused_with.expect("never refused with an 8-bit KV remedy");
         let Some(Remedy::KvCache { bits: 8, group_size, start, .. }) = remedies.first() else { panic!("{remedies:?}") };
         let kv = KvFormat::quantized(8, u64::from(*group_size), *start).unwrap_or_default();
-        let loaded = load(&state, "tiny-kv", None, Some(kv), false).unwrap();
+        let loaded = load(&state, "tiny-kv", None, Some(kv), false, false).unwrap();
         assert_eq!(loaded.kv_cache, "8-bit (group 64)");
         assert_eq!(state.loaded_model().map(|m| m.id), Some("tiny-kv".to_owned()));
         let _ = std::fs::remove_dir_all(&state.locations.data_dir);

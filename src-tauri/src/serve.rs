@@ -160,7 +160,7 @@ impl ModelProvider for AppModels {
                     .map_err(|e| failed(e.to_string()))?;
                 let (host, lent) = (&split.report.host, &split.report.peer);
                 tracing::info!(
-                    model = %entry.id, peer = %split.peer,
+                    model = %entry.id, peer = %split.address,
                     "split across two Macs: layers 0..{} here ({:?}), {}..{} there ({:?})",
                     host.layers, host.fit.verdict, lent.first_layer, lent.first_layer + lent.layers, lent.fit.verdict
                 );

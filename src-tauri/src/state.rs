@@ -134,6 +134,8 @@ pub struct AppState {
     pub context_limit: Arc<AtomicUsize>,
     /// Memory never given to a model (the settings' OS headroom), in bytes.
     pub os_headroom_bytes: Arc<AtomicU64>,
+    /// The Mac lending itself to this one (the settings' `peer`), if any.
+    peer: Arc<Mutex<Option<String>>>,
     /// The settings' quantized-matmul kernel (an index into `KernelChoice::ALL`), used at the next load.
     pub kernel: Arc<AtomicU8>,
     /// The settings' KV-cache format, used at the next load (and by the server's requests that name none).
@@ -177,6 +179,7 @@ impl AppState {
             store,
             context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
+            peer: Arc::default(),
             kernel: Arc::default(),
             kv: Arc::default(),
             prompt_cache_max: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX)),
@@ -259,6 +262,7 @@ impl AppState {
         // Validated to 0..=1024 GB, so the product fits a u64.
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
+        settings.peer.clone_into(&mut self.peer.lock().unwrap_or_else(PoisonError::into_inner));
         self.prompt_cache_max.store(settings.prompt_cache_mb.saturating_mul(1 << 20), Ordering::Relaxed);
         // Off (0 MB) keeps chats' states in memory only; the folder stays
         // known, so deleting a chat still deletes what it saved when it was on.
@@ -268,6 +272,11 @@ impl AppState {
             tracing::warn!("could not set where chats' KV states are saved: {e}");
         }
         self.away.apply_settings(settings);
+    }
+
+    /// The Mac lending itself to this one (`HOST:PORT`), if the settings name one.
+    pub fn peer(&self) -> Option<String> {
+        self.peer.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     pub fn loaded_model(&self) -> Option<LoadedModel> {

@@ -267,7 +267,7 @@ pub(crate) fn split_refusal(model: &str, split: &PeerSplit) -> String {
     format!(
         "refusing to load `{model}` across this Mac and {} ({}): one of them would swap. Nothing was loaded. Use a smaller --context, free memory, or pass --override-fit.\n{}",
         split.machine,
-        split.peer,
+        split.address,
         split_lines(split).trim_end()
     )
 }

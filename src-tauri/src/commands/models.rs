@@ -28,6 +28,7 @@ pub async fn model_load(
     context_limit: Option<usize>,
     kv: Option<KvFormat>,
     r#override: Option<bool>,
+    across_peer: Option<bool>,
     state: State<'_, AppState>,
 ) -> Result<LoadResult, CommandError> {
     let state = AppState::clone(&state);
@@ -38,7 +39,9 @@ pub async fn model_load(
         KvFormat::from_parts(q.map(|q| u64::from(q.bits)), q.map(|q| u64::from(q.group_size)), q.map(|q| q.start))
             .map_err(|e| CommandError::new(ErrorCode::InvalidSetting, e.to_string()))?;
     }
-    tauri::async_runtime::spawn_blocking(move || models::load(&state, &id, context_limit, kv, override_fit))
-        .await
-        .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("Loading stopped unexpectedly: {e}")))?
+    tauri::async_runtime::spawn_blocking(move || {
+        models::load(&state, &id, context_limit, kv, override_fit, across_peer.unwrap_or(false))
+    })
+    .await
+    .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("Loading stopped unexpectedly: {e}")))?
 }

@@ -110,6 +110,10 @@ pub struct Settings {
     /// several proposed tokens per forward pass and switches itself off
     /// where that does not pay; greedy answers are the same either way.
     pub speculative: crate::speculative::SpeculativeMode,
+    /// A Mac lending itself (`headroom lend` prints its `HOST:PORT`): a
+    /// model that does not fit here shows its verdict across both Macs
+    /// (`crate::split`), and can be loaded across both. `None`: this Mac alone.
+    pub peer: Option<String>,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -138,6 +142,7 @@ impl Default for Settings {
             prompt_cache_mb: crate::fit::DEFAULT_PROMPT_CACHE_MAX >> 20,
             kv_disk_mb: DEFAULT_KV_DISK_MB,
             speculative: crate::speculative::SpeculativeMode::Lookup,
+            peer: None,
         }
     }
 }
@@ -159,6 +164,8 @@ pub enum SettingsError {
     PrivilegedPort(u16),
     #[error("{0}")]
     KvCache(#[from] crate::kv::KvFormatError),
+    #[error("the peer Mac `{0}` is not HOST:PORT (as `headroom lend` prints it, e.g. 10.0.0.2:7070)")]
+    PeerAddress(String),
 }
 
 fn range<T: PartialOrd + ToString + Copy>(field: &'static str, value: T, min: T, max: T) -> Result<(), SettingsError> {
@@ -214,6 +221,12 @@ impl Settings {
         if self.global_shortcut.as_deref().is_some_and(|s| s.trim().is_empty()) {
             return Err(SettingsError::Empty { field: "global shortcut" });
         }
+        if let Some(peer) = &self.peer {
+            let port = peer.rsplit_once(':').filter(|(host, _)| !host.trim().is_empty()).map(|(_, p)| p.parse::<u16>());
+            if !matches!(port, Some(Ok(1..))) {
+                return Err(SettingsError::PeerAddress(peer.clone()));
+            }
+        }
         if let Some(minutes) = self.idle_unload_minutes {
             range("idle unload (minutes)", minutes, 1, MAX_IDLE_UNLOAD_MINUTES)?;
         }
@@ -258,6 +271,18 @@ fn check_url(url: &str) -> Result<(), SettingsError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_peer_is_host_colon_port_or_refused_saying_so() {
+        for ok in ["10.0.0.2:7070", "studio.local:7070", "127.0.0.1:1"] {
+            let s = Settings { peer: Some(ok.into()), ..Settings::default() };
+            assert_eq!(s.validate(), Ok(()), "{ok}");
+        }
+        for bad in ["10.0.0.2", ":7070", "10.0.0.2:0", "10.0.0.2:99999", "host:port", ""] {
+            let s = Settings { peer: Some(bad.into()), ..Settings::default() };
+            assert_eq!(s.validate(), Err(SettingsError::PeerAddress(bad.into())), "{bad}");
+        }
+    }
 
     #[test]
     fn the_defaults_are_valid_and_the_issue_s_values() {

@@ -22,7 +22,7 @@ use crate::fit::{check, BudgetInputs, FitReport, KvKind, ModelFootprint, Verdict
 use crate::kv::KvFormat;
 
 /// One Mac's part of a split.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Share {
     /// The first layer it runs (0 on the host).
     pub first_layer: u64,
@@ -49,7 +49,7 @@ pub enum Side {
 }
 
 /// The chosen split and both verdicts.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct SplitReport {
     pub context_tokens: u64,
     pub host: Share,

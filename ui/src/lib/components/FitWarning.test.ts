@@ -2,7 +2,7 @@ import { render, screen } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
 import { describe, expect, it, vi } from 'vitest';
 import { remedyLoad } from '../fit/format';
-import type { FitReport, Remedy } from '../ipc/models';
+import type { FitReport, PeerSplit, Remedy } from '../ipc/models';
 import { budget, calibration, estimate, fitReport, footprint, overhead } from '../ipc/contract.fixture';
 import FitWarning from './FitWarning.svelte';
 
@@ -127,5 +127,44 @@ describe('FitWarning', () => {
   it('says so when nothing would fit', () => {
     render(FitWarning, { props: { name: 'Huge', report: REPORT, onCancel: vi.fn(), onLoadWithContext: vi.fn(), onLoadAnyway: vi.fn(), remedies: [] } });
     expect(screen.getByTestId('fit-remedies-none')).toHaveTextContent('Nothing on this Mac would');
+  });
+
+  it('offers the load across two Macs with each Mac\'s layers and numbers, only where both fit', async () => {
+    const share = (first: number, layers: number, peak: number, limit: number, verdict: FitReport['verdict']) => ({
+      first_layer: first,
+      layers,
+      fit: fitReport({
+        estimate: estimate({ predicted_peak_bytes: peak * GB }),
+        budget: budget({ budget_bytes: limit * GB }),
+        verdict,
+      }),
+    });
+    const split: PeerSplit = {
+      address: '10.0.0.2:7070',
+      machine: 'Studio',
+      context_tokens: 8192,
+      host: share(0, 9, 4.1, 10, { kind: 'fits' }),
+      peer: share(9, 19, 8.3, 20, { kind: 'fits' }),
+    };
+    const onLoadAcross = vi.fn();
+    render(FitWarning, { props: { name: 'Big', report: REPORT, onCancel: vi.fn(), onLoadWithContext: vi.fn(), onLoadAnyway: vi.fn(), twoMacs: split, onLoadAcross } });
+    expect(screen.getByTestId('fit-two-macs-host')).toHaveTextContent('This Mac: layers 0–8, needs 4.1 GB of 10.0 GB · fits');
+    expect(screen.getByTestId('fit-two-macs-peer')).toHaveTextContent('Studio: layers 9–27, needs 8.3 GB of 20.0 GB · fits');
+    await userEvent.click(screen.getByTestId('fit-two-macs-load'));
+    expect(onLoadAcross).toHaveBeenCalledOnce();
+  });
+
+  it('says so where the split would still swap one of the two Macs, and offers no load across', () => {
+    const over: FitReport['verdict'] = { kind: 'would_swap', by_bytes: GB };
+    const split: PeerSplit = {
+      address: '10.0.0.2:7070',
+      machine: 'Air',
+      context_tokens: 8192,
+      host: { first_layer: 0, layers: 14, fit: fitReport({ verdict: { kind: 'fits' } }) },
+      peer: { first_layer: 14, layers: 14, fit: fitReport({ verdict: over }) },
+    };
+    render(FitWarning, { props: { name: 'Big', report: REPORT, onCancel: vi.fn(), onLoadWithContext: vi.fn(), onLoadAnyway: vi.fn(), twoMacs: split } });
+    expect(screen.getByTestId('fit-two-macs-none')).toHaveTextContent('Split with Air, one of the two Macs would still swap.');
+    expect(screen.queryByTestId('fit-two-macs-load')).toBeNull();
   });
 });

@@ -1,6 +1,6 @@
 // Words and colours for fit verdicts and memory figures.
 import type { PressureLevel } from '../ipc/memory';
-import type { FitReport, LoadOptions, ModelEntry, Remedy, Verdict } from '../ipc/models';
+import type { FitReport, LoadOptions, ModelEntry, PeerSplit, Remedy, Share, Verdict } from '../ipc/models';
 
 const GIB = 1024 ** 3;
 
@@ -192,4 +192,24 @@ export function remedyLoad(id: string, r: Remedy): { id: string; options: LoadOp
     case 'shorter_context':
       return { id, options: { contextLimit: r.contextTokens } };
   }
+}
+
+/** One Mac's line of a split across two Macs: its layers, its peak against its budget, its verdict. */
+export function shareText(name: string, share: Share): string {
+  const f = share.fit;
+  const last = share.first_layer + share.layers - 1;
+  const layers = share.layers === 1 ? `layer ${last}` : `layers ${share.first_layer}–${last}`;
+  return `${name}: ${layers}, needs ${formatGB(f.estimate.predicted_peak_bytes)} of ${formatGB(f.budget.budget_bytes)} · ${verdictLabel(f.verdict)}`;
+}
+
+/** Whether a split fits on both Macs. */
+export function splitFits(split: PeerSplit | null | undefined): boolean {
+  return !!split && !refuses(split.host.fit) && !refuses(split.peer.fit);
+}
+
+/** The picker row's note for a model split across two Macs. */
+export function twoMacsNote(split: PeerSplit): string {
+  return splitFits(split)
+    ? `fits across this Mac and ${split.machine}`
+    : `would swap even across this Mac and ${split.machine}`;
 }

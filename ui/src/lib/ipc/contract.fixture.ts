@@ -137,6 +137,7 @@ export function modelEntry(o: Partial<ModelEntry> & Pick<ModelEntry, 'id'>): Mod
     fit: null,
     remedies: [],
     problem: null,
+    two_macs: null,
     ...o,
   };
 }

@@ -9,7 +9,9 @@ import type {
   ModelEntry,
   ModelFootprint,
   ModelProblem,
+  PeerSplit,
   Remedy,
+  Share,
   TooLargeDetails,
   Verdict,
 } from './generated';
@@ -25,7 +27,9 @@ export type {
   ModelEntry,
   ModelFootprint,
   ModelProblem,
+  PeerSplit,
   Remedy,
+  Share,
   TooLargeDetails,
   Verdict,
 };
@@ -39,6 +43,8 @@ export interface LoadOptions {
   override?: boolean;
   /** Keep the KV cache this way for this load instead of the settings' format. */
   kv?: KvFormat;
+  /** Split the model with the peer Mac the settings name (its later layers run there). */
+  acrossPeer?: boolean;
 }
 
 /** Broadcast when the list or the loaded model changed (e.g. the demo model is ready). */

@@ -24,4 +24,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   promptCacheMb: 4096,
   kvDiskMb: 4096,
   speculative: 'lookup',
+  peer: null,
 });

@@ -16,10 +16,11 @@ use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::models::{Logits, Stages};
 
-/// How long connecting to a peer may take.
+/// How long connecting to a peer may take when placing a model.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-/// How long a budget question may take.
-const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a budget question may take, connecting and answering: the
+/// model list asks it, and an absent peer must not hold the list up.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long the peer may take to load its share (it reads its layers from
 /// disk first): a 32B model's half from a slow disk.
 const PLACE_TIMEOUT: Duration = Duration::from_secs(600);
@@ -80,7 +81,7 @@ impl std::fmt::Debug for Link {
 
 /// The peer's budget now (for the split and `headroom fit --peer`), and its machine's name.
 pub fn peer_budget(addr: &str) -> Result<(String, BudgetInputs)> {
-    let mut control = connect(addr)?;
+    let mut control = connect(addr, ANSWER_TIMEOUT)?;
     protocol::send(&mut control, &Request::Budget { version: VERSION })?;
     match protocol::receive(&control, ANSWER_TIMEOUT)? {
         Reply::Budget { version, machine, budget } if version == VERSION => Ok((machine, budget)),
@@ -98,7 +99,7 @@ pub fn peer_budget(addr: &str) -> Result<(String, BudgetInputs)> {
 /// Places layers `first_peer_layer..` of the model on the peer (which loads
 /// them from its own copy at `placement.model`) and joins the ring.
 pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, hidden: i32) -> Result<Link> {
-    let mut control = connect(&at.addr)?;
+    let mut control = connect(&at.addr, CONNECT_TIMEOUT)?;
     let local = control.local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
     let host_ring = free_address(local.ip())?;
     placement.host_ring = host_ring.clone();
@@ -191,13 +192,13 @@ impl Drop for Link {
     }
 }
 
-fn connect(addr: &str) -> Result<TcpStream> {
+fn connect(addr: &str, timeout: Duration) -> Result<TcpStream> {
     let target = addr
         .to_socket_addrs()
         .map_err(|e| EngineError::Peer { reason: format!("{addr} is not a host:port address: {e}") })?
         .next()
         .ok_or_else(|| EngineError::Peer { reason: format!("{addr} resolves to no address") })?;
-    TcpStream::connect_timeout(&target, CONNECT_TIMEOUT)
+    TcpStream::connect_timeout(&target, timeout)
         .map_err(|e| EngineError::Peer { reason: format!("cannot reach a lending Mac at {addr}: {e}") })
 }
 

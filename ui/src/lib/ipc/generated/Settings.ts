@@ -95,4 +95,10 @@ kvDiskMb: number,
  * several proposed tokens per forward pass and switches itself off
  * where that does not pay; greedy answers are the same either way.
  */
-speculative: SpeculativeMode, };
+speculative: SpeculativeMode, 
+/**
+ * A Mac lending itself (`headroom lend` prints its `HOST:PORT`): a
+ * model that does not fit here shows its verdict across both Macs
+ * (`crate::split`), and can be loaded across both. `None`: this Mac alone.
+ */
+peer: string | null, };
