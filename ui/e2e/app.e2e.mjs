@@ -1544,8 +1544,15 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
         });
         assert.deepEqual(await session.allByTestId('fit-warning'), [], 'the sheet closed');
         const before = (await answers()).length;
+        const statsBefore = (await session.allByTestId('turn-stats')).length;
         await sendMessage('hi');
         await finishedAnswer(before + 1, 60_000);
+        // Its stats line says where it ran.
+        const line = await waitFor(async () => {
+          const all = await session.allByTestId('turn-stats');
+          return all.length > statsBefore && session.text(all.at(-1));
+        }, { timeoutMs: 10_000, message: "the answer's stats line" });
+        assert.match(line, /two Macs/, line);
       } catch (error) {
         // What the popover showed, before the clean-up below can hide it.
         writeFileSync(path.join(OUT, 'two-macs-failed.png'), await session.screenshot(30_000).catch(() => Buffer.alloc(0)));

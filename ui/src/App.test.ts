@@ -66,6 +66,7 @@ const STATS: TurnStats = {
   peakMemoryBytes: 12_000_000,
   kvCache: 'bf16',
   speculation: null,
+  twoMacs: null,
   model: 'headroom-demo-tiny',
   slowdown: null,
 };

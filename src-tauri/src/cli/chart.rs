@@ -203,6 +203,7 @@ mod tests {
             quant_kernel: None,
             slowdown: None,
             speculation: None,
+            two_macs: None,
         };
         let outcome =
             TurnOutcome { content: "…".into(), status: MessageStatus::Complete, error: None, stats: Some(stats) };

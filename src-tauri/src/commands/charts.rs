@@ -123,6 +123,7 @@ mod tests {
             quant_kernel: None,
             slowdown: None,
             speculation: None,
+            two_macs: None,
         }
     }
 

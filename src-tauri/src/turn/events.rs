@@ -51,6 +51,9 @@ pub enum ChatEvent {
         /// What speculative decoding did ("lookup: 62% accepted, 2.5
         /// tok/pass"); `None` for plain decoding and cloud answers.
         speculation: Option<String>,
+        /// Where the later layers ran when the model was split across two
+        /// Macs, and what a hand-off cost; `None` on this Mac alone.
+        two_macs: Option<String>,
     },
     Finished {
         reason: FinishReason,
@@ -80,6 +83,7 @@ impl ChatEvent {
             slowdown,
             kv_cache: s.kv_label.clone(),
             speculation: s.speculation.summary(),
+            two_macs: s.peer.as_ref().map(headroom_engine::worker::PeerTurn::summary),
         }
     }
 }

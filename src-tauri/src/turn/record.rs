@@ -196,5 +196,6 @@ pub fn stats_record(s: &TurnStats, labels: &ModelLabels, reason: FinishReason, a
         quant_kernel: labels.quant_kernel.clone(),
         slowdown: None,
         speculation: s.speculation.summary(),
+        two_macs: s.peer.as_ref().map(headroom_engine::worker::PeerTurn::summary),
     }
 }

@@ -201,6 +201,9 @@ fn stats_line(s: &TurnStatsRecord) -> String {
     if let Some(slowdown) = &s.slowdown {
         line.push_str(&format!(" · {slowdown}"));
     }
+    if let Some(two_macs) = &s.two_macs {
+        line.push_str(&format!(" · {two_macs}"));
+    }
     if let Some(speculation) = &s.speculation {
         line.push_str(&format!(" · {speculation}"));
     }

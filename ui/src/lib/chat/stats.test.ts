@@ -17,6 +17,7 @@ const stats = (o: Partial<ShownStats> = {}): ShownStats => ({
   slowdown: null,
   kvCache: '8-bit (group 64)',
   speculation: null,
+  twoMacs: null,
   ...o,
 });
 
@@ -44,6 +45,13 @@ describe('formatStatsLine', () => {
     expect(formatStatsLine(looked)).toBe('TTFT 25 ms · 193 tok/s · 40 tok · ctx 20 · lookup: 62% accepted, 2.5 tok/pass');
     expect(statsDetails(looked)).toContainEqual(['Decoding', 'lookup: 62% accepted, 2.5 tok/pass']);
     expect(statsDetails(stats())).toContainEqual(['Decoding', 'one token per pass']);
+  });
+
+  it('says an answer ran across two Macs: briefly in the line, where and at what cost in the details', () => {
+    const split = stats({ twoMacs: 'across two Macs: layers 15–29 on 10.0.0.2:7070, hand-off 1.2 ms a pass' });
+    expect(formatStatsLine(split)).toBe('TTFT 25 ms · 193 tok/s · 40 tok · ctx 20 · two Macs');
+    expect(statsDetails(split)).toContainEqual(['Ran', 'across two Macs: layers 15–29 on 10.0.0.2:7070, hand-off 1.2 ms a pass']);
+    expect(statsDetails(stats()).map(([label]) => label)).not.toContain('Ran');
   });
 
   it('shows an undefined rate as a dash, never 0 or Infinity', () => {

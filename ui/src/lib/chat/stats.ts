@@ -52,6 +52,7 @@ export function formatStatsLine(s: ShownStats, reason?: FinishReason): string {
   ];
   if (reason === 'cancelled') parts.push('stopped');
   if (s.speculation) parts.push(s.speculation);
+  if (s.twoMacs) parts.push('two Macs');
   if (s.slowdown) parts.push(s.slowdown);
   return parts.join(' · ');
 }
@@ -80,6 +81,7 @@ export function statsDetails(s: ShownStats, reason?: FinishReason): Array<[strin
     ['KV cache', s.kvCache],
     ['Decoding', s.speculation ?? 'one token per pass'],
   ];
+  if (s.twoMacs) rows.push(['Ran', s.twoMacs]);
   if (reason) rows.push(['Ended', formatReason(reason)]);
   if (s.slowdown) rows.push(['Slowed', s.slowdown]);
   return rows;

@@ -21,6 +21,7 @@ const STATS: ChatEvent = {
     slowdown: null,
     kvCache: 'bf16',
     speculation: null,
+    twoMacs: null,
   },
 };
 

@@ -25,6 +25,7 @@ const STATS: StoredTurnStats = {
   quantKernel: 'cpu-f32',
   slowdown: 'slowed by swap: 3.1 → 0.8 tok/s while swap grew 1.2 GB',
   speculation: 'lookup: 62% accepted, 2.5 tok/pass',
+  twoMacs: 'across two Macs: layers 15–29 on 10.0.0.2:7070, hand-off 1.2 ms a pass',
 };
 
 function msg(over: Partial<StoredMessage>): StoredMessage {
@@ -55,7 +56,7 @@ describe('toChatMessages', () => {
       msg({ id: 6, role: 'assistant', content: '', status: 'error', error: 'The engine stopped.' }),
     ]);
     expect(out.map((m) => m.id)).toEqual([2, 3, 4, 5, 6]);
-    expect(out[1]?.stats).toMatchObject({ model: 'demo', decodeTps: 90, contextTokens: 40, slowdown: STATS.slowdown, kvCache: 'float16', speculation: STATS.speculation });
+    expect(out[1]?.stats).toMatchObject({ model: 'demo', decodeTps: 90, contextTokens: 40, slowdown: STATS.slowdown, kvCache: 'float16', speculation: STATS.speculation, twoMacs: STATS.twoMacs });
     expect(out[1]?.reason).toBe('length');
     expect(out[3]).toMatchObject({ interrupted: true, reason: 'cancelled', text: 'Hal' });
     expect(out[4]?.failed).toBe('The engine stopped.');

@@ -36,6 +36,7 @@ export function toTurnStats(s: StoredTurnStats): ShownStats {
     slowdown: s.slowdown,
     kvCache: s.kvDtype,
     speculation: s.speculation ?? null,
+    twoMacs: s.twoMacs ?? null,
   };
 }
 

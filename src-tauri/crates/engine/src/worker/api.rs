@@ -302,6 +302,18 @@ pub struct PeerReport {
 }
 
 impl PeerTurn {
+    /// The stats line's words: "across two Macs: layers 15–29 on
+    /// 10.0.0.2:7070, hand-off 1.2 ms a pass".
+    pub fn summary(&self) -> String {
+        format!(
+            "across two Macs: layers {}–{} on {}, hand-off {:.1} ms a pass",
+            self.first_peer_layer,
+            self.layers.saturating_sub(1),
+            self.peer,
+            self.hand_offs.per_pass().as_secs_f64() * 1e3
+        )
+    }
+
     pub fn report(&self) -> PeerReport {
         let h = &self.hand_offs;
         PeerReport {

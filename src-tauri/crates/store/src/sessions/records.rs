@@ -101,6 +101,11 @@ pub struct TurnStatsRecord {
     /// tok/pass"); `None` for plain decoding and cloud answers.
     #[serde(default)]
     pub speculation: Option<String>,
+    /// Where the later layers ran when the model was split across two Macs
+    /// ("across two Macs: layers 15–29 on 10.0.0.2:7070, hand-off 1.2 ms a
+    /// pass"); `None` on this Mac alone.
+    #[serde(default)]
+    pub two_macs: Option<String>,
 }
 
 /// One stored message, with its turn's stats if it is an answer that has them.

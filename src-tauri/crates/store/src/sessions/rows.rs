@@ -22,7 +22,7 @@ pub(super) const MESSAGE_COLUMNS: &str =
     t.message_id AS t_message_id, t.model_id, t.quantization, t.kv_dtype, t.batch, t.context_tokens, t.prompt_tokens,
     t.reused_tokens, t.generated_tokens, t.ttft_ms, t.prefill_tps, t.decode_tps, t.e2e_tps, t.prefill_ms,
     t.first_token_ms, t.last_token_ms, t.peak_memory_bytes, t.pressure, t.swap_delta_bytes, t.finish_reason, t.quant_kernel, t.slowdown,
-    t.speculation";
+    t.speculation, t.two_macs";
 
 pub(super) fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
     let what = "read message";
@@ -51,6 +51,7 @@ pub(super) fn message_from(row: &SqliteRow) -> Result<StoredMessage> {
             quant_kernel: row.try_get("quant_kernel").ctx(what)?,
             slowdown: row.try_get("slowdown").ctx(what)?,
             speculation: row.try_get("speculation").ctx(what)?,
+            two_macs: row.try_get("two_macs").ctx(what)?,
         }),
     };
     Ok(StoredMessage {
@@ -73,8 +74,8 @@ pub(crate) async fn insert_stats(tx: &mut Transaction<'_, Sqlite>, message_id: i
         "INSERT INTO turn_stats (message_id, model_id, quantization, kv_dtype, batch, context_tokens, prompt_tokens,
             reused_tokens, generated_tokens, ttft_ms, prefill_tps, decode_tps, e2e_tps, prefill_ms, first_token_ms,
             last_token_ms, peak_memory_bytes, pressure, swap_delta_bytes, finish_reason, quant_kernel, slowdown,
-            speculation)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23)",
+            speculation, two_macs)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, ?21, ?22, ?23, ?24)",
     )
     .bind(message_id)
     .bind(&s.model_id)
@@ -99,6 +100,7 @@ pub(crate) async fn insert_stats(tx: &mut Transaction<'_, Sqlite>, message_id: i
     .bind(&s.quant_kernel)
     .bind(&s.slowdown)
     .bind(&s.speculation)
+    .bind(&s.two_macs)
     .execute(&mut **tx)
     .await
     .ctx("insert turn stats")?;

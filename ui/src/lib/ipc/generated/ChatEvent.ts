@@ -30,4 +30,9 @@ kvCache: string,
  * What speculative decoding did ("lookup: 62% accepted, 2.5
  * tok/pass"); `None` for plain decoding and cloud answers.
  */
-speculation: string | null, } } | { "event": "finished", "data": { reason: FinishReason, } } | { "event": "error", "data": { code: ErrorCode, message: string, } };
+speculation: string | null, 
+/**
+ * Where the later layers ran when the model was split across two
+ * Macs, and what a hand-off cost; `None` on this Mac alone.
+ */
+twoMacs: string | null, } } | { "event": "finished", "data": { reason: FinishReason, } } | { "event": "error", "data": { code: ErrorCode, message: string, } };

@@ -33,4 +33,10 @@ slowdown: string | null,
  * What speculative decoding did ("lookup: 62% accepted, 2.5
  * tok/pass"); `None` for plain decoding and cloud answers.
  */
-speculation: string | null, };
+speculation: string | null, 
+/**
+ * Where the later layers ran when the model was split across two Macs
+ * ("across two Macs: layers 15–29 on 10.0.0.2:7070, hand-off 1.2 ms a
+ * pass"); `None` on this Mac alone.
+ */
+twoMacs: string | null, };
