@@ -187,7 +187,8 @@ pub fn check_split(
 ) -> Result<PeerSplit, FitError> {
     let inspection = inspect(dir, dtype, kernel)?;
     inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
-    let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer)?;
+    let token = crate::peers::token(peer);
+    let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer, token.as_deref())?;
     let context = u64::try_from(context).unwrap_or(u64::MAX);
     let report = headroom_core::split::split(&inspection.footprint, context, kv, budget_inputs(source)?, peer_budget)?;
     Ok(PeerSplit { address: peer.to_owned(), machine, report })
@@ -209,6 +210,7 @@ impl PeerSplit {
     pub fn placement(&self) -> headroom_engine::peer::PeerPlacement {
         headroom_engine::peer::PeerPlacement {
             addr: self.address.clone(),
+            token: crate::peers::token(&self.address),
             first_peer_layer: usize::try_from(self.report.peer.first_layer).unwrap_or(usize::MAX),
             context: usize::try_from(self.report.context_tokens).unwrap_or(usize::MAX),
         }

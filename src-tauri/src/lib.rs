@@ -18,6 +18,7 @@ mod live;
 pub mod logging;
 mod memory;
 pub mod models;
+pub mod peers;
 mod platform;
 mod popover;
 mod runs;

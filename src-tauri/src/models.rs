@@ -304,7 +304,8 @@ fn add_two_macs(list: &mut [ModelEntry], peer: &str, context: usize, kv: KvForma
     if !list.iter().any(refused) {
         return;
     }
-    let (machine, lender) = match headroom_engine::peer::host::peer_budget(peer) {
+    let token = crate::peers::token(peer);
+    let (machine, lender) = match headroom_engine::peer::host::peer_budget(peer, token.as_deref()) {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!("no two-Mac verdicts: {e}");

@@ -20,6 +20,8 @@ use crate::common::headroom;
 struct Lender {
     child: Child,
     addr: String,
+    /// The pairing code it shows.
+    code: String,
 }
 
 impl Lender {
@@ -43,7 +45,8 @@ impl Lender {
         BufReader::new(child.stdout.as_mut().unwrap()).read_line(&mut line).unwrap();
         let addr = line.split(" on ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or_default().to_owned();
         assert!(addr.starts_with("127.0.0.1:"), "lend printed {line:?}");
-        Self { child, addr }
+        let code = line.split("pairing code ").nth(1).unwrap_or_default().chars().take(6).collect();
+        Self { child, addr, code }
     }
 
     /// Sends `signal` to the lender and its session processes.
@@ -299,4 +302,34 @@ fn a_lender_under_memory_pressure_steps_aside_and_the_host_is_told() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(stderr.contains("gave its memory back (memory pressure there)"), "{stderr}");
+}
+
+#[test]
+fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
+    let tmp = headroom_test_support::scratch("two-macs-pair");
+    // Loopback is not among the addresses allowed without pairing.
+    let lender = Lender::start(&tmp.join("lender"), &["--allow", "10.255.255.1"]);
+    assert_eq!(lender.code.len(), 6, "a six-digit code: {:?}", lender.code);
+    let host = tmp.join("host");
+    let env = [("HEADROOM_DATA_DIR", host.as_os_str())];
+    let generate = ["generate", "--prompt", "What is the capital of France?", "--max-tokens", "12", "--peer", &lender.addr];
+
+    let refused = crate::common::headroom_with(&generate, &env);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success());
+    assert!(stderr.contains("not paired with this Mac") && stderr.contains("headroom pair"), "{stderr}");
+
+    let wrong: String = lender.code.chars().map(|c| if c == '9' { '0' } else { char::from(c as u8 + 1) }).collect();
+    let bad = crate::common::headroom_with(&["pair", &lender.addr, &wrong], &env);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("wrong pairing code"), "{}", String::from_utf8_lossy(&bad.stderr));
+
+    let paired = crate::common::headroom_with(&["pair", &lender.addr, &lender.code], &env);
+    assert!(paired.status.success(), "{}", String::from_utf8_lossy(&paired.stderr));
+    assert!(String::from_utf8_lossy(&paired.stdout).starts_with("paired with "), "{}", String::from_utf8_lossy(&paired.stdout));
+
+    let answered = crate::common::headroom_with(&generate, &env);
+    assert!(answered.status.success(), "{}", String::from_utf8_lossy(&answered.stderr));
+    assert!(String::from_utf8_lossy(&answered.stdout).contains("Paris"), "{}", String::from_utf8_lossy(&answered.stdout));
+    assert!(String::from_utf8_lossy(&answered.stderr).contains("two Macs: layers"), "{}", String::from_utf8_lossy(&answered.stderr));
 }

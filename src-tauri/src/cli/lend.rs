@@ -4,8 +4,11 @@
 //! `--peer HOST:PORT` (generate, chat, bench, serve) and `fit --peer` talk
 //! to it.
 //!
-//! What it accepts: connections from the addresses `--allow` names (by
-//! default this machine's loopback only), one session at a time. A budget
+//! What it accepts: requests from hosts it paired with (a pairing code it
+//! prints, exchanged once with `headroom pair HOST:PORT CODE` for a token
+//! the host presents from then on; five wrong codes end pairing until it
+//! restarts) or from the addresses `--allow` names (by default this
+//! machine's loopback only), one session at a time. A budget
 //! question is answered from this Mac's memory now, as its own fit would;
 //! a placement is checked against the same budget (the share's weights, its
 //! KV cache and the overhead) before a byte is read, and refused with its
@@ -28,6 +31,11 @@ use super::fit::{budget_source, gb, verdict_line, BudgetArgs};
 use super::CliError;
 use crate::fit::{budget_inputs, PeerSplit};
 
+/// Where a lender keeps the tokens of the hosts it paired with (its data folder).
+const LENT_TO_FILE: &str = "lent-to.json";
+/// Wrong pairing codes a lender takes before it stops pairing until restarted.
+const PAIRING_ATTEMPTS: u32 = 5;
+
 /// The environment variable that hands a session process its placement.
 const PLACEMENT_ENV: &str = "HEADROOM_PLACEMENT";
 /// How long a connecting host has to ask its first question.
@@ -41,6 +49,27 @@ pub struct PeerArgs {
     /// budget, and the later layers run there.
     #[arg(long, value_name = "HOST:PORT")]
     pub peer: Option<String>,
+}
+
+/// `headroom pair HOST:PORT CODE`.
+#[derive(Debug, Clone, Args)]
+pub struct PairArgs {
+    /// The lending Mac's address, as `headroom lend` prints it.
+    #[arg(value_name = "HOST:PORT")]
+    pub peer: String,
+    /// The pairing code `headroom lend` prints there.
+    pub code: String,
+}
+
+/// Pairs this Mac with a lending one: the token it gives is kept in the
+/// data folder, and `--peer` (and the app) present it from then on.
+pub fn pair(args: &PairArgs) -> Result<(), CliError> {
+    let (machine, token) = headroom_engine::peer::host::pair(&args.peer, &args.code)?;
+    let dir = super::chat::locations()?.data_dir;
+    crate::peers::remember(&dir, &args.peer, &token)
+        .map_err(|e| CliError::Lend(format!("paired, but the token could not be kept: {e}")))?;
+    println!("paired with {machine} at {}", args.peer);
+    Ok(())
 }
 
 #[derive(Debug, Clone, Args)]
@@ -73,26 +102,24 @@ pub fn run(args: &LendArgs) -> Result<(), CliError> {
         if args.allow.is_empty() { vec![IpAddr::from([127, 0, 0, 1])] } else { args.allow.clone() };
     let budget = budget_inputs(budget_source(&args.budget))?;
     let names: Vec<String> = allowed.iter().map(ToString::to_string).collect();
+    let mut pairing = Pairing::new(super::chat::locations()?.data_dir.join(LENT_TO_FILE))?;
     println!(
-        "lending {} on {addr} (budget {}); hosts allowed: {}",
+        "lending {} on {addr} (budget {}); pairing code {}; hosts allowed without pairing: {}",
         headroom_memory::machine_name(),
         gb(headroom_core::fit::Budget::new(budget).budget_bytes),
+        pairing.code,
         names.join(", ")
     );
     std::io::stdout().flush()?;
     let mut running: Option<Child> = None;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        let from = stream.peer_addr().map(|a| a.ip());
-        if !from.as_ref().is_ok_and(|ip| allowed.contains(ip)) {
-            eprintln!("headroom lend: refused a connection from {from:?} (not --allow'ed)");
-            continue;
-        }
+        let by_address = stream.peer_addr().is_ok_and(|a| allowed.contains(&a.ip()));
         // A finished session frees the Mac for the next.
         if running.as_mut().is_some_and(|c| matches!(c.try_wait(), Ok(Some(_)))) {
             running = None;
         }
-        if let Err(e) = answer(stream, args, running.is_some()).map(|child| {
+        if let Err(e) = answer(stream, args, &mut pairing, by_address, running.is_some()).map(|child| {
             if child.is_some() {
                 running = child;
             }
@@ -105,10 +132,32 @@ pub fn run(args: &LendArgs) -> Result<(), CliError> {
 
 /// Answers one connection: a budget question, or a placement (checked,
 /// then handed to a session process). Returns the session's process.
-fn answer(mut stream: TcpStream, args: &LendArgs, busy: bool) -> Result<Option<Child>, CliError> {
+fn answer(
+    mut stream: TcpStream,
+    args: &LendArgs,
+    pairing: &mut Pairing,
+    by_address: bool,
+    busy: bool,
+) -> Result<Option<Child>, CliError> {
     let request: Request = protocol::receive(&stream, FIRST_QUESTION)?;
+    if let Request::Pair { code, .. } = &request {
+        let reply = match pairing.pair(code)? {
+            Ok(token) => Reply::Paired { token, machine: headroom_memory::machine_name() },
+            Err(message) => Reply::Refused { message },
+        };
+        protocol::send(&mut stream, &reply)?;
+        return Ok(None);
+    }
+    if !by_address && !request.token().is_some_and(|t| pairing.knows(t)) {
+        let from = stream.peer_addr().map_or_else(|_| "a host".to_owned(), |a| a.ip().to_string());
+        eprintln!("headroom lend: refused {from}: not paired, not --allow'ed");
+        let message = "this host is not paired with this Mac: run `headroom pair HOST:PORT CODE` with the code `headroom lend` shows there".to_owned();
+        protocol::send(&mut stream, &Reply::Refused { message })?;
+        return Ok(None);
+    }
     let budget = budget_inputs(budget_source(&args.budget))?;
     let placement = match request {
+        Request::Pair { .. } => return Ok(None),
         Request::Budget { .. } => {
             let reply = Reply::Budget { version: protocol::VERSION, machine: headroom_memory::machine_name(), budget };
             protocol::send(&mut stream, &reply)?;
@@ -270,4 +319,55 @@ pub(crate) fn split_refusal(model: &str, split: &PeerSplit) -> String {
         split.address,
         split_lines(split).trim_end()
     )
+}
+
+/// The lender's pairings: the code it shows, the tokens it gave (kept in
+/// its data folder, this user's only), and how many wrong codes it took.
+struct Pairing {
+    code: String,
+    tokens: Vec<String>,
+    wrong: u32,
+    file: std::path::PathBuf,
+}
+
+impl Pairing {
+    fn new(file: std::path::PathBuf) -> Result<Self, CliError> {
+        let tokens = std::fs::read(&file).ok().and_then(|b| serde_json::from_slice(&b).ok()).unwrap_or_default();
+        let digits = random_bytes::<4>()?;
+        let code = format!("{:06}", u32::from_le_bytes(digits) % 1_000_000);
+        Ok(Self { code, tokens, wrong: 0, file })
+    }
+
+    fn knows(&self, token: &str) -> bool {
+        self.tokens.iter().any(|t| t == token)
+    }
+
+    /// A new token for the right code; the refusal in words for a wrong one.
+    fn pair(&mut self, code: &str) -> Result<Result<String, String>, CliError> {
+        if self.wrong >= PAIRING_ATTEMPTS {
+            return Ok(Err(format!(
+                "{PAIRING_ATTEMPTS} wrong pairing codes: pairing is off until `headroom lend` is started again"
+            )));
+        }
+        if code.trim() != self.code {
+            self.wrong += 1;
+            return Ok(Err("wrong pairing code".to_owned()));
+        }
+        let token: String = random_bytes::<16>()?.iter().map(|b| format!("{b:02x}")).collect();
+        self.tokens.push(token.clone());
+        crate::peers::write_private(&self.file, &serde_json::to_vec(&self.tokens)?)
+            .map_err(|e| CliError::Lend(format!("cannot keep the pairing in {}: {e}", self.file.display())))?;
+        println!("paired with a host");
+        Ok(Ok(token))
+    }
+}
+
+/// `N` bytes from the OS's random source.
+fn random_bytes<const N: usize>() -> Result<[u8; N], CliError> {
+    use std::io::Read;
+    let mut out = [0u8; N];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut out))
+        .map_err(|e| CliError::Lend(format!("no random source: {e}")))?;
+    Ok(out)
 }

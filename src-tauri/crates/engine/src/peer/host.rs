@@ -30,6 +30,8 @@ const PLACE_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerPlacement {
     pub addr: String,
+    /// The pairing's token, if this host paired with the lender.
+    pub token: Option<String>,
     pub first_peer_layer: usize,
     /// The context the split was fitted for.
     pub context: usize,
@@ -80,9 +82,9 @@ impl std::fmt::Debug for Link {
 }
 
 /// The peer's budget now (for the split and `headroom fit --peer`), and its machine's name.
-pub fn peer_budget(addr: &str) -> Result<(String, BudgetInputs)> {
+pub fn peer_budget(addr: &str, token: Option<&str>) -> Result<(String, BudgetInputs)> {
     let mut control = connect(addr, ANSWER_TIMEOUT)?;
-    protocol::send(&mut control, &Request::Budget { version: VERSION })?;
+    protocol::send(&mut control, &Request::Budget { version: VERSION, token: token.map(str::to_owned) })?;
     match protocol::receive(&control, ANSWER_TIMEOUT)? {
         Reply::Budget { version, machine, budget } if version == VERSION => Ok((machine, budget)),
         Reply::Budget { version, .. } => Err(EngineError::PeerRefused {
@@ -90,8 +92,22 @@ pub fn peer_budget(addr: &str) -> Result<(String, BudgetInputs)> {
             message: format!("it speaks version {version} of the protocol, this Mac {VERSION}"),
         }),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
-        Reply::Placed { .. } => {
-            Err(EngineError::Peer { reason: "the peer answered a placement to a budget question".into() })
+        Reply::Placed { .. } | Reply::Paired { .. } => {
+            Err(EngineError::Peer { reason: "the peer answered something else to a budget question".into() })
+        }
+    }
+}
+
+/// Pairs with the lender at `addr` using the `code` it shows: its machine's
+/// name and the token to present from now on.
+pub fn pair(addr: &str, code: &str) -> Result<(String, String)> {
+    let mut control = connect(addr, ANSWER_TIMEOUT)?;
+    protocol::send(&mut control, &Request::Pair { version: VERSION, code: code.to_owned() })?;
+    match protocol::receive(&control, ANSWER_TIMEOUT)? {
+        Reply::Paired { token, machine } => Ok((machine, token)),
+        Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
+        Reply::Placed { .. } | Reply::Budget { .. } => {
+            Err(EngineError::Peer { reason: "the peer answered something else to a pairing".into() })
         }
     }
 }
@@ -104,12 +120,12 @@ pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, 
     let host_ring = free_address(local.ip())?;
     placement.host_ring = host_ring.clone();
     let (first_peer_layer, layers) = (placement.first_layer, placement.layers);
-    protocol::send(&mut control, &Request::Place { version: VERSION, placement })?;
+    protocol::send(&mut control, &Request::Place { version: VERSION, placement, token: at.token.clone() })?;
     let lender_ring = match protocol::receive(&control, PLACE_TIMEOUT)? {
         Reply::Placed { ring } => ring,
         Reply::Refused { message } => return Err(EngineError::PeerRefused { peer: at.addr.clone(), message }),
-        Reply::Budget { .. } => {
-            return Err(EngineError::Peer { reason: "the peer answered a budget to a placement".into() })
+        Reply::Budget { .. } | Reply::Paired { .. } => {
+            return Err(EngineError::Peer { reason: "the peer answered something else to a placement".into() })
         }
     };
     let ring = Ring::join(&host_ring, &lender_ring, 0, stall_deadline())?;

@@ -26,10 +26,33 @@ const MAX_LINE: u64 = 64 << 10;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Request {
+    /// Pairs this host with the lender: `code` is the one `headroom lend`
+    /// shows; the answer is a token the host presents from then on.
+    Pair { version: u32, code: String },
     /// This Mac's budget for a model (what the fit here would use).
-    Budget { version: u32 },
+    Budget {
+        version: u32,
+        /// The pairing's token (none from a host the lender allows by address).
+        #[serde(default)]
+        token: Option<String>,
+    },
     /// Run a layer range of a model for the host.
-    Place { version: u32, placement: Placement },
+    Place {
+        version: u32,
+        placement: Placement,
+        #[serde(default)]
+        token: Option<String>,
+    },
+}
+
+impl Request {
+    /// The pairing token the request presents.
+    pub fn token(&self) -> Option<&str> {
+        match self {
+            Self::Budget { token, .. } | Self::Place { token, .. } => token.as_deref(),
+            Self::Pair { .. } => None,
+        }
+    }
 }
 
 /// A layer range of a model, as the host placed it.
@@ -62,6 +85,8 @@ pub enum Reply {
     Budget { version: u32, machine: String, budget: BudgetInputs },
     /// The range is loaded; the lender's end of the ring listens at `ring`.
     Placed { ring: String },
+    /// Paired: the token to present from now on.
+    Paired { token: String, machine: String },
     /// Not placed, and why (its own fit verdict with its numbers, a missing
     /// copy of the model, another version).
     Refused { message: String },
@@ -124,7 +149,7 @@ mod tests {
             context: 4096,
             host_ring: "127.0.0.1:5000".into(),
         };
-        let request = Request::Place { version: VERSION, placement };
+        let request = Request::Place { version: VERSION, placement, token: Some("t".into()) };
         send(&mut a, &request).unwrap();
         assert_eq!(receive::<Request>(&b, Duration::from_secs(5)).unwrap(), request);
         send(&mut b, &Reply::Placed { ring: "127.0.0.1:5001".into() }).unwrap();
