@@ -78,6 +78,7 @@ error_codes! {
     PeerRefused = "PEER_REFUSED",
     PeerLost = "PEER_LOST",
     PeerUnsupported = "PEER_UNSUPPORTED",
+    LendFailed = "LEND_FAILED",
     // Turns, routing and the privacy gate.
     EmptyMessage = "EMPTY_MESSAGE",
     NothingToRegenerate = "NOTHING_TO_REGENERATE",

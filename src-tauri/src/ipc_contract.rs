@@ -128,6 +128,7 @@ fn contract() -> Contract {
     c.add::<headroom_store::cloud_cache::CacheStats>();
     // server_*
     c.add::<crate::commands::server::ServerInfo>();
+    c.add::<crate::lend::LendStatus>();
     // sessions_*, session_*
     c.add::<headroom_store::Session>();
     c.add::<headroom_store::SessionSummary>();

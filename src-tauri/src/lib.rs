@@ -14,6 +14,7 @@ mod error;
 pub mod fit;
 #[cfg(test)]
 mod ipc_contract;
+pub mod lend;
 mod live;
 pub mod logging;
 mod memory;
@@ -196,6 +197,9 @@ pub fn run_app<R: Runtime>(
             commands::server::server_start,
             commands::server::server_stop,
             commands::server::server_status,
+            commands::lend::lend_start,
+            commands::lend::lend_stop,
+            commands::lend::lend_status,
         ])
         .on_window_event(popover::on_window_event)
         .build(context)?;

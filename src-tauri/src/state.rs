@@ -146,6 +146,8 @@ pub struct AppState {
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
     pub server: Arc<Mutex<Option<headroom_server::Server>>>,
+    /// This Mac lent to another (`headroom lend` as a child process), while the toggle has it on.
+    pub lending: Arc<Mutex<Option<crate::lend::Lending>>>,
     /// Held through a model switch, from its fit check to the end of its
     /// load: the popover and the local server switch one at a time, so
     /// neither checks a budget the other is about to spend.
@@ -185,6 +187,7 @@ impl AppState {
             prompt_cache_max: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX)),
             memory: Arc::default(),
             server: Arc::default(),
+            lending: Arc::default(),
             switching: Arc::default(),
             runs: Runs::default(),
             scans: Arc::default(),

@@ -312,7 +312,8 @@ fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
     assert_eq!(lender.code.len(), 6, "a six-digit code: {:?}", lender.code);
     let host = tmp.join("host");
     let env = [("HEADROOM_DATA_DIR", host.as_os_str())];
-    let generate = ["generate", "--prompt", "What is the capital of France?", "--max-tokens", "12", "--peer", &lender.addr];
+    let generate =
+        ["generate", "--prompt", "What is the capital of France?", "--max-tokens", "12", "--peer", &lender.addr];
 
     let refused = crate::common::headroom_with(&generate, &env);
     let stderr = String::from_utf8_lossy(&refused.stderr);
@@ -322,14 +323,30 @@ fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
     let wrong: String = lender.code.chars().map(|c| if c == '9' { '0' } else { char::from(c as u8 + 1) }).collect();
     let bad = crate::common::headroom_with(&["pair", &lender.addr, &wrong], &env);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("wrong pairing code"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("wrong pairing code"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 
     let paired = crate::common::headroom_with(&["pair", &lender.addr, &lender.code], &env);
     assert!(paired.status.success(), "{}", String::from_utf8_lossy(&paired.stderr));
-    assert!(String::from_utf8_lossy(&paired.stdout).starts_with("paired with "), "{}", String::from_utf8_lossy(&paired.stdout));
+    assert!(
+        String::from_utf8_lossy(&paired.stdout).starts_with("paired with "),
+        "{}",
+        String::from_utf8_lossy(&paired.stdout)
+    );
 
     let answered = crate::common::headroom_with(&generate, &env);
     assert!(answered.status.success(), "{}", String::from_utf8_lossy(&answered.stderr));
-    assert!(String::from_utf8_lossy(&answered.stdout).contains("Paris"), "{}", String::from_utf8_lossy(&answered.stdout));
-    assert!(String::from_utf8_lossy(&answered.stderr).contains("two Macs: layers"), "{}", String::from_utf8_lossy(&answered.stderr));
+    assert!(
+        String::from_utf8_lossy(&answered.stdout).contains("Paris"),
+        "{}",
+        String::from_utf8_lossy(&answered.stdout)
+    );
+    assert!(
+        String::from_utf8_lossy(&answered.stderr).contains("two Macs: layers"),
+        "{}",
+        String::from_utf8_lossy(&answered.stderr)
+    );
 }

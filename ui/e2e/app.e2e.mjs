@@ -1595,4 +1595,34 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       }
     }
   });
+
+  // Issue #28: Settings → Two Macs → "Lend this Mac" runs `headroom lend`
+  // from the app; another host pairs with the code it shows.
+  test('Settings lends this Mac: the code it shows pairs another host, and Stop ends it', { timeout: 60_000 }, async () => {
+    requireApp();
+    await closeOverlays();
+    await session.click(await session.byTestId('settings-button'));
+    try {
+      await session.click(await session.waitForElement('[data-testid="lend-toggle"]', 5_000));
+      const status = await waitFor(async () => {
+        const t = await session.text(await session.byTestId('lend-status'));
+        return /pairing code \d{6}/.test(t) && t;
+      }, { timeoutMs: 15_000, message: 'the lend status to show a pairing code' });
+      assert.match(status, /^Lent on port 7070 · pairing code \d{6}$/, status);
+      await session.execute(`document.querySelector('[data-testid="lend-status"]').scrollIntoView({ block: 'center' });`);
+      writeFileSync(path.join(OUT, 'settings-lend.png'), await session.screenshot(30_000));
+      const code = /(\d{6})$/.exec(status)[1];
+      const hostData = mkdtempSync(path.join(SCRATCH, 'pair-host-'));
+      const { stdout } = await run(BIN, ['pair', '127.0.0.1:7070', code], { timeout: 20_000, env: { ...process.env, HEADROOM_DATA_DIR: hostData } });
+      assert.match(stdout, /^paired with \S+ at 127\.0\.0\.1:7070/, stdout);
+      await session.click(await session.byTestId('lend-toggle'));
+      await waitFor(async () => (await session.text(await session.byTestId('lend-status'))).startsWith('Not lent'), {
+        timeoutMs: 10_000,
+        message: 'lending to stop',
+      });
+      await assert.rejects(run(BIN, ['pair', '127.0.0.1:7070', code], { timeout: 20_000, env: { ...process.env, HEADROOM_DATA_DIR: hostData } }), 'nothing listens once lending stopped');
+    } finally {
+      if ((await session.allByTestId('settings-view')).length > 0) await session.click(await session.byTestId('settings-button'));
+    }
+  });
 });

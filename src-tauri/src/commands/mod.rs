@@ -11,6 +11,7 @@ pub mod chat;
 pub mod cloud;
 pub mod desktop;
 pub mod export;
+pub mod lend;
 pub mod live;
 pub mod memory;
 pub mod models;

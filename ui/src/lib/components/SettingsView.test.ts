@@ -45,6 +45,12 @@ function backend(taken = 'Ctrl+Alt+K') {
         return desktop;
       case 'server_status':
         return null;
+      case 'lend_status':
+        return null;
+      case 'lend_start':
+        return { address: '0.0.0.0:7070', code: '048291' };
+      case 'lend_stop':
+        return true;
       case 'cloud_cache_stats':
         return { hits: 0, misses: 0, entries: 0, bytes: 0 };
       default:
@@ -145,5 +151,29 @@ describe('SettingsView: the menu-bar conventions', () => {
     const logs = await screen.findByTestId('log-dir');
     expect(logs).toHaveTextContent(LOGS);
     expect(logs).toHaveAttribute('title', `${LOGS}/headroom.2026-12-01.log`);
+  });
+});
+
+describe('SettingsView: two Macs', () => {
+  it('lends this Mac: the toggle starts lend, shows the port and the pairing code, and stops it', async () => {
+    const calls = backend();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const toggle = await screen.findByTestId('lend-toggle');
+    expect(screen.getByTestId('lend-status')).toHaveTextContent('Not lent');
+    await fireEvent.click(toggle);
+    await waitFor(() => expect(screen.getByTestId('lend-status')).toHaveTextContent('Lent on port 7070 · pairing code 048291'));
+    expect(screen.getByText(/headroom pair THIS-MAC:7070 048291/)).toBeInTheDocument();
+    await fireEvent.click(toggle);
+    await waitFor(() => expect(screen.getByTestId('lend-status')).toHaveTextContent('Not lent'));
+    expect(calls.map((c) => c.cmd).filter((c) => c.startsWith('lend_'))).toEqual(['lend_status', 'lend_start', 'lend_stop']);
+  });
+
+  it('the peer Mac is saved as typed (the backend checks it is HOST:PORT)', async () => {
+    const calls = backend();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const peer = await screen.findByTestId<HTMLInputElement>('peer');
+    peer.value = '10.0.0.2:7070';
+    await fireEvent.change(peer);
+    await waitFor(() => expect(lastSet(calls)).toMatchObject({ peer: '10.0.0.2:7070' }));
   });
 });

@@ -36,6 +36,7 @@ export type { KeyStorage } from './KeyStorage';
 export type { KvFormat } from './KvFormat';
 export type { KvLayers } from './KvLayers';
 export type { KvQuant } from './KvQuant';
+export type { LendStatus } from './LendStatus';
 export type { LiveView } from './LiveView';
 export type { LoadResult } from './LoadResult';
 export type { MachineInfo } from './MachineInfo';
