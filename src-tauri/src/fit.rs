@@ -163,12 +163,24 @@ pub fn check_model_with(
     source: BudgetSource,
     learned: Option<&Store>,
 ) -> Result<FitReport, FitError> {
-    let inspection = inspect(dir, dtype, kernel)?;
-    // Head dims MLX cannot group, sliding windows mlx-lm cannot quantize.
-    inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
+    let footprint = footprint_for(dir, dtype, kernel, kv)?;
     let inputs = budget_inputs(source)?;
     let measured = learned.map(|store| self::learned(store, dir, dtype, kernel)).unwrap_or_default();
-    Ok(check_with(&inspection.footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &measured))
+    Ok(check_with(&footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &measured))
+}
+
+/// The footprint of the model in `dir` loaded as `dtype` with `kernel`,
+/// from its headers, refused where its KV cache cannot be stored as `kv`
+/// (head dims MLX cannot group, sliding windows mlx-lm cannot quantize).
+fn footprint_for(
+    dir: &Path,
+    dtype: ComputeDtype,
+    kernel: QuantKernel,
+    kv: KvFormat,
+) -> Result<headroom_core::fit::ModelFootprint, FitError> {
+    let inspection = inspect(dir, dtype, kernel)?;
+    inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
+    Ok(inspection.footprint)
 }
 
 /// Two Macs: the split of the model in `dir` (loaded as `dtype` with
@@ -185,12 +197,11 @@ pub fn check_split(
     source: BudgetSource,
     peer: &str,
 ) -> Result<PeerSplit, FitError> {
-    let inspection = inspect(dir, dtype, kernel)?;
-    inspection.footprint.check_kv(kv).map_err(|source| FitError::Model(EngineError::KvFormat { source }))?;
+    let footprint = footprint_for(dir, dtype, kernel, kv)?;
     let token = crate::peers::token(peer);
     let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer, token.as_deref())?;
     let context = u64::try_from(context).unwrap_or(u64::MAX);
-    let report = headroom_core::split::split(&inspection.footprint, context, kv, budget_inputs(source)?, peer_budget)?;
+    let report = headroom_core::split::split(&footprint, context, kv, budget_inputs(source)?, peer_budget)?;
     Ok(PeerSplit { address: peer.to_owned(), machine, report })
 }
 

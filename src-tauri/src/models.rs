@@ -352,13 +352,7 @@ pub fn load(
     let source = budget_source(state)?;
     let learned = Some(&state.store);
     let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, kv, source, learned)
-        .map_err(|e| match e {
-        fit::FitError::Model(e) => CommandError::from(e),
-        fit::FitError::Memory(e) => {
-            CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
-        }
-        fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
-    })?;
+        .map_err(fit_error)?;
     if across_peer {
         return load_across(state, entry, context_limit, kv, override_fit);
     }
@@ -384,19 +378,7 @@ pub fn load(
     let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, None).map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
-    Ok(LoadResult {
-        entry,
-        context_limit,
-        unload_ms: s.unload_ms,
-        freed_bytes: s.freed_bytes,
-        expected_freed_bytes: s.expected_freed_bytes,
-        rss_before_unload_bytes: s.rss_before_unload_bytes,
-        rss_after_unload_bytes: s.rss_after_unload_bytes,
-        load_ms: s.load_ms,
-        cache_limit_bytes: s.cache_limit_bytes,
-        wired_limit_bytes: s.wired_limit_bytes,
-        kv_cache: s.kv_cache,
-    })
+    Ok(LoadResult::of(entry, context_limit, s))
 }
 
 /// [`load`] across this Mac and the peer the settings name: the split
@@ -416,13 +398,7 @@ fn load_across(
     let source = budget_source(state)?;
     let split =
         fit::check_split(&entry.path, context_limit, ComputeDtype::Native, state.quant_kernel(), kv, source, &peer)
-            .map_err(|e| match e {
-                fit::FitError::Model(e) => CommandError::from(e),
-                fit::FitError::Memory(e) => {
-                    CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
-                }
-                fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
-            })?;
+            .map_err(fit_error)?;
     if split.report.refuses() && !override_fit {
         let side = |s: &headroom_core::split::Share, name: &str| {
             format!(
@@ -445,19 +421,18 @@ fn load_across(
     entry.loaded = true;
     entry.fit = Some(report);
     entry.two_macs = Some(split);
-    Ok(LoadResult {
-        entry,
-        context_limit,
-        unload_ms: s.unload_ms,
-        freed_bytes: s.freed_bytes,
-        expected_freed_bytes: s.expected_freed_bytes,
-        rss_before_unload_bytes: s.rss_before_unload_bytes,
-        rss_after_unload_bytes: s.rss_after_unload_bytes,
-        load_ms: s.load_ms,
-        cache_limit_bytes: s.cache_limit_bytes,
-        wired_limit_bytes: s.wired_limit_bytes,
-        kv_cache: s.kv_cache,
-    })
+    Ok(LoadResult::of(entry, context_limit, s))
+}
+
+/// A fit check's failure as the UI's error.
+fn fit_error(e: fit::FitError) -> CommandError {
+    match e {
+        fit::FitError::Model(e) => CommandError::from(e),
+        fit::FitError::Memory(e) => {
+            CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
+        }
+        fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
+    }
 }
 
 /// What would make the refused `report` fit: a smaller KV cache (from the
@@ -476,6 +451,25 @@ fn remedies_for(report: &FitReport, kv: KvFormat, id: &str, all: &[ModelEntry]) 
 }
 
 /// What a switch measured.
+impl LoadResult {
+    /// `entry`, now loaded at `context_limit` by the switch `s`.
+    fn of(entry: ModelEntry, context_limit: usize, s: Switched) -> Self {
+        Self {
+            entry,
+            context_limit,
+            unload_ms: s.unload_ms,
+            freed_bytes: s.freed_bytes,
+            expected_freed_bytes: s.expected_freed_bytes,
+            rss_before_unload_bytes: s.rss_before_unload_bytes,
+            rss_after_unload_bytes: s.rss_after_unload_bytes,
+            load_ms: s.load_ms,
+            cache_limit_bytes: s.cache_limit_bytes,
+            wired_limit_bytes: s.wired_limit_bytes,
+            kv_cache: s.kv_cache,
+        }
+    }
+}
+
 pub(crate) struct Switched {
     unload_ms: u64,
     freed_bytes: u64,
