@@ -106,6 +106,12 @@ pub fn process_rss() -> Result<u64> {
     Ok(read()?.process_rss)
 }
 
+/// This machine's name as the OS reports it ("Studio.local"), for telling a
+/// paired Mac apart; "this Mac" where the OS gives none.
+pub fn machine_name() -> String {
+    sysinfo::System::host_name().ok().filter(|n| !n.is_empty()).unwrap_or_else(|| "this Mac".to_owned())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,10 +160,4 @@ mod tests {
         let signals = PlatformSignals { psi: psi::PsiSource::new(dir.join("absent")) };
         assert_eq!(Reader::with_signals(signals).unwrap().read().pressure, PressureLevel::Unknown);
     }
-}
-
-/// This machine's name as the OS reports it ("Studio.local"), for telling a
-/// paired Mac apart; "this Mac" where the OS gives none.
-pub fn machine_name() -> String {
-    sysinfo::System::host_name().ok().filter(|n| !n.is_empty()).unwrap_or_else(|| "this Mac".to_owned())
 }
