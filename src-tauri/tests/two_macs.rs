@@ -350,3 +350,27 @@ fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
         String::from_utf8_lossy(&answered.stderr)
     );
 }
+
+#[test]
+fn a_lender_joins_a_ring_only_back_to_the_host_that_asked() {
+    use std::io::Write;
+    let tmp = headroom_test_support::scratch("two-macs-ring-target");
+    let lender = Lender::start(&tmp.join("lender"), &[]);
+    let mut control = std::net::TcpStream::connect(&lender.addr).unwrap();
+    control.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // A placement whose ring address is another machine's.
+    let place = serde_json::json!({
+        "kind": "place",
+        "version": 1,
+        "placement": {
+            "model": "/nowhere", "first_layer": 1, "layers": 2, "f32": false, "kernel": "fused",
+            "kv": { "kind": "float" }, "context": 512, "host_ring": "10.1.2.3:5000"
+        }
+    });
+    writeln!(control, "{place}").unwrap();
+    let mut line = String::new();
+    BufReader::new(&control).read_line(&mut line).unwrap();
+    let reply: Value = serde_json::from_str(&line).unwrap();
+    assert_eq!(reply["kind"], "refused", "{reply}");
+    assert!(reply["message"].as_str().is_some_and(|m| m.contains("is not the host's own")), "{reply}");
+}

@@ -175,6 +175,13 @@ fn answer(
         protocol::send(&mut stream, &Reply::Refused { message })?;
         return Ok(None);
     }
+    // The ring connects back only to the host that asked, never elsewhere.
+    let ring_ip = placement.host_ring.parse::<std::net::SocketAddr>().map(|a| a.ip());
+    if ring_ip.ok() != stream.peer_addr().ok().map(|a| a.ip()) {
+        let message = format!("the host's ring address {} is not the host's own", placement.host_ring);
+        protocol::send(&mut stream, &Reply::Refused { message })?;
+        return Ok(None);
+    }
     if let Err(message) = check_share(&placement, budget) {
         eprintln!("headroom lend: refused a placement: {message}");
         protocol::send(&mut stream, &Reply::Refused { message })?;
