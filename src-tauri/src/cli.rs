@@ -43,7 +43,7 @@ pub use export::{ExportArgs, ExportFormat, ImportArgs};
 pub use fit::{check_model, BudgetArgs, FitArgs};
 pub use generate::GenerateArgs;
 pub use kernel::KernelArgs;
-pub use lend::{LendArgs, PairArgs, PeerArgs};
+pub use lend::{LendArgs, PairArgs, PeerArgs, PeersArgs};
 pub use live_probe::LiveProbeArgs;
 pub use models::ModelsArgs;
 pub use pull::PullArgs;
@@ -103,6 +103,9 @@ pub enum Command {
     /// runs its later layers here (`--peer HOST:PORT` there), each Mac
     /// within its own budget, over MLX's ring backend.
     Lend(LendArgs),
+    /// List the Macs lending themselves on this network (Bonjour): name,
+    /// HOST:PORT for `--peer` and `pair`, budget.
+    Peers(PeersArgs),
     /// Pair with a Mac that lends itself (`headroom lend` shows the code):
     /// `--peer HOST:PORT` and the app then present the token it gives.
     Pair(PairArgs),
@@ -165,6 +168,7 @@ pub fn run(command: Command) -> ExitCode {
         Command::Generate(args) => report(generate::run(&args)),
         Command::Lend(args) => report(lend::run(&args)),
         Command::Pair(args) => report(lend::pair(&args)),
+        Command::Peers(args) => report(lend::peers(&args)),
         Command::LiveProbe(args) => report(live_probe::run(&args)),
         Command::Models(args) => report(models::run(&args)),
         Command::Pull(args) => pull::run(&args),

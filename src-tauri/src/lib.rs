@@ -10,6 +10,7 @@ pub mod cli;
 mod commands;
 pub mod default_model;
 mod desktop;
+pub mod discovery;
 mod error;
 pub mod fit;
 #[cfg(test)]

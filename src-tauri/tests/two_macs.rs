@@ -374,3 +374,19 @@ fn a_lender_joins_a_ring_only_back_to_the_host_that_asked() {
     assert_eq!(reply["kind"], "refused", "{reply}");
     assert!(reply["message"].as_str().is_some_and(|m| m.contains("is not the host's own")), "{reply}");
 }
+
+#[test]
+fn a_lender_is_found_with_bonjour_by_name_address_and_budget() {
+    let tmp = headroom_test_support::scratch("two-macs-bonjour");
+    let lender = Lender::start(&tmp.join("lender"), &["--available-gb", "12"]);
+    let out = headroom(&["peers", "--json", "--seconds", "4"]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let found: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let entry = found
+        .as_array()
+        .and_then(|all| all.iter().find(|f| f["address"] == lender.addr.as_str()))
+        .unwrap_or_else(|| panic!("{} not among {found}", lender.addr));
+    assert!(entry["machine"].as_str().is_some_and(|m| !m.is_empty()), "{entry}");
+    // 12 GB available less the default 4 GB left to the OS.
+    assert_eq!(entry["budget_bytes"].as_u64(), Some(8 << 30), "{entry}");
+}

@@ -51,6 +51,35 @@ pub struct PeerArgs {
     pub peer: Option<String>,
 }
 
+/// `headroom peers`.
+#[derive(Debug, Clone, Args)]
+pub struct PeersArgs {
+    /// How long to listen for answers, in seconds.
+    #[arg(long, default_value_t = 3)]
+    pub seconds: u64,
+    /// Print one JSON array instead of lines.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Lists the Macs lending themselves on this network (Bonjour).
+pub fn peers(args: &PeersArgs) -> Result<(), CliError> {
+    let found = crate::discovery::browse(Duration::from_secs(args.seconds))
+        .map_err(|e| CliError::Lend(format!("cannot browse with Bonjour: {e}")))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&found)?);
+        return Ok(());
+    }
+    if found.is_empty() {
+        println!("no Mac lends itself on this network (looked for {} s)", args.seconds);
+    }
+    for f in &found {
+        let budget = f.budget_bytes.map_or_else(|| "budget unknown".to_owned(), |b| format!("budget {}", gb(b)));
+        println!("{:<24} {:<22} {budget}", f.machine, f.address);
+    }
+    Ok(())
+}
+
 /// `headroom pair HOST:PORT CODE`.
 #[derive(Debug, Clone, Args)]
 pub struct PairArgs {
@@ -111,6 +140,11 @@ pub fn run(args: &LendArgs) -> Result<(), CliError> {
         names.join(", ")
     );
     std::io::stdout().flush()?;
+    // Bonjour, so hosts can find it (`headroom peers`); lending works without.
+    let budget_bytes = headroom_core::fit::Budget::new(budget).budget_bytes;
+    let _advert = crate::discovery::advertise(&headroom_memory::machine_name(), args.bind, addr.port(), budget_bytes)
+        .map_err(|e| eprintln!("headroom lend: not advertised with Bonjour: {e}"))
+        .ok();
     let mut running: Option<Child> = None;
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
