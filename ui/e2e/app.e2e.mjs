@@ -1345,7 +1345,11 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       assert.match(offered, /KV cache at 8 bits/, `the 8-bit KV cache is offered: ${await session.text(sheet)}`);
       writeFileSync(path.join(OUT, 'fit-remedy-kv8.png'), await session.screenshot(30_000));
       await session.click(remedy);
-      await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === id, {
+      // Loaded, not loading: the picker names the model while it loads too.
+      await waitFor(async () => {
+        const select = await session.byTestId('model-select');
+        return (await session.property(select, 'value')) === id && (await session.property(select, 'disabled')) === false;
+      }, {
         timeoutMs: 60_000,
         intervalMs: 250,
         message: `${id} to load with the 8-bit KV cache`,
@@ -1376,8 +1380,14 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await setSetting('context-limit', '8192');
       await session.waitForElement('.saved', 5_000);
       await session.click(await session.byTestId('settings-button'));
-      await session.click(await session.byTestId('model-select'));
-      await session.click(await session.find(`[data-testid="model-option"][data-model-id="${DEFAULT_MODEL_ID}"]`));
+      // The list opens once the picker is free (not while a model loads).
+      await waitFor(async () => {
+        if ((await session.allByTestId('model-option')).length > 0) return true;
+        const select = await session.byTestId('model-select');
+        if ((await session.property(select, 'disabled')) !== true) await session.click(select);
+        return false;
+      }, { timeoutMs: 30_000, intervalMs: 500, message: 'the model list to open' });
+      await session.click(await session.waitForElement(`[data-testid="model-option"][data-model-id="${DEFAULT_MODEL_ID}"]`, 10_000));
       await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === DEFAULT_MODEL_ID, {
         timeoutMs: 30_000,
         intervalMs: 250,
@@ -1537,7 +1547,11 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
         assert.match(peer, /: layers \d+–\d+, needs [\d.]+ GB of [\d.]+ GB · fits/, peer);
         writeFileSync(path.join(OUT, 'two-macs.png'), await session.screenshot(30_000));
         await session.click(await session.byTestId('fit-two-macs-load'));
-        await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === id, {
+        // Loaded, not loading: the picker names the model while it loads too.
+        await waitFor(async () => {
+          const select = await session.byTestId('model-select');
+          return (await session.property(select, 'value')) === id && (await session.property(select, 'disabled')) === false;
+        }, {
           timeoutMs: 60_000,
           intervalMs: 250,
           message: `${id} to load across two Macs`,
