@@ -969,6 +969,16 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
   }
 
   /** Sets a Settings field as a user does (its change event saves it). */
+  /** Opens the model list once the picker is free (it ignores clicks while a model loads). */
+  async function openModelList() {
+    await waitFor(async () => {
+      if ((await session.allByTestId('model-option')).length > 0) return true;
+      const select = await session.byTestId('model-select');
+      if ((await session.property(select, 'disabled')) !== true) await session.click(select);
+      return false;
+    }, { timeoutMs: 30_000, intervalMs: 500, message: 'the model list to open' });
+  }
+
   /** Closes whatever an earlier test left open: the swap warning, the model list, Settings. */
   async function closeOverlays() {
     for (const cancel of await session.allByTestId('fit-warning-cancel')) await session.click(cancel);
@@ -1380,13 +1390,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await setSetting('context-limit', '8192');
       await session.waitForElement('.saved', 5_000);
       await session.click(await session.byTestId('settings-button'));
-      // The list opens once the picker is free (not while a model loads).
-      await waitFor(async () => {
-        if ((await session.allByTestId('model-option')).length > 0) return true;
-        const select = await session.byTestId('model-select');
-        if ((await session.property(select, 'disabled')) !== true) await session.click(select);
-        return false;
-      }, { timeoutMs: 30_000, intervalMs: 500, message: 'the model list to open' });
+      await openModelList();
       await session.click(await session.waitForElement(`[data-testid="model-option"][data-model-id="${DEFAULT_MODEL_ID}"]`, 10_000));
       await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === DEFAULT_MODEL_ID, {
         timeoutMs: 30_000,
@@ -1581,13 +1585,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
         await setSetting('context-limit', '8192');
         await session.waitForElement('.saved', 5_000);
         await session.click(await session.byTestId('settings-button'));
-        // The list opens once the picker is free (not while a model loads).
-        await waitFor(async () => {
-          if ((await session.allByTestId('model-option')).length > 0) return true;
-          const select = await session.byTestId('model-select');
-          if ((await session.property(select, 'disabled')) !== true) await session.click(select);
-          return false;
-        }, { timeoutMs: 30_000, intervalMs: 500, message: 'the model list to open' });
+        await openModelList();
         const option = await session.waitForElement(`[data-testid="model-option"][data-model-id="${DEFAULT_MODEL_ID}"]`, 10_000).catch(async (e) => {
           writeFileSync(path.join(OUT, 'two-macs-restore-failed.png'), await session.screenshot(30_000).catch(() => Buffer.alloc(0)));
           const listed = await session.execute("return window.__TAURI_INTERNALS__.invoke('models_list', {});").catch((x) => String(x));
