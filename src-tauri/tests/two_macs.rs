@@ -88,7 +88,8 @@ fn a_model_split_across_two_processes_answers_token_for_token_as_one() {
     assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
     // The real default model (dense, GGUF) and a mixture-of-experts one.
     for model in [None, moe.to_str()] {
-        let lender = Lender::start(&tmp.join("lender"), &[]);
+        // The default model is on every lender's shelves; the demo one is lent from its folder.
+        let lender = Lender::start(&tmp.join("lender"), &["--models", tmp.to_str().unwrap()]);
         let alone = generate(model, None);
         let split = generate(model, Some(&lender.addr));
         let ids = |v: &Value| v["token_ids"].as_array().cloned().unwrap_or_default();
@@ -128,7 +129,12 @@ fn answer_ends_when_the_lender(
         .unwrap();
     let mut stdout = host.stdout.take().unwrap();
     let mut seen = vec![0u8; 64];
-    stdout.read_exact(&mut seen).unwrap();
+    if let Err(e) = stdout.read_exact(&mut seen) {
+        let _ = host.wait();
+        let mut stderr = String::new();
+        let _ = host.stderr.take().map(|mut s| s.read_to_string(&mut stderr));
+        panic!("the answer ended before it streamed 64 bytes ({e}): {stderr}");
+    }
     lender.signal(to_lender);
     let since = Instant::now();
     let status = loop {
@@ -361,9 +367,9 @@ fn a_lender_joins_a_ring_only_back_to_the_host_that_asked() {
     // A placement whose ring address is another machine's.
     let place = serde_json::json!({
         "kind": "place",
-        "version": 1,
+        "version": 2,
         "placement": {
-            "model": "/nowhere", "first_layer": 1, "layers": 2, "f32": false, "kernel": "fused",
+            "model": { "path": "/nowhere", "identity": "00" }, "first_layer": 1, "layers": 2, "f32": false, "kernel": "fused",
             "kv": { "kind": "float" }, "context": 512, "host_ring": "10.1.2.3:5000"
         }
     });
@@ -389,4 +395,80 @@ fn a_lender_is_found_with_bonjour_by_name_address_and_budget() {
     assert!(entry["machine"].as_str().is_some_and(|m| !m.is_empty()), "{entry}");
     // 12 GB available less the default 4 GB left to the OS.
     assert_eq!(entry["budget_bytes"].as_u64(), Some(8 << 30), "{entry}");
+}
+
+#[test]
+fn a_lender_without_the_model_pulls_the_hosts_revision_once_and_then_answers_as_one_mac() {
+    use headroom_hub::testserver::TestHub;
+    const REPO: &str = "mlx-community/Demo-Lent-4bit";
+    let tmp = headroom_test_support::scratch("two-macs-pull");
+    let source = tmp.join("source");
+    let made = headroom(&["demo-model", source.to_str().unwrap()]);
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let hub = TestHub::start().unwrap();
+    let commit = hub.add_repo(REPO, &source).unwrap();
+    let endpoint = hub.endpoint();
+    // The host pulled it into its own cache; the lender's is empty.
+    let host_hub = tmp.join("host-hub");
+    let pulled = crate::common::headroom_with(
+        &["pull", REPO, "--endpoint", &endpoint, "--available-gb", "16"],
+        &[("HF_HUB_CACHE", host_hub.as_os_str())],
+    );
+    assert!(pulled.status.success(), "{}", String::from_utf8_lossy(&pulled.stderr));
+    let snapshot = host_hub.join("models--mlx-community--Demo-Lent-4bit/snapshots").join(&commit);
+    let model = snapshot.to_str().unwrap();
+    let lender_hub = tmp.join("lender-hub");
+    let env = [("HF_HUB_CACHE", lender_hub.to_str().unwrap()), ("HF_ENDPOINT", endpoint.as_str())];
+    let downloads = || hub.log().into_iter().filter(|r| r.path.starts_with("/cdn/") && r.range.is_none()).count();
+
+    // Too little room there for its share: refused from the repo's headers, nothing downloaded.
+    let tight = Lender::start_with(&tmp.join("tight"), &["--available-gb", "0.01"], &env);
+    let before = downloads();
+    let out =
+        headroom(&["generate", model, "--prompt", "hi", "--max-tokens", "2", "--override-fit", "--peer", &tight.addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("would not fit on"), "the lender's own verdict: {stderr}");
+    assert_eq!(downloads(), before, "no weight was downloaded for a share that does not fit");
+    drop(tight);
+
+    let lender = Lender::start_with(&tmp.join("lender"), &[], &env);
+    let alone = generate(Some(model), None);
+    let split = generate(Some(model), Some(&lender.addr));
+    let ids = |v: &Value| v["token_ids"].as_array().cloned().unwrap_or_default();
+    assert_eq!(ids(&alone).len(), 24, "{alone}");
+    assert_eq!(ids(&split), ids(&alone), "split {split} vs alone {alone}");
+    let lent = lender_hub.join("models--mlx-community--Demo-Lent-4bit/snapshots").join(&commit);
+    assert!(lent.join("config.json").is_file(), "the lender pulled the host's commit into its own cache");
+    let pulled_files = downloads();
+    assert!(pulled_files > before, "the weights came from the hub");
+
+    // The next placement finds the pulled copy: nothing is downloaded again.
+    drop(lender);
+    let lender = Lender::start_with(&tmp.join("lender"), &[], &env);
+    let again = generate(Some(model), Some(&lender.addr));
+    assert_eq!(ids(&again), ids(&alone));
+    assert_eq!(downloads(), pulled_files, "the second placement used the lender's copy");
+}
+
+#[test]
+fn a_lender_runs_only_a_copy_with_the_hosts_weights_from_its_own_shelves() {
+    let tmp = headroom_test_support::scratch("two-macs-other-weights");
+    let (mine, theirs) = (tmp.join("host").join("demo"), tmp.join("lender-models").join("demo"));
+    for (dir, seed) in [(&mine, "1"), (&theirs, "2")] {
+        let made = headroom(&["demo-model", dir.to_str().unwrap(), "--seed", seed]);
+        assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    }
+    let model = mine.to_str().unwrap();
+    // Not on its shelves: the host's folder is not read.
+    let lender = Lender::start(&tmp.join("lender"), &[]);
+    let out = headroom(&["generate", model, "--prompt", "hi", "--max-tokens", "2", "--peer", &lender.addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("has no copy of demo"), "{stderr}");
+    drop(lender);
+    // A folder of the same name with other weights (seed 2): refused, not run.
+    let lender = Lender::start(&tmp.join("lender"), &["--models", tmp.join("lender-models").to_str().unwrap()]);
+    let out = headroom(&["generate", model, "--prompt", "hi", "--max-tokens", "2", "--peer", &lender.addr]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("holds other weights than the host's"), "{stderr}");
 }

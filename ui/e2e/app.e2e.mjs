@@ -1493,7 +1493,8 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const dir = path.join(DATA_DIR, 'models', id);
     assert.ok(existsSync(dir), 'the 8-bit KV case wrote the model');
     const lenderData = mkdtempSync(path.join(SCRATCH, 'lender-'));
-    const lender = spawn(BIN, ['lend', '--port', '0'], { env: { ...process.env, HEADROOM_DATA_DIR: lenderData }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    // A lender reads only its own shelves: this one lends from the app's models folder.
+    const lender = spawn(BIN, ['lend', '--port', '0', '--models', path.join(DATA_DIR, 'models')], { env: { ...process.env, HEADROOM_DATA_DIR: lenderData }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
     try {
       const first = await new Promise((resolve, reject) => {
         let out = '';

@@ -12,7 +12,9 @@
 //! question is answered from this Mac's memory now, as its own fit would;
 //! a placement is checked against the same budget (the share's weights, its
 //! KV cache and the overhead) before a byte is read, and refused with its
-//! numbers where it would swap. Each session runs in a process of its own
+//! numbers where it would swap. The model is this Mac's own copy with the
+//! host's identity, found on its shelves or pulled from the hub
+//! ([`super::lend_copy`]). Each session runs in a process of its own
 //! (`lend --session`), which holds the host's connection and MLX's ring, so
 //! a dead or stuck ring ends only that process.
 
@@ -23,11 +25,12 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use clap::Args;
-use headroom_core::fit::Verdict;
+use headroom_core::fit::{BudgetInputs, Verdict};
 use headroom_engine::peer::{protocol, Placement, Reply, Request};
 use headroom_engine::ComputeDtype;
 
 use super::fit::{budget_source, gb, verdict_line, BudgetArgs};
+use super::lend_copy::{Found, Shelves};
 use super::CliError;
 use crate::fit::{budget_inputs, PeerSplit};
 
@@ -38,6 +41,8 @@ const PAIRING_ATTEMPTS: u32 = 5;
 
 /// The environment variable that hands a session process its placement.
 const PLACEMENT_ENV: &str = "HEADROOM_PLACEMENT";
+/// Set for a session that pulls the model first: the budget its share is checked against.
+const PULL_ENV: &str = "HEADROOM_PULL_WITHIN";
 /// How long a connecting host has to ask its first question.
 const FIRST_QUESTION: Duration = Duration::from_secs(10);
 
@@ -113,6 +118,10 @@ pub struct LendArgs {
     /// A host allowed to connect (repeatable); loopback by default.
     #[arg(long = "allow", value_name = "IP")]
     pub allow: Vec<IpAddr>,
+    /// A folder of models this Mac lends from (repeatable), beside its data
+    /// folder's models and its Hugging Face caches; nothing outside these is read.
+    #[arg(long = "models", value_name = "FOLDER")]
+    pub models: Vec<std::path::PathBuf>,
     #[command(flatten)]
     pub budget: BudgetArgs,
     /// Internal: serve one session on stdin (started by `lend` itself).
@@ -216,12 +225,27 @@ fn answer(
         protocol::send(&mut stream, &Reply::Refused { message })?;
         return Ok(None);
     }
-    if let Err(message) = check_share(&placement, budget) {
-        eprintln!("headroom lend: refused a placement: {message}");
-        protocol::send(&mut stream, &Reply::Refused { message })?;
-        return Ok(None);
-    }
-    let child = match start_session(&stream, &placement) {
+    // This Mac's own copy of the model, by its identity (or one to pull).
+    let mut placement = placement;
+    let shelves = Shelves::here(&super::chat::locations()?.data_dir, &args.models);
+    let checked = match super::lend_copy::find(&placement.model, &shelves) {
+        Ok(Found::Here(path)) => {
+            placement.model.path = path;
+            check_share(&placement, budget).map(|()| None)
+        }
+        // The session checks the share from the repo's headers, then pulls.
+        Ok(Found::Pull) => Ok(Some(budget)),
+        Err(message) => Err(message),
+    };
+    let pull = match checked {
+        Ok(pull) => pull,
+        Err(message) => {
+            eprintln!("headroom lend: refused a placement: {message}");
+            protocol::send(&mut stream, &Reply::Refused { message })?;
+            return Ok(None);
+        }
+    };
+    let child = match start_session(&stream, &placement, pull) {
         Ok(child) => child,
         Err(e) => {
             // The host hears why, not a closed connection.
@@ -233,19 +257,24 @@ fn answer(
         "lent layers {}..{} of {} to {}",
         placement.first_layer,
         placement.layers,
-        placement.model.display(),
+        placement.model.path.display(),
         stream.peer_addr().map_or_else(|_| "a host".to_owned(), |a| a.to_string())
     );
     std::io::stdout().flush()?;
     Ok(Some(child))
 }
 
-/// A session process for `placement`, holding the host's connection as its stdin.
-fn start_session(stream: &TcpStream, placement: &Placement) -> Result<Child, CliError> {
+/// A session process for `placement`, holding the host's connection as its
+/// stdin; with `pull`, it first pulls the model within that budget.
+fn start_session(stream: &TcpStream, placement: &Placement, pull: Option<BudgetInputs>) -> Result<Child, CliError> {
     let json = serde_json::to_string(placement)?;
     let exe = std::env::current_exe().map_err(|e| CliError::Lend(format!("cannot find this program: {e}")))?;
     let fd = stream.as_fd().try_clone_to_owned().map_err(|e| CliError::Lend(e.to_string()))?;
-    Command::new(exe)
+    let mut command = Command::new(exe);
+    if let Some(budget) = pull {
+        command.env(PULL_ENV, serde_json::to_string(&budget)?);
+    }
+    command
         .args(["lend", "--session"])
         .env(PLACEMENT_ENV, json)
         .stdin(Stdio::from(fd))
@@ -256,20 +285,29 @@ fn start_session(stream: &TcpStream, placement: &Placement) -> Result<Child, Cli
 
 /// The share the host asks of this Mac, against this Mac's budget: its
 /// verdict in words with the numbers where it would swap.
-fn check_share(p: &Placement, budget: headroom_core::fit::BudgetInputs) -> Result<(), String> {
+fn check_share(p: &Placement, budget: BudgetInputs) -> Result<(), String> {
     let dtype = if p.f32 { ComputeDtype::F32 } else { ComputeDtype::Native };
     let kernel =
         headroom_engine::QuantKernel::from_name(&p.kernel).ok_or_else(|| format!("unknown kernel {:?}", p.kernel))?;
-    let inspection = headroom_engine::inspect(&p.model, dtype, kernel)
-        .map_err(|e| format!("this Mac cannot read its copy of {}: {e}", p.model.display()))?;
-    let fp = &inspection.footprint;
+    let inspection = headroom_engine::inspect(&p.model.path, dtype, kernel)
+        .map_err(|e| format!("this Mac cannot read its copy of {}: {e}", p.model.path.display()))?;
+    check_share_of(&inspection.footprint, p, budget)
+}
+
+/// The share `p` asks of a model with footprint `fp` (read from this Mac's
+/// copy, or from the hub's headers before a pull), against this Mac's budget.
+pub(super) fn check_share_of(
+    fp: &headroom_core::fit::ModelFootprint,
+    p: &Placement,
+    budget: BudgetInputs,
+) -> Result<(), String> {
     headroom_core::split::check_splittable(fp).map_err(|e| e.to_string())?;
     if usize::try_from(fp.layers).ok() != Some(p.layers) || p.first_layer == 0 || p.first_layer >= p.layers {
         return Err(format!(
             "layers {}..{} of {} do not match this copy's {} layers",
             p.first_layer,
             p.layers,
-            p.model.display(),
+            p.model.path.display(),
             fp.layers
         ));
     }
@@ -296,8 +334,20 @@ fn check_share(p: &Placement, budget: headroom_core::fit::BudgetInputs) -> Resul
 /// the environment.
 fn session() -> Result<(), CliError> {
     let json = std::env::var(PLACEMENT_ENV).map_err(|_| CliError::Lend(format!("{PLACEMENT_ENV} is not set")))?;
-    let placement: Placement = serde_json::from_str(&json)?;
+    let mut placement: Placement = serde_json::from_str(&json)?;
     let fd = std::io::stdin().as_fd().try_clone_to_owned().map_err(|e| CliError::Lend(e.to_string()))?;
+    let mut control = TcpStream::from(fd);
+    if let Ok(budget) = std::env::var(PULL_ENV) {
+        let budget: BudgetInputs = serde_json::from_str(&budget)?;
+        match super::lend_copy::pull(&placement, budget, &mut control) {
+            Ok(path) => placement.model.path = path,
+            Err(e) => {
+                // The host hears why; the session is over.
+                let _ = protocol::send(&mut control, &Reply::Refused { message: e.to_string() });
+                return Err(e);
+            }
+        }
+    }
     // Steps aside at the pressure a local model gives its memory back at
     // (crate::away's policy), read at most twice a second.
     let policy = crate::away::policy_from_env(headroom_core::away::AwayPolicy::default());
@@ -311,7 +361,7 @@ fn session() -> Result<(), CliError> {
             now
         }
     };
-    let served = headroom_engine::peer::lender::serve(TcpStream::from(fd), &placement, &mut tight)?;
+    let served = headroom_engine::peer::lender::serve(control, &placement, &mut tight)?;
     eprintln!(
         "headroom lend: session over{}: {} passes, {} rows, {:.1} s computing",
         if served.stepped_aside { " (stepped aside: memory pressure here)" } else { "" },

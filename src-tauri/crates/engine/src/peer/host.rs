@@ -92,7 +92,7 @@ pub fn peer_budget(addr: &str, token: Option<&str>) -> Result<(String, BudgetInp
             message: format!("it speaks version {version} of the protocol, this Mac {VERSION}"),
         }),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
-        Reply::Placed { .. } | Reply::Paired { .. } => {
+        Reply::Placed { .. } | Reply::Paired { .. } | Reply::Pulling { .. } => {
             Err(EngineError::Peer { reason: "the peer answered something else to a budget question".into() })
         }
     }
@@ -106,14 +106,16 @@ pub fn pair(addr: &str, code: &str) -> Result<(String, String)> {
     match protocol::receive(&control, ANSWER_TIMEOUT)? {
         Reply::Paired { token, machine } => Ok((machine, token)),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
-        Reply::Placed { .. } | Reply::Budget { .. } => {
+        Reply::Placed { .. } | Reply::Budget { .. } | Reply::Pulling { .. } => {
             Err(EngineError::Peer { reason: "the peer answered something else to a pairing".into() })
         }
     }
 }
 
 /// Places layers `first_peer_layer..` of the model on the peer (which loads
-/// them from its own copy at `placement.model`) and joins the ring.
+/// them from its own copy of `placement.model`, pulling a missing one from
+/// the hub first) and joins the ring. Each of the lender's answers, a pull's
+/// progress included, must come within [`PLACE_TIMEOUT`].
 pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, hidden: i32) -> Result<Link> {
     let mut control = connect(&at.addr, CONNECT_TIMEOUT)?;
     let local = control.local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
@@ -121,11 +123,16 @@ pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, 
     placement.host_ring = host_ring.clone();
     let (first_peer_layer, layers) = (placement.first_layer, placement.layers);
     protocol::send(&mut control, &Request::Place { version: VERSION, placement, token: at.token.clone() })?;
-    let lender_ring = match protocol::receive(&control, PLACE_TIMEOUT)? {
-        Reply::Placed { ring } => ring,
-        Reply::Refused { message } => return Err(EngineError::PeerRefused { peer: at.addr.clone(), message }),
-        Reply::Budget { .. } | Reply::Paired { .. } => {
-            return Err(EngineError::Peer { reason: "the peer answered something else to a placement".into() })
+    let lender_ring = loop {
+        match protocol::receive(&control, PLACE_TIMEOUT)? {
+            Reply::Placed { ring } => break ring,
+            Reply::Pulling { done_bytes, total_bytes } => {
+                tracing::info!("{} is pulling its copy of the model: {done_bytes} of {total_bytes} bytes", at.addr);
+            }
+            Reply::Refused { message } => return Err(EngineError::PeerRefused { peer: at.addr.clone(), message }),
+            Reply::Budget { .. } | Reply::Paired { .. } => {
+                return Err(EngineError::Peer { reason: "the peer answered something else to a placement".into() })
+            }
         }
     };
     let ring = Ring::join(&host_ring, &lender_ring, 0, stall_deadline())?;

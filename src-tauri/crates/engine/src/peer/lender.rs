@@ -59,7 +59,7 @@ pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMu
     let hidden = model.config().text.hidden_size;
     let mut cache = model.new_cache_as(placement.kv)?;
     let mut served = Served::default();
-    tracing::info!("serving layers {first}..{} of {}", placement.layers, placement.model.display());
+    tracing::info!("serving layers {first}..{} of {}", placement.layers, placement.model.path.display());
     loop {
         let header = ring.recv(&[HEADER_LEN], Dtype::Int32)?;
         let header: Vec<i32> = header.as_slice::<i32>().to_vec();
@@ -109,16 +109,26 @@ pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMu
     }
 }
 
-/// The placed range of the model, staged, cut to the range and read.
+/// The placed range of the model, staged, cut to the range and read, from
+/// a copy whose identity is the host's (other weights would answer wrongly).
 fn load(p: &Placement) -> Result<(crate::models::Model, usize)> {
+    let path = &p.model.path;
+    if super::copy::identity(path)? != p.model.identity {
+        return Err(EngineError::Peer {
+            reason: format!(
+                "this Mac's copy at {} holds other weights than the host's (another revision, quantization or fine-tune)",
+                path.display()
+            ),
+        });
+    }
     let dtype = if p.f32 { ComputeDtype::F32 } else { ComputeDtype::Native };
     let kernel = QuantKernel::from_name(&p.kernel)
         .ok_or_else(|| EngineError::Peer { reason: format!("unknown kernel {:?}", p.kernel) })?;
-    let mut model = stage(&p.model, dtype, kernel)?;
+    let mut model = stage(path, dtype, kernel)?;
     let layers = usize::try_from(model.config().text.num_hidden_layers).unwrap_or(0);
     if layers != p.layers {
         return Err(EngineError::Peer {
-            reason: format!("this Mac's copy of {} has {layers} layers, the host's {}", p.model.display(), p.layers),
+            reason: format!("this Mac's copy of {} has {layers} layers, the host's {}", path.display(), p.layers),
         });
     }
     if p.first_layer == 0 || p.first_layer >= layers {
@@ -128,6 +138,6 @@ fn load(p: &Placement) -> Result<(crate::models::Model, usize)> {
     }
     model.keep_layers(p.first_layer..layers)?;
     model.check_kv_format(p.kv)?;
-    materialize(&model, &p.model)?;
+    materialize(&model, path)?;
     Ok((model, p.first_layer))
 }

@@ -6,6 +6,8 @@
 //! small JSON control connection ([`protocol`]). No network engine of our
 //! own: the ring is MLX's, the split is the fit's (`headroom_core::split`).
 //!
+//! - [`copy`]: which model a placement names, and whether a lender's own
+//!   copy holds the same weights.
 //! - [`ring`]: the ring group, its hand-offs, and a watchdog that cuts a
 //!   stuck socket so that MLX's own error ends the pass.
 //! - [`host`]: places a layer range on a peer and runs the host's side of
@@ -18,11 +20,13 @@
 //! process: `headroom lend` runs every session in a worker process of its
 //! own, and a host process places a model on a peer once.
 
+pub mod copy;
 pub mod host;
 pub mod lender;
 pub mod protocol;
 pub(crate) mod ring;
 
+pub use copy::ModelCopy;
 pub use host::{Link, PeerPlacement};
 pub use protocol::{Placement, Reply, Request};
 

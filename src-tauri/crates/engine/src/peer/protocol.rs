@@ -6,18 +6,18 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use headroom_core::fit::BudgetInputs;
 use headroom_core::kv::KvFormat;
 use serde::{Deserialize, Serialize};
 
+use super::copy::ModelCopy;
 use crate::error::{EngineError, Result};
 
 /// The protocol's version: a host and a lender of different versions refuse
 /// each other up front rather than misreading a field.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 
 /// The longest line either side reads: a placement is a few hundred bytes.
 const MAX_LINE: u64 = 64 << 10;
@@ -58,8 +58,9 @@ impl Request {
 /// A layer range of a model, as the host placed it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Placement {
-    /// The model, where the lender finds its own copy (a folder or a GGUF file).
-    pub model: PathBuf,
+    /// The model: where the host's copy came from and what it is; the
+    /// lender runs its own copy with the same identity.
+    pub model: ModelCopy,
     /// The first layer the lender runs; it runs every layer from there to the end.
     pub first_layer: usize,
     /// The model's layers in all (checked against the lender's copy).
@@ -85,6 +86,10 @@ pub enum Reply {
     Budget { version: u32, machine: String, budget: BudgetInputs },
     /// The range is loaded; the lender's end of the ring listens at `ring`.
     Placed { ring: String },
+    /// The lender has no copy of the model and is pulling it from the hub
+    /// (after checking that its share fits): sent every few seconds until
+    /// the copy is complete, so the host knows the lender is alive.
+    Pulling { done_bytes: u64, total_bytes: u64 },
     /// Paired: the token to present from now on.
     Paired { token: String, machine: String },
     /// Not placed, and why (its own fit verdict with its numbers, a missing
@@ -140,7 +145,12 @@ mod tests {
     fn a_request_and_its_reply_round_trip() {
         let (mut a, mut b) = pair();
         let placement = Placement {
-            model: "/models/x.gguf".into(),
+            model: ModelCopy {
+                path: "/models/x.gguf".into(),
+                repo: Some("org/x".into()),
+                commit: None,
+                identity: "ab".into(),
+            },
             first_layer: 15,
             layers: 30,
             f32: false,

@@ -786,7 +786,7 @@ fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
 /// peer `at` names, which loads them from its own copy of `dir`.
 fn attach_peer(mut model: Model, dir: &Path, at: &PeerPlacement, settings: &LoadSettings) -> Result<Model> {
     let placement = Placement {
-        model: dir.to_owned(),
+        model: crate::peer::ModelCopy::of(dir)?,
         first_layer: at.first_peer_layer,
         layers: usize::try_from(model.config().text.num_hidden_layers).unwrap_or(0),
         f32: settings.dtype == ComputeDtype::F32,
