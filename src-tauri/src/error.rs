@@ -78,6 +78,7 @@ error_codes! {
     PeerRefused = "PEER_REFUSED",
     PeerLost = "PEER_LOST",
     PeerUnsupported = "PEER_UNSUPPORTED",
+    DraftModel = "DRAFT_MODEL",
     LendFailed = "LEND_FAILED",
     // Turns, routing and the privacy gate.
     EmptyMessage = "EMPTY_MESSAGE",
@@ -186,6 +187,7 @@ impl From<headroom_engine::EngineError> for CommandError {
             E::PeerRefused { .. } => ErrorCode::PeerRefused,
             E::PeerLost { .. } => ErrorCode::PeerLost,
             E::PeerUnsupported { .. } => ErrorCode::PeerUnsupported,
+            E::DraftModel { .. } => ErrorCode::DraftModel,
         };
         Self::new(code, e.to_string())
     }

@@ -169,6 +169,23 @@ pub fn check_model_with(
     Ok(check_with(&footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &measured))
 }
 
+/// [`check_model_with`] for a load with the draft model in `draft` beside
+/// it: the two footprints together (`ModelFootprint::with_draft`), by the
+/// formula alone, since what this machine measured is of the model alone.
+pub fn check_model_with_draft(
+    dir: &Path,
+    draft: &Path,
+    context: usize,
+    dtype: ComputeDtype,
+    kernel: QuantKernel,
+    kv: KvFormat,
+    source: BudgetSource,
+) -> Result<FitReport, FitError> {
+    let footprint = footprint_for(dir, dtype, kernel, kv)?.with_draft(&footprint_for(draft, dtype, kernel, kv)?);
+    let inputs = budget_inputs(source)?;
+    Ok(check_with(&footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &[]))
+}
+
 /// The footprint of the model in `dir` loaded as `dtype` with `kernel`,
 /// from its headers, refused where its KV cache cannot be stored as `kv`
 /// (head dims MLX cannot group, sliding windows mlx-lm cannot quantize).
@@ -253,6 +270,7 @@ pub fn load_settings(
         kv,
         wired_limit_bytes: headroom_core::fit::wired_limit(report).map(bytes),
         peer: None,
+        draft: None,
     }
 }
 

@@ -375,7 +375,8 @@ pub fn load(
             details: fit::refusal_details(&report, &remedies).into_details(),
         });
     }
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, None).map_err(CommandError::from)?;
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Beside::default())
+        .map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
     Ok(LoadResult::of(entry, context_limit, s))
@@ -416,8 +417,8 @@ fn load_across(
         return Err(CommandError::new(ErrorCode::ModelTooLarge, message));
     }
     let report = split.report.host.fit.clone();
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Some(split.placement()))
-        .map_err(CommandError::from)?;
+    let beside = Beside { peer: Some(split.placement()), draft: None };
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside).map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);
     entry.two_macs = Some(split);
@@ -502,7 +503,7 @@ pub(crate) fn switch_to(
     context_limit: usize,
     kv: KvFormat,
     report: &FitReport,
-    peer: Option<headroom_engine::peer::PeerPlacement>,
+    beside: Beside,
 ) -> Result<Switched, EngineError> {
     let rss = || headroom_memory::process_rss().unwrap_or(0);
     let rss_before_unload_bytes = rss();
@@ -520,7 +521,7 @@ pub(crate) fn switch_to(
         kv,
         state.prompt_cache_max_bytes(),
     );
-    let settings = headroom_engine::worker::LoadSettings { peer, ..settings };
+    let settings = headroom_engine::worker::LoadSettings { peer: beside.peer, draft: beside.draft, ..settings };
     let cache_limit = settings.cache_limit_bytes.unwrap_or(usize::MAX);
     let kernel = settings.kernel;
     let info = match state.engine.load_observed(path, settings, Some(observe)) {
@@ -548,6 +549,14 @@ pub(crate) fn switch_to(
         wired_limit_bytes,
         kv_cache,
     })
+}
+
+/// What a load places beside the model: a peer Mac for its later layers,
+/// a draft model for speculative decoding (the `report` counted either).
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Beside {
+    pub peer: Option<headroom_engine::peer::PeerPlacement>,
+    pub draft: Option<PathBuf>,
 }
 
 fn millis(d: std::time::Duration) -> u64 {

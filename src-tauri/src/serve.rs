@@ -34,16 +34,23 @@ pub struct AppModels {
     extra: Vec<Offered>,
     /// A Mac lending itself (`serve --peer`): every model loads split with it.
     peer: Option<String>,
+    /// A draft model (`serve --draft-model`) loaded beside every model.
+    draft: Option<PathBuf>,
 }
 
 impl AppModels {
     pub fn new(state: AppState) -> Self {
-        Self { state, extra: Vec::new(), peer: None }
+        Self { state, extra: Vec::new(), peer: None, draft: None }
     }
 
     /// Splits every model it loads with the lending Mac at `peer` (`HOST:PORT`).
     pub fn with_peer(self, peer: Option<String>) -> Self {
         Self { peer, ..self }
+    }
+
+    /// Loads the draft model in `draft` beside every model it loads.
+    pub fn with_draft(self, draft: Option<PathBuf>) -> Self {
+        Self { draft, ..self }
     }
 
     /// Offers the model at `path`, as its name: a folder with a config.json
@@ -136,15 +143,11 @@ impl ModelProvider for AppModels {
         // what unloading the current model gives back), before anything moves.
         let source = models::budget_source(state).map_err(|e| failed(e.message))?;
         let kernel = state.quant_kernel();
-        let report = fit::check_model_with(
-            &entry.path,
-            context_limit,
-            headroom_engine::ComputeDtype::Native,
-            kernel,
-            kv,
-            source,
-            Some(&state.store),
-        )
+        let native = headroom_engine::ComputeDtype::Native;
+        let report = match &self.draft {
+            Some(draft) => fit::check_model_with_draft(&entry.path, draft, context_limit, native, kernel, kv, source),
+            None => fit::check_model_with(&entry.path, context_limit, native, kernel, kv, source, Some(&state.store)),
+        }
         .map_err(|e| match e {
             fit::FitError::Model(EngineError::KvFormat { source }) => {
                 ProvideError::KvFormat { model: entry.id.clone(), source }
@@ -154,8 +157,10 @@ impl ModelProvider for AppModels {
         // Two Macs (`serve --peer`): the model split with the peer, each
         // Mac within its own budget; refused where either would swap.
         let (report, placement) = match &self.peer {
+            Some(_) if self.draft.is_some() => {
+                return Err(failed("a draft model does not run with --peer yet: use one or the other".into()));
+            }
             Some(peer) => {
-                let native = headroom_engine::ComputeDtype::Native;
                 let split = fit::check_split(&entry.path, context_limit, native, kernel, kv, source, peer)
                     .map_err(|e| failed(e.to_string()))?;
                 let (host, lent) = (&split.report.host, &split.report.peer);
@@ -176,7 +181,8 @@ impl ModelProvider for AppModels {
             }
             None => (report, None),
         };
-        models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, placement)
+        let beside = models::Beside { peer: placement, draft: self.draft.clone() };
+        models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)
             .map_err(|e| failed(e.to_string()))?;
         tracing::info!(model = %entry.id, context_limit, kv = %report.kv_label, "the server loaded a model");
         Ok(ReadyModel { id: entry.id })

@@ -119,6 +119,7 @@ pub(crate) fn bench(
         }
     }
     let dir = resolve_model(args.model.as_deref(), env)?;
+    let draft = args.speculative.draft_dir(Some(&dir), env)?;
     let kv = args.kv.format()?;
     let request = GuardRequest {
         dir: &dir,
@@ -129,6 +130,7 @@ pub(crate) fn bench(
         kv,
         budget: &args.budget,
         peer: &args.peer,
+        draft: draft.as_deref(),
         override_fit: args.override_fit,
         learned: learned.as_ref(),
     };
@@ -146,7 +148,7 @@ pub(crate) fn bench(
         engine.set_meter(Some(crate::fit::store_meter(store)))?;
     }
     let settings = crate::fit::load_settings(&report, plan.context(), args.dtype, args.kernel.quant_kernel(), kv, 0);
-    engine.load(&dir, LoadSettings { peer, ..settings })?;
+    engine.load(&dir, LoadSettings { peer, draft, ..settings })?;
     let cancel = Arc::new(AtomicBool::new(false));
     let report = run_plan(&engine, &model_label(args.model.as_deref()), &dir, &plan, bandwidth, &cancel, |p| {
         let what = if p.run == 0 { "warm-up".to_owned() } else { format!("run {}/{}", p.run, p.runs) };

@@ -249,6 +249,7 @@ fn load_and_chat(
 /// kept with it for the turn's labels.
 fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(args.model.as_deref(), &state.locations.hub)?;
+    let draft = args.speculative.draft_dir(Some(&dir), &state.locations.hub)?;
     let kv = args.kv.format()?;
     let learned = Some(&state.store);
     let request = GuardRequest {
@@ -260,6 +261,7 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
         kv,
         budget: &args.budget,
         peer: &args.peer,
+        draft: draft.as_deref(),
         override_fit: args.override_fit,
         learned,
     };
@@ -273,7 +275,7 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
         state.prompt_cache_max_bytes(),
     );
     let kernel = settings.kernel;
-    let info = state.engine.load(&dir, LoadSettings { peer, ..settings })?;
+    let info = state.engine.load(&dir, LoadSettings { peer, draft, ..settings })?;
     state.set_loaded(Some(LoadedModel::new(&model_label(args.model.as_deref()), dir, info, report.footprint, kernel)));
     Ok(())
 }

@@ -156,6 +156,8 @@ pub(crate) struct GuardRequest<'a> {
     pub kv: KvFormat,
     pub budget: &'a BudgetArgs,
     pub peer: &'a super::lend::PeerArgs,
+    /// A draft model loaded beside it (`--draft-model`), counted in the fit.
+    pub draft: Option<&'a Path>,
     pub override_fit: bool,
     /// What this machine measured (calibrates the one-Mac verdict).
     pub learned: Option<&'a Store>,
@@ -172,6 +174,12 @@ pub(crate) fn guard(
 ) -> Result<(FitReport, Option<headroom_engine::peer::PeerPlacement>), CliError> {
     let label = super::hub::model_label(g.model);
     let (report, placement) = match &g.peer.peer {
+        Some(_) if g.draft.is_some() => {
+            return Err(CliError::BadArgument {
+                name: "--draft-model",
+                reason: "a draft model does not run with --peer yet: use one or the other".into(),
+            })
+        }
         Some(peer) => {
             let source = budget_source(g.budget);
             let kernel = g.kernel.quant_kernel();
@@ -183,7 +191,13 @@ pub(crate) fn guard(
             (split.report.host.fit.clone(), Some(split.placement()))
         }
         None => {
-            let report = check_model_for(g.dir, g.context, g.dtype, g.kernel, g.kv, g.budget, g.learned)?;
+            let report = match g.draft {
+                Some(draft) => {
+                    let (kernel, source) = (g.kernel.quant_kernel(), budget_source(g.budget));
+                    crate::fit::check_model_with_draft(g.dir, draft, g.context, g.dtype, kernel, g.kv, source)?
+                }
+                None => check_model_for(g.dir, g.context, g.dtype, g.kernel, g.kv, g.budget, g.learned)?,
+            };
             if report.verdict.refuses() && !g.override_fit {
                 return Err(CliError::WouldNotFit { model: label, report: Box::new(report) });
             }

@@ -153,7 +153,8 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     state.context_limit.store(args.context, Ordering::Relaxed);
     state.apply_kernel(args.kernel.kernel);
     state.apply_kv(args.kv.format()?);
-    let mut provider = AppModels::new(state.clone()).with_peer(args.peer.peer.clone());
+    let draft = args.speculative.draft_dir(None, &state.locations.hub)?;
+    let mut provider = AppModels::new(state.clone()).with_peer(args.peer.peer.clone()).with_draft(draft);
     if let Some(dir) = &args.models_dir {
         provider.add_models_dir(dir).map_err(|source| ServeError::ModelsDir { dir: dir.clone(), source })?;
     }

@@ -229,6 +229,25 @@ pub struct ModelFootprint {
 }
 
 impl ModelFootprint {
+    /// This model with `draft` loaded beside it (speculative decoding): the
+    /// draft's weights and its KV cache (its layers, in the same format at
+    /// the same context) added. Its activations are not: the draft runs
+    /// between the model's passes, never beside them, and its catch-up
+    /// prefill is narrower than the model's; nor are the verification
+    /// passes' (at most 17 rows, against the prefill chunk's 2,048 that the
+    /// overhead term already counts).
+    pub fn with_draft(&self, draft: &ModelFootprint) -> Self {
+        let mut both = self.clone();
+        both.weight_bytes = both.weight_bytes.saturating_add(draft.weight_bytes);
+        both.active_weight_bytes = both.active_weight_bytes.saturating_add(draft.active_weight_bytes);
+        both.kv_layers.extend(draft.kv_layers.iter().cloned());
+        both.max_context = match (self.max_context, draft.max_context) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        both
+    }
+
     /// Whether this model's KV cache can be stored as `kv`: MLX quantizes
     /// the heads in whole groups, and mlx-lm quantizes no sliding window
     /// (the engine refuses the same; `crate::kv`). A remedies list offers
@@ -841,6 +860,29 @@ mod tests {
     use crate::kv::KvFormat::Float;
 
     const MB: u64 = 1 << 20;
+
+    #[test]
+    fn a_draft_adds_its_weights_and_its_kv_cache_at_every_context() {
+        let target = qwen7b();
+        // A 0.5B-like draft: 24 layers, 2 KV heads of 64.
+        let draft = ModelFootprint {
+            weight_bytes: 300 * MB,
+            active_weight_bytes: 300 * MB,
+            kv_layers: vec![KvLayers::full(24, 2, 64)],
+            max_context: Some(131_072),
+            ..qwen7b()
+        };
+        let both = target.with_draft(&draft);
+        for context in [512, 8192, 32768] {
+            let (t, d, b) =
+                (estimate(&target, context, Float), estimate(&draft, context, Float), estimate(&both, context, Float));
+            assert_eq!(b.weight_bytes, t.weight_bytes + d.weight_bytes, "{context}");
+            assert_eq!(b.kv_cache_bytes, t.kv_cache_bytes + d.kv_cache_bytes, "{context}");
+            assert!(b.predicted_peak_bytes >= t.predicted_peak_bytes + d.weight_bytes + d.kv_cache_bytes, "{context}");
+        }
+        assert_eq!(both.max_context, Some(32768), "the tighter ceiling");
+        assert_eq!(both.layers, target.layers, "the model's own layers (a split counts them)");
+    }
 
     /// Qwen2.5-7B-Instruct-4bit's shape (weights as mlx-community ships them).
     fn qwen7b() -> ModelFootprint {

@@ -22,15 +22,19 @@ pub enum SpeculativeMode {
     None,
     /// Prompt lookup: n-gram proposals from the conversation so far.
     Lookup,
+    /// A draft model (a smaller one of the same vocabulary, loaded beside
+    /// the model) proposes greedily.
+    Draft,
 }
 
 impl SpeculativeMode {
-    pub const ALL: [Self; 2] = [Self::None, Self::Lookup];
+    pub const ALL: [Self; 3] = [Self::None, Self::Lookup, Self::Draft];
 
     pub fn as_str(self) -> &'static str {
         match self {
             Self::None => "none",
             Self::Lookup => "lookup",
+            Self::Draft => "draft",
         }
     }
 
@@ -47,7 +51,7 @@ impl std::fmt::Display for SpeculativeMode {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown speculative mode '{0}': use none or lookup")]
+#[error("unknown speculative mode '{0}': use none, lookup or draft")]
 pub struct UnknownMode(pub String);
 
 /// Why a turn asked for speculation but decoded plainly throughout.
@@ -57,12 +61,15 @@ pub enum PlainBecause {
     /// A sliding window or a recurrent state cannot step back past a
     /// rejected proposal (mlx-lm cannot trim them either).
     CacheCannotStepBack,
+    /// Draft mode with no draft model loaded beside the model.
+    NoDraftModel,
 }
 
 impl PlainBecause {
     pub fn describe(self) -> &'static str {
         match self {
             Self::CacheCannotStepBack => "this model's sliding-window or recurrent layers cannot step back",
+            Self::NoDraftModel => "no draft model is loaded",
         }
     }
 }
@@ -146,8 +153,9 @@ mod tests {
         for m in SpeculativeMode::ALL {
             assert_eq!(SpeculativeMode::parse(m.as_str()), Ok(m));
         }
-        assert_eq!(SpeculativeMode::parse("draft"), Err(UnknownMode("draft".into())));
-        assert_eq!(SpeculativeMode::ALL.len(), 2);
+        assert_eq!(SpeculativeMode::parse("medusa"), Err(UnknownMode("medusa".into())));
+        assert_eq!(SpeculativeMode::parse("Draft"), Err(UnknownMode("Draft".into())));
+        assert_eq!(SpeculativeMode::ALL.len(), 3);
     }
 
     #[test]

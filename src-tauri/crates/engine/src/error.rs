@@ -142,6 +142,9 @@ pub enum EngineError {
     /// An architecture the engine does not split across two Macs yet.
     #[error("{model_type} models do not run across two Macs yet (only full-attention decoders: llama, mistral, qwen2, qwen3, qwen3_moe)")]
     PeerUnsupported { model_type: String },
+    /// A draft model that cannot propose to the loaded one.
+    #[error("cannot use {} as a draft model: {reason}", path.display())]
+    DraftModel { path: std::path::PathBuf, reason: String },
     /// A bug (a panic) inside the engine thread; the thread survives it.
     #[error("internal error during {during}: {message}")]
     Panicked { during: &'static str, message: String },

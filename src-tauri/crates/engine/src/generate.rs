@@ -16,6 +16,7 @@ use mlx_rs::transforms::{async_eval, eval};
 use mlx_rs::Array;
 
 use crate::cache::KvCache;
+use crate::draft::Draft;
 use crate::error::{EngineError, MlxContext, Result};
 use crate::lookup::{propose, Depth, DEPTH_MAX};
 use crate::models::{Logits, Model};
@@ -108,6 +109,24 @@ pub fn generate(
     sampler: &mut Sampler,
     clock: &dyn Clock,
     cancel: &AtomicBool,
+    on_token: impl FnMut(u32) -> bool,
+) -> Result<Generation> {
+    generate_with(model, cache, prompt, options, None, sampler, clock, cancel, on_token)
+}
+
+/// [`generate`] with a draft model beside the model, used when `options`
+/// asks for [`SpeculativeMode::Draft`] (without one, such a turn decodes
+/// plainly and says why).
+#[allow(clippy::too_many_arguments)]
+pub fn generate_with(
+    model: &Model,
+    cache: &mut KvCache,
+    prompt: &[u32],
+    options: &GenerateOptions,
+    mut draft_model: Option<&mut Draft>,
+    sampler: &mut Sampler,
+    clock: &dyn Clock,
+    cancel: &AtomicBool,
     mut on_token: impl FnMut(u32) -> bool,
 ) -> Result<Generation> {
     if prompt.is_empty() {
@@ -158,13 +177,22 @@ pub fn generate(
     // layer's buffer is copied once).
     let checkpoint = options.checkpoint.then(|| cache.clone());
 
-    // Prompt lookup needs to step back past a rejected proposal: a window
+    // Speculation needs to step back past a rejected proposal: a window
     // or a recurrent state cannot (their checkpoints cover turns, not steps).
     let mut speculation = Speculation { mode: options.speculative, ..Speculation::default() };
-    let lookup = options.speculative == SpeculativeMode::Lookup && cache.always_steps_back();
-    if options.speculative == SpeculativeMode::Lookup && !lookup {
+    let asked_for = options.speculative != SpeculativeMode::None;
+    if options.speculative != SpeculativeMode::Draft {
+        draft_model = None;
+    } else if draft_model.is_none() {
+        speculation.plain_because = Some(PlainBecause::NoDraftModel);
+    }
+    if asked_for && speculation.plain_because.is_none() && !cache.always_steps_back() {
         speculation.plain_because = Some(PlainBecause::CacheCannotStepBack);
     }
+    // Proposing at all (from the conversation, or from the draft model).
+    let lookup = asked_for && speculation.plain_because.is_none();
+    // Only prompt lookup learns its acceptance from plain steps for free.
+    let shadowed = lookup && draft_model.is_none();
     let mut seq: Vec<u32> = if lookup { prompt.to_vec() } else { Vec::new() };
     let mut depth = options.depth.clone();
 
@@ -230,7 +258,7 @@ pub fn generate(
         }
         if lookup {
             seq.push(token);
-            if ahead {
+            if ahead && shadowed {
                 // Decoded plainly: would the lookup have proposed it?
                 depth.shadow(&seq);
             }
@@ -239,7 +267,13 @@ pub fn generate(
             y = next;
             came_from = Came::Plain;
             // While token n+1 computes: would its continuation be proposed?
-            drain = lookup && depth.depth() > 0 && !propose(&seq, 1).is_empty();
+            // A draft's proposals are not free: a plain step is measured
+            // first, so that drafting is weighed against it.
+            let proposal_ready = match draft_model {
+                Some(_) => depth.knows_plain(),
+                None => !propose(&seq, 1).is_empty(),
+            };
+            drain = lookup && depth.depth() > 0 && proposal_ready;
             continue;
         }
         if out.tokens.len() >= options.max_tokens {
@@ -251,7 +285,18 @@ pub fn generate(
         // proposals for what follows it.
         let room = options.max_tokens - out.tokens.len();
         let asked = if lookup { depth.depth().min(room - 1).min(DEPTH_MAX) } else { 0 };
-        let draft = propose(&seq, asked);
+        let started = clock.elapsed();
+        // The draft's catch-up on tokens decoded plainly is part of the pass,
+        // not of each proposal's cost.
+        if let Some(d) = draft_model.as_deref_mut().filter(|_| asked > 0) {
+            d.catch_up(&seq)?;
+        }
+        let proposing = clock.elapsed();
+        let draft = match draft_model.as_deref_mut() {
+            Some(d) if asked > 0 => d.propose(&seq, asked)?,
+            _ => propose(&seq, asked).to_vec(),
+        };
+        depth.proposed(draft.len(), clock.elapsed().saturating_sub(proposing));
         if draft.is_empty() {
             y = step(model, sampler, cache, &ids_array(&[token]), Some(&[token]), &out.history)?;
             async_eval([&y]).op("async_eval")?;
@@ -259,9 +304,7 @@ pub fn generate(
             came_from = Came::Unpipelined;
             continue;
         }
-        let draft = draft.to_vec();
         let fed: Vec<u32> = std::iter::once(token).chain(draft.iter().copied()).collect();
-        let started = clock.elapsed();
         let logits = model.forward_with(&ids_array(&fed), cache, Logits::All)?;
         cache.push_tokens(&fed);
         let (accepted, following) = sampler.verify(&logits, &draft, &out.history)?;
@@ -621,6 +664,109 @@ mod tests {
         assert!(checked >= 5, "only {checked} architectures compared whole");
         // Both outcomes of a check happened: accepted runs and rejections.
         assert!(accepted > 0 && accepted < drafted, "accepted {accepted} of {drafted}");
+    }
+
+    /// A demo model's folder (kept until the test is done with it).
+    fn demo_dir(arch: Arch, seed: u64) -> std::path::PathBuf {
+        use crate::demo::{write_demo_model, Bits, DemoSpec, Preset};
+        let dir = crate::testutil::temp_dir(&format!("draft-{}-{seed}", arch.as_str()));
+        let spec = DemoSpec { seed, ..DemoSpec::new(arch, Preset::Tiny, Bits::Four) };
+        write_demo_model(&dir, &spec).expect("demo model");
+        dir
+    }
+
+    /// Greedy decoding with a draft model gives exactly the tokens plain
+    /// decoding gives, on every architecture, whether the draft mostly
+    /// agrees (the model as its own draft) or mostly not (other weights);
+    /// a draft of another vocabulary or one that cannot step back is
+    /// refused at load, and a target that cannot step back decodes plainly.
+    #[test]
+    fn a_draft_model_is_token_identical_to_plain_greedy_decoding() {
+        use crate::tokenizer::Tokenizer;
+        use headroom_core::kv::KvFormat;
+        let kernel = crate::quant::QuantKernel::for_device(crate::backend::backend_info().device);
+        let (mut compared, mut ties, mut refused) = (0, 0, 0);
+        let (mut drafted, mut accepted) = (0, 0);
+        let archs = [Arch::Qwen2, Arch::Qwen3, Arch::Llama].into_iter().chain(NEW_ARCHS);
+        for arch in archs {
+            let dir = demo_dir(arch, 0);
+            let m = load_model(&dir, ComputeDtype::F32).expect("load");
+            let words = Tokenizer::for_model(&dir).expect("tokenizer");
+            let base: Vec<u32> = (0..12u32).map(|i| 3 + i * 29 % 400).collect();
+            let plain = GenerateOptions { max_tokens: 32, ..Default::default() };
+            let drafted_opts = GenerateOptions { speculative: SpeculativeMode::Draft, ..plain.clone() };
+            let a = run(&m, &mut m.new_cache(), &base, &plain);
+            let others = [demo_dir(arch, 7), demo_dir(Arch::Qwen2, 7)];
+            for draft_dir in [&dir, &others[0], &others[1]] {
+                let mut draft =
+                    match Draft::load(draft_dir, (ComputeDtype::F32, kernel, KvFormat::Float), (&m, &words), 64) {
+                        Ok(d) => d,
+                        Err(e) => {
+                            let text = e.to_string();
+                            assert!(text.contains("full attention") || text.contains("vocabulary"), "{arch:?}: {text}");
+                            refused += 1;
+                            continue;
+                        }
+                    };
+                let mut cache = m.new_cache();
+                let cancel = AtomicBool::new(false);
+                let clock = FakeClock(Cell::new(0));
+                let b = generate_with(
+                    &m,
+                    &mut cache,
+                    &base,
+                    &drafted_opts,
+                    Some(&mut draft),
+                    &mut greedy(),
+                    &clock,
+                    &cancel,
+                    |_| true,
+                )
+                .expect("generate");
+                if let Some(i) = a.tokens.iter().zip(&b.tokens).position(|(x, y)| x != y) {
+                    let gap = top_two_gap(&m, &[base.as_slice(), &a.tokens[..i]].concat());
+                    assert!(
+                        gap < 1e-3,
+                        "{arch:?}: parted at {i} with a gap of {gap}: {:?} vs {:?}",
+                        a.tokens,
+                        b.tokens
+                    );
+                    ties += 1;
+                    continue;
+                }
+                assert_eq!(b.tokens.len(), a.tokens.len(), "{arch:?}");
+                if m.new_cache().always_steps_back() {
+                    assert_eq!(b.speculation.plain_because, None, "{arch:?}");
+                    assert!(b.speculation.verify_passes > 0, "{arch:?}: {:?}", b.speculation);
+                    assert_eq!(
+                        b.speculation.decoded,
+                        b.speculation.forward_passes + b.speculation.accepted,
+                        "{arch:?}"
+                    );
+                    drafted += b.speculation.drafted;
+                    accepted += b.speculation.accepted;
+                    // Both caches hold exactly the conversation: the next turn reuses them.
+                    let fed = [base.as_slice(), &b.tokens[..b.tokens.len() - 1]].concat();
+                    assert_eq!(cache.tokens(), &fed[..], "{arch:?}");
+                } else {
+                    assert_eq!(b.speculation.plain_because, Some(PlainBecause::CacheCannotStepBack), "{arch:?}");
+                    assert_eq!(b.speculation.drafted, 0);
+                }
+                compared += 1;
+            }
+            for d in [dir].iter().chain(&others) {
+                let _ = std::fs::remove_dir_all(d);
+            }
+        }
+        assert!(compared >= 8, "compared {compared}, ties {ties}, refused {refused}");
+        assert!(refused >= 2, "gemma3_text and qwen3_5 are refused as drafts: {refused}");
+        // The model as its own draft is mostly accepted; random other weights mostly not.
+        assert!(accepted > 0 && accepted < drafted, "accepted {accepted} of {drafted}");
+        // Asked for without a draft model: plain, and why.
+        let m = demo_model(Arch::Qwen2, ComputeDtype::F32);
+        let opts = GenerateOptions { speculative: SpeculativeMode::Draft, max_tokens: 4, ..Default::default() };
+        let g = run(&m, &mut m.new_cache(), &[3, 17, 42], &opts);
+        assert_eq!(g.speculation.plain_because, Some(PlainBecause::NoDraftModel));
     }
 
     /// An id past the embedding is refused before anything runs. Unchecked,

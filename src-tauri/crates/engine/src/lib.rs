@@ -13,6 +13,7 @@ pub mod bench;
 mod cache;
 mod config;
 pub mod demo;
+mod draft;
 mod dtype;
 mod error;
 mod ffi;

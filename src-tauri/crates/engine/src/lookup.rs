@@ -94,13 +94,25 @@ pub struct Depth {
     /// its tokens matched so far.
     shadow: Vec<u32>,
     matched: usize,
+    /// Seconds each proposed token took to propose: a draft model's step
+    /// (nothing to speak of for lookup). A depth never measured is worth
+    /// trying only if it could pay after its proposals' own cost.
+    propose: Option<f64>,
 }
 
 impl Default for Depth {
     fn default() -> Self {
         // A prior of one accepted in two: the first proposal is tried, and
         // the figures take over within a few observations.
-        Self { plain: None, cost: [None; DEPTHS.len()], hits: 1.0, checked: 2.0, shadow: Vec::new(), matched: 0 }
+        Self {
+            plain: None,
+            cost: [None; DEPTHS.len()],
+            hits: 1.0,
+            checked: 2.0,
+            shadow: Vec::new(),
+            matched: 0,
+            propose: None,
+        }
     }
 }
 
@@ -119,7 +131,19 @@ impl Depth {
     /// measured here (a property of the model and the machine), with the
     /// acceptance back at its prior (a property of each answer).
     pub fn carry_over(&self) -> Self {
-        Self { plain: self.plain, cost: self.cost, ..Self::default() }
+        Self { plain: self.plain, cost: self.cost, propose: self.propose, ..Self::default() }
+    }
+
+    /// Proposing `n` tokens took `dt` (part of the pass [`Self::pass`] is then told of).
+    pub fn proposed(&mut self, n: usize, dt: Duration) {
+        if n > 0 {
+            self.propose = Some(average(self.propose, dt.as_secs_f64() / n as f64));
+        }
+    }
+
+    /// Whether a plain step's cost is known yet.
+    pub fn knows_plain(&self) -> bool {
+        self.plain.is_some()
     }
 
     /// A plain pipelined step took `dt` (between two tokens).
@@ -183,13 +207,14 @@ impl Depth {
             .max_by(|a, b| a.1.total_cmp(&b.1));
         let best_rate = best.map_or(target, |b| b.1);
         // Worth one try: a depth never measured that would beat the best
-        // if its pass cost no more than a plain step.
+        // if its pass cost no more than a plain step and its proposals.
+        let least = |k: usize| plain + k as f64 * self.propose.unwrap_or(0.0);
         let explore = (self.alpha() >= EXPLORE_AT)
             .then(|| {
                 DEPTHS
                     .iter()
                     .zip(&self.cost)
-                    .find(|&(&k, c)| c.is_none() && self.expected_tokens(k) / plain > best_rate)
+                    .find(|&(&k, c)| c.is_none() && self.expected_tokens(k) / least(k) > best_rate)
                     .map(|(&k, _)| k)
             })
             .flatten();
@@ -284,6 +309,24 @@ mod tests {
         }
         assert!(d.alpha() > 0.8, "alpha {}", d.alpha());
         assert!(d.depth() >= 4, "depth {} {d:?}", d.depth());
+    }
+
+    #[test]
+    fn a_depth_whose_proposals_alone_cost_more_than_they_pay_is_not_explored() {
+        // Accepted 9 in 10 at depth 2; a pass costs 45 ms against 10 ms plain.
+        let explored = |propose_ms: f64| {
+            let mut d = Depth::default();
+            d.plain_step(ms(10.0));
+            d.proposed(2, ms(2.0 * propose_ms));
+            for _ in 0..6 {
+                d.pass(2, 2, 2, ms(45.0));
+            }
+            d.depth()
+        };
+        // Free proposals (lookup): deeper depths are worth one try each.
+        assert!(explored(0.0) > 2, "{}", explored(0.0));
+        // A draft step as dear as a plain one: no depth can pay; plain decoding.
+        assert_eq!(explored(10.0), 0);
     }
 
     #[test]

@@ -56,6 +56,10 @@ pub struct LoadSettings {
     /// Where the model's later layers run, when it is split across two
     /// Macs (`None`: all here).
     pub peer: Option<PeerPlacement>,
+    /// A draft model loaded beside it (same vocabulary, full attention), for
+    /// turns that ask for [`SpeculativeMode::Draft`]; its weights and cache
+    /// are counted in the fit (`headroom_core::fit::with_draft`).
+    pub draft: Option<PathBuf>,
 }
 
 impl Default for LoadSettings {
@@ -69,6 +73,7 @@ impl Default for LoadSettings {
             wired_limit_bytes: None,
             prompt_cache_bytes: 0,
             peer: None,
+            draft: None,
         }
     }
 }

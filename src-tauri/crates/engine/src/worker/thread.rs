@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_core::kv::KvFormat;
+use headroom_core::speculative::SpeculativeMode;
 
 use super::api::{
     memory_returned, AfterUnload, EngineEvent, GenerateRequest, LoadSettings, ModelInfo, OverflowPolicy, PeerTurn,
@@ -23,9 +24,10 @@ use crate::backend::backend_info;
 use crate::cache::persist::StateShape;
 use crate::cache::KvCache;
 use crate::config::read_config;
+use crate::draft::Draft;
 use crate::dtype::{dtype_name, short_dtype_name};
 use crate::error::{EngineError, MlxContext, Result};
-use crate::generate::{generate, GenerateOptions, Generation, WallClock};
+use crate::generate::{generate_with, GenerateOptions, Generation, WallClock};
 use crate::inspect::check_vocab_rows;
 use crate::loader::{materialize, stage};
 use crate::lookup::Depth;
@@ -36,6 +38,7 @@ use crate::peer::{PeerPlacement, Placement};
 use crate::prompt_cache::disk::{model_fingerprint, DiskTier, Part};
 use crate::prompt_cache::{Entry, Owner, PromptCache, PromptCacheStats, Reuse};
 use crate::sampler::Sampler;
+use crate::sizes::PREFILL_CHUNK;
 use crate::source::ModelFiles;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{weight_files, ComputeDtype};
@@ -156,6 +159,10 @@ struct Loaded {
     /// costs and plain step), carried from one turn to the next so each
     /// answer does not pay to measure them again.
     lookup: std::cell::RefCell<Depth>,
+    /// The draft model loaded beside it, if any, and what drafting measured
+    /// (its passes cost the draft's steps too, so apart from lookup's).
+    draft: Option<std::cell::RefCell<Draft>>,
+    drafting: std::cell::RefCell<Depth>,
 }
 
 impl Loaded {
@@ -416,6 +423,19 @@ impl Worker {
             Some(at) => attach_peer(model, dir, at, &settings).map_err(none_loaded)?,
             None => model,
         };
+        let draft = match &settings.draft {
+            Some(path) => Some(
+                catch_unwind(AssertUnwindSafe(|| {
+                    let how = (settings.dtype, settings.kernel, settings.kv);
+                    Draft::load(path, how, (&model, &tokenizer), PREFILL_CHUNK)
+                }))
+                .unwrap_or_else(|panic| {
+                    Err(EngineError::Panicked { during: "loading the draft model", message: panic_message(&*panic) })
+                })
+                .map_err(none_loaded)?,
+            ),
+            None => None,
+        };
         let config = model.config();
         let info = ModelInfo {
             dir: dir.to_owned(),
@@ -451,11 +471,13 @@ impl Worker {
             dir: dir.to_owned(),
             state_key: std::sync::OnceLock::new(),
             lookup: std::cell::RefCell::new(Depth::default()),
+            draft: draft.map(std::cell::RefCell::new),
+            drafting: std::cell::RefCell::new(Depth::default()),
         });
         let measured = measured.map_err(none_loaded)?;
-        // A model split across two Macs is not this model's footprint here:
-        // never a calibration point for it.
-        if self.loaded.as_ref().is_some_and(|l| l.model.link().is_none()) {
+        // A model split across two Macs, or one with a draft beside it, is
+        // not this model's footprint here: never a calibration point for it.
+        if self.loaded.as_ref().is_some_and(Loaded::measures_itself) {
             self.record(measured);
         }
         Ok(info)
@@ -515,7 +537,7 @@ impl Worker {
         // A cancelled turn (Stop, a client that hung up) may have stopped in
         // its prefill: its peak is no whole prefill's, and recorded as one it
         // would teach the fit to predict too little. Only complete evidence is kept.
-        if generation.finish_reason != FinishReason::Cancelled && loaded.model.link().is_none() {
+        if generation.finish_reason != FinishReason::Cancelled && loaded.measures_itself() {
             self.record(measured);
         }
         Ok(peak)
@@ -614,14 +636,24 @@ impl Worker {
             checkpoint: !cache.always_steps_back(),
             eos_ids: if request.ignore_eos { Vec::new() } else { loaded.tokenizer.eos_ids().to_vec() },
             speculative: request.speculative,
-            depth: loaded.lookup.borrow().carry_over(),
+            depth: depth_for(loaded, request.speculative).borrow().carry_over(),
             ..GenerateOptions::default()
         };
+        let mut draft = loaded.draft.as_ref().map(std::cell::RefCell::borrow_mut);
         self.start_measuring()?;
         let mut detok = loaded.tokenizer.detokenizer();
         let mut detok_error = None;
-        let generation =
-            generate(&loaded.model, &mut cache, &prompt, &options, &mut sampler, &WallClock(accepted), cancel, |id| {
+        let clock = WallClock(accepted);
+        let generation = generate_with(
+            &loaded.model,
+            &mut cache,
+            &prompt,
+            &options,
+            draft.as_deref_mut(),
+            &mut sampler,
+            &clock,
+            cancel,
+            |id| {
                 match detok.step(id) {
                     // A closed receiver means nobody listens: stop like a cancel.
                     Ok(text) => events.send(EngineEvent::Token { id, text }).is_ok(),
@@ -630,8 +662,10 @@ impl Worker {
                         false
                     }
                 }
-            })?;
-        *loaded.lookup.borrow_mut() = generation.depth.clone();
+            },
+        )?;
+        drop(draft);
+        *depth_for(loaded, request.speculative).borrow_mut() = generation.depth.clone();
         if let Some(e) = detok_error {
             return Err(e);
         }
@@ -772,6 +806,22 @@ pub(super) fn encode_within(
         }
     }
     Ok(fits)
+}
+
+impl Loaded {
+    /// Whether what this process holds is this model alone, all of it: a
+    /// measurement is then a point of its calibration curve.
+    fn measures_itself(&self) -> bool {
+        self.model.link().is_none() && self.draft.is_none()
+    }
+}
+
+/// What `mode` has measured of this model on this machine.
+fn depth_for(loaded: &Loaded, mode: SpeculativeMode) -> &std::cell::RefCell<Depth> {
+    match mode {
+        SpeculativeMode::Draft => &loaded.drafting,
+        SpeculativeMode::None | SpeculativeMode::Lookup => &loaded.lookup,
+    }
 }
 
 fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {

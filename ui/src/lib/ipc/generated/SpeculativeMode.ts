@@ -3,4 +3,4 @@
 /**
  * How decoding proposes tokens to verify.
  */
-export type SpeculativeMode = "none" | "lookup";
+export type SpeculativeMode = "none" | "lookup" | "draft";
