@@ -90,6 +90,10 @@ pub struct FitArgs {
     pub measured: Vec<(u64, u64)>,
     #[command(flatten)]
     pub peer: super::lend::PeerArgs,
+    /// A draft model loaded beside it (as `generate --draft-model`): its
+    /// weights and KV cache are counted too (by the formula alone).
+    #[arg(long, value_name = "MODEL", conflicts_with_all = ["measured", "peer"])]
+    pub draft_model: Option<String>,
 }
 
 fn parse_measured(s: &str) -> Result<(u64, u64), String> {
@@ -231,7 +235,14 @@ pub fn run(args: &FitArgs) -> Result<(), CliError> {
 pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &mut dyn Write) -> Result<(), CliError> {
     let dir = resolve_model(Some(&args.model), env)?;
     let kv = args.kv.format()?;
-    let mut report = check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned)?;
+    let draft = args.draft_model.as_deref().map(|d| resolve_model(Some(d), env)).transpose()?;
+    let mut report = match &draft {
+        Some(d) => {
+            let (kernel, source) = (args.kernel.quant_kernel(), budget_source(&args.budget));
+            crate::fit::check_model_with_draft(&dir, d, args.context, args.dtype, kernel, kv, source)?
+        }
+        None => check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned)?,
+    };
     if !args.measured.is_empty() {
         // The user's figures first: the nearest wins, the first among equals.
         let mut measured: Vec<Measured> = args
@@ -263,7 +274,11 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &m
         let output = FitOutput { report: &report, remedies: &remedies, split: split.as_ref() };
         writeln!(out, "{}", serde_json::to_string(&output)?)?;
     } else {
-        write!(out, "{}", describe(&dir.display().to_string(), &report))?;
+        let label = match &draft {
+            Some(d) => format!("{} with the draft model {}", dir.display(), d.display()),
+            None => dir.display().to_string(),
+        };
+        write!(out, "{}", describe(&label, &report))?;
         if report.verdict.refuses() {
             write!(out, "{}", remedy_lines(&report, &remedies))?;
         }
@@ -560,6 +575,28 @@ mod tests {
         let dir = scratch(&format!("fit-{tag}"));
         write_demo_model(&dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         dir
+    }
+
+    #[test]
+    fn a_draft_model_adds_its_weights_and_cache_to_the_verdict() {
+        let (dir, draft) = (demo("target"), scratch("fit-draft"));
+        write_demo_model(&draft, &DemoSpec { seed: 9, ..DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four) })
+            .unwrap();
+        let (d, dr) = (dir.to_string_lossy().into_owned(), draft.to_string_lossy().into_owned());
+        let json = |extra: &[&str]| {
+            let mut out = Vec::new();
+            let argv = [&[d.as_str(), "--context", "1024", "--available-gb", "8", "--json"], extra].concat();
+            fit(&parse(&argv), &HubEnv::default(), None, &mut out).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&out).unwrap()
+        };
+        let (alone, both) = (json(&[]), json(&["--draft-model", &dr]));
+        let e = |v: &serde_json::Value, k: &str| v["estimate"][k].as_u64().unwrap();
+        assert_eq!(e(&both, "weight_bytes"), 2 * e(&alone, "weight_bytes"), "the same shape twice");
+        assert_eq!(e(&both, "kv_cache_bytes"), 2 * e(&alone, "kv_cache_bytes"));
+        assert!(e(&both, "predicted_peak_bytes") > e(&alone, "predicted_peak_bytes"));
+        let mut out = Vec::new();
+        fit(&parse(&[&d, "--draft-model", &dr]), &HubEnv::default(), None, &mut out).unwrap();
+        assert!(String::from_utf8_lossy(&out).contains("with the draft model"), "{}", String::from_utf8_lossy(&out));
     }
 
     #[test]
