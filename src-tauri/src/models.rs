@@ -290,10 +290,44 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
     }
+    if let Some(draft) = state.draft_model() {
+        add_draft(&mut list, &draft, state.context_limit(), state.kv_format());
+    }
     if let Some(peer) = state.peer() {
         add_two_macs(&mut list, &peer, state.context_limit(), state.kv_format());
     }
     list
+}
+
+/// The draft model the settings name (`draft`, an id of `list`): every
+/// other model's verdict counts it too (its weights and KV cache, by the
+/// formula: `ModelFootprint::with_draft`), and says so. A draft no longer
+/// listed, or unreadable, leaves the list as it is.
+fn add_draft(list: &mut [ModelEntry], draft: &str, context: usize, kv: KvFormat) {
+    let Some(draft_fp) = list.iter().find(|m| m.id == draft && m.problem.is_none()).and_then(|m| m.footprint.clone())
+    else {
+        tracing::warn!("the draft model {draft} is not in the list; verdicts count none");
+        return;
+    };
+    let context = u64::try_from(context).unwrap_or(u64::MAX);
+    for m in list.iter_mut().filter(|m| m.id != draft) {
+        let (Some(fp), Some(alone)) = (&m.footprint, &m.fit) else { continue };
+        let mut report = check_with(&fp.with_draft(&draft_fp), context, kv, alone.budget.inputs, &[]);
+        report.basis = format!("{}, with the draft model {draft}", report.basis);
+        m.fit = Some(report);
+    }
+}
+
+/// The draft model's folder for loading `id` (the settings' draft, unless it is `id` itself).
+fn draft_path(state: &AppState, id: &str, all: &[ModelEntry]) -> Result<Option<PathBuf>, CommandError> {
+    let Some(draft) = state.draft_model().filter(|d| d != id) else { return Ok(None) };
+    match all.iter().find(|m| m.id == draft) {
+        Some(m) if m.problem.is_none() => Ok(Some(m.path.clone())),
+        _ => Err(CommandError::new(
+            ErrorCode::DraftModel,
+            format!("The draft model {draft} in Settings is no longer on this Mac, or cannot be read. Choose another draft, or none."),
+        )),
+    }
 }
 
 /// Each model of `list` that does not fit here alone gets its split across
@@ -351,8 +385,13 @@ pub fn load(
     let kv = kv.unwrap_or_else(|| state.kv_format());
     let source = budget_source(state)?;
     let learned = Some(&state.store);
-    let report = fit::check_model_with(&entry.path, context_limit, ComputeDtype::Native, kernel, kv, source, learned)
-        .map_err(fit_error)?;
+    let draft = if across_peer { None } else { draft_path(state, id, &all)? };
+    let native = ComputeDtype::Native;
+    let report = match &draft {
+        Some(d) => fit::check_model_with_draft(&entry.path, d, context_limit, native, kernel, kv, source),
+        None => fit::check_model_with(&entry.path, context_limit, native, kernel, kv, source, learned),
+    }
+    .map_err(fit_error)?;
     if across_peer {
         return load_across(state, entry, context_limit, kv, override_fit);
     }
@@ -375,7 +414,7 @@ pub fn load(
             details: fit::refusal_details(&report, &remedies).into_details(),
         });
     }
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Beside::default())
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Beside { peer: None, draft })
         .map_err(CommandError::from)?;
     entry.loaded = true;
     entry.fit = Some(report);

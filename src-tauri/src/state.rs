@@ -136,6 +136,7 @@ pub struct AppState {
     pub os_headroom_bytes: Arc<AtomicU64>,
     /// The Mac lending itself to this one (the settings' `peer`), if any.
     peer: Arc<Mutex<Option<String>>>,
+    draft_model: Arc<Mutex<Option<String>>>,
     /// The settings' quantized-matmul kernel (an index into `KernelChoice::ALL`), used at the next load.
     pub kernel: Arc<AtomicU8>,
     /// The settings' KV-cache format, used at the next load (and by the server's requests that name none).
@@ -182,6 +183,7 @@ impl AppState {
             context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
             os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
             peer: Arc::default(),
+            draft_model: Arc::default(),
             kernel: Arc::default(),
             kv: Arc::default(),
             prompt_cache_max: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX)),
@@ -266,6 +268,7 @@ impl AppState {
         let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
         self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
         settings.peer.clone_into(&mut self.peer.lock().unwrap_or_else(PoisonError::into_inner));
+        settings.draft_model.clone_into(&mut self.draft_model.lock().unwrap_or_else(PoisonError::into_inner));
         self.prompt_cache_max.store(settings.prompt_cache_mb.saturating_mul(1 << 20), Ordering::Relaxed);
         // Off (0 MB) keeps chats' states in memory only; the folder stays
         // known, so deleting a chat still deletes what it saved when it was on.
@@ -275,6 +278,11 @@ impl AppState {
             tracing::warn!("could not set where chats' KV states are saved: {e}");
         }
         self.away.apply_settings(settings);
+    }
+
+    /// The model the settings load beside others as their draft (its id), if any.
+    pub fn draft_model(&self) -> Option<String> {
+        self.draft_model.lock().unwrap_or_else(PoisonError::into_inner).clone()
     }
 
     /// The Mac lending itself to this one (`HOST:PORT`), if the settings name one.

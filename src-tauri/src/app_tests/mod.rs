@@ -5,6 +5,7 @@
 //! (`layout`). The helpers here are what they share.
 
 mod layout;
+mod draft;
 mod learned;
 mod parity;
 mod privacy;

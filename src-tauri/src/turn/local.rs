@@ -7,6 +7,7 @@ use std::time::Instant;
 use headroom_core::chat::{Message, Role};
 use headroom_core::router::{Force, Reason};
 use headroom_core::settings::Settings;
+use headroom_core::speculative::SpeculativeMode;
 use headroom_engine::worker::{EngineEvent, GenerateRequest, OverflowPolicy};
 use headroom_engine::SamplingParams;
 use headroom_store::Route;
@@ -61,7 +62,11 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
             seed: plan.options.seed,
             ..SamplingParams::default()
         },
-        speculative: settings.speculative,
+        // With a draft model loaded beside it, speculation drafts.
+        speculative: match (settings.speculative, &model.info.draft) {
+            (SpeculativeMode::None, _) | (_, None) => settings.speculative,
+            (_, Some(_)) => SpeculativeMode::Draft,
+        },
         ..GenerateRequest::new(messages)
     };
     // A new message is committed before its run starts; a regenerated one

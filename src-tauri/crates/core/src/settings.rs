@@ -114,6 +114,12 @@ pub struct Settings {
     /// model that does not fit here shows its verdict across both Macs
     /// (`crate::split`), and can be loaded across both. `None`: this Mac alone.
     pub peer: Option<String>,
+    /// A model (its id in the model list) loaded beside every other model
+    /// as its draft: it proposes tokens the model checks several at a time
+    /// (same answers; it switches itself off where it does not pay). It
+    /// must share the model's vocabulary; its weights and KV cache are
+    /// counted in every verdict. `None`: no draft.
+    pub draft_model: Option<String>,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -143,6 +149,7 @@ impl Default for Settings {
             kv_disk_mb: DEFAULT_KV_DISK_MB,
             speculative: crate::speculative::SpeculativeMode::Lookup,
             peer: None,
+            draft_model: None,
         }
     }
 }

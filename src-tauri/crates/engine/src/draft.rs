@@ -39,12 +39,35 @@ impl std::fmt::Debug for Draft {
 }
 
 impl Draft {
+    /// Whether the model in `dir` speaks the vocabulary of `target` (the
+    /// loaded model's tokenizer): as many tokens, the same ones at 512 ids
+    /// spread over it. Cheap (its tokenizer only), so a load checks it
+    /// before the model it replaces is unloaded.
+    pub fn check_vocabulary(dir: &Path, target: &Tokenizer) -> Result<()> {
+        let refuse = |reason: String| EngineError::DraftModel { path: dir.to_owned(), reason };
+        let words = Tokenizer::for_model(dir)?;
+        let (vocab, target_vocab) = (words.vocab_size(), target.vocab_size());
+        if vocab != target_vocab {
+            return Err(refuse(format!("its vocabulary has {vocab} tokens, the loaded model's {target_vocab}")));
+        }
+        let stride = (vocab / 512).max(1);
+        for id in (0..vocab).step_by(stride).filter_map(|i| u32::try_from(i).ok()) {
+            let (a, b) = (words.decode(&[id], false)?, target.decode(&[id], false)?);
+            if a != b {
+                return Err(refuse(format!(
+                    "token {id} is {a:?} there and {b:?} in the loaded model: another vocabulary"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// Loads the draft in `dir` as `dtype` with `kernel`, its cache stored
     /// as `kv` (as the model's is), for proposing to `target` (with its
-    /// tokenizer): refused unless it has the
-    /// target's vocabulary (as many embedding rows, the same tokens at 512
-    /// ids spread over it) and a cache that can step back past rejected
-    /// proposals (full attention in every layer).
+    /// tokenizer): refused unless it has the target's vocabulary
+    /// ([`Self::check_vocabulary`], and as many output rows) and a cache
+    /// that can step back past rejected proposals (full attention in every
+    /// layer), both before its weights are read.
     pub fn load(
         dir: &Path,
         (dtype, kernel, kv): (ComputeDtype, QuantKernel, KvFormat),
@@ -52,20 +75,7 @@ impl Draft {
         chunk: usize,
     ) -> Result<Self> {
         let refuse = |reason: String| EngineError::DraftModel { path: dir.to_owned(), reason };
-        let words = Tokenizer::for_model(dir)?;
-        let (vocab, target_vocab) = (words.vocab_size(), target.1.vocab_size());
-        if vocab != target_vocab {
-            return Err(refuse(format!("its vocabulary has {vocab} tokens, the loaded model's {target_vocab}")));
-        }
-        let stride = (vocab / 512).max(1);
-        for id in (0..vocab).step_by(stride).filter_map(|i| u32::try_from(i).ok()) {
-            let (a, b) = (words.decode(&[id], false)?, target.1.decode(&[id], false)?);
-            if a != b {
-                return Err(refuse(format!(
-                    "token {id} is {a:?} there and {b:?} in the loaded model: another vocabulary"
-                )));
-            }
-        }
+        Self::check_vocabulary(dir, target.1)?;
         let model = crate::loader::stage(dir, dtype, kernel)?;
         let rows = (model.config().text.vocab_size, target.0.config().text.vocab_size);
         if rows.0 != rows.1 {

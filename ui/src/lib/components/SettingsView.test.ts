@@ -2,9 +2,11 @@ import { mockIPC } from '@tauri-apps/api/mocks';
 import type { InvokeArgs } from '@tauri-apps/api/core';
 import { fireEvent, render, screen, waitFor } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
-import { describe, expect, it } from 'vitest';
+import { describe, expect, it, vi } from 'vitest';
 import type { AppInfo } from '../ipc/app';
 import type { DesktopStatus } from '../ipc/desktop';
+import { modelEntry } from '../ipc/contract.fixture';
+import type { ModelEntry } from '../ipc/models';
 import type { Settings } from '../ipc/settings';
 import { DEFAULT_SETTINGS } from '../ipc/settings.fixture';
 import SettingsView from './SettingsView.svelte';
@@ -175,5 +177,26 @@ describe('SettingsView: two Macs', () => {
     peer.value = '10.0.0.2:7070';
     await fireEvent.change(peer);
     await waitFor(() => expect(lastSet(calls)).toMatchObject({ peer: '10.0.0.2:7070' }));
+  });
+
+  it('the draft model is chosen from the model list and saved by id; None clears it', async () => {
+    const calls = backend();
+    const entry = (id: string, name: string, problem: ModelEntry['problem'] = null) =>
+      modelEntry({ id, name, path: `/data/models/${id}`, problem });
+    const models = [
+      entry('qwen-7b', 'Qwen2.5 7B'),
+      entry('qwen-0.5b', 'Qwen2.5 0.5B'),
+      entry('broken', 'Broken', { code: 'MODEL_CONFIG', message: 'config.json is not JSON' }),
+    ];
+    const onSettings = vi.fn();
+    render(SettingsView, { info: INFO, models, onDone: () => {}, onSettings });
+    const select = await screen.findByTestId<HTMLSelectElement>('draft-model');
+    // A model that cannot be read is not offered.
+    expect([...select.options].map((o) => o.textContent)).toEqual(['None', 'Qwen2.5 7B', 'Qwen2.5 0.5B']);
+    await fireEvent.change(select, { target: { value: 'qwen-0.5b' } });
+    await waitFor(() => expect(lastSet(calls)).toMatchObject({ draftModel: 'qwen-0.5b' }));
+    expect(onSettings).toHaveBeenLastCalledWith(expect.objectContaining({ draftModel: 'qwen-0.5b' }));
+    await fireEvent.change(select, { target: { value: '' } });
+    await waitFor(() => expect(lastSet(calls)).toMatchObject({ draftModel: null }));
   });
 });

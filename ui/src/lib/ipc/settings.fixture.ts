@@ -25,4 +25,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   kvDiskMb: 4096,
   speculative: 'lookup',
   peer: null,
+  draftModel: null,
 });

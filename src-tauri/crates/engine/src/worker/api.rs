@@ -184,6 +184,8 @@ pub struct ModelInfo {
     /// What a saved KV state must have been computed with to be used for
     /// this model as loaded (prompt_cache/disk.rs).
     pub fingerprint: String,
+    /// The draft model loaded beside it, if any (`LoadSettings::draft`).
+    pub draft: Option<PathBuf>,
 }
 
 /// What to do with a prompt longer than the context limit.

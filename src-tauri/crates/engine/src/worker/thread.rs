@@ -391,6 +391,10 @@ impl Worker {
             })?;
         // Headers only (read just above), so this is cheap.
         let fingerprint = model_fingerprint(dir, settings.dtype, settings.kernel)?;
+        // A draft of another vocabulary is refused while the old model still answers.
+        if let Some(draft) = &settings.draft {
+            Draft::check_vocabulary(draft, &tokenizer)?;
+        }
         let staged_in = started.elapsed();
         // The old model goes now, so two models never share memory, and its
         // memory must be seen back before the new weights arrive.
@@ -454,6 +458,7 @@ impl Worker {
             cache_limit_bytes: settings.cache_limit_bytes,
             wired_limit_bytes: None,
             fingerprint: fingerprint.clone(),
+            draft: settings.draft.clone(),
         };
         self.apply_cache_limit(settings.cache_limit_bytes).map_err(none_loaded)?;
         let info = ModelInfo {

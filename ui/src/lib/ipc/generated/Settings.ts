@@ -101,4 +101,12 @@ speculative: SpeculativeMode,
  * model that does not fit here shows its verdict across both Macs
  * (`crate::split`), and can be loaded across both. `None`: this Mac alone.
  */
-peer: string | null, };
+peer: string | null, 
+/**
+ * A model (its id in the model list) loaded beside every other model
+ * as its draft: it proposes tokens the model checks several at a time
+ * (same answers; it switches itself off where it does not pay). It
+ * must share the model's vocabulary; its weights and KV cache are
+ * counted in every verdict. `None`: no draft.
+ */
+draftModel: string | null, };

@@ -1,0 +1,71 @@
+//! A draft model from the app's side (issue #27): the one the settings name
+//! is counted in every other model's verdict, loaded beside the model the
+//! picker loads, and drafts the popover's turns; one the app cannot find is
+//! refused with its own code before anything is unloaded.
+
+use headroom_core::router::Force;
+use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+use serde_json::{json, Value};
+
+use super::*;
+use crate::models::{DEMO_MODEL_ID, MODELS_DIR};
+
+const DRAFT: &str = "draft-demo";
+
+fn set_draft(window: &WebviewWindow<MockRuntime>, draft: Option<&str>) {
+    let mut settings = invoke(window, "settings_get", json!({})).unwrap();
+    settings["draftModel"] = json!(draft);
+    invoke(window, "settings_set", json!({ "settings": settings })).unwrap();
+}
+
+fn entry(window: &WebviewWindow<MockRuntime>, id: &str) -> Value {
+    let list = invoke(window, "models_list", json!({})).unwrap();
+    let found = list.as_array().into_iter().flatten().find(|m| m["id"] == id).cloned();
+    found.unwrap_or_else(|| panic!("no {id} in {list}"))
+}
+
+#[test]
+fn the_settings_draft_is_counted_loaded_beside_the_model_and_drafts_its_turns() {
+    let (app, window) = app_with_window_in("draft");
+    let state = state_of(&app);
+    crate::models::ensure_default_model(&state).unwrap();
+    // Another model of the demo's vocabulary, with other weights.
+    let spec = DemoSpec { seed: 3, ..DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four) };
+    write_demo_model(&state.locations.data_dir.join(MODELS_DIR).join(DRAFT), &spec).unwrap();
+    let weights = |e: &Value| e["fit"]["estimate"]["weight_bytes"].as_u64().unwrap();
+    let alone = weights(&entry(&window, DEMO_MODEL_ID));
+
+    set_draft(&window, Some(DRAFT));
+    let with = entry(&window, DEMO_MODEL_ID);
+    assert_eq!(weights(&with), alone + weights(&entry(&window, DRAFT)), "{with}");
+    assert!(with["fit"]["basis"].as_str().is_some_and(|b| b.ends_with("with the draft model draft-demo")), "{with}");
+
+    invoke(&window, "model_load", json!({ "id": DEMO_MODEL_ID })).unwrap();
+    let loaded = state.loaded_model().unwrap();
+    assert!(loaded.info.draft.as_ref().is_some_and(|d| d.ends_with(DRAFT)), "{:?}", loaded.info.draft);
+
+    let (channel, events) = collecting();
+    let sent = block_on(crate::commands::chat::chat_send(
+        "s".into(),
+        "Tell me about caches and what they hold.".into(),
+        Some(24),
+        Some(Force::Local),
+        Some(false),
+        channel,
+        app.state(),
+    ));
+    assert!(sent.is_ok(), "{sent:?}");
+    let events = until_end(&events);
+    assert!(events.iter().any(|e| e["event"] == "finished"), "{events:?}");
+    let said = events.iter().filter(|e| e.to_string().contains("\"draft: ")).count();
+    assert_eq!(said, 1, "the turn's stats say it drafted: {events:?}");
+
+    // A draft the app cannot find: refused by its code, the model still loaded.
+    set_draft(&window, Some("nowhere"));
+    let err = invoke(&window, "model_load", json!({ "id": DEMO_MODEL_ID })).unwrap_err();
+    assert_eq!(err["code"], "DRAFT_MODEL", "{err}");
+    assert!(state.loaded_model().is_some(), "nothing was unloaded");
+    set_draft(&window, None);
+    invoke(&window, "model_load", json!({ "id": DEMO_MODEL_ID })).unwrap();
+    assert_eq!(state.loaded_model().unwrap().info.draft, None);
+}
