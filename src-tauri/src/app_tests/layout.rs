@@ -3,7 +3,7 @@
 //! subcommands) sit on top and never import each other; nothing else (the
 //! turn service in `turn/`, the shared modules) imports either. Only the
 //! wiring at the very top, `lib.rs` (the command list), `main.rs` (the
-//! subcommand dispatch) and `ipc_contract.rs` (the commands' types, listed
+//! subcommand dispatch) and `ipc_contract/` (the commands and their types, listed
 //! for the generated TypeScript), names them. Comments are not code and are skipped.
 
 use std::path::{Path, PathBuf};
@@ -22,7 +22,7 @@ fn side(rel: &Path) -> Side {
     match first.as_str() {
         "commands" => Side::Commands,
         "cli" | "cli.rs" => Side::Cli,
-        "lib.rs" | "main.rs" | "ipc_contract.rs" => Side::Top,
+        "lib.rs" | "main.rs" | "ipc_contract" => Side::Top,
         _ => Side::Below,
     }
 }

@@ -6,17 +6,6 @@ import { IPC_ERROR, NO_BACKEND } from './invoke';
 const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'gpu', platform: 'macos' };
 
 describe('appInfo', () => {
-  it('invokes `app_info` with no arguments and resolves to AppInfo', async () => {
-    const calls: Array<[string, unknown]> = [];
-    mockIPC((cmd, args) => {
-      calls.push([cmd, args]);
-      return INFO;
-    });
-
-    await expect(appInfo()).resolves.toEqual(INFO);
-    expect(calls).toEqual([['app_info', {}]]);
-  });
-
   it('passes a CommandError from Rust through unchanged', async () => {
     const error = { code: 'ENGINE_INTERNAL', message: 'The engine stopped.', details: { why: 1 } };
     mockIPC(() => {

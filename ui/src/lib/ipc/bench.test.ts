@@ -1,7 +1,7 @@
 import { Channel } from '@tauri-apps/api/core';
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { benchCancel, benchRun, type BenchProgress } from './bench';
+import { benchRun, type BenchProgress } from './bench';
 
 describe('benchRun', () => {
   it('invokes bench_run with the plan and a Channel, and streams progress', async () => {
@@ -26,20 +26,4 @@ describe('benchRun', () => {
     ]);
   });
 
-  it('rejects with the command error', async () => {
-    mockIPC(() => {
-      throw { code: 'NO_MODEL_LOADED', message: 'no model is loaded' };
-    });
-    await expect(benchRun({ depths: [0], p: 8, n: 4, r: 1 }, () => {})).rejects.toMatchObject({ code: 'NO_MODEL_LOADED' });
-  });
-
-  it('cancels through bench_cancel', async () => {
-    const calls: string[] = [];
-    mockIPC((cmd) => {
-      calls.push(cmd);
-      return true;
-    });
-    expect(await benchCancel()).toBe(true);
-    expect(calls).toEqual(['bench_cancel']);
-  });
 });

@@ -4,7 +4,7 @@
 // it and the store keeps it) plus the stored row's id.
 import type { ChartTheme } from './charts';
 import type { BenchDepth, BenchProgress, BenchRun, BenchRunReply, MeanSd, RateSummary, Roofline } from './generated';
-import { call, Channel } from './invoke';
+import { command, Channel } from './invoke';
 
 /** One run done (run 0 is the warm-up): `bench::BenchProgress`. */
 export type { BenchProgress };
@@ -31,11 +31,11 @@ export function benchRun(
 ): Promise<BenchReport> {
   const channel = new Channel<BenchProgress>();
   channel.onmessage = onProgress;
-  return call<BenchReport>('bench_run', { ...plan, theme, onProgress: channel });
+  return command('bench_run', { ...plan, theme, onProgress: channel });
 }
 
 /** Stops the running benchmark; its `benchRun` rejects with `BENCH_CANCELLED`.
  *  Resolves to whether one was running. */
 export function benchCancel(): Promise<boolean> {
-  return call<boolean>('bench_cancel');
+  return command('bench_cancel');
 }

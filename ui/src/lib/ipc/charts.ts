@@ -1,13 +1,13 @@
 // Typed bindings for the charts (src-tauri/src/commands/charts.rs): SVG text
 // drawn by headroom-charts; put into the page only through `sanitizeChart`.
 import type { LiveView, MemoryPoint, ModelRate, PlotBox, SlowdownView } from './generated';
-import { call } from './invoke';
+import { command } from './invoke';
 
 export type ChartTheme = 'light' | 'dark';
 
 /** The per-session chart: decode tok/s and TTFT per turn against context length. */
 export function sessionChart(sessionId: string, theme: ChartTheme): Promise<string> {
-  return call<string>('session_chart', { sessionId, theme });
+  return command('session_chart', { sessionId, theme });
 }
 
 
@@ -24,5 +24,5 @@ export type LiveRate = ModelRate;
 export type LiveSlowdown = SlowdownView;
 /** The live graph of the last `minutes`: memory against the budget, pressure, swap, decode tok/s. */
 export function liveChart(minutes: LiveWindow, theme: ChartTheme): Promise<LiveView> {
-  return call<LiveView>('live_chart', { minutes, theme });
+  return command('live_chart', { minutes, theme });
 }

@@ -1,7 +1,7 @@
 import { Channel } from '@tauri-apps/api/core';
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { chatCancel, chatSend, withheldNotes, type ChatEvent, type RouteInfo } from './chat';
+import { chatSend, withheldNotes, type ChatEvent, type RouteInfo } from './chat';
 
 const STATS: ChatEvent = {
   event: 'stats',
@@ -72,25 +72,6 @@ describe('chatSend', () => {
     expect(seen.maxTokens).toBe(4096);
   });
 
-  it('rejects with the CommandError when the send is refused', async () => {
-    const error = { code: 'NO_MODEL_LOADED', message: 'No model is loaded yet.' };
-    mockIPC(() => {
-      throw error;
-    });
-    await expect(chatSend('s', 'x', () => {})).rejects.toEqual(error);
-  });
-});
-
-describe('chatCancel', () => {
-  it('invokes chat_cancel with the run id', async () => {
-    const calls: Array<[string, unknown]> = [];
-    mockIPC((cmd, args) => {
-      calls.push([cmd, args]);
-      return true;
-    });
-    await expect(chatCancel(7)).resolves.toBe(true);
-    expect(calls).toEqual([['chat_cancel', { runId: 7 }]]);
-  });
 });
 
 describe('withheldNotes', () => {

@@ -1,7 +1,8 @@
 // Typed bindings for chat (src-tauri/src/commands/chat.rs): the answer
 // streams over a Channel as `ChatEvent`s.
 import type { ChatEvent, FinishReason, Force, ReusedFrom, RouteInfo, RouteReason, RouteTarget } from './generated';
-import { call, Channel } from './invoke';
+import type { Commands } from './generated/commands';
+import { command, Channel } from './invoke';
 
 export type { ChatEvent, FinishReason, Force, ReusedFrom, RouteInfo, RouteReason, RouteTarget };
 
@@ -38,7 +39,7 @@ export function chatSend(
   onEvent: (event: ChatEvent) => void,
   options: SendOptions = {},
 ): Promise<number> {
-  return call<number>('chat_send', { sessionId, text, ...turnArgs(onEvent, options) });
+  return command('chat_send', { sessionId, text, ...turnArgs(onEvent, options) });
 }
 
 /**
@@ -48,21 +49,25 @@ export function chatSend(
  * before starting (an `error` event first). Events arrive as with `chatSend`.
  */
 export function chatRegenerate(sessionId: string, onEvent: (event: ChatEvent) => void, options: SendOptions = {}): Promise<number> {
-  return call<number>('chat_regenerate', { sessionId, ...turnArgs(onEvent, options) });
+  return command('chat_regenerate', { sessionId, ...turnArgs(onEvent, options) });
 }
 
 /** The arguments every turn takes: the channel and the options that are set. */
-function turnArgs(onEvent: (event: ChatEvent) => void, options: SendOptions): Record<string, unknown> {
+function turnArgs(
+  onEvent: (event: ChatEvent) => void,
+  options: SendOptions,
+): Omit<Commands['chat_regenerate']['args'], 'sessionId'> {
   const channel = new Channel<ChatEvent>();
   channel.onmessage = onEvent;
-  const args: Record<string, unknown> = { onEvent: channel };
-  if (options.maxTokens !== undefined) args.maxTokens = options.maxTokens;
-  if (options.force !== undefined) args.force = options.force;
-  if (options.allowSensitive) args.allowSensitive = true;
-  return args;
+  return {
+    onEvent: channel,
+    ...(options.maxTokens !== undefined && { maxTokens: options.maxTokens }),
+    ...(options.force !== undefined && { force: options.force }),
+    ...(options.allowSensitive && { allowSensitive: true }),
+  };
 }
 
 /** Stops a run, local or cloud; resolves to false if it was already over. */
 export function chatCancel(runId: number): Promise<boolean> {
-  return call<boolean>('chat_cancel', { runId });
+  return command('chat_cancel', { runId });
 }

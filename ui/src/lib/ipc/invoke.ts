@@ -3,6 +3,7 @@
 import { Channel, invoke, type InvokeArgs } from '@tauri-apps/api/core';
 import { listen } from '@tauri-apps/api/event';
 import type { CommandError as BackendError, ErrorCode } from './generated';
+import type { Commands } from './generated/commands';
 
 export { Channel };
 
@@ -40,7 +41,23 @@ export function toCommandError(value: unknown): CommandError {
   };
 }
 
-/** Invokes a Rust command; rejects only with a `CommandError`. */
+/** The app's commands (src-tauri/src/commands/), as the generated contract types them. */
+export type CommandName = keyof Commands;
+type ArgsOf<K extends CommandName> = Commands[K]['args'];
+
+/**
+ * Invokes the app's command `name` with the arguments and the reply its
+ * Rust signature has (`generated/commands.ts`); arguments are optional
+ * only where every one of them is. Rejects only with a `CommandError`.
+ */
+export function command<K extends CommandName>(
+  name: K,
+  ...args: Record<string, never> extends ArgsOf<K> ? [ArgsOf<K>?] : [ArgsOf<K>]
+): Promise<Commands[K]['reply']> {
+  return call<Commands[K]['reply']>(name, args[0] as InvokeArgs | undefined);
+}
+
+/** Invokes a command by name (a plugin's; the app's own go through `command`); rejects only with a `CommandError`. */
 export async function call<T>(command: string, args?: InvokeArgs): Promise<T> {
   try {
     return await invoke<T>(command, args);

@@ -1,6 +1,6 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { liveVisibility, memoryHistory, onMemory, type MemorySample } from './memory';
+import { onMemory, type MemorySample } from './memory';
 
 const SAMPLE: MemorySample = {
   atUnixMs: 1,
@@ -16,16 +16,6 @@ const SAMPLE: MemorySample = {
 };
 
 describe('memory', () => {
-  it('reads the history with memory_history', async () => {
-    const calls: string[] = [];
-    mockIPC((cmd) => {
-      calls.push(cmd);
-      return [SAMPLE];
-    });
-    await expect(memoryHistory()).resolves.toEqual([SAMPLE]);
-    expect(calls).toEqual(['memory_history']);
-  });
-
   it('hands each memory event payload to the handler until stopped', async () => {
     mockIPC(() => null, { shouldMockEvents: true });
     const { emit } = await import('@tauri-apps/api/event');
@@ -39,17 +29,4 @@ describe('memory', () => {
     expect(heard).toHaveLength(1);
   });
 
-  it("reports the webview's visibility with live_visibility", async () => {
-    const calls: Array<[string, unknown]> = [];
-    mockIPC((cmd, args) => {
-      calls.push([cmd, args]);
-      return null;
-    });
-    await liveVisibility(false);
-    await liveVisibility(true);
-    expect(calls).toEqual([
-      ['live_visibility', { visible: false }],
-      ['live_visibility', { visible: true }],
-    ]);
-  });
 });

@@ -1,6 +1,6 @@
 // Typed bindings for live memory (src-tauri/src/memory.rs, commands/memory.rs).
 import type { Cause, MemorySample, Notice, PressureLevel } from './generated';
-import { call, subscribeTo } from './invoke';
+import { command, subscribeTo } from './invoke';
 
 export type { MemorySample, PressureLevel };
 
@@ -9,7 +9,7 @@ export const MEMORY_EVENT = 'memory';
 
 /** The last minutes of samples, oldest first, for the strip's first paint. */
 export function memoryHistory(): Promise<MemorySample[]> {
-  return call<MemorySample[]>('memory_history');
+  return command('memory_history');
 }
 
 export function onMemory(handler: (sample: MemorySample) => void): Promise<() => void> {
@@ -26,7 +26,7 @@ export const AWAY_EVENT = 'away';
 
 /** The latest notice, for a popover opened after it (null: none yet). */
 export function awayNotice(): Promise<AwayNotice | null> {
-  return call<AwayNotice | null>('away_notice');
+  return command('away_notice');
 }
 
 export function onAway(handler: (notice: AwayNotice) => void): Promise<() => void> {
@@ -37,6 +37,6 @@ export function onAway(handler: (notice: AwayNotice) => void): Promise<() => voi
  * Tells the backend whether the popover is on screen: hidden, it sends no
  * memory events and samples slowly; shown, it takes a reading at once.
  */
-export function liveVisibility(visible: boolean): Promise<void> {
-  return call<void>('live_visibility', { visible });
+export function liveVisibility(visible: boolean): Promise<null> {
+  return command('live_visibility', { visible });
 }

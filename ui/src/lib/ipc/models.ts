@@ -15,7 +15,7 @@ import type {
   TooLargeDetails,
   Verdict,
 } from './generated';
-import { call, subscribe, type ErrorCode } from './invoke';
+import { command, subscribe, type ErrorCode } from './invoke';
 
 export type {
   Calibration,
@@ -51,7 +51,7 @@ export interface LoadOptions {
 export const MODELS_CHANGED = 'models-changed';
 
 export function modelsList(): Promise<ModelEntry[]> {
-  return call<ModelEntry[]>('models_list');
+  return command('models_list');
 }
 
 /**
@@ -59,7 +59,7 @@ export function modelsList(): Promise<ModelEntry[]> {
  * `MODEL_TOO_LARGE` (numbers in `details`) when it would swap, unless `override`.
  */
 export function modelLoad(id: string, options: LoadOptions = {}): Promise<LoadResult> {
-  return call<LoadResult>('model_load', { id, ...options });
+  return command('model_load', { id, ...options });
 }
 
 export function onModelsChanged(handler: () => void): Promise<() => void> {

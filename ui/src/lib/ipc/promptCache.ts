@@ -1,12 +1,12 @@
 // Typed binding for the prompt cache's figures (src-tauri/src/commands/prompt_cache.rs).
 import type { PromptCacheView } from './generated';
-import { call } from './invoke';
+import { command } from './invoke';
 
 /** What the prompt cache holds and how it served (`commands::prompt_cache::PromptCacheView`). */
 export type PromptCacheStats = PromptCacheView;
 /** What the prompt cache holds in memory and on disk, and how often it saved a prefill. */
 export function promptCacheStats(): Promise<PromptCacheStats> {
-  return call<PromptCacheStats>('prompt_cache_stats');
+  return command('prompt_cache_stats');
 }
 
 // Binary units, as the Settings fields count them (4096 MB = 4.00 GB).

@@ -1,19 +1,9 @@
 import { Channel } from '@tauri-apps/api/core';
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { modelPull, modelPullCancel, modelPullCheck, PULL_CANCELLED, type PullEvent } from './pull';
+import { modelPull, modelPullCancel, PULL_CANCELLED, type PullEvent } from './pull';
 
 describe('pull', () => {
-  it('checks with model_pull_check { repo, revision }', async () => {
-    const calls: Array<[string, unknown]> = [];
-    mockIPC((cmd, args) => {
-      calls.push([cmd, args]);
-      return { model: { repo: 'org/m' }, endpoint: 'http://127.0.0.1:1', fit: {} };
-    });
-    await expect(modelPullCheck('org/m', { revision: 'v1' })).resolves.toMatchObject({ model: { repo: 'org/m' } });
-    expect(calls).toEqual([['model_pull_check', { repo: 'org/m', revision: 'v1' }]]);
-  });
-
   it('pulls with a Channel and streams its events to the handler', async () => {
     let seen: Record<string, unknown> = {};
     mockIPC((_cmd, args) => {

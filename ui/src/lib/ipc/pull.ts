@@ -2,7 +2,7 @@
 // (src-tauri/src/commands/pull.rs): the verdict from the repo's headers
 // first, then the download, whose progress streams over a Channel.
 import type { PullCheck, PullEvent, PullResult, RemoteFile, RemoteModel } from './generated';
-import { call, Channel, type ErrorCode } from './invoke';
+import { command, Channel, type ErrorCode } from './invoke';
 
 export type { PullCheck, PullEvent, RemoteFile, RemoteModel };
 export type { PullResult };
@@ -21,7 +21,7 @@ export const DOWNLOAD_CORRUPT = 'DOWNLOAD_CORRUPT' satisfies ErrorCode;
 
 /** The fit verdict for `repo` from its headers; downloads no weights. */
 export function modelPullCheck(repo: string, options: Pick<PullOptions, 'revision'> = {}): Promise<PullCheck> {
-  return call<PullCheck>('model_pull_check', { repo, ...options });
+  return command('model_pull_check', { repo, ...options });
 }
 
 /**
@@ -36,10 +36,10 @@ export function modelPull(
 ): Promise<PullResult> {
   const channel = new Channel<PullEvent>();
   channel.onmessage = onProgress;
-  return call<PullResult>('model_pull', { repo, ...options, onProgress: channel });
+  return command('model_pull', { repo, ...options, onProgress: channel });
 }
 
 /** Cancels the pull in progress; resolves to false if none was running. */
 export function modelPullCancel(): Promise<boolean> {
-  return call<boolean>('model_pull_cancel');
+  return command('model_pull_cancel');
 }

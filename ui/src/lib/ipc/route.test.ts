@@ -1,6 +1,6 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
 import { describe, expect, it } from 'vitest';
-import { cloudCacheStats, isSensitive, routePreview, type Decision } from './route';
+import { isSensitive, routePreview, type Decision } from './route';
 
 const LOCAL: Decision = {
   target: { kind: 'local', model: 'qwen2.5-7b' },
@@ -57,16 +57,4 @@ describe('route', () => {
     expect(isSensitive({ ...LOCAL, reasons: LOCAL.reasons.slice(1) })).toBe(false);
   });
 
-  it('reads the cache counters with cloud_cache_stats', async () => {
-    const stats = { hits: 3, misses: 5, entries: 2, bytes: 1234 };
-    mockIPC((cmd) => (cmd === 'cloud_cache_stats' ? stats : null));
-    await expect(cloudCacheStats()).resolves.toEqual(stats);
-  });
-
-  it('rejects with the backend CommandError', async () => {
-    mockIPC(() => {
-      throw { code: 'ROUTE_NO_CLOUD', message: 'you asked for the cloud, but no cloud provider is set up' };
-    });
-    await expect(routePreview('hi', { force: 'cloud' })).rejects.toMatchObject({ code: 'ROUTE_NO_CLOUD' });
-  });
 });

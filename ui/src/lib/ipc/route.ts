@@ -1,7 +1,7 @@
 // Typed bindings for the router preview and the cloud cache's counters
 // (src-tauri/src/commands/route.rs; the decision is core::router::Decision).
 import type { CacheStats, Decision, Finding, Force, Reason, Target } from './generated';
-import { call } from './invoke';
+import { command } from './invoke';
 
 export type { Decision, Finding, Force, Reason, Target };
 export interface RouteOptions {
@@ -16,7 +16,7 @@ export interface RouteOptions {
 
 /** Where `text` would run, and why, before it is sent. */
 export function routePreview(text: string, options: RouteOptions = {}): Promise<Decision> {
-  return call<Decision>('route_preview', {
+  return command('route_preview', {
     text,
     sessionId: options.sessionId ?? null,
     needsTools: options.needsTools ?? false,
@@ -34,5 +34,5 @@ export function isSensitive(decision: Decision): boolean {
 export type { CacheStats };
 /** Lifetime hits and misses of the cloud-answer cache, and what it holds now (for settings). */
 export function cloudCacheStats(): Promise<CacheStats> {
-  return call<CacheStats>('cloud_cache_stats');
+  return command('cloud_cache_stats');
 }

@@ -1,7 +1,7 @@
 // Typed bindings for the local OpenAI-compatible server's toggle
 // (src-tauri/src/commands/server.rs).
 import type { ServerInfo } from './generated';
-import { call, type ErrorCode } from './invoke';
+import { command, type ErrorCode } from './invoke';
 
 export type { ServerInfo };
 /** The port the server uses when none is given. */
@@ -15,15 +15,15 @@ export const PORT_UNAVAILABLE = 'PORT_UNAVAILABLE' satisfies ErrorCode;
  * runs, resolves to where. Rejects with `PORT_UNAVAILABLE` if the port is taken.
  */
 export function serverStart(port?: number): Promise<ServerInfo> {
-  return call<ServerInfo>('server_start', port === undefined ? {} : { port });
+  return command('server_start', port === undefined ? {} : { port });
 }
 
 /** Stops the server; resolves to false if it was not running. */
 export function serverStop(): Promise<boolean> {
-  return call<boolean>('server_stop');
+  return command('server_stop');
 }
 
 /** The running server, or null. */
 export function serverStatus(): Promise<ServerInfo | null> {
-  return call<ServerInfo | null>('server_status');
+  return command('server_status');
 }

@@ -10,7 +10,7 @@ import type {
   StoredMessage,
   TurnStatsRecord,
 } from './generated';
-import { call } from './invoke';
+import { command } from './invoke';
 
 export type { MessageStatus, PressureLevel, Route, SearchHit, Session, SessionSummary, StoredMessage };
 /** One answer's figures with all their labels (`TurnStatsRecord`); an undefined rate is null. */
@@ -19,7 +19,7 @@ export type ExportFormat = 'md' | 'json';
 
 /** Every session, the most recently active first. */
 export function sessionsList(): Promise<SessionSummary[]> {
-  return call<SessionSummary[]>('sessions_list');
+  return command('sessions_list');
 }
 
 /**
@@ -27,34 +27,34 @@ export function sessionsList(): Promise<SessionSummary[]> {
  * line, as the store titles every session), else "New chat".
  */
 export function sessionCreate(options: { title?: string; firstMessage?: string } = {}): Promise<Session> {
-  return call<Session>('session_create', { ...options });
+  return command('session_create', { ...options });
 }
 
 export function sessionRename(sessionId: string, title: string): Promise<Session> {
-  return call<Session>('session_rename', { sessionId, title });
+  return command('session_rename', { sessionId, title });
 }
 
 /** Deletes the session, its messages and their stats; false if there was none. */
 export function sessionDelete(sessionId: string): Promise<boolean> {
-  return call<boolean>('session_delete', { sessionId });
+  return command('session_delete', { sessionId });
 }
 
 /** Sessions whose title or messages contain `text`. */
 export function sessionSearch(text: string): Promise<SearchHit[]> {
-  return call<SearchHit[]>('session_search', { text });
+  return command('session_search', { text });
 }
 
 /** A session's messages in order, each answer with its stats. */
 export function sessionMessages(sessionId: string): Promise<StoredMessage[]> {
-  return call<StoredMessage[]>('session_messages', { sessionId });
+  return command('session_messages', { sessionId });
 }
 
 /** The session as Markdown or as JSON (which `sessionImport` reads back). */
 export function sessionExport(sessionId: string, format: ExportFormat): Promise<string> {
-  return call<string>('session_export', { sessionId, format });
+  return command('session_export', { sessionId, format });
 }
 
 /** Imports a JSON export; resolves to the session as stored (its id may get a suffix). */
 export function sessionImport(json: string): Promise<Session> {
-  return call<Session>('session_import', { json });
+  return command('session_import', { json });
 }

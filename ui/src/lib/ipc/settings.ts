@@ -1,7 +1,7 @@
 // Typed bindings for settings (src-tauri/src/commands/sessions.rs; the
 // struct and its validation are headroom_core::settings).
 import type { KernelChoice, Settings, SpeculativeMode } from './generated';
-import { call } from './invoke';
+import { command } from './invoke';
 
 export type { Settings };
 /** The quantized-matmul kernel: `fused` is mlx-lm's, `cpu` computes in f32, `auto` picks by device. */
@@ -10,7 +10,7 @@ export type Kernel = KernelChoice;
 export type Speculative = SpeculativeMode;
 /** The stored settings; fields never set have their defaults. */
 export function settingsGet(): Promise<Settings> {
-  return call<Settings>('settings_get');
+  return command('settings_get');
 }
 
 /**
@@ -21,5 +21,5 @@ export function settingsGet(): Promise<Settings> {
  * then changed).
  */
 export function settingsSet(settings: Settings): Promise<Settings> {
-  return call<Settings>('settings_set', { settings });
+  return command('settings_set', { settings });
 }

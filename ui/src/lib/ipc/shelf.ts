@@ -2,12 +2,12 @@
 // real models people run on 16–32 GB Macs, each with its fit verdict on
 // this Mac before any download. Pulling one is `modelPull`.
 import type { ShelfEntry, ShelfRefresh, ShelfSource } from './generated';
-import { call } from './invoke';
+import { command } from './invoke';
 
 export type { ShelfEntry, ShelfRefresh, ShelfSource };
 /** The shelf, what fits first. Offline: the recorded sizes, or the last refresh's. */
 export function shelfList(): Promise<ShelfEntry[]> {
-  return call<ShelfEntry[]>('shelf_list');
+  return command('shelf_list');
 }
 
 /**
@@ -15,5 +15,5 @@ export function shelfList(): Promise<ShelfEntry[]> {
  * the shelf; unless `force`, a repo read in the last week is not asked again.
  */
 export function shelfRefresh(force = false): Promise<ShelfRefresh> {
-  return call<ShelfRefresh>('shelf_refresh', { force });
+  return command('shelf_refresh', { force });
 }
