@@ -3,7 +3,6 @@
 //! picker loads, and drafts the popover's turns; one the app cannot find is
 //! refused with its own code before anything is unloaded.
 
-use headroom_core::router::Force;
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use serde_json::{json, Value};
 
@@ -44,18 +43,7 @@ fn the_settings_draft_is_counted_loaded_beside_the_model_and_drafts_its_turns() 
     let loaded = state.loaded_model().unwrap();
     assert!(loaded.info.draft.as_ref().is_some_and(|d| d.ends_with(DRAFT)), "{:?}", loaded.info.draft);
 
-    let (channel, events) = collecting();
-    let sent = block_on(crate::commands::chat::chat_send(
-        "s".into(),
-        "Tell me about caches and what they hold.".into(),
-        Some(24),
-        Some(Force::Local),
-        Some(false),
-        channel,
-        app.state(),
-    ));
-    assert!(sent.is_ok(), "{sent:?}");
-    let events = until_end(&events);
+    let events = local_turn(&app, "s", "Tell me about caches and what they hold.", 24);
     assert!(events.iter().any(|e| e["event"] == "finished"), "{events:?}");
     let said = events.iter().filter(|e| e.to_string().contains("\"draft: ")).count();
     assert_eq!(said, 1, "the turn's stats say it drafted: {events:?}");

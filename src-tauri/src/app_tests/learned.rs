@@ -12,18 +12,7 @@ use super::*;
 use crate::cli::{Cli, Command};
 
 fn turn(app: &tauri::App<MockRuntime>, session: &str, text: &str) {
-    let (channel, events) = collecting();
-    let sent = block_on(crate::commands::chat::chat_send(
-        session.into(),
-        text.into(),
-        Some(4),
-        Some(Force::Local),
-        Some(false),
-        channel,
-        app.state(),
-    ));
-    assert!(sent.is_ok(), "{sent:?}");
-    let events = until_end(&events);
+    let events = local_turn(app, session, text, 4);
     assert!(events.iter().any(|e| e["event"] == "finished"), "{events:?}");
 }
 

@@ -4,8 +4,8 @@
 //! regenerate never losing an answer (`regenerate`), and the module layout
 //! (`layout`). The helpers here are what they share.
 
-mod layout;
 mod draft;
+mod layout;
 mod learned;
 mod parity;
 mod privacy;
@@ -92,6 +92,23 @@ pub(crate) fn until_end(events: &std::sync::mpsc::Receiver<Value>) -> Vec<Value>
         }
     }
     got
+}
+
+/// Sends `text` in `session` on this Mac (at most `max_tokens`) as the
+/// popover does, and returns the turn's events up to its end.
+pub(crate) fn local_turn(app: &tauri::App<MockRuntime>, session: &str, text: &str, max_tokens: usize) -> Vec<Value> {
+    let (channel, events) = collecting();
+    let sent = block_on(crate::commands::chat::chat_send(
+        session.into(),
+        text.into(),
+        Some(max_tokens),
+        Some(headroom_core::router::Force::Local),
+        Some(false),
+        channel,
+        app.state(),
+    ));
+    assert!(sent.is_ok(), "{sent:?}");
+    until_end(&events)
 }
 
 /// The session's messages once nothing in it is streaming and it has `n`.

@@ -1,25 +1,8 @@
 import { describe, expect, it } from 'vitest';
-import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails, type ShownStats } from './stats';
+import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails } from './stats';
+import { shownStats } from './testing';
 
-const stats = (o: Partial<ShownStats> = {}): ShownStats => ({
-  ttftMs: 25.4,
-  prefillTps: 812.3,
-  decodeTps: 193.2,
-  e2eTps: 160.9,
-  promptTokens: 20,
-  reusedTokens: 0,
-  reusedFrom: 'none',
-  generatedTokens: 40,
-  contextTokens: 20,
-  batch: 1,
-  peakMemoryBytes: 12_500_000,
-  model: 'headroom-demo-tiny',
-  slowdown: null,
-  kvCache: '8-bit (group 64)',
-  speculation: null,
-  twoMacs: null,
-  ...o,
-});
+const stats = shownStats;
 
 describe('formatStatsLine', () => {
   it('is TTFT, decode speed, tokens and context', () => {
