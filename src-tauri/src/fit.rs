@@ -170,8 +170,10 @@ pub fn check_model_with(
 }
 
 /// [`check_model_with`] for a load with the draft model in `draft` beside
-/// it: the two footprints together (`ModelFootprint::with_draft`), by the
-/// formula alone, since what this machine measured is of the model alone.
+/// it: a draft of another vocabulary is refused first, by name (it would
+/// not be used, so it is not weighed); then the two footprints together
+/// (`ModelFootprint::with_draft`), by the formula alone, since what this
+/// machine measured is of the model alone.
 pub fn check_model_with_draft(
     dir: &Path,
     draft: &Path,
@@ -181,6 +183,7 @@ pub fn check_model_with_draft(
     kv: KvFormat,
     source: BudgetSource,
 ) -> Result<FitReport, FitError> {
+    headroom_engine::Draft::check_vocabulary(draft, &headroom_engine::Tokenizer::for_model(dir)?)?;
     let footprint = footprint_for(dir, dtype, kernel, kv)?.with_draft(&footprint_for(draft, dtype, kernel, kv)?);
     let inputs = budget_inputs(source)?;
     Ok(check_with(&footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &[]))

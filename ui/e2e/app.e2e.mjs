@@ -996,6 +996,44 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     `);
   }
 
+  /**
+   * `headroom lend --port 0 ARGS` on this machine's loopback with a data
+   * folder of its own, in a process group of its own: its address and the
+   * pairing code it printed, and `stop()`, which kills it and its sessions.
+   */
+  async function startLender(args = []) {
+    const data = mkdtempSync(path.join(SCRATCH, 'lender-'));
+    const child = spawn(BIN, ['lend', '--port', '0', ...args], { env: { ...process.env, HEADROOM_DATA_DIR: data }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const stop = () => {
+      try {
+        process.kill(-child.pid, 'SIGKILL');
+      } catch {
+        // already gone
+      }
+    };
+    try {
+      const first = await new Promise((resolve, reject) => {
+        let out = '';
+        const timer = setTimeout(() => reject(new Error(`lend printed no address: ${out}`)), 20_000);
+        // Read to the end: a full pipe would stall the lender.
+        child.stdout.on('data', (b) => {
+          out += b;
+          if (out.includes('\n')) {
+            clearTimeout(timer);
+            resolve(out.split('\n')[0]);
+          }
+        });
+      });
+      const addr = / on (127\.0\.0\.1:\d+) /.exec(first)?.[1];
+      const code = /pairing code (\d{6})/.exec(first)?.[1];
+      assert.ok(addr && code, `lend's first line names its address and pairing code: ${first}`);
+      return { addr, code, stop };
+    } catch (e) {
+      stop();
+      throw e;
+    }
+  }
+
   test('a private exchange stays here when the cloud is forced, and the answer says so', { timeout: 60_000 }, async () => {
     requireApp();
     const cloud = await cloudStub(['Functors ', 'map.']);
@@ -1259,6 +1297,40 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     assert.match(figures, /Saved on disk\s*\d+ states?, .* of 4\.00 GB/, figures);
   });
 
+  // Issue #27: Settings → Draft model, through the real engine. A draft of
+  // another vocabulary is refused by name when the loaded model is loaded
+  // again with it, before anything is unloaded; None loads it back alone.
+  test('Settings: a draft model of another vocabulary is refused by name and the model stays; None reloads it alone', { timeout: 90_000 }, async () => {
+    requireApp();
+    await closeOverlays();
+    const loadedId = async () => session.property(await session.byTestId('model-select'), 'value');
+    const before = await loadedId();
+    assert.ok(before, 'a model is loaded');
+    await session.click(await session.byTestId('settings-button'));
+    const row = await session.waitForElement('[data-testid="draft-model"]', 5_000);
+    const offered = await session.execute("return [...document.querySelectorAll('[data-testid=\"draft-model\"] option')].map((o) => o.value);");
+    // The default model (SmolLM2's GGUF vocabulary of 49,152) and the demo
+    // models (the project's tokenizer of a few hundred) cannot draft for each other.
+    const draft = offered.find((id) => id !== '' && id !== before && (before === 'SmolLM2-135M-Instruct') !== (id === 'SmolLM2-135M-Instruct'));
+    assert.ok(offered[0] === '' && draft, `None and the list's models are offered: ${offered}`);
+    await setSetting('draft-model', draft);
+    await session.waitForElement('.saved', 5_000);
+    await session.execute('arguments[0].scrollIntoView({ block: "center" });', [row]);
+    writeFileSync(path.join(OUT, 'settings-draft.png'), await session.screenshot(30_000));
+    await session.click(await session.byTestId('settings-button'));
+    await waitFor(async () => (await session.allByTestId('error')).length > 0, { timeoutMs: 60_000, message: 'the refused draft to be said' });
+    const said = await session.text(await session.byTestId('error'));
+    assert.match(said, /as a draft model/, said);
+    assert.match(said, /vocabulary/, said);
+    assert.equal(await loadedId(), before, 'the model stays loaded');
+    await session.click(await session.byTestId('settings-button'));
+    await setSetting('draft-model', '');
+    await session.waitForElement('.saved', 5_000);
+    await session.click(await session.byTestId('settings-button'));
+    await waitFor(async () => (await session.allByTestId('error')).length === 0, { timeoutMs: 60_000, message: 'the model to load again without a draft' });
+    assert.equal(await loadedId(), before);
+  });
+
   test('a shortcut another app holds is refused with the reason; the old one keeps working', { timeout: 40_000 }, async () => {
     requireApp();
     // "Another app": an X client holding Ctrl+Alt+K, as a global shortcut does.
@@ -1492,23 +1564,10 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const id = 'kv-heavy-demo';
     const dir = path.join(DATA_DIR, 'models', id);
     assert.ok(existsSync(dir), 'the 8-bit KV case wrote the model');
-    const lenderData = mkdtempSync(path.join(SCRATCH, 'lender-'));
     // A lender reads only its own shelves: this one lends from the app's models folder.
-    const lender = spawn(BIN, ['lend', '--port', '0', '--models', path.join(DATA_DIR, 'models')], { env: { ...process.env, HEADROOM_DATA_DIR: lenderData }, stdio: ['ignore', 'pipe', 'pipe'], detached: true });
+    const lender = await startLender(['--models', path.join(DATA_DIR, 'models')]);
+    const { addr } = lender;
     try {
-      const first = await new Promise((resolve, reject) => {
-        let out = '';
-        const timer = setTimeout(() => reject(new Error(`lend printed no address: ${out}`)), 20_000);
-        lender.stdout.on('data', (b) => {
-          out += b;
-          if (out.includes('\n')) {
-            clearTimeout(timer);
-            resolve(out.split('\n')[0]);
-          }
-        });
-      });
-      const addr = / on (127\.0\.0\.1:\d+) /.exec(first)?.[1];
-      assert.ok(addr, `lend's first line names its address: ${first}`);
       await closeOverlays();
       const tiny = 'headroom-demo-tiny';
       await session.click(await session.byTestId('model-select'));
@@ -1601,11 +1660,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
         });
       }
     } finally {
-      try {
-        process.kill(-lender.pid, 'SIGKILL');
-      } catch {
-        // already gone
-      }
+      lender.stop();
     }
   });
 
@@ -1636,6 +1691,56 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await assert.rejects(run(BIN, ['pair', '127.0.0.1:7070', code], { timeout: 20_000, env: { ...process.env, HEADROOM_DATA_DIR: hostData } }), 'nothing listens once lending stopped');
     } finally {
       if ((await session.allByTestId('settings-view')).length > 0) await session.click(await session.byTestId('settings-button'));
+    }
+  });
+
+  // Settings → Two Macs on the host: Find Macs lists the lenders Bonjour
+  // finds; one is paired with the code it printed and becomes the peer Mac.
+  // The lender is `headroom lend` on loopback, allowing no host by address.
+  test('Settings finds a lending Mac with Bonjour, pairs with its code, and makes it the peer', { timeout: 60_000 }, async () => {
+    requireApp();
+    await closeOverlays();
+    const lender = await startLender(['--allow', '10.255.255.1', '--available-gb', '12']);
+    await session.click(await session.byTestId('settings-button'));
+    const row = `[data-testid="peer-row"][data-address="${lender.addr}"]`;
+    try {
+      // Bonjour answers within a look or two; each look lasts 2 s.
+      const find = await session.waitForElement('[data-testid="peers-find"]', 5_000);
+      await waitFor(async () => {
+        if ((await session.text(find)).trim() === 'Looking…') return false;
+        if ((await session.findAll(row)).length > 0) return true;
+        await session.click(find);
+        await waitFor(async () => (await session.text(find)).trim() === 'Find Macs', { timeoutMs: 10_000, message: 'the look to end' });
+        return (await session.findAll(row)).length > 0;
+      }, { timeoutMs: 20_000, intervalMs: 100, message: `${lender.addr} to be listed` });
+      const listed = await session.text(await session.find(row));
+      assert.match(listed, new RegExp(`${lender.addr.replaceAll('.', '\\.')} · 8\\.00 GB`), listed);
+      assert.doesNotMatch(listed, /paired/, listed);
+      await session.sendKeys(await session.find(`${row} [data-testid="peer-code"]`), lender.code);
+      await session.execute(`document.querySelector('${row}').scrollIntoView({ block: 'center' });`);
+      writeFileSync(path.join(OUT, 'settings-peers-found.png'), await session.screenshot(30_000));
+      await session.click(await session.find(`${row} [data-testid="peer-pair"]`));
+      const said = await waitFor(async () => {
+        const p = await session.allByTestId('peer-paired');
+        return p.length > 0 && session.text(p[0]);
+      }, { timeoutMs: 15_000, message: 'the pairing to be confirmed' });
+      assert.match(said, /^Paired with \S+/, said);
+      assert.equal(await session.property(await session.byTestId('peer'), 'value'), lender.addr);
+      assert.match(await session.text(await session.find(row)), /paired/);
+      assert.equal((await session.text(await session.find(`${row} [data-testid="peer-use"]`))).trim(), 'In use');
+      const stored = await session.execute("return window.__TAURI_INTERNALS__.invoke('settings_get', {});");
+      assert.equal(stored.peer, lender.addr);
+      await session.execute(`document.querySelector('[data-testid="peer-paired"]').scrollIntoView({ block: 'center' });`);
+      writeFileSync(path.join(OUT, 'settings-peers.png'), await session.screenshot(30_000));
+    } catch (error) {
+      writeFileSync(path.join(OUT, 'settings-peers-failed.png'), await session.screenshot(30_000).catch(() => Buffer.alloc(0)));
+      throw error;
+    } finally {
+      lender.stop();
+      if ((await session.allByTestId('settings-view')).length === 0) await session.click(await session.byTestId('settings-button'));
+      await setSetting('peer', '');
+      await session.waitForElement('.saved', 5_000);
+      await session.click(await session.byTestId('settings-button'));
     }
   });
 });

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest';
-import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails } from './stats';
+import { formatBytes, formatCount, formatMs, formatStatsLine, formatTps, statsDetails, type ShownStats } from './stats';
 import { shownStats } from './testing';
 
 const stats = shownStats;
