@@ -80,6 +80,8 @@ error_codes! {
     PeerUnsupported = "PEER_UNSUPPORTED",
     DraftModel = "DRAFT_MODEL",
     LendFailed = "LEND_FAILED",
+    PeerFindFailed = "PEER_FIND_FAILED",
+    PeerPairFailed = "PEER_PAIR_FAILED",
     // Turns, routing and the privacy gate.
     EmptyMessage = "EMPTY_MESSAGE",
     NothingToRegenerate = "NOTHING_TO_REGENERATE",
@@ -207,6 +209,25 @@ pub(crate) fn format_code(e: &headroom_core::format::FormatError) -> ErrorCode {
         F::Header { .. } | F::Tensor { .. } | F::Index { .. } => ErrorCode::ModelWeights,
         F::Cache { .. } => ErrorCode::ModelIncomplete,
         F::Json { .. } | F::MissingField { .. } | F::BadField { .. } => ErrorCode::ModelConfig,
+    }
+}
+
+impl From<crate::peers::FindError> for CommandError {
+    fn from(e: crate::peers::FindError) -> Self {
+        Self::new(ErrorCode::PeerFindFailed, e.to_string())
+    }
+}
+
+impl From<crate::peers::PairError> for CommandError {
+    fn from(e: crate::peers::PairError) -> Self {
+        use crate::peers::PairError as E;
+        let code = match &e {
+            E::NoCode { .. } => ErrorCode::InvalidInput,
+            E::Refused { .. } => ErrorCode::PeerRefused,
+            E::Unreachable { .. } => ErrorCode::PeerUnreachable,
+            E::Keep { .. } => ErrorCode::PeerPairFailed,
+        };
+        Self::new(code, e.to_string())
     }
 }
 

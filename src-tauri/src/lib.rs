@@ -203,6 +203,8 @@ pub fn run_app<R: Runtime>(
             commands::lend::lend_start,
             commands::lend::lend_stop,
             commands::lend::lend_status,
+            commands::peers::peers_find,
+            commands::peers::peer_pair,
         ])
         .on_window_event(popover::on_window_event)
         .build(context)?;

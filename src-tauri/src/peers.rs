@@ -1,11 +1,19 @@
-//! The Macs this one paired with (`headroom pair HOST:PORT CODE`): each
-//! lender's address and the token it gave, kept in the data folder
-//! (`peers.json`, this user's only), so that the app and every command that
-//! takes `--peer` present it. A lender allows a host by its token, or by
-//! address (`lend --allow`, loopback by default).
+//! The Macs this one paired with (`headroom pair HOST:PORT CODE`, or
+//! Settings → Two Macs → Pair): each lender's address and the token it
+//! gave, kept in the data folder (`peers.json`, this user's only), so that
+//! the app and every command that takes `--peer` present it. A lender
+//! allows a host by its token, or by address (`lend --allow`, loopback by
+//! default). Also what the Settings list: the lenders Bonjour finds, each
+//! marked if this Mac paired with it.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use headroom_engine::EngineError;
+use serde::Serialize;
+
+use crate::discovery::Found;
 
 /// The file the tokens are kept in.
 pub const PEERS_FILE: &str = "peers.json";
@@ -67,6 +75,125 @@ pub fn token(addr: &str) -> Option<String> {
     token_for(&data_dir()?, addr)
 }
 
+/// A lender on this network, as Settings → Two Macs lists it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+pub struct Lender {
+    /// Its machine's name, as it advertised it.
+    pub machine: String,
+    /// Where to reach it (`HOST:PORT`, what the peer setting takes).
+    pub address: String,
+    /// Its budget for a model when it started lending, bytes.
+    pub budget_bytes: Option<u64>,
+    /// This Mac holds a pairing token for that address.
+    pub paired: bool,
+}
+
+/// Why the lenders could not be looked for.
+#[derive(Debug, thiserror::Error)]
+#[error("Cannot look for lending Macs with Bonjour: {0}. Type the peer's HOST:PORT instead.")]
+pub struct FindError(#[from] mdns_sd::Error);
+
+/// The lenders that answer Bonjour within `wait`, each marked if this Mac
+/// paired with its address. Blocks for `wait`.
+pub fn find(data_dir: &Path, wait: Duration) -> Result<Vec<Lender>, FindError> {
+    Ok(mark(crate::discovery::browse(wait)?, &load(data_dir)))
+}
+
+fn mark(found: Vec<Found>, pairings: &BTreeMap<String, String>) -> Vec<Lender> {
+    found
+        .into_iter()
+        .map(|f| Lender {
+            paired: pairings.contains_key(&f.address),
+            machine: f.machine,
+            address: f.address,
+            budget_bytes: f.budget_bytes,
+        })
+        .collect()
+}
+
+/// Why pairing with a lender failed (each a sentence for the Settings).
+#[derive(Debug, thiserror::Error)]
+pub enum PairError {
+    /// Asking with no code would only count as a wrong one there.
+    #[error("Type the pairing code the Mac at {address} shows.")]
+    NoCode { address: String },
+    /// The lender said no, in its words (a wrong code; pairing off after five).
+    #[error("The Mac at {address} refused: {message}.")]
+    Refused { address: String, message: String },
+    /// Nothing answered there, not in time, or not as a lender.
+    #[error("No answer from {address}: is it still lending itself? ({reason})")]
+    Unreachable { address: String, reason: String },
+    /// Paired, but the token could not be kept here.
+    #[error("Paired with {machine}, but this Mac could not keep the pairing in {}: {source}", path.display())]
+    Keep {
+        machine: String,
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Pairs with the lender at `address` using the `code` it shows and keeps
+/// the token it gives (replacing an older pairing with that address): the
+/// lender's machine name. Blocks for up to a few seconds (an absent lender).
+pub fn pair(data_dir: &Path, address: &str, code: &str) -> Result<String, PairError> {
+    let code = code.trim();
+    if code.is_empty() {
+        return Err(PairError::NoCode { address: address.to_owned() });
+    }
+    let (machine, token) = headroom_engine::peer::host::pair(address, code).map_err(|e| match e {
+        EngineError::PeerRefused { message, .. } => PairError::Refused { address: address.to_owned(), message },
+        EngineError::Peer { reason } => PairError::Unreachable { address: address.to_owned(), reason },
+        other => PairError::Unreachable { address: address.to_owned(), reason: other.to_string() },
+    })?;
+    remember(data_dir, address, &token).map_err(|source| PairError::Keep {
+        machine: machine.clone(),
+        path: file(data_dir),
+        source,
+    })?;
+    Ok(machine)
+}
+
+/// A stand-in lender for the app's tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::net::TcpListener;
+    use std::thread::JoinHandle;
+    use std::time::Duration;
+
+    use headroom_engine::peer::{protocol, Reply, Request};
+
+    /// The machine name it pairs as, and the token it gives.
+    pub const MACHINE: &str = "Studio.local";
+    pub const TOKEN: &str = "0123456789abcdef0123456789abcdef";
+
+    /// A lender on loopback that answers one pairing: the token for `code`,
+    /// "wrong pairing code" for any other. Its address, and the thread
+    /// (joined: it panics if it was not asked to pair).
+    pub fn lender(code: &'static str) -> (String, JoinHandle<()>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let thread = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().unwrap();
+            let request: Request = protocol::receive(&stream, Duration::from_secs(10)).unwrap();
+            let Request::Pair { code: got, .. } = request else { panic!("asked {request:?}, not to pair") };
+            let reply = if got == code {
+                Reply::Paired { token: TOKEN.into(), machine: MACHINE.into() }
+            } else {
+                Reply::Refused { message: "wrong pairing code".into() }
+            };
+            protocol::send(&mut stream, &reply).unwrap();
+        });
+        (address, thread)
+    }
+
+    /// A loopback address nothing listens on (a port just freed).
+    pub fn nobody() -> String {
+        TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -89,5 +216,57 @@ mod tests {
         }
         std::fs::write(dir.join(PEERS_FILE), "not json").unwrap();
         assert_eq!(token_for(&dir, "10.0.0.2:7070"), None);
+    }
+
+    #[test]
+    fn pairing_keeps_the_token_for_that_address_and_says_the_machine() {
+        let dir = headroom_test_support::scratch("peers-pair");
+        let (address, lender) = testing::lender("482913");
+        assert_eq!(pair(&dir, &address, " 482913 ").unwrap(), testing::MACHINE);
+        lender.join().unwrap();
+        assert_eq!(token_for(&dir, &address).as_deref(), Some(testing::TOKEN));
+    }
+
+    #[test]
+    fn a_refusal_is_said_in_the_lenders_words_and_nothing_is_kept() {
+        let dir = headroom_test_support::scratch("peers-refused");
+        let (address, lender) = testing::lender("482913");
+        let e = pair(&dir, &address, "111111").unwrap_err();
+        lender.join().unwrap();
+        assert!(matches!(e, PairError::Refused { .. }), "{e:?}");
+        assert_eq!(e.to_string(), format!("The Mac at {address} refused: wrong pairing code."));
+        assert_eq!(token_for(&dir, &address), None);
+    }
+
+    #[test]
+    fn no_lender_there_is_no_answer_and_no_code_asks_nothing() {
+        let dir = headroom_test_support::scratch("peers-nobody");
+        let address = testing::nobody();
+        let e = pair(&dir, &address, "482913").unwrap_err();
+        assert!(matches!(e, PairError::Unreachable { .. }), "{e:?}");
+        assert!(e.to_string().starts_with(&format!("No answer from {address}: is it still lending itself?")), "{e}");
+        // Not even a connection: a lender counts an empty code as a wrong one.
+        let e = pair(&dir, &address, "  ").unwrap_err();
+        assert!(matches!(e, PairError::NoCode { .. }), "{e:?}");
+        assert!(!dir.join(PEERS_FILE).exists());
+    }
+
+    #[test]
+    fn found_lenders_are_marked_paired_by_address() {
+        let found = |address: &str| Found {
+            machine: "Studio.local".into(),
+            address: address.into(),
+            budget_bytes: Some(8 << 30),
+        };
+        let pairings = BTreeMap::from([("10.0.0.2:7070".to_owned(), "abc".to_owned())]);
+        let listed = mark(vec![found("10.0.0.2:7070"), found("10.0.0.3:7070")], &pairings);
+        assert_eq!(
+            listed.iter().map(|l| (l.address.as_str(), l.paired)).collect::<Vec<_>>(),
+            [("10.0.0.2:7070", true), ("10.0.0.3:7070", false)]
+        );
+        assert_eq!(listed[0].budget_bytes, Some(8 << 30));
+        // The UI reads camelCase.
+        let json = serde_json::to_value(&listed[0]).unwrap();
+        assert_eq!(json["budgetBytes"], 8u64 << 30);
     }
 }

@@ -49,6 +49,11 @@ impl Lender {
         Self { child, addr, code }
     }
 
+    /// A code of six digits, each unlike the one it shows.
+    fn wrong_code(&self) -> String {
+        self.code.chars().map(|c| if c == '9' { '0' } else { char::from(c as u8 + 1) }).collect()
+    }
+
     /// Sends `signal` to the lender and its session processes.
     fn signal(&self, signal: &str) {
         let group = format!("-{}", self.child.id());
@@ -326,7 +331,7 @@ fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
     assert!(!refused.status.success());
     assert!(stderr.contains("not paired with this Mac") && stderr.contains("headroom pair"), "{stderr}");
 
-    let wrong: String = lender.code.chars().map(|c| if c == '9' { '0' } else { char::from(c as u8 + 1) }).collect();
+    let wrong = lender.wrong_code();
     let bad = crate::common::headroom_with(&["pair", &lender.addr, &wrong], &env);
     assert!(!bad.status.success());
     assert!(
@@ -395,6 +400,38 @@ fn a_lender_is_found_with_bonjour_by_name_address_and_budget() {
     assert!(entry["machine"].as_str().is_some_and(|m| !m.is_empty()), "{entry}");
     // 12 GB available less the default 4 GB left to the OS.
     assert_eq!(entry["budget_bytes"].as_u64(), Some(8 << 30), "{entry}");
+}
+
+/// The app's way (Settings → Two Macs): find the lender with Bonjour, pair
+/// with the code it shows, and its budget is answered to the token kept.
+#[test]
+fn the_app_finds_a_lender_pairs_with_its_code_and_is_answered_from_then_on() {
+    use headroom::peers::{self, PairError};
+    let tmp = headroom_test_support::scratch("two-macs-app-pair");
+    // Loopback is not among the addresses allowed without pairing.
+    let lender = Lender::start(&tmp.join("lender"), &["--allow", "10.255.255.1", "--available-gb", "12"]);
+    let host = tmp.join("host");
+    let listed = |wait| {
+        let all = peers::find(&host, Duration::from_secs(wait)).unwrap();
+        all.into_iter().find(|l| l.address == lender.addr).unwrap_or_else(|| panic!("{} not found", lender.addr))
+    };
+    let found = listed(4);
+    assert!(!found.paired && !found.machine.is_empty(), "{found:?}");
+    assert_eq!(found.budget_bytes, Some(8 << 30), "{found:?}");
+    let budget = |token: Option<&str>| headroom_engine::peer::host::peer_budget(&found.address, token);
+    assert!(budget(None).is_err(), "answered a host it did not pair with");
+
+    let wrong = lender.wrong_code();
+    let refused = peers::pair(&host, &found.address, &wrong).unwrap_err();
+    assert!(matches!(refused, PairError::Refused { .. }), "{refused:?}");
+    assert!(refused.to_string().ends_with("refused: wrong pairing code."), "{refused}");
+    assert_eq!(peers::token_for(&host, &found.address), None);
+
+    assert_eq!(peers::pair(&host, &found.address, &lender.code).unwrap(), found.machine);
+    let token = peers::token_for(&host, &found.address).expect("the token is kept");
+    let (machine, _) = budget(Some(&token)).unwrap();
+    assert_eq!(machine, found.machine);
+    assert!(listed(3).paired);
 }
 
 #[test]

@@ -1716,8 +1716,12 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       const listed = await session.text(await session.find(row));
       assert.match(listed, new RegExp(`${lender.addr.replaceAll('.', '\\.')} · 8\\.00 GB`), listed);
       assert.doesNotMatch(listed, /paired/, listed);
-      await session.sendKeys(await session.find(`${row} [data-testid="peer-code"]`), lender.code);
-      await session.execute(`document.querySelector('${row}').scrollIntoView({ block: 'center' });`);
+      const code = await session.find(`${row} [data-testid="peer-code"]`);
+      await session.sendKeys(code, lender.code);
+      await waitFor(async () => (await session.property(code, 'value')) === lender.code, { timeoutMs: 5_000, message: 'the code to be typed' });
+      // The list in the middle of the view (the focused field would keep it at the bottom).
+      const showList = `document.activeElement?.blur(); document.querySelector('[data-testid="peers-find"]').scrollIntoView({ block: 'center' });`;
+      await session.execute(showList);
       writeFileSync(path.join(OUT, 'settings-peers-found.png'), await session.screenshot(30_000));
       await session.click(await session.find(`${row} [data-testid="peer-pair"]`));
       const said = await waitFor(async () => {
@@ -1730,7 +1734,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       assert.equal((await session.text(await session.find(`${row} [data-testid="peer-use"]`))).trim(), 'In use');
       const stored = await session.execute("return window.__TAURI_INTERNALS__.invoke('settings_get', {});");
       assert.equal(stored.peer, lender.addr);
-      await session.execute(`document.querySelector('[data-testid="peer-paired"]').scrollIntoView({ block: 'center' });`);
+      await session.execute(showList);
       writeFileSync(path.join(OUT, 'settings-peers.png'), await session.screenshot(30_000));
     } catch (error) {
       writeFileSync(path.join(OUT, 'settings-peers-failed.png'), await session.screenshot(30_000).catch(() => Buffer.alloc(0)));

@@ -1,13 +1,15 @@
 //! The app through its front ends, with Tauri's mock runtime: the Tauri
 //! wiring (lib.rs's tests), the privacy gate from every path that can reach
 //! the cloud (`privacy`), the app and the CLI deciding alike (`parity`),
-//! regenerate never losing an answer (`regenerate`), and the module layout
-//! (`layout`). The helpers here are what they share.
+//! regenerate never losing an answer (`regenerate`), pairing from the
+//! Settings (`peers`), and the module layout (`layout`). The helpers here
+//! are what they share.
 
 mod draft;
 mod layout;
 mod learned;
 mod parity;
+mod peers;
 mod privacy;
 mod regenerate;
 

@@ -15,6 +15,7 @@ pub mod lend;
 pub mod live;
 pub mod memory;
 pub mod models;
+pub mod peers;
 pub mod prompt_cache;
 pub mod pull;
 pub mod route;

@@ -97,11 +97,22 @@ pub async fn settings_set<R: tauri::Runtime>(
     settings: Settings,
     state: State<'_, AppState>,
 ) -> Result<Settings, CommandError> {
+    save(&app, &state, settings).await
+}
+
+/// What `settings_set` does, for a command that changes a setting itself
+/// (`peer_pair` names the peer it paired with): validate, apply the
+/// desktop's, store, apply the rest; all or nothing.
+pub(crate) async fn save<R: tauri::Runtime>(
+    app: &tauri::AppHandle<R>,
+    state: &AppState,
+    settings: Settings,
+) -> Result<Settings, CommandError> {
     settings.validate().map_err(headroom_store::StoreError::from)?;
     let old = state.store.settings().await?;
-    crate::desktop::apply(&app, &old, &settings)?;
+    crate::desktop::apply(app, &old, &settings)?;
     if let Err(e) = state.store.set_settings(&settings).await {
-        if let Err(undo) = crate::desktop::apply(&app, &settings, &old) {
+        if let Err(undo) = crate::desktop::apply(app, &settings, &old) {
             tracing::warn!("could not undo the desktop settings: {undo}");
         }
         return Err(e.into());

@@ -132,6 +132,9 @@ fn contract() -> Contract {
     // server_*
     c.add::<crate::commands::server::ServerInfo>();
     c.add::<crate::lend::LendStatus>();
+    // peers_find, peer_pair
+    c.add::<crate::peers::Lender>();
+    c.add::<crate::commands::peers::PeerPaired>();
     // sessions_*, session_*
     c.add::<headroom_store::Session>();
     c.add::<headroom_store::SessionSummary>();

@@ -1,10 +1,11 @@
 import { mockIPC } from '@tauri-apps/api/mocks';
 import type { InvokeArgs } from '@tauri-apps/api/core';
-import { fireEvent, render, screen, waitFor } from '@testing-library/svelte';
+import { fireEvent, render, screen, waitFor, within } from '@testing-library/svelte';
 import userEvent from '@testing-library/user-event';
 import { describe, expect, it, vi } from 'vitest';
 import type { AppInfo } from '../ipc/app';
 import type { DesktopStatus } from '../ipc/desktop';
+import type { Lender } from '../ipc/peers';
 import { modelEntry } from '../ipc/contract.fixture';
 import type { ModelEntry } from '../ipc/models';
 import type { Settings } from '../ipc/settings';
@@ -15,8 +16,21 @@ const INFO: AppInfo = { version: '0.1.0', mlx_version: '0.32.2', device: 'gpu', 
 const DEFAULTS: Settings = DEFAULT_SETTINGS;
 const LOGS = '/Users/me/Library/Logs/app.headroom.menubar';
 
-/** A backend whose shortcut registration refuses `taken`, like a shortcut another app holds. */
-function backend(taken = 'Ctrl+Alt+K') {
+/** The `n`th lender listed. */
+function lenderRow(n: number): HTMLElement {
+  const row = screen.getAllByTestId('peer-row')[n];
+  if (!row) throw new Error(`no lender row ${n}`);
+  return row;
+}
+
+const STUDIO: Lender = { machine: 'Studio.local', address: '10.0.0.2:7070', budgetBytes: 26.1 * 2 ** 30, paired: false };
+const MINI: Lender = { machine: 'Mini.local', address: '10.0.0.3:7070', budgetBytes: null, paired: true };
+
+/**
+ * A backend whose shortcut registration refuses `taken`, like a shortcut
+ * another app holds; Bonjour finds `lenders`, and each pairs with `code`.
+ */
+function backend(taken = 'Ctrl+Alt+K', lenders: Lender[] = [], code = '482913') {
   const calls: Array<{ cmd: string; args: InvokeArgs | undefined }> = [];
   let settings = { ...DEFAULTS };
   let desktop: DesktopStatus = {
@@ -55,6 +69,16 @@ function backend(taken = 'Ctrl+Alt+K') {
         return true;
       case 'cloud_cache_stats':
         return { hits: 0, misses: 0, entries: 0, bytes: 0 };
+      case 'peers_find':
+        return lenders;
+      case 'peer_pair': {
+        const { address, code: given } = args as { address: string; code: string };
+        const lender = lenders.find((l) => l.address === address);
+        if (!lender) throw { code: 'PEER_UNREACHABLE', message: `No answer from ${address}: is it still lending itself?` };
+        if (given !== code) throw { code: 'PEER_REFUSED', message: `The Mac at ${address} refused: wrong pairing code.` };
+        settings = { ...settings, peer: address };
+        return { machine: lender.machine, settings };
+      }
       default:
         throw `command ${cmd} not found`;
     }
@@ -198,5 +222,67 @@ describe('SettingsView: two Macs', () => {
     expect(onSettings).toHaveBeenLastCalledWith(expect.objectContaining({ draftModel: 'qwen-0.5b' }));
     await fireEvent.change(select, { target: { value: '' } });
     await waitFor(() => expect(lastSet(calls)).toMatchObject({ draftModel: null }));
+  });
+
+  it('finds the lending Macs, pairs with one by its code, and it becomes the peer Mac', async () => {
+    const calls = backend(undefined, [STUDIO, MINI]);
+    const onSettings = vi.fn();
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {}, onSettings });
+    await user.click(await screen.findByTestId('peers-find'));
+    const rows = await screen.findAllByTestId('peer-row');
+    expect(rows.map((r) => r.textContent?.replace(/\s+/g, ' ').trim())).toEqual([
+      'Studio.local 10.0.0.2:7070 · 26.10 GB Pair',
+      'Mini.local paired 10.0.0.3:7070 Use',
+    ]);
+    // Only the paired one can be used as it is; the other asks for its code first.
+    expect(within(lenderRow(1)).queryByTestId('peer-code')).toBeNull();
+    const pair = within(lenderRow(0)).getByTestId('peer-pair');
+    expect(pair).toBeDisabled();
+    await user.type(within(lenderRow(0)).getByTestId('peer-code'), '482913');
+    await user.click(pair);
+    expect(await screen.findByTestId('peer-paired')).toHaveTextContent('Paired with Studio.local');
+    expect(calls.find((c) => c.cmd === 'peer_pair')?.args).toEqual({ address: '10.0.0.2:7070', code: '482913' });
+    expect(screen.getByTestId<HTMLInputElement>('peer').value).toBe('10.0.0.2:7070');
+    expect(onSettings).toHaveBeenLastCalledWith(expect.objectContaining({ peer: '10.0.0.2:7070' }));
+    // Now paired, and in use.
+    expect(lenderRow(0)).toHaveTextContent('paired');
+    expect(within(lenderRow(0)).getByTestId('peer-use')).toHaveTextContent('In use');
+    // The other paired Mac is one click away.
+    await user.click(within(lenderRow(1)).getByTestId('peer-use'));
+    await waitFor(() => expect(lastSet(calls)).toMatchObject({ peer: '10.0.0.3:7070' }));
+    expect(screen.getByTestId<HTMLInputElement>('peer').value).toBe('10.0.0.3:7070');
+  });
+
+  it('says "Looking…" while it looks, and that no Mac lends itself when none answers', async () => {
+    backend();
+    let answer: (lenders: Lender[]) => void = () => {};
+    mockIPC((cmd) => {
+      if (cmd === 'settings_get') return DEFAULTS;
+      if (cmd === 'peers_find') return new Promise<Lender[]>((resolve) => (answer = resolve));
+      return null;
+    });
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const find = await screen.findByTestId('peers-find');
+    await fireEvent.click(find);
+    await waitFor(() => expect(find).toHaveTextContent('Looking…'));
+    expect(find).toBeDisabled();
+    answer([]);
+    expect(await screen.findByTestId('peers-none')).toHaveTextContent('No Mac lends itself on this network');
+    expect(find).toHaveTextContent('Find Macs');
+  });
+
+  it('a wrong code is refused in the lender\'s words; the code stays to correct and the peer is unchanged', async () => {
+    const calls = backend(undefined, [STUDIO]);
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    await user.click(await screen.findByTestId('peers-find'));
+    const code = await screen.findByTestId<HTMLInputElement>('peer-code');
+    await user.type(code, '111111{Enter}');
+    expect(await screen.findByTestId('peers-error')).toHaveTextContent('The Mac at 10.0.0.2:7070 refused: wrong pairing code.');
+    expect(code.value).toBe('111111');
+    expect(screen.queryByTestId('peer-paired')).toBeNull();
+    expect(screen.getByTestId<HTMLInputElement>('peer').value).toBe('');
+    expect(lastSet(calls)).toBeUndefined();
   });
 });
