@@ -98,10 +98,9 @@ pub struct PairArgs {
 /// Pairs this Mac with a lending one: the token it gives is kept in the
 /// data folder, and `--peer` (and the app) present it from then on.
 pub fn pair(args: &PairArgs) -> Result<(), CliError> {
-    let (machine, token) = headroom_engine::peer::host::pair(&args.peer, &args.code)?;
+    // The app's Pair button and this command: one pairing, one place the token is kept.
     let dir = super::chat::locations()?.data_dir;
-    crate::peers::remember(&dir, &args.peer, &token)
-        .map_err(|e| CliError::Lend(format!("paired, but the token could not be kept: {e}")))?;
+    let machine = crate::peers::pair(&dir, &args.peer, &args.code).map_err(|e| CliError::Lend(e.to_string()))?;
     println!("paired with {machine} at {}", args.peer);
     Ok(())
 }
