@@ -62,11 +62,14 @@ pub fn browse(wait: Duration) -> Result<Vec<Found>, mdns_sd::Error> {
     let events = daemon.browse(SERVICE)?;
     let until = Instant::now() + wait;
     let mut found: Vec<Found> = Vec::new();
+    // One row per lender: a lender on every interface resolves once per
+    // address, as the same service.
+    let mut services = std::collections::HashSet::new();
     while let Ok(event) = events.recv_timeout(until.saturating_duration_since(Instant::now())) {
         let ServiceEvent::ServiceResolved(s) = event else { continue };
         let Some(ip) = s.get_addresses_v4().into_iter().min() else { continue };
         let address = format!("{ip}:{}", s.port);
-        if found.iter().any(|f| f.address == address) {
+        if found.iter().any(|f| f.address == address) || !services.insert(s.fullname.clone()) {
             continue;
         }
         let machine = s.get_property_val_str("machine").unwrap_or(&s.fullname).to_owned();
