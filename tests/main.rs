@@ -5,5 +5,6 @@
 #![allow(clippy::unwrap_used)]
 
 mod gguf;
+mod layout;
 mod mlx_link;
 mod parity;

@@ -1,39 +1,30 @@
-//! The `headroom` app crate: the Tauri shell around the library crates, and
-//! the only crate that depends on tauri. `run()` is the real app;
+//! The `headroom` app crate: the Tauri shell (commands, tray, popover,
+//! desktop, the event feeds) and the CLI, two front ends over the service
+//! crate `headroom-app`; the only crate that depends on tauri. `run()` is the real app;
 //! `run_app()` is its wiring, generic over the runtime so that
 //! `tauri::test::mock_builder()` tests exercise it without a display.
 
-mod about;
-pub(crate) mod away;
-mod bench;
 pub mod cli;
 mod commands;
-pub mod default_model;
 mod desktop;
-pub mod discovery;
 mod error;
-pub mod fit;
+mod feeds;
 #[cfg(test)]
 mod ipc_contract;
-pub mod lend;
-mod live;
 pub mod logging;
-mod memory;
-pub mod models;
-pub mod peers;
 mod platform;
 mod popover;
-mod runs;
-mod runtime;
-mod serve;
-pub mod serve_marker;
-pub mod shelf;
-mod state;
 mod tray;
-pub mod turn;
+
+// The service layer, under the names the front ends have always used.
+pub use headroom_app::{
+    about, away, bench, codes, default_model, discovery, fit, give_back, lend, live, locations, memory, models, peers,
+    pull, runs, runtime, serve, serve_marker, shelf, state, turn, DATA_DIR_ENV,
+};
 
 use std::process::ExitCode;
 
+use headroom_app::codes::Coded;
 use tauri::{App, Builder, Context, Emitter, Manager, RunEvent, Runtime};
 
 pub use desktop::missing_desktop_session;
@@ -46,10 +37,6 @@ pub const MAIN_WINDOW: &str = "main";
 /// When set to 1 the popover is shown at start: WebDriver can only drive a
 /// visible window, so the end-to-end tests set it. Users never need it.
 pub const SHOW_WINDOW_ENV: &str = "HEADROOM_SHOW_WINDOW";
-
-/// Overrides the app's data folder (models/, later the database): tests
-/// and demos point it at a temporary folder.
-pub const DATA_DIR_ENV: &str = "HEADROOM_DATA_DIR";
 
 /// Emitted (no payload) when the model list or the loaded model changed
 /// behind the UI's back, e.g. once the bundled demo model is ready.
@@ -82,10 +69,10 @@ pub fn run(logs: logging::Logs) -> ExitCode {
     start_desktop(&app, &state);
     // After run_app (which manages the state the sampler lives in). Live
     // memory is a nicety: without it the app still runs.
-    if let Err(e) = memory::start(app.handle()) {
+    if let Err(e) = feeds::start_memory(app.handle()) {
         tracing::warn!("memory readings are unavailable: {e}");
     }
-    away::start(app.handle());
+    feeds::start_away(app.handle());
     start_default_model(&app);
     app.run(|app, event| match event {
         // Hiding the last window must not end a menu-bar app; only Quit
@@ -137,7 +124,7 @@ fn start_default_model<R: Runtime>(app: &App<R>) {
         match models::ensure_default_model(&state) {
             Ok(true) => tracing::info!("loaded the default model"),
             Ok(false) => {}
-            Err(e) => tracing::warn!(code = e.code.as_str(), "default model: {}", e.message),
+            Err(e) => tracing::warn!(code = e.code().as_str(), "default model: {e}"),
         }
         if let Err(e) = handle.emit(MODELS_CHANGED_EVENT, ()) {
             tracing::warn!("could not tell the UI about the models: {e}");
@@ -157,6 +144,12 @@ pub fn run_app<R: Runtime>(
     context: Context<R>,
     locations: Option<Locations>,
 ) -> tauri::Result<App<R>> {
+    // One runtime: the service's store calls, sampler and cloud streams run
+    // on Tauri's, beside the commands. (Tests that reached the service
+    // first keep the one it made; that is only a second thread pool.)
+    if !runtime::share(tauri::async_runtime::handle().inner().clone()) {
+        tracing::debug!("the service runtime was already running; Tauri's runs beside it");
+    }
     let app = builder
         .plugin(tauri_plugin_notification::init())
         .invoke_handler(tauri::generate_handler![
@@ -227,20 +220,8 @@ pub fn run_app<R: Runtime>(
     Ok(app)
 }
 
-/// A state on a fresh temporary data folder and an empty HF cache. Each
-/// call gets a folder of its own: tests run in parallel threads of one
-/// process, and several share a tag (two of them once removed each other's
-/// database mid-test: "disk I/O error").
 #[cfg(test)]
-pub(crate) fn test_state(tag: &str) -> AppState {
-    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}-{n}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&data_dir);
-    let engine = headroom_engine::worker::EngineHandle::spawn().unwrap();
-    let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap();
-    AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default(), default_model: None }, store)
-}
+pub(crate) use headroom_app::test_state;
 
 #[cfg(test)]
 mod app_tests;

@@ -16,7 +16,7 @@ use headroom_cloud::testserver::{answer, chunk, json_reply, once, Stub, SSE_HEAD
 use headroom_cloud::{ChatParams, CloudClient, CloudConfig};
 use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_core::gate::{gate, Outbound, Part};
-use headroom_core::router::sensitive::ScanCache;
+use headroom_core::sensitive::ScanCache;
 use headroom_store::{MessageStatus, Route, Store};
 
 use crate::common::{headroom, headroom_with};

@@ -180,7 +180,7 @@ fn headroom_serve_under_load_refuses_beyond_its_bound_stays_in_budget_and_stops_
     for (reply, took) in &replies {
         match reply.status {
             200 => {
-                let v: Value = serde_json::from_str(&reply.body).unwrap_or_else(|e| panic!("{e}: {reply:?}"));
+                let Ok(v) = serde_json::from_str::<Value>(&reply.body) else { panic!("not JSON: {reply:?}") };
                 let choice = &v["choices"][0];
                 assert!(choice["message"]["content"].as_str().is_some_and(|t| !t.is_empty()), "{v}");
                 let tokens = v["usage"]["completion_tokens"].as_u64().unwrap_or(0);

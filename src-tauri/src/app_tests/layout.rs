@@ -1,10 +1,13 @@
-//! The module layout's rule, checked on the source: imports only go down.
-//! The front ends (`commands/`, the Tauri commands; `cli/` and `cli.rs`, the
-//! subcommands) sit on top and never import each other; nothing else (the
-//! turn service in `turn/`, the shared modules) imports either. Only the
-//! wiring at the very top, `lib.rs` (the command list), `main.rs` (the
-//! subcommand dispatch) and `ipc_contract/` (the commands and their types, listed
-//! for the generated TypeScript), names them. Comments are not code and are skipped.
+//! The module layout's rule inside the app crate, checked on the source:
+//! imports only go down. The front ends (`commands/`, the Tauri commands;
+//! `cli/` and `cli.rs`, the subcommands) sit on top and never import each
+//! other; nothing else here (the feeds, the tray, the desktop) imports
+//! either. Only the wiring at the very top, `lib.rs` (the command list),
+//! `main.rs` (the subcommand dispatch) and `ipc_contract/` (the commands and
+//! their types, listed for the generated TypeScript), names them. The
+//! service they share is another crate (`headroom-app`), which cannot name
+//! them at all; `tests/layout.rs` checks its dependencies and every crate's
+//! module cycles. Comments are not code and are skipped.
 
 use std::path::{Path, PathBuf};
 

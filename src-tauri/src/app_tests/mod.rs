@@ -16,7 +16,7 @@ mod regenerate;
 use std::time::{Duration, Instant};
 
 use headroom_cloud::testserver::Stub;
-use headroom_core::router::sensitive::EXAMPLES;
+use headroom_core::sensitive::EXAMPLES;
 use headroom_core::settings::Settings;
 use headroom_store::{MessageStatus, Route, Store, StoredMessage, TurnOutcome};
 use serde_json::Value;

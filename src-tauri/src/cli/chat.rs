@@ -217,7 +217,7 @@ fn load_and_chat(
     // Ctrl-C stops the run after the current token; the answer is then
     // committed as interrupted like any other end.
     let (runs, id) = (state.runs.clone(), running.run_id);
-    let ctrl_c = tauri::async_runtime::spawn(async move {
+    let ctrl_c = crate::runtime::spawn(async move {
         if tokio::signal::ctrl_c().await.is_ok() {
             runs.cancel(id);
         }

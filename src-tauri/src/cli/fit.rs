@@ -21,7 +21,7 @@ use super::hub::{resolve_model, HubEnv};
 use super::kernel::KernelArgs;
 use super::kv::KvArgs;
 use super::CliError;
-use crate::fit::BudgetSource;
+use crate::fit::{BudgetSource, LoadPlan};
 
 /// How much memory a model may use; shared by `fit` and `generate`.
 #[derive(Debug, Clone, Args)]
@@ -133,21 +133,6 @@ pub fn check_model(
     Ok(crate::fit::check_model_as(dir, context, dtype, budget_source(budget))?)
 }
 
-/// [`check_model`] for a load with `kernel` (the CPU kernel's dequantized
-/// weights are part of the estimate) and its KV cache stored as `kv`.
-pub fn check_model_for(
-    dir: &Path,
-    context: usize,
-    dtype: ComputeDtype,
-    kernel: KernelArgs,
-    kv: KvFormat,
-    budget: &BudgetArgs,
-    learned: Option<&Store>,
-) -> Result<FitReport, CliError> {
-    let source = budget_source(budget);
-    Ok(crate::fit::check_model_with(dir, context, dtype, kernel.quant_kernel(), kv, source, learned)?)
-}
-
 /// What a CLI load asks of the guard: the model, how it would be loaded,
 /// the budget, and where its later layers could go.
 pub(crate) struct GuardRequest<'a> {
@@ -195,13 +180,15 @@ pub(crate) fn guard(
             (split.report.host.fit.clone(), Some(split.placement()))
         }
         None => {
-            let report = match g.draft {
-                Some(draft) => {
-                    let (kernel, source) = (g.kernel.quant_kernel(), budget_source(g.budget));
-                    crate::fit::check_model_with_draft(g.dir, draft, g.context, g.dtype, kernel, g.kv, source)?
-                }
-                None => check_model_for(g.dir, g.context, g.dtype, g.kernel, g.kv, g.budget, g.learned)?,
+            let plan = LoadPlan {
+                dir: g.dir,
+                draft: g.draft,
+                context: g.context,
+                dtype: g.dtype,
+                kernel: g.kernel.quant_kernel(),
+                kv: g.kv,
             };
+            let report = crate::fit::check_load(&plan, budget_source(g.budget), g.learned)?;
             if report.verdict.refuses() && !g.override_fit {
                 return Err(CliError::WouldNotFit { model: label, report: Box::new(report) });
             }
@@ -236,13 +223,15 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &m
     let dir = resolve_model(Some(&args.model), env)?;
     let kv = args.kv.format()?;
     let draft = args.draft_model.as_deref().map(|d| resolve_model(Some(d), env)).transpose()?;
-    let mut report = match &draft {
-        Some(d) => {
-            let (kernel, source) = (args.kernel.quant_kernel(), budget_source(&args.budget));
-            crate::fit::check_model_with_draft(&dir, d, args.context, args.dtype, kernel, kv, source)?
-        }
-        None => check_model_for(&dir, args.context, args.dtype, args.kernel, kv, &args.budget, learned)?,
+    let plan = LoadPlan {
+        dir: &dir,
+        draft: draft.as_deref(),
+        context: args.context,
+        dtype: args.dtype,
+        kernel: args.kernel.quant_kernel(),
+        kv,
     };
+    let mut report = crate::fit::check_load(&plan, budget_source(&args.budget), learned)?;
     if !args.measured.is_empty() {
         // The user's figures first: the nearest wins, the first among equals.
         let mut measured: Vec<Measured> = args

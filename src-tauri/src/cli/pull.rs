@@ -8,18 +8,17 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::Args;
-use headroom_core::fit::{check, FitReport};
+use headroom_core::fit::FitReport;
 use headroom_core::kv::KvFormat;
 use headroom_core::settings::KernelChoice;
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
 use headroom_engine::QuantKernel;
-use headroom_hub::{
-    download, inspect, CancellationToken, Endpoint, HubClient, HubError, PullEvent, RemoteModel, RepoId,
-};
+use headroom_hub::{CancellationToken, Endpoint, HubError, PullEvent, RemoteModel};
 use serde_json::json;
 
 use super::fit::{budget_source, describe, gb, verdict_line, BudgetArgs};
 use crate::models::HubEnv;
+use crate::pull::{check_pull, PullPlan};
 
 #[derive(Debug, Clone, Args)]
 pub struct PullArgs {
@@ -44,23 +43,33 @@ pub struct PullArgs {
     pub json: bool,
 }
 
-/// What `pull` can fail with, on top of the hub's own errors.
+/// What `pull` can fail with: the service's pull errors, and the terminal's.
 #[derive(Debug, thiserror::Error)]
 pub enum PullError {
-    #[error(transparent)]
-    Hub(#[from] HubError),
-    #[error(transparent)]
-    Memory(#[from] headroom_memory::MemoryError),
+    /// The CLI says a refusal its own way (its flags are the remedies).
     #[error("{}", refusal(repo, report))]
     WouldNotFit { repo: String, report: Box<FitReport> },
-    #[error("no Hugging Face cache folder is known: set HF_HUB_CACHE, HF_HOME or HOME")]
-    NoCache,
-    #[error("cannot start the download runtime: {0}")]
-    Runtime(std::io::Error),
+    #[error(transparent)]
+    Pull(crate::pull::PullError),
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
     #[error("cannot encode JSON: {0}")]
     Json(#[from] serde_json::Error),
+}
+
+impl From<crate::pull::PullError> for PullError {
+    fn from(e: crate::pull::PullError) -> Self {
+        match e {
+            crate::pull::PullError::WouldNotFit { repo, report } => Self::WouldNotFit { repo, report },
+            other => Self::Pull(other),
+        }
+    }
+}
+
+impl From<HubError> for PullError {
+    fn from(e: HubError) -> Self {
+        Self::Pull(e.into())
+    }
 }
 
 /// Exit code of a pull cancelled by Ctrl-C (128 + SIGINT, as shells report it).
@@ -72,7 +81,7 @@ pub fn run(args: &PullArgs) -> ExitCode {
         Err(e) => {
             eprintln!("headroom: {e}");
             match e {
-                PullError::Hub(HubError::Cancelled { .. }) => ExitCode::from(CANCELLED),
+                PullError::Pull(crate::pull::PullError::Hub(HubError::Cancelled { .. })) => ExitCode::from(CANCELLED),
                 _ => ExitCode::FAILURE,
             }
         }
@@ -80,46 +89,40 @@ pub fn run(args: &PullArgs) -> ExitCode {
 }
 
 fn pull(args: &PullArgs, env: &HubEnv, out: &mut dyn Write) -> Result<(), PullError> {
-    let repo = RepoId::parse(&args.repo)?;
     let endpoint = match &args.endpoint {
         Some(e) => Endpoint::parse(e)?,
         None => Endpoint::from_env()?,
     };
-    // The first cache in huggingface_hub's precedence: where the model list looks first.
-    let cache = env.hub_dirs().into_iter().next().ok_or(PullError::NoCache)?;
-    let client = HubClient::from_env(endpoint)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .map_err(PullError::Runtime)?;
-    runtime.block_on(async {
+    let plan = PullPlan {
+        repo: &args.repo,
+        revision: &args.revision,
+        endpoint,
+        hub: env,
+        context: args.context,
         // As `generate` and the app would load it by default.
-        let shape =
-            headroom_engine::load_shape(headroom_engine::ComputeDtype::Native, QuantKernel::choose(KernelChoice::Auto));
-        let model = inspect(&client, &repo, &args.revision, &cache, shape).await?;
-        let inputs = crate::fit::budget_inputs(budget_source(&args.budget))?;
-        let report = check(&model.footprint, u64::try_from(args.context).unwrap_or(u64::MAX), KvFormat::Float, inputs);
+        kv: KvFormat::Float,
+        kernel: QuantKernel::choose(KernelChoice::Auto),
+        source: budget_source(&args.budget),
+    };
+    crate::runtime::block_on(async {
+        let checked = check_pull(plan).await?;
+        let (model, report) = (&checked.check.model, &checked.check.fit);
         if args.json {
-            let line =
-                json!({ "event": "fit", "model": &model, "endpoint": client.endpoint().as_str(), "report": &report });
+            let line = json!({ "event": "fit", "model": model, "endpoint": checked.check.endpoint, "report": report });
             writeln!(out, "{line}")?;
         } else {
-            write!(out, "{}", summary(&model, &report, &cache))?;
+            write!(out, "{}", summary(model, report, &checked.cache))?;
         }
         out.flush()?;
-        if report.verdict.refuses() && !args.override_fit {
-            return Err(PullError::WouldNotFit { repo: model.repo.clone(), report: Box::new(report) });
-        }
         let cancel = CancellationToken::new();
         let on_ctrl_c = cancel.clone();
-        tokio::spawn(async move {
+        crate::runtime::spawn(async move {
             if tokio::signal::ctrl_c().await.is_ok() {
                 on_ctrl_c.cancel();
             }
         });
         let mut printer = Printer { json: args.json, last_line: None, failed: None };
-        let result = download(&client, &cache, &model, &cancel, |e| printer.print(out, &e)).await;
+        let result = checked.download(args.override_fit, &cancel, |e| printer.print(out, &e)).await;
         if let Some(e) = printer.failed {
             return Err(e.into());
         }

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
-use headroom_core::router::sensitive::ScanCache;
 use headroom_core::router::{Decision, Force, Target, DEFAULT_LOCAL_THRESHOLD_TOKENS, DEFAULT_REPLY_RESERVE_TOKENS};
+use headroom_core::sensitive::ScanCache;
 use headroom_engine::tokenizer::Tokenizer;
 use headroom_engine::{inspect_model_as, ComputeDtype};
 

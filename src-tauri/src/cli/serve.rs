@@ -195,10 +195,10 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     // pressure the cached chat states first, then the model (said on
     // stderr); the server's requests count as use, as in the app.
     *state.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = Some(server);
-    if let Err(e) = crate::away::start_headless(&state) {
+    if let Err(e) = crate::give_back::start_headless(&state) {
         eprintln!("headroom: no memory readings, so no reaction to memory pressure: {e}");
     }
-    let signal = tauri::async_runtime::block_on(tokio::signal::ctrl_c());
+    let signal = crate::runtime::block_on(tokio::signal::ctrl_c());
     eprintln!("headroom: stopping the server");
     let server = state.server.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take();
     signal.map_err(headroom_server::ServerError::Signal)?;

@@ -44,4 +44,5 @@ pub async fn model_load(
     })
     .await
     .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("Loading stopped unexpectedly: {e}")))?
+    .map_err(CommandError::from)
 }

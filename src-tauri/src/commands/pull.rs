@@ -4,26 +4,17 @@
 
 use std::path::PathBuf;
 
-use headroom_core::fit::{check, FitReport, GIB};
-use headroom_hub::{
-    download, inspect, CancellationToken, Endpoint, HubClient, HubError, PullEvent, RemoteModel, RepoId,
-};
+use headroom_hub::{CancellationToken, Endpoint, PullEvent};
 use serde::Serialize;
 use tauri::ipc::Channel;
 use tauri::State;
 
 use crate::error::{CommandError, ErrorCode};
 use crate::models::{self, ModelEntry};
+pub use crate::pull::PullCheck;
+use crate::pull::{check_pull, Checked, PullError, PullPlan};
 use crate::runs::{RunKind, Stopper};
 use crate::state::AppState;
-
-/// What `model_pull_check` resolves to: the repo's files and the verdict at the app's context limit.
-#[derive(Debug, Clone, Serialize, ts_rs::TS)]
-pub struct PullCheck {
-    pub model: RemoteModel,
-    pub endpoint: String,
-    pub fit: FitReport,
-}
 
 /// What `model_pull` resolves to: the snapshot, and the picker's entry for it (with its badge).
 #[derive(Debug, Clone, Serialize, ts_rs::TS)]
@@ -33,58 +24,21 @@ pub struct PullResult {
     pub entry: Option<ModelEntry>,
 }
 
-impl From<HubError> for CommandError {
-    fn from(e: HubError) -> Self {
-        use HubError as E;
-        let code = match &e {
-            E::InvalidRepoId { .. } | E::InvalidRevision { .. } | E::InvalidEndpoint { .. } => {
-                ErrorCode::InvalidSetting
-            }
-            E::RepoNotFound { .. } | E::RevisionNotFound { .. } | E::FileNotFound { .. } => ErrorCode::RepoNotFound,
-            E::Http { .. } | E::Status { .. } | E::TransferFailed { .. } => ErrorCode::HubUnreachable,
-            E::Protocol { .. } => ErrorCode::HubProtocol,
-            E::NoWeights { .. } | E::NoConfig { .. } => ErrorCode::UnsupportedModel,
-            E::Format { source, .. } => crate::error::format_code(source),
-            E::MissingShard { .. } => ErrorCode::ModelIncomplete,
-            E::CacheName { .. } => ErrorCode::HubProtocol,
-            E::HashMismatch { .. } | E::SizeMismatch { .. } => ErrorCode::DownloadCorrupt,
-            E::Io { .. } => ErrorCode::Io,
-            E::Cancelled { .. } => ErrorCode::PullCancelled,
-            E::Gated { .. } | E::TokenRefused { .. } | E::TokenFile { .. } | E::InvalidToken { .. } => {
-                ErrorCode::HubAuth
-            }
-        };
-        Self::new(code, e.to_string())
-    }
-}
-
-pub(crate) fn cache_root(state: &AppState) -> Result<PathBuf, CommandError> {
-    state.locations.hub.hub_dirs().into_iter().next().ok_or_else(|| {
-        CommandError::new(
-            ErrorCode::NoHfCache,
-            "No Hugging Face cache folder is known: set HF_HUB_CACHE, HF_HOME or HOME.",
-        )
-    })
-}
-
-/// The repo's facts and the verdict, from config.json and the safetensors headers only.
-async fn check_repo(
-    state: &AppState,
-    endpoint: Endpoint,
-    repo: &str,
-    revision: &str,
-) -> Result<(HubClient, PullCheck), CommandError> {
-    let repo = RepoId::parse(repo)?;
-    let client = HubClient::from_env(endpoint)?;
-    let shape = headroom_engine::load_shape(headroom_engine::ComputeDtype::Native, state.quant_kernel());
-    let model = inspect(&client, &repo, revision, &cache_root(state)?, shape).await?;
+/// The verdict for `repo` as the app would load it: its context limit,
+/// KV format and kernel, against a fresh reading of this Mac's memory.
+async fn check_repo(state: &AppState, endpoint: Endpoint, repo: &str, revision: &str) -> Result<Checked, PullError> {
     let source = models::budget_source(state)?;
-    let inputs = crate::fit::budget_inputs(source)
-        .map_err(|e| CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}")))?;
-    let fit =
-        check(&model.footprint, u64::try_from(state.context_limit()).unwrap_or(u64::MAX), state.kv_format(), inputs);
-    let endpoint = client.endpoint().to_string();
-    Ok((client, PullCheck { model, endpoint, fit }))
+    let plan = PullPlan {
+        repo,
+        revision,
+        endpoint,
+        hub: &state.locations.hub,
+        context: state.context_limit(),
+        kv: state.kv_format(),
+        kernel: state.quant_kernel(),
+        source,
+    };
+    check_pull(plan).await
 }
 
 /// The whole pull: check, refuse a model that would swap (`MODEL_TOO_LARGE`,
@@ -99,25 +53,9 @@ pub(crate) async fn pull(
     cancel: &CancellationToken,
     on_event: impl FnMut(PullEvent),
 ) -> Result<PullResult, CommandError> {
-    let (client, checked) = check_repo(state, endpoint, repo, revision).await?;
-    if checked.fit.verdict.refuses() && !override_fit {
-        let over = crate::fit::over_by(&checked.fit) as f64 / GIB as f64;
-        let message = format!(
-            "{repo} would push this Mac into swap by {over:.1} GB at the app's context limit; nothing was downloaded."
-        );
-        return Err(CommandError {
-            code: ErrorCode::ModelTooLarge,
-            message,
-            // Before a byte is downloaded, only this model's own remedies apply.
-            details: crate::fit::refusal_details(
-                &checked.fit,
-                &headroom_core::remedies::remedies(&checked.fit, checked.fit.estimate.kv_format, 0, &[]),
-            )
-            .into_details(),
-        });
-    }
-    let outcome = download(&client, &cache_root(state)?, &checked.model, cancel, on_event).await?;
-    let id = checked.model.repo.clone();
+    let checked = check_repo(state, endpoint, repo, revision).await?;
+    let outcome = checked.download(override_fit, cancel, on_event).await?;
+    let id = checked.check.model.repo.clone();
     let state = AppState::clone(state);
     let entry = tauri::async_runtime::spawn_blocking(move || models::entries(&state).into_iter().find(|m| m.id == id))
         .await
@@ -135,7 +73,7 @@ pub async fn model_pull_check(
     revision: Option<String>,
     state: State<'_, AppState>,
 ) -> Result<PullCheck, CommandError> {
-    Ok(check_repo(&state, Endpoint::from_env()?, &repo, revision.as_deref().unwrap_or("main")).await?.1)
+    Ok(check_repo(&state, Endpoint::from_env()?, &repo, revision.as_deref().unwrap_or("main")).await?.check)
 }
 
 /// Downloads `repo` into the HF cache, streaming `PullEvent`s; see [`pull`].
@@ -189,7 +127,7 @@ mod tests {
         assert!(models::entries(&state).is_empty());
 
         let mut events = Vec::new();
-        let result = tauri::async_runtime::block_on(pull(
+        let result = crate::runtime::block_on(pull(
             &state,
             endpoint.clone(),
             "mlx-community/Demo-4bit",
@@ -208,7 +146,7 @@ mod tests {
         assert!(matches!(events.last(), Some(PullEvent::Finished { .. })));
         assert_eq!(models::entries(&state).len(), 1);
 
-        let err = tauri::async_runtime::block_on(check_repo(&state, endpoint, "mlx-community/nope", "main")).err();
-        assert_eq!(err.map(|e| e.code), Some(ErrorCode::RepoNotFound));
+        let err = crate::runtime::block_on(check_repo(&state, endpoint, "mlx-community/nope", "main")).err();
+        assert_eq!(err.map(|e| CommandError::from(e).code), Some(ErrorCode::RepoNotFound));
     }
 }

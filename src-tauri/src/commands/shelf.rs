@@ -40,7 +40,8 @@ pub async fn shelf_refresh(force: Option<bool>, state: State<'_, AppState>) -> R
     let client = HubClient::from_env(Endpoint::from_env()?)?;
     let fresh_for = (!force.unwrap_or(false)).then_some(shelf::FRESH_FOR);
     let outcomes =
-        shelf::refresh(&client, &state.locations.data_dir, &super::pull::cache_root(&state)?, fresh_for).await?;
+        shelf::refresh(&client, &state.locations.data_dir, &crate::pull::cache_root(&state.locations.hub)?, fresh_for)
+            .await?;
     let failed = outcomes
         .into_iter()
         .filter_map(|(_, r)| match r {

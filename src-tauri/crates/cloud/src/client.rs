@@ -580,7 +580,7 @@ fn excerpt(text: &str) -> String {
 mod tests {
     use headroom_core::chat::{Message, Role};
     use headroom_core::gate::{gate, Outbound, Part};
-    use headroom_core::router::sensitive::ScanCache;
+    use headroom_core::sensitive::ScanCache;
     use reqwest::header::HeaderValue;
 
     use super::*;

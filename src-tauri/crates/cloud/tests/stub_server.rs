@@ -16,7 +16,7 @@ use headroom_cloud::{
 };
 use headroom_core::chat::{FinishReason, Message, Role};
 use headroom_core::gate::{gate, GatedMessages, Outbound, Part};
-use headroom_core::router::sensitive::ScanCache;
+use headroom_core::sensitive::ScanCache;
 use tokio_util::sync::CancellationToken;
 
 fn started(replies: Vec<Reply>) -> Stub {

@@ -1,4 +1,4 @@
-//! How long `router::sensitive::scan` takes on 1 MB inputs built to be its
+//! How long `sensitive::scan` takes on 1 MB inputs built to be its
 //! worst cases: long runs of what each detector looks for (`pwd=`, `sk-`,
 //! digits and dots, `/home/`, `smb://`, private-key headers, e-mail `@`s),
 //! plus a plain English paste as the baseline. Prints one line per input
@@ -11,7 +11,7 @@
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use headroom_core::router::sensitive::scan;
+use headroom_core::sensitive::scan;
 
 /// 1 MiB unless `SCAN_BENCH_BYTES` says otherwise.
 fn size() -> usize {

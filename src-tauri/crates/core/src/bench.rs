@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::format::{LayerAttention, TextConfig};
+use crate::format::{LayerAttention, TextConfig, WeightBytes};
 use crate::kv::KvFormat;
 
 use crate::stats::Rates;
@@ -99,34 +99,6 @@ impl BenchShape {
     pub fn mean_decode_context(&self) -> f64 {
         let start = (self.depth + self.prompt_tokens) as f64;
         start + (self.gen_tokens.saturating_sub(2)) as f64 / 2.0
-    }
-}
-
-/// The weights of a loaded (or inspected) model, by the part a decoded
-/// token reads of them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct WeightBytes {
-    /// Every weight, all resident.
-    pub resident: u64,
-    /// The token embedding table.
-    pub embedding: u64,
-    /// Every expert of every mixture-of-experts layer.
-    pub experts: u64,
-}
-
-impl WeightBytes {
-    /// What one decoded token reads: one embedding row (the whole table
-    /// when it is also the output head), the chosen experts' share of the
-    /// experts, everything else whole.
-    pub fn active(&self, text: &TextConfig) -> u64 {
-        let n = |v: i32| u64::try_from(v).unwrap_or(0);
-        let embedding =
-            if text.tie_word_embeddings { self.embedding } else { self.embedding / n(text.vocab_size).max(1) };
-        let experts = text.moe.as_ref().map_or(self.experts, |m| {
-            // Per expert first: every expert has the same shape.
-            self.experts / n(m.num_experts).max(1) * n(m.experts_per_token)
-        });
-        self.resident.saturating_sub(self.embedding).saturating_sub(self.experts) + embedding + experts
     }
 }
 

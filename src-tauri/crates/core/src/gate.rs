@@ -4,7 +4,7 @@
 //! Everything that would leave this Mac goes through [`gate`] with where it
 //! comes from ([`Part`]): the new message, every history message that goes
 //! with it, any system prompt, any summary made for the cloud. Sensitive
-//! content (see [`crate::router::sensitive`]) in the new message or a system
+//! content (see [`crate::sensitive`]) in the new message or a system
 //! prompt blocks the request. An earlier exchange that holds some is left
 //! out whole (the question with its answer, so neither half goes alone), and
 //! so is a summary that holds some; the caller says so in the answer's route
@@ -22,7 +22,7 @@ use std::fmt;
 use serde::{Serialize, Serializer};
 
 use crate::chat::{Message, Role};
-use crate::router::sensitive::{Finding, ScanCache};
+use crate::sensitive::{Finding, ScanCache};
 
 /// Where an outgoing message comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

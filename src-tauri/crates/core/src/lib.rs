@@ -14,6 +14,7 @@ pub mod kv;
 pub mod pressure;
 pub mod remedies;
 pub mod router;
+pub mod sensitive;
 pub mod settings;
 pub mod shelf;
 pub mod slowdown;

@@ -23,8 +23,6 @@
 //! Content that must stay local and has no local model to go to is an error
 //! ([`RouteError`]), never a quiet trip to the cloud.
 
-pub mod sensitive;
-
 use std::fmt;
 
 use serde::ser::SerializeStruct;
@@ -32,7 +30,7 @@ use serde::{Deserialize, Serialize, Serializer};
 
 use crate::chat::Message;
 use crate::fit::Verdict;
-use sensitive::{Finding, ScanCache};
+use crate::sensitive::{self, Finding, ScanCache};
 
 /// Input up to this many tokens stays local.
 pub const DEFAULT_LOCAL_THRESHOLD_TOKENS: usize = 8192;

@@ -7,6 +7,7 @@
 
 mod api;
 mod api_error;
+mod config;
 mod deadline;
 mod error;
 mod provider;
@@ -16,11 +17,10 @@ mod server;
 
 pub use api::{HeadroomStats, Usage, MAX_TOKENS_LIMIT};
 pub use api_error::ApiError;
+pub use config::{ServeConfig, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS};
 pub use error::{ProvideError, ServerError};
 pub use provider::{ModelCard, ModelProvider, ReadyModel};
-pub use server::{
-    ServeConfig, Server, ServerStats, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS, DEFAULT_PORT, STOP_DEADLINE,
-};
+pub use server::{Server, ServerStats, DEFAULT_PORT, STOP_DEADLINE};
 
 #[cfg(test)]
 mod tests;

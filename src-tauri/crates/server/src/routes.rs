@@ -22,9 +22,9 @@ use serde_json::{json, Value};
 
 use crate::api::{completion, parse_request, ChatRequest, Meta};
 use crate::api_error::ApiError;
+use crate::config::ServeConfig;
 use crate::provider::{ModelCard, ModelProvider};
 use crate::run::{bridge, ended_early, gather, CompletionStream, Gathered, RunGuard, Tally};
-use crate::server::ServeConfig;
 
 /// What the handlers share.
 #[derive(Clone)]

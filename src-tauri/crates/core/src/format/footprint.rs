@@ -4,10 +4,9 @@
 //! has not downloaded, so the two can never disagree.
 
 use crate::attention::Backend;
-use crate::bench::WeightBytes;
 use crate::fit::{Experts, KvLayers, ModelFootprint};
 
-use super::config::{LayerAttention, ModelConfig};
+use super::config::{LayerAttention, ModelConfig, TextConfig};
 use super::safetensors::Header;
 
 /// How the model will be loaded, as far as memory is concerned.
@@ -134,6 +133,34 @@ pub fn layer_index(name: &str) -> Option<usize> {
 /// language-model wrapper prefixes `language_model.`).
 pub fn is_embedding(name: &str) -> bool {
     name.starts_with("model.embed_tokens.") || name.starts_with("language_model.model.embed_tokens.")
+}
+
+/// The weights of a loaded (or inspected) model, by the part a decoded
+/// token reads of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct WeightBytes {
+    /// Every weight, all resident.
+    pub resident: u64,
+    /// The token embedding table.
+    pub embedding: u64,
+    /// Every expert of every mixture-of-experts layer.
+    pub experts: u64,
+}
+
+impl WeightBytes {
+    /// What one decoded token reads: one embedding row (the whole table
+    /// when it is also the output head), the chosen experts' share of the
+    /// experts, everything else whole.
+    pub fn active(&self, text: &TextConfig) -> u64 {
+        let n = |v: i32| u64::try_from(v).unwrap_or(0);
+        let embedding =
+            if text.tie_word_embeddings { self.embedding } else { self.embedding / n(text.vocab_size).max(1) };
+        let experts = text.moe.as_ref().map_or(self.experts, |m| {
+            // Per expert first: every expert has the same shape.
+            self.experts / n(m.num_experts).max(1) * n(m.experts_per_token)
+        });
+        self.resident.saturating_sub(self.embedding).saturating_sub(self.experts) + embedding + experts
+    }
 }
 
 #[cfg(test)]

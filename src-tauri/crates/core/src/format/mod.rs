@@ -34,7 +34,7 @@ pub mod safetensors;
 pub use config::{LayerAttention, LinearAttention, ModelConfig, ModelType, Moe, RopeScaling, TextConfig};
 pub use error::{FormatError, Result};
 pub use fields::limits;
-pub use footprint::{footprint, LoadShape};
+pub use footprint::{footprint, LoadShape, WeightBytes};
 pub use quant::{LayerQuant, QuantParams, Quantization};
 pub use safetensors::{Dtype, Header, TensorInfo};
 

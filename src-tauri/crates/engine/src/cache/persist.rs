@@ -24,7 +24,6 @@ use serde::{Deserialize, Serialize};
 use super::{full::LayerKv, recurrent::RecurrentState, rotating::RotatingKv, KvCache, LayerCache, LayerKind};
 use crate::dtype::dtype_name;
 use crate::kv_quant::QuantizedKv;
-use crate::models::Model;
 use crate::sizes::KV_STEP;
 
 /// Bumped when the layout below changes: an older file is then a miss.
@@ -105,21 +104,6 @@ pub struct StateShape {
 }
 
 impl StateShape {
-    /// The shape of `model`'s cache stored as `format`, for a load whose
-    /// caches hold at most `context_limit` positions.
-    pub fn of(model: &Model, format: KvFormat, context_limit: usize) -> Self {
-        let text = &model.config().text;
-        Self {
-            kinds: model.layer_kinds(),
-            kv_heads: text.num_key_value_heads,
-            head_dim: text.head_dim,
-            linear: text.linear_attention,
-            format,
-            dtypes: vec![model.activation_dtype(), model.embedding_dtype()],
-            context_limit,
-        }
-    }
-
     /// Most positions a layer's buffers may have room for. A buffer grows by
     /// whole steps past what it holds, and after a step back it keeps the
     /// stale tail of an earlier, longer turn (as mlx-lm's caches do); a

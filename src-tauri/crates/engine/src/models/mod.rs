@@ -6,13 +6,13 @@
 
 use mlx_rs::Array;
 
+use crate::cache::persist::StateShape;
 use crate::cache::{KvCache, LayerKind};
 use crate::error::{EngineError, Result};
 use crate::layers::{last_position, Embedding, Linear};
-use crate::peer::Link;
 use crate::quant::QuantKernel;
 use crate::weights::Weights;
-use headroom_core::bench::WeightBytes;
+use headroom_core::format::WeightBytes;
 use headroom_core::format::{ModelConfig, ModelType};
 use headroom_core::kv::KvFormat;
 
@@ -187,10 +187,20 @@ impl Logits {
     }
 }
 
+/// Where a forward pass's later layers run when they are not on this Mac:
+/// the peer's link (`crate::peer::host::Link`). A model knows only this
+/// much of two Macs; the peer module builds on the models, not the reverse.
+pub(crate) trait LaterLayers: std::fmt::Debug + Send {
+    /// One forward pass: `stages`' first layers here, the rest there, the head here.
+    fn forward(&self, stages: &dyn Stages, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array>;
+    /// The concrete link, for what the worker reports of a turn.
+    fn as_any(&self) -> &dyn std::any::Any;
+}
+
 /// A loaded model of any supported architecture, on this Mac alone or with
 /// its later layers on a peer.
 #[derive(Debug)]
-pub struct Model(Box<dyn Architecture>, Option<Link>);
+pub struct Model(Box<dyn Architecture>, Option<Box<dyn LaterLayers>>);
 
 impl Model {
     /// Builds the model `config` describes with the architecture the
@@ -212,13 +222,13 @@ impl Model {
     }
 
     /// Hands every forward pass's later layers to the peer `link` joined.
-    pub(crate) fn attach(&mut self, link: Link) {
+    pub(crate) fn attach(&mut self, link: Box<dyn LaterLayers>) {
         self.1 = Some(link);
     }
 
-    /// The peer running this model's later layers, if any.
-    pub fn link(&self) -> Option<&Link> {
-        self.1.as_ref()
+    /// Where this model's later layers run, if not here.
+    pub(crate) fn later_layers(&self) -> Option<&dyn LaterLayers> {
+        self.1.as_deref()
     }
 
     /// Runs `tokens` (`[B, L]` ids) after what `cache` holds, appends their
@@ -236,6 +246,22 @@ impl Model {
         // that reached the start ran over the float cache.
         cache.maybe_quantize()?;
         Ok(out)
+    }
+
+    /// The shape of this model's cache stored as `format`, for a load whose
+    /// caches hold at most `context_limit` positions (what a saved state
+    /// must match to be restored).
+    pub fn state_shape(&self, format: headroom_core::kv::KvFormat, context_limit: usize) -> StateShape {
+        let text = &self.config().text;
+        StateShape {
+            kinds: self.layer_kinds(),
+            kv_heads: text.num_key_value_heads,
+            head_dim: text.head_dim,
+            linear: text.linear_attention,
+            format,
+            dtypes: vec![self.activation_dtype(), self.embedding_dtype()],
+            context_limit,
+        }
     }
 
     pub fn config(&self) -> &ModelConfig {

@@ -14,7 +14,7 @@ use super::ring::{stall_deadline, Ring};
 use super::{Op, HEADER_LEN, STEPPED_ASIDE};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
-use crate::models::{Logits, Stages};
+use crate::models::{LaterLayers, Logits, Stages};
 
 /// How long connecting to a peer may take when placing a model.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -154,7 +154,7 @@ impl Link {
     /// peer's there, the head here. The peer rolls its cache back to the
     /// host's length first, so a rejected proposal or a new turn (a cache
     /// trimmed or started afresh here) is one there too.
-    pub(crate) fn forward(
+    fn forward_across(
         &self,
         stages: &dyn Stages,
         tokens: &Array,
@@ -202,6 +202,23 @@ impl Link {
     /// Whether a hand-off failed (the ring is gone for this process).
     pub fn is_lost(&self) -> bool {
         self.lost.get()
+    }
+}
+
+impl Link {
+    /// The link running `model`'s later layers, if they run on a peer.
+    pub fn of(model: &crate::models::Model) -> Option<&Link> {
+        model.later_layers().and_then(|l| l.as_any().downcast_ref())
+    }
+}
+
+impl LaterLayers for Link {
+    fn forward(&self, stages: &dyn Stages, tokens: &Array, cache: &mut KvCache, logits: Logits) -> Result<Array> {
+        self.forward_across(stages, tokens, cache, logits)
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
     }
 }
 

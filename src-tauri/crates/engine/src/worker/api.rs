@@ -293,6 +293,18 @@ pub struct PeerTurn {
     pub hand_offs: HandOffs,
 }
 
+impl PeerTurn {
+    /// What `link` did since it was last asked (its hand-offs are taken).
+    pub fn of(link: &crate::peer::host::Link) -> Self {
+        Self {
+            peer: link.peer.clone(),
+            first_peer_layer: link.first_peer_layer,
+            layers: link.layers,
+            hand_offs: link.take_hand_offs(),
+        }
+    }
+}
+
 /// A [`PeerTurn`] as `--json` and the server's `usage.headroom` report it.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct PeerReport {

@@ -181,12 +181,7 @@ impl EngineHandle {
     pub fn peer_hand_offs(&self) -> Result<Option<PeerTurn>> {
         let (reply, rx) = mpsc::channel();
         self.with_model(move |model, _, _| {
-            let turn = model.and_then(Model::link).map(|link| PeerTurn {
-                peer: link.peer.clone(),
-                first_peer_layer: link.first_peer_layer,
-                layers: link.layers,
-                hand_offs: link.take_hand_offs(),
-            });
+            let turn = model.and_then(crate::peer::host::Link::of).map(PeerTurn::of);
             let _ = reply.send(turn);
         })?;
         rx.recv().map_err(|_| EngineError::EngineStopped)

@@ -21,7 +21,6 @@ use super::api::{
     RunId, SavedSessions, SessionsDropped, TurnStats, UnloadReport,
 };
 use crate::backend::backend_info;
-use crate::cache::persist::StateShape;
 use crate::cache::KvCache;
 use crate::config::read_config;
 use crate::draft::Draft;
@@ -577,7 +576,7 @@ impl Worker {
                 return Ok(None);
             }
         };
-        let want = StateShape::of(&loaded.model, format, loaded.settings.context_limit);
+        let want = loaded.model.state_shape(format, loaded.settings.context_limit);
         let mut best: Option<(KvCache, usize)> = None;
         for part in [Part::State, Part::Prompt] {
             // Another model's, other settings', the wrong shapes: a miss, never a wrong answer.
@@ -611,7 +610,7 @@ impl Worker {
         loaded.model.check_kv_format(format)?;
         // Across two Macs every turn starts afresh: the peer's half of a
         // kept state would have to be kept and matched too (docs/two-macs.md).
-        let alone = loaded.model.link().is_none();
+        let alone = loaded.model.later_layers().is_none();
 
         // Room first (memory may be tighter than at the load), then the
         // cache that saves the most prefill: in memory, else this chat's
@@ -694,12 +693,7 @@ impl Worker {
             peak_memory_bytes,
             kv_label: cache.label(short_dtype_name(loaded.model.activation_dtype())),
             speculation: generation.speculation,
-            peer: loaded.model.link().map(|link| PeerTurn {
-                peer: link.peer.clone(),
-                first_peer_layer: link.first_peer_layer,
-                layers: link.layers,
-                hand_offs: link.take_hand_offs(),
-            }),
+            peer: crate::peer::host::Link::of(&loaded.model).map(PeerTurn::of),
         };
         // What this request leaves is the latest entry; what no longer fits
         // the allowance goes to disk (a chat's) or away. A cache that cannot
@@ -817,7 +811,7 @@ impl Loaded {
     /// Whether what this process holds is this model alone, all of it: a
     /// measurement is then a point of its calibration curve.
     fn measures_itself(&self) -> bool {
-        self.model.link().is_none() && self.draft.is_none()
+        self.model.later_layers().is_none() && self.draft.is_none()
     }
 }
 
@@ -851,6 +845,6 @@ fn attach_peer(mut model: Model, dir: &Path, at: &PeerPlacement, settings: &Load
         host_ring: String::new(),
     };
     let link = crate::peer::host::place(at, placement, model.activation_dtype(), model.config().text.hidden_size)?;
-    model.attach(link);
+    model.attach(Box::new(link));
     Ok(model)
 }

@@ -3,6 +3,6 @@ import type { FitReport } from "./FitReport";
 import type { RemoteModel } from "./RemoteModel";
 
 /**
- * What `model_pull_check` resolves to: the repo's files and the verdict at the app's context limit.
+ * The repo's files and the verdict at the context it would be loaded with.
  */
 export type PullCheck = { model: RemoteModel, endpoint: string, fit: FitReport, };

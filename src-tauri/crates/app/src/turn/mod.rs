@@ -36,6 +36,7 @@ pub use events::{ChatEvent, RouteInfo, RouteReason, RouteTarget, Sink, TurnEnd};
 pub use record::StoredIds;
 pub use route::Choice;
 
+use crate::codes::{capitalized, Coded, ErrorCode};
 use crate::runs::Registered;
 use crate::runtime::block_on;
 use crate::state::AppState;
@@ -135,16 +136,17 @@ pub enum TurnError {
     Store(#[from] StoreError),
     #[error("this Mac's memory could not be read: {0}")]
     Memory(headroom_memory::MemoryError),
-    /// An app module's error, already in the UI's shape.
-    #[error("{}", .0.message)]
-    App(crate::error::CommandError),
+    /// A model Headroom had unloaded could not be loaded again for this message.
+    // Boxed: a refusal carries its numbers, and every turn result would be that large.
+    #[error(transparent)]
+    Load(Box<crate::models::LoadError>),
     #[error("could not start the turn's thread: {0}")]
     Thread(std::io::Error),
 }
 
-impl From<crate::error::CommandError> for TurnError {
-    fn from(e: crate::error::CommandError) -> Self {
-        Self::App(e)
+impl From<crate::models::LoadError> for TurnError {
+    fn from(e: crate::models::LoadError) -> Self {
+        Self::Load(Box::new(e))
     }
 }
 
@@ -180,7 +182,9 @@ pub fn start(
     // back for the next message, fit-checked, unless it is for the cloud.
     let mut notes = Vec::new();
     if options.force != Some(Force::Cloud) {
-        notes.extend(crate::away::reload(state)?);
+        notes.extend(
+            crate::give_back::reload(state)?.map(|message| RouteReason { code: crate::away::RELOADED_CODE, message }),
+        );
     }
     if state.loaded_model().is_none() && settings.cloud_base_url.is_none() && options.force != Some(Force::Cloud) {
         // Nothing to route to: the plainest words for the first run.
@@ -280,4 +284,52 @@ pub(crate) fn spawn(
         })
         .map_err(TurnError::Thread)?;
     Ok(Running { run_id, done })
+}
+
+impl Coded for TurnError {
+    fn code(&self) -> ErrorCode {
+        use TurnError as E;
+        match self {
+            E::Route(e) => e.code(),
+            E::Key(e) => e.code(),
+            E::Cloud(e) => Coded::code(e),
+            E::Engine(e) => e.code(),
+            E::Store(e) => e.code(),
+            E::Load(e) => e.code(),
+            E::EmptyMessage => ErrorCode::EmptyMessage,
+            E::NoModelLoaded => ErrorCode::NoModelLoaded,
+            E::NothingToRegenerate => ErrorCode::NothingToRegenerate,
+            E::MaxTokens(_) => ErrorCode::InvalidSetting,
+            E::NoCloudProvider => ErrorCode::RouteNoCloud,
+            E::NoCloudModel => ErrorCode::CloudNoModel,
+            E::Blocked(_) => ErrorCode::PrivacyBlocked,
+            E::WouldSwap { .. } => ErrorCode::TurnWouldSwap,
+            E::Memory(_) => ErrorCode::Memory,
+            E::Thread(_) => ErrorCode::EngineInternal,
+        }
+    }
+
+    fn message(&self) -> String {
+        use TurnError as E;
+        match self {
+            E::Route(e) => e.message(),
+            E::Key(e) => e.message(),
+            E::Cloud(e) => e.message(),
+            E::Engine(e) => e.message(),
+            E::Store(e) => e.message(),
+            E::Load(e) => e.message(),
+            E::EmptyMessage => "Type a message first.".to_owned(),
+            E::NoModelLoaded => "No model is loaded yet. Pick one from the list at the top.".to_owned(),
+            E::NoCloudProvider => "No cloud provider is set up: add one in Settings.".to_owned(),
+            E::NoCloudModel => "No cloud model is set: choose one in Settings, next to the cloud URL.".to_owned(),
+            _ => capitalized(&self.to_string()),
+        }
+    }
+
+    fn details(&self) -> Option<serde_json::Value> {
+        match self {
+            TurnError::Load(e) => e.details(),
+            _ => None,
+        }
+    }
 }

@@ -169,12 +169,36 @@ pub fn check_model_with(
     Ok(check_with(&footprint, u64::try_from(context).unwrap_or(u64::MAX), kv, inputs, &measured))
 }
 
+/// How a model would be loaded: what its fit check weighs.
+#[derive(Debug, Clone, Copy)]
+pub struct LoadPlan<'a> {
+    pub dir: &'a Path,
+    /// A draft model loaded beside it (its weights and cache count too).
+    pub draft: Option<&'a Path>,
+    pub context: usize,
+    pub dtype: ComputeDtype,
+    pub kernel: QuantKernel,
+    pub kv: KvFormat,
+}
+
+/// The verdict for `plan`: the check every load passes, from the picker,
+/// the server and the CLI alike. Calibrated by what `learned` (the store)
+/// measured of the model alone, so a load with a draft is weighed by the
+/// formula ([`check_model_with_draft`]).
+pub fn check_load(plan: &LoadPlan<'_>, source: BudgetSource, learned: Option<&Store>) -> Result<FitReport, FitError> {
+    let LoadPlan { dir, context, dtype, kernel, kv, .. } = *plan;
+    match plan.draft {
+        Some(draft) => check_model_with_draft(dir, draft, context, dtype, kernel, kv, source),
+        None => check_model_with(dir, context, dtype, kernel, kv, source, learned),
+    }
+}
+
 /// [`check_model_with`] for a load with the draft model in `draft` beside
 /// it: a draft of another vocabulary is refused first, by name (it would
 /// not be used, so it is not weighed); then the two footprints together
 /// (`ModelFootprint::with_draft`), by the formula alone, since what this
 /// machine measured is of the model alone.
-pub fn check_model_with_draft(
+fn check_model_with_draft(
     dir: &Path,
     draft: &Path,
     context: usize,
@@ -335,8 +359,10 @@ pub fn refusal_details(report: &FitReport, remedies: &[Remedy]) -> TooLargeDetai
 }
 /// A sparse model folder for tests: a real tiny config whose single weight
 /// file's header claims `claimed` bytes (no data on disk).
-#[cfg(test)]
-pub(crate) fn write_sparse_model(dir: &Path, claimed: u64) {
+#[cfg(any(test, feature = "testing"))]
+// A test fixture (the front ends' tests use it too): a failure is the test's.
+#[allow(clippy::unwrap_used)]
+pub fn write_sparse_model(dir: &Path, claimed: u64) {
     use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
     use std::io::Write;
     write_demo_model(dir, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Sixteen)).unwrap();

@@ -13,6 +13,7 @@ use std::time::Duration;
 use headroom_engine::EngineError;
 use serde::Serialize;
 
+use crate::codes::{Coded, ErrorCode};
 use crate::discovery::Found;
 
 /// The file the tokens are kept in.
@@ -67,7 +68,9 @@ pub fn write_private(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// The data folder the CLI and the app share (`$HEADROOM_DATA_DIR` first).
 pub fn data_dir() -> Option<PathBuf> {
-    crate::state::Locations::from_env(|| crate::state::platform_app_data_dir().ok_or(())).ok().map(|l| l.data_dir)
+    crate::locations::Locations::from_env(|| crate::locations::platform_app_data_dir().ok_or(()))
+        .ok()
+        .map(|l| l.data_dir)
 }
 
 /// The token for `addr` in the shared data folder.
@@ -156,8 +159,10 @@ pub fn pair(data_dir: &Path, address: &str, code: &str) -> Result<String, PairEr
 }
 
 /// A stand-in lender for the app's tests.
-#[cfg(test)]
-pub(crate) mod testing {
+#[cfg(any(test, feature = "testing"))]
+// A test fixture (the front ends' tests use it too): a failure is the test's.
+#[allow(clippy::unwrap_used)]
+pub mod testing {
     use std::net::TcpListener;
     use std::thread::JoinHandle;
     use std::time::Duration;
@@ -191,6 +196,24 @@ pub(crate) mod testing {
     /// A loopback address nothing listens on (a port just freed).
     pub fn nobody() -> String {
         TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string()
+    }
+}
+
+impl Coded for FindError {
+    fn code(&self) -> ErrorCode {
+        ErrorCode::PeerFindFailed
+    }
+}
+
+impl Coded for PairError {
+    fn code(&self) -> ErrorCode {
+        use PairError as E;
+        match self {
+            E::NoCode { .. } => ErrorCode::InvalidInput,
+            E::Refused { .. } => ErrorCode::PeerRefused,
+            E::Unreachable { .. } => ErrorCode::PeerUnreachable,
+            E::Keep { .. } => ErrorCode::PeerPairFailed,
+        }
     }
 }
 

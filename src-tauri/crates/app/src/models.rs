@@ -19,8 +19,8 @@ use serde::Serialize;
 
 pub use headroom_core::format::hf_cache::HubEnv;
 
+use crate::codes::{Coded, ErrorCode};
 use crate::default_model::DEFAULT_MODEL_ID;
-use crate::error::{CommandError, ErrorCode};
 use crate::fit::{self, BudgetSource};
 use crate::state::{AppState, LoadedModel};
 
@@ -35,6 +35,79 @@ pub enum ModelsError {
     NotFound { model: String, searched: Vec<PathBuf> },
     #[error("the Hugging Face cache entry for {model} at {} is broken: {reason}", repo_dir.display())]
     BrokenCacheEntry { model: String, repo_dir: PathBuf, reason: String },
+}
+
+/// Why a model was not loaded (the picker's load, a reload after an
+/// unload, the default model at start). Each says what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("The model {id} is no longer on this Mac.")]
+    NotFound { id: String },
+    /// The listing could not read the folder: its reason, as the picker shows it.
+    #[error("{}", .0.message)]
+    Unusable(ModelProblem),
+    #[error("The context limit must be at least one token.")]
+    NoContext,
+    #[error("The draft model {draft} in Settings is no longer on this Mac, or cannot be read. Choose another draft, or none.")]
+    DraftGone { draft: String },
+    #[error("No peer Mac is set: name one in Settings → Two Macs.")]
+    NoPeer,
+    /// The fit verdict refuses it; `details` are the numbers and remedies
+    /// the warning sheet shows (none for a refused split).
+    #[error("{message}")]
+    TooLarge { message: String, details: Option<serde_json::Value> },
+    #[error("This Mac's memory could not be read: {0}")]
+    Memory(#[from] headroom_memory::MemoryError),
+    #[error("{0}")]
+    Split(headroom_core::split::SplitError),
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    #[error(transparent)]
+    Demo(#[from] headroom_engine::demo::DemoError),
+    #[error("The bundled model {} could not be set up in {}: {source}", file.display(), dir.display())]
+    Bundled { file: PathBuf, dir: PathBuf, source: std::io::Error },
+}
+
+impl From<fit::FitError> for LoadError {
+    fn from(e: fit::FitError) -> Self {
+        match e {
+            fit::FitError::Model(e) => Self::Engine(e),
+            fit::FitError::Memory(e) => Self::Memory(e),
+            fit::FitError::Split(e) => Self::Split(e),
+        }
+    }
+}
+
+impl Coded for LoadError {
+    fn code(&self) -> ErrorCode {
+        match self {
+            Self::NotFound { .. } => ErrorCode::ModelNotFound,
+            Self::Unusable(p) => p.code,
+            Self::NoContext | Self::NoPeer => ErrorCode::InvalidSetting,
+            Self::DraftGone { .. } => ErrorCode::DraftModel,
+            Self::TooLarge { .. } => ErrorCode::ModelTooLarge,
+            Self::Memory(_) => ErrorCode::Memory,
+            Self::Split(_) => ErrorCode::PeerUnsupported,
+            Self::Engine(e) => e.code(),
+            Self::Demo(e) => e.code(),
+            Self::Bundled { .. } => ErrorCode::Io,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            Self::Engine(e) => e.message(),
+            Self::Demo(e) => e.message(),
+            _ => self.to_string(),
+        }
+    }
+
+    fn details(&self) -> Option<serde_json::Value> {
+        match self {
+            Self::TooLarge { details, .. } => details.clone(),
+            _ => None,
+        }
+    }
 }
 
 /// One model the picker can offer.
@@ -82,8 +155,7 @@ pub struct ModelProblem {
 
 impl From<EngineError> for ModelProblem {
     fn from(e: EngineError) -> Self {
-        let e = CommandError::from(e);
-        Self { code: e.code, message: e.message }
+        Self { code: e.code(), message: e.message() }
     }
 }
 
@@ -228,9 +300,8 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
 
 /// The budget the picker and the guard use now: a fresh reading, plus what
 /// unloading the loaded model (its MLX arrays and MLX's buffer cache) would free.
-pub fn budget_source(state: &AppState) -> Result<BudgetSource, CommandError> {
-    let reading = headroom_memory::read()
-        .map_err(|e| CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}")))?;
+pub fn budget_source(state: &AppState) -> Result<BudgetSource, headroom_memory::MemoryError> {
+    let reading = headroom_memory::read()?;
     let freed_by_unload_bytes = match state.loaded_model() {
         Some(_) => mlx_memory().map(|m| m.active.saturating_add(m.cache)).unwrap_or(0),
         None => 0,
@@ -319,14 +390,11 @@ fn add_draft(list: &mut [ModelEntry], draft: &str, context: usize, kv: KvFormat)
 }
 
 /// The draft model's folder for loading `id` (the settings' draft, unless it is `id` itself).
-fn draft_path(state: &AppState, id: &str, all: &[ModelEntry]) -> Result<Option<PathBuf>, CommandError> {
+fn draft_path(state: &AppState, id: &str, all: &[ModelEntry]) -> Result<Option<PathBuf>, LoadError> {
     let Some(draft) = state.draft_model().filter(|d| d != id) else { return Ok(None) };
     match all.iter().find(|m| m.id == draft) {
         Some(m) if m.problem.is_none() => Ok(Some(m.path.clone())),
-        _ => Err(CommandError::new(
-            ErrorCode::DraftModel,
-            format!("The draft model {draft} in Settings is no longer on this Mac, or cannot be read. Choose another draft, or none."),
-        )),
+        _ => Err(LoadError::DraftGone { draft }),
     }
 }
 
@@ -367,31 +435,32 @@ pub fn load(
     kv: Option<KvFormat>,
     override_fit: bool,
     across_peer: bool,
-) -> Result<LoadResult, CommandError> {
+) -> Result<LoadResult, LoadError> {
     let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
     let kernel = state.quant_kernel();
     let all = list_models(&state.locations.data_dir, &state.locations.hub, kernel);
-    let mut entry = all.iter().find(|m| m.id == id).cloned().ok_or_else(|| {
-        CommandError::new(ErrorCode::ModelNotFound, format!("The model {id} is no longer on this Mac."))
-    })?;
+    let mut entry =
+        all.iter().find(|m| m.id == id).cloned().ok_or_else(|| LoadError::NotFound { id: id.to_owned() })?;
     // A folder the listing could not read is refused with its reason before anything moves.
     if let Some(p) = &entry.problem {
-        return Err(CommandError::new(p.code, p.message.clone()));
+        return Err(LoadError::Unusable(p.clone()));
     }
     let context_limit = context_limit.unwrap_or_else(|| state.context_limit());
     if context_limit == 0 {
-        return Err(CommandError::new(ErrorCode::InvalidSetting, "The context limit must be at least one token."));
+        return Err(LoadError::NoContext);
     }
     let kv = kv.unwrap_or_else(|| state.kv_format());
     let source = budget_source(state)?;
-    let learned = Some(&state.store);
     let draft = if across_peer { None } else { draft_path(state, id, &all)? };
-    let native = ComputeDtype::Native;
-    let report = match &draft {
-        Some(d) => fit::check_model_with_draft(&entry.path, d, context_limit, native, kernel, kv, source),
-        None => fit::check_model_with(&entry.path, context_limit, native, kernel, kv, source, learned),
-    }
-    .map_err(fit_error)?;
+    let plan = fit::LoadPlan {
+        dir: &entry.path,
+        draft: draft.as_deref(),
+        context: context_limit,
+        dtype: ComputeDtype::Native,
+        kernel,
+        kv,
+    };
+    let report = fit::check_load(&plan, source, Some(&state.store))?;
     if across_peer {
         return load_across(state, entry, context_limit, kv, override_fit);
     }
@@ -408,14 +477,10 @@ pub fn load(
             ),
         };
         let remedies = remedies_for(&report, kv, &entry.id, &all);
-        return Err(CommandError {
-            code: ErrorCode::ModelTooLarge,
-            message,
-            details: fit::refusal_details(&report, &remedies).into_details(),
-        });
+        let details = fit::refusal_details(&report, &remedies).into_details();
+        return Err(LoadError::TooLarge { message, details });
     }
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Beside { peer: None, draft })
-        .map_err(CommandError::from)?;
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, Beside { peer: None, draft })?;
     entry.loaded = true;
     entry.fit = Some(report);
     Ok(LoadResult::of(entry, context_limit, s))
@@ -431,14 +496,11 @@ fn load_across(
     context_limit: usize,
     kv: KvFormat,
     override_fit: bool,
-) -> Result<LoadResult, CommandError> {
-    let peer = state.peer().ok_or_else(|| {
-        CommandError::new(ErrorCode::InvalidSetting, "No peer Mac is set: name one in Settings → Two Macs.")
-    })?;
+) -> Result<LoadResult, LoadError> {
+    let peer = state.peer().ok_or(LoadError::NoPeer)?;
     let source = budget_source(state)?;
     let split =
-        fit::check_split(&entry.path, context_limit, ComputeDtype::Native, state.quant_kernel(), kv, source, &peer)
-            .map_err(fit_error)?;
+        fit::check_split(&entry.path, context_limit, ComputeDtype::Native, state.quant_kernel(), kv, source, &peer)?;
     if split.report.refuses() && !override_fit {
         let side = |s: &headroom_core::split::Share, name: &str| {
             format!(
@@ -453,26 +515,15 @@ fn load_across(
             side(&split.report.host, "this Mac"),
             side(&split.report.peer, &split.machine),
         );
-        return Err(CommandError::new(ErrorCode::ModelTooLarge, message));
+        return Err(LoadError::TooLarge { message, details: None });
     }
     let report = split.report.host.fit.clone();
     let beside = Beside { peer: Some(split.placement()), draft: None };
-    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside).map_err(CommandError::from)?;
+    let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)?;
     entry.loaded = true;
     entry.fit = Some(report);
     entry.two_macs = Some(split);
     Ok(LoadResult::of(entry, context_limit, s))
-}
-
-/// A fit check's failure as the UI's error.
-fn fit_error(e: fit::FitError) -> CommandError {
-    match e {
-        fit::FitError::Model(e) => CommandError::from(e),
-        fit::FitError::Memory(e) => {
-            CommandError::new(ErrorCode::Memory, format!("This Mac's memory could not be read: {e}"))
-        }
-        fit::FitError::Split(e) => CommandError::new(ErrorCode::PeerUnsupported, e.to_string()),
-    }
 }
 
 /// What would make the refused `report` fit: a smaller KV cache (from the
@@ -609,7 +660,7 @@ fn millis(d: std::time::Duration) -> u64 {
 /// the tiny random-weight qwen2 4-bit demo model is written there (tests,
 /// and a checkout without `make setup`); it is loaded if it is the only
 /// own model that fits, so the app chats at once. Returns whether it loaded it.
-pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
+pub fn ensure_default_model(state: &AppState) -> Result<bool, LoadError> {
     if state.loaded_model().is_some() {
         return Ok(false);
     }
@@ -641,15 +692,10 @@ pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
     if fitting().is_empty() {
         match &state.locations.default_model {
             Some(file) => {
-                crate::default_model::install(file, &models_dir).map_err(|e| {
-                    CommandError::new(
-                        ErrorCode::Io,
-                        format!(
-                            "The bundled model {} could not be set up in {}: {e}",
-                            file.display(),
-                            models_dir.display()
-                        ),
-                    )
+                crate::default_model::install(file, &models_dir).map_err(|source| LoadError::Bundled {
+                    file: file.clone(),
+                    dir: models_dir.clone(),
+                    source,
                 })?;
             }
             None if !models_dir.join(DEMO_MODEL_ID).join(CONFIG_FILE).is_file() => {
@@ -672,6 +718,16 @@ pub fn ensure_default_model(state: &AppState) -> Result<bool, CommandError> {
             Ok(true)
         }
         _ => Ok(false),
+    }
+}
+
+impl Coded for ModelsError {
+    fn code(&self) -> ErrorCode {
+        use ModelsError as E;
+        match self {
+            E::NotFound { .. } => ErrorCode::ModelNotFound,
+            E::BrokenCacheEntry { .. } => ErrorCode::ModelIncomplete,
+        }
     }
 }
 
@@ -788,7 +844,7 @@ mod tests {
         assert!(list[0].size_bytes > 0);
         assert_eq!(ensure_default_model(&state).ok(), Some(false), "already loaded");
         let err = load(&state, "nobody/nothing", None, None, false, false).err();
-        assert_eq!(err.map(|e| e.code), Some(ErrorCode::ModelNotFound));
+        assert_eq!(err.map(|e| e.code()), Some(ErrorCode::ModelNotFound));
     }
 
     #[test]
@@ -890,7 +946,7 @@ mod tests {
         let active = || mlx_memory().map(|m| m.active).unwrap_or(0);
         let before = active();
         let err = load(&state, "huge", Some(1024), None, false, false).err();
-        assert_eq!(err.map(|e| e.code), Some(ErrorCode::ModelTooLarge));
+        assert_eq!(err.map(|e| e.code()), Some(ErrorCode::ModelTooLarge));
         assert!(active() <= before + headroom_engine::worker::RETURN_TOLERANCE_BYTES, "{before} -> {}", active());
         assert_eq!(state.loaded_model().map(|m| m.id), Some(DEMO_MODEL_ID.to_owned()));
         let _ = std::fs::remove_dir_all(&state.locations.data_dir);
@@ -942,8 +998,8 @@ mod tests {
                 state.set_loaded(None);
                 continue;
             };
-            assert_eq!(refused.code, ErrorCode::ModelTooLarge);
-            let details = refused.details.unwrap_or_default();
+            assert_eq!(refused.code(), ErrorCode::ModelTooLarge);
+            let details = refused.details().unwrap_or_default();
             let remedies: Vec<Remedy> =
                 serde_json::from_value(details["remedies"].clone()).expect("a list of remedies");
             if remedies.first().is_some_and(|r| matches!(r, Remedy::KvCache { bits: 8, .. })) {

@@ -23,6 +23,7 @@ use headroom_store::Route;
 use super::events::{RouteInfo, RouteTarget, RunEvent, Sink};
 use super::record::TurnRecorder;
 use super::{cache, gate, summary, Plan, Running, TurnError};
+use crate::codes::Coded;
 use crate::runs::{RunKind, Stopper};
 use crate::state::{AppState, ModelLabels};
 
@@ -181,7 +182,7 @@ pub(crate) fn run(
     cancel: CancellationToken,
 ) -> Receiver<RunEvent> {
     let (tx, rx) = std::sync::mpsc::channel();
-    tauri::async_runtime::spawn(async move {
+    crate::runtime::spawn(async move {
         let model = client.config().model.clone();
         let events = tx.clone();
         let result = run_turn(&client, &messages, &params, cancel, move |event| {
@@ -202,7 +203,7 @@ pub(crate) fn run(
                 }
                 RunEvent::Finished(finished.reason)
             }
-            Err(e) => RunEvent::Error { code: crate::error::cloud_code(&e), message: e.to_string() },
+            Err(e) => RunEvent::Error { code: Coded::code(&e), message: e.to_string() },
         };
         let _ = tx.send(last);
     });
@@ -213,7 +214,7 @@ pub(crate) fn run(
 mod tests {
     use std::time::Duration;
 
-    use crate::error::ErrorCode;
+    use crate::codes::{Coded, ErrorCode};
 
     use headroom_cloud::Usage;
 
@@ -259,7 +260,7 @@ mod tests {
     #[test]
     fn the_cloud_config_needs_a_url_and_a_model_from_the_settings() {
         let dir = std::path::Path::new("/nonexistent-headroom-dir");
-        let code = |s: &Settings| config(s, dir).err().map(|e| crate::error::CommandError::from(e).code);
+        let code = |s: &Settings| config(s, dir).err().map(|e| e.code());
         assert_eq!(code(&Settings::default()), Some(ErrorCode::RouteNoCloud));
         let url_only = Settings { cloud_base_url: Some("http://127.0.0.1:9/v1".into()), ..Settings::default() };
         assert_eq!(code(&url_only), Some(ErrorCode::CloudNoModel));

@@ -15,10 +15,10 @@ use headroom_core::calibration::Measured;
 use headroom_core::chat::Message;
 use headroom_core::fit::{check_with, BudgetInputs, ModelFootprint, Verdict};
 use headroom_core::kv::KvFormat;
-use headroom_core::router::sensitive::ScanCache;
 use headroom_core::router::{
     route, ApproxTokens, Decision, Force, LocalModel, RouteContext, RouteRequest, TokenCounter,
 };
+use headroom_core::sensitive::ScanCache;
 use headroom_core::settings::Settings;
 use headroom_engine::tokenizer::Tokenizer;
 use headroom_engine::EngineError;
@@ -165,7 +165,9 @@ pub fn for_state(
     let tokenizer = loaded.as_ref().map(crate::state::LoadedModel::tokenizer).transpose()?;
     let basis = match &loaded {
         Some(m) => Some(FitBasis {
-            budget: crate::fit::budget_inputs(crate::models::budget_source(state)?).map_err(TurnError::Memory)?,
+            budget: crate::models::budget_source(state)
+                .and_then(crate::fit::budget_inputs)
+                .map_err(TurnError::Memory)?,
             measured: crate::fit::learned_for(&state.store, &m.info.fingerprint),
         }),
         None => None,
@@ -191,7 +193,7 @@ pub fn for_state(
 
 #[cfg(test)]
 mod tests {
-    use crate::error::ErrorCode;
+    use crate::codes::{Coded, ErrorCode};
     use headroom_core::chat::Role;
     use headroom_core::router::Target;
 
@@ -211,7 +213,7 @@ mod tests {
         assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
         assert!(!d.tokens_exact);
 
-        let code = |r: Result<Routed, TurnError>| r.err().map(|e| crate::error::CommandError::from(e).code);
+        let code = |r: Result<Routed, TurnError>| r.err().map(|e| e.code());
         let id = "my id is 11010519491231002X";
         assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some(ErrorCode::RouteNoLocalModel));
         // An earlier sensitive exchange is left out of what the cloud gets.

@@ -204,7 +204,7 @@ impl Live {
             return;
         }
         let Some(store) = self.inner.store.get() else { return };
-        match tauri::async_runtime::block_on(store.recent_rates(model_id, RateHistory::KEPT)) {
+        match crate::runtime::block_on(store.recent_rates(model_id, RateHistory::KEPT)) {
             Ok(rates) if !rates.is_empty() => {
                 let mut state = self.state();
                 let mut history = RateHistory::from_rates(rates);
@@ -243,7 +243,7 @@ pub struct LiveRun {
     flushed: usize,
     /// The last background write: writes go to the store in order, so an
     /// older stretch never replaces a newer one.
-    pending: Option<tauri::async_runtime::JoinHandle<()>>,
+    pending: Option<crate::runtime::JoinHandle<()>>,
     ended: bool,
 }
 
@@ -293,7 +293,7 @@ impl LiveRun {
             // and what the graph shows next is on disk. After the last
             // background write, so an older stretch never replaces this one.
             let earlier = self.pending.take();
-            let written = tauri::async_runtime::block_on(async {
+            let written = crate::runtime::block_on(async {
                 if let Some(earlier) = earlier {
                     let _ = earlier.await;
                 }
@@ -357,7 +357,7 @@ impl LiveRun {
         let (model, points, stretches) = (self.model_id.clone(), self.points.clone(), self.stretches.clone());
         self.flushed = self.points.len();
         let earlier = self.pending.take();
-        self.pending = Some(tauri::async_runtime::spawn(async move {
+        self.pending = Some(crate::runtime::spawn(async move {
             if let Some(earlier) = earlier {
                 let _ = earlier.await;
             }
@@ -525,7 +525,7 @@ mod tests {
     /// A store in a scratch folder of its own, removed on drop.
     /// A store on a new database, removed with its folder after the test.
     fn store(tag: &str) -> FreshStore {
-        tauri::async_runtime::block_on(fresh_store(&format!("live-{tag}")))
+        crate::runtime::block_on(fresh_store(&format!("live-{tag}")))
     }
 
     /// Swap (MiB) set by the test as it goes; pressure normal.
@@ -574,10 +574,10 @@ mod tests {
         assert_eq!(rates.len(), points + 1, "and the tail at finish");
         assert!(rates.iter().all(|r| r.model_id == "demo" && r.point.tps > 0.0));
         assert_eq!(slowdowns.len(), 1);
-        let stored = tauri::async_runtime::block_on(s.rate_timeline(0)).unwrap_or_default();
+        let stored = crate::runtime::block_on(s.rate_timeline(0)).unwrap_or_default();
         assert_eq!(stored.len(), rates.len());
         assert!(stored.iter().filter(|r| r.slowed).count() >= 4, "the slow seconds are marked");
-        let kept = tauri::async_runtime::block_on(s.slowdowns(0)).unwrap_or_default();
+        let kept = crate::runtime::block_on(s.slowdowns(0)).unwrap_or_default();
         assert_eq!(kept.iter().map(|k| k.sentence.clone()).collect::<Vec<_>>(), vec![note.sentence]);
     }
 
@@ -669,7 +669,7 @@ mod tests {
         // Stored: a row from 4 minutes ago (before this process) and one the
         // sampler also holds.
         for p in [MemoryPoint { span_ms: 60_000, ..reading(now - 240_000, 6 * GIB) }, reading(now - 30_000, 7 * GIB)] {
-            tauri::async_runtime::block_on(s.record_memory(&p)).unwrap();
+            crate::runtime::block_on(s.record_memory(&p)).unwrap();
         }
         let recent: Vec<MemoryPoint> = (0..30).map(|k| reading(now - 30_000 + k * 1000, 7 * GIB)).collect();
         let live = Live::with_memory(Policy::default(), || Some((0, PressureLevel::Normal)));
@@ -685,7 +685,7 @@ mod tests {
             os_headroom_bytes: 4 * GIB,
             style: headroom_charts::ChartStyle::live(headroom_charts::Theme::Dark),
         };
-        let view = tauri::async_runtime::block_on(view(&s, &live, &req)).unwrap();
+        let view = crate::runtime::block_on(view(&s, &live, &req)).unwrap();
         assert_eq!(view.memory.len(), 31, "the old stored row, then the sampler's readings (not the stored copy)");
         assert_eq!(view.rates.len(), 3, "each rate once, though both the store and memory hold it");
         assert_eq!(view.budget_bytes, Some(20 * GIB));

@@ -1,8 +1,8 @@
 //! Live memory for the UI and the tray: the `headroom-memory` sampler runs
-//! on Tauri's async runtime, once a second while the popover is visible or
+//! on the shared async runtime, once a second while the popover is visible or
 //! an answer streams and once every few seconds otherwise (still enough to
-//! warn). Each sample is emitted as the `memory` event while the popover is
-//! visible (never to a hidden webview), kept in the sampler's ring buffer
+//! warn). Each sample is handed to the front end (the app emits it while
+//! the popover is visible, never to a hidden webview), kept in the sampler's ring buffer
 //! for the live strip's and graph's first paint (`memory_history`),
 //! summarized in the tray's tooltip, and recorded in the store's memory
 //! timeline (kept a week) when the recorder says it changed
@@ -14,14 +14,10 @@ use std::time::Duration;
 
 use headroom_memory::{PressureLevel, Reader, Sample, Sampler};
 use serde::Serialize;
-use tauri::{AppHandle, Emitter, Manager, Runtime};
 
 use crate::live::Activity;
 use crate::state::AppState;
-use crate::tray::TRAY_ID;
 
-/// The event each sample is emitted as.
-pub const MEMORY_EVENT: &str = "memory";
 /// While the popover is visible or an answer streams: the graph's pace.
 pub const ACTIVE_PERIOD: Duration = Duration::from_secs(1);
 /// While idle: a reading every 5 s, enough for the tray to warn.
@@ -127,8 +123,8 @@ pub fn spawn_sampler(
 ) -> Result<Option<tokio::sync::watch::Receiver<Option<Sample>>>, headroom_memory::MemoryError> {
     let mut reader = Reader::new()?;
     let sampler = {
-        // Sampler::spawn needs a tokio context: Tauri's own runtime.
-        let _runtime = tauri::async_runtime::handle().inner().enter();
+        // Sampler::spawn needs a tokio context: the shared runtime.
+        let _runtime = crate::runtime::handle().enter();
         Sampler::spawn(move || reader.read(), pace, HISTORY)
     };
     let latest = sampler.subscribe();
@@ -139,19 +135,22 @@ pub fn spawn_sampler(
     Ok(Some(latest))
 }
 
-/// Starts the sampler on Tauri's runtime, sets its pace from the live
-/// activity, and forwards each sample to the UI (while visible), the store
-/// (when it changed) and the tray. Call once, from `setup`.
-pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::MemoryError> {
-    let state = app.state::<AppState>();
+/// Starts the sampler, sets its pace from the live activity, records each
+/// sample in the store's timeline (when it changed) and hands it to `show`
+/// with whether the popover is visible (the app emits it to the popover and
+/// puts it in the tray's tooltip). Call once.
+pub fn start(
+    state: &AppState,
+    mut show: impl FnMut(&MemorySample, bool) + Send + 'static,
+) -> Result<(), headroom_memory::MemoryError> {
     let live = state.live.clone();
-    let Some(mut latest) = spawn_sampler(&state, period(live.activity()))? else { return Ok(()) };
+    let Some(mut latest) = spawn_sampler(state, period(live.activity()))? else { return Ok(()) };
 
     // The pace follows the activity; the popover opening asks for a reading
     // at once, so the graph is fresh within a second.
     let mut activity = live.subscribe();
     let memory = std::sync::Arc::clone(&state.memory);
-    tauri::async_runtime::spawn(async move {
+    crate::runtime::spawn(async move {
         let mut was_visible = activity.borrow().visible;
         while activity.changed().await.is_ok() {
             let now = *activity.borrow_and_update();
@@ -165,40 +164,24 @@ pub fn start<R: Runtime>(app: &AppHandle<R>) -> Result<(), headroom_memory::Memo
         }
     });
 
-    let app = app.clone();
     let store = state.store.clone();
-    tauri::async_runtime::spawn(async move {
+    crate::runtime::spawn(async move {
         let week_ago = crate::live::unix_ms().saturating_sub(TIMELINE_KEPT_MS);
         if let Err(e) = store.prune_timeline(week_ago).await {
             tracing::warn!("could not prune the stored timeline: {e}");
         }
         let mut recorder = TimelineRecorder::new();
-        let mut last_tooltip = String::new();
         while latest.changed().await.is_ok() {
             let Some(sample) = *latest.borrow_and_update() else { continue };
             let now = live.activity();
             let ui =
                 MemorySample::from_sample(&sample, if now.visible { headroom_engine::mlx_memory().ok() } else { None });
-            if now.visible {
-                tracing::debug!(at_unix_ms = sample.at_unix_ms, "memory: a reading for the popover");
-                if let Err(e) = app.emit(MEMORY_EVENT, ui) {
-                    tracing::debug!("could not emit the memory sample: {e}");
-                }
-            }
+            show(&ui, now.visible);
             for row in recorder.push(timeline_point(&sample), now.active()) {
                 // A failed write loses one point of history, never the app.
                 if let Err(e) = store.record_memory(&row).await {
                     tracing::debug!("could not store the memory reading: {e}");
                 }
-            }
-            let text = tooltip(&ui);
-            if text != last_tooltip {
-                if let Some(tray) = app.tray_by_id(TRAY_ID) {
-                    if let Err(e) = tray.set_tooltip(Some(&text)) {
-                        tracing::debug!("could not set the tray tooltip: {e}");
-                    }
-                }
-                last_tooltip = text;
             }
         }
     });

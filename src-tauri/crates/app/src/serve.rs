@@ -141,14 +141,17 @@ impl ModelProvider for AppModels {
         let kv = kv.unwrap_or_else(|| state.kv_format());
         // The picker's guard: headers and a fresh memory reading (counting
         // what unloading the current model gives back), before anything moves.
-        let source = models::budget_source(state).map_err(|e| failed(e.message))?;
+        let source = models::budget_source(state).map_err(|e| failed(e.to_string()))?;
         let kernel = state.quant_kernel();
-        let native = headroom_engine::ComputeDtype::Native;
-        let report = match &self.draft {
-            Some(draft) => fit::check_model_with_draft(&entry.path, draft, context_limit, native, kernel, kv, source),
-            None => fit::check_model_with(&entry.path, context_limit, native, kernel, kv, source, Some(&state.store)),
-        }
-        .map_err(|e| match e {
+        let plan = fit::LoadPlan {
+            dir: &entry.path,
+            draft: self.draft.as_deref(),
+            context: context_limit,
+            dtype: headroom_engine::ComputeDtype::Native,
+            kernel,
+            kv,
+        };
+        let report = fit::check_load(&plan, source, Some(&state.store)).map_err(|e| match e {
             fit::FitError::Model(EngineError::KvFormat { source }) => {
                 ProvideError::KvFormat { model: entry.id.clone(), source }
             }
@@ -161,7 +164,7 @@ impl ModelProvider for AppModels {
                 return Err(failed("a draft model does not run with --peer yet: use one or the other".into()));
             }
             Some(peer) => {
-                let split = fit::check_split(&entry.path, context_limit, native, kernel, kv, source, peer)
+                let split = fit::check_split(&entry.path, context_limit, plan.dtype, kernel, kv, source, peer)
                     .map_err(|e| failed(e.to_string()))?;
                 let (host, lent) = (&split.report.host, &split.report.peer);
                 tracing::info!(

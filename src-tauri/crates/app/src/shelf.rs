@@ -20,6 +20,7 @@ use headroom_engine::ComputeDtype;
 use headroom_hub::{inspect, HubClient, HubError, RepoId};
 use serde::Serialize;
 
+use crate::codes::{Coded, ErrorCode};
 use crate::state::AppState;
 
 /// The folder under the app's data folder that holds refreshed records.
@@ -290,4 +291,22 @@ pub fn for_app(state: &AppState) -> Result<Vec<ShelfEntry>, ShelfServiceError> {
         inputs,
     };
     entries(&state.locations.data_dir, &installed, fit)
+}
+impl Coded for ShelfServiceError {
+    fn code(&self) -> ErrorCode {
+        use ShelfServiceError as E;
+        match self {
+            // The hub's own errors keep their codes (offline, gated, not found).
+            E::Hub { source, .. } => source.code(),
+            E::Record(_) => ErrorCode::ShelfRecord,
+            E::Write { .. } => ErrorCode::Io,
+        }
+    }
+
+    fn message(&self) -> String {
+        match self {
+            ShelfServiceError::Hub { source, repo } => format!("{repo}: {}", source.message()),
+            _ => self.to_string(),
+        }
+    }
 }

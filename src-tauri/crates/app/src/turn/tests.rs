@@ -16,7 +16,7 @@ use headroom_store::{MessageStatus, Route, StoredMessage};
 use super::events::{drive, RunEvent};
 use super::record::TurnRecorder;
 use super::*;
-use crate::error::ErrorCode;
+use crate::codes::{Coded, ErrorCode};
 use crate::state::ModelLabels;
 
 const MODEL: &str = "stub-model";
@@ -213,7 +213,7 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
 
     let refused = |ask: Ask, options: TurnOptions| {
         let request = TurnRequest { session: "s1".into(), ask, options };
-        start(&state, &settings, request, |_| true).err().map(|e| crate::error::CommandError::from(e).code)
+        start(&state, &settings, request, |_| true).err().map(|e| e.code())
     };
     assert_eq!(refused(new(" \n"), TurnOptions::default()), Some(ErrorCode::EmptyMessage));
     assert_eq!(refused(new("hi"), max(0)), Some(ErrorCode::InvalidSetting));
@@ -368,9 +368,9 @@ fn sensitive_text_leaves_only_with_the_override_and_its_answer_is_not_cached() {
 
     // Must stay local, and nothing local runs: the router's error, nothing stored.
     let request = TurnRequest { session: "s".into(), ask: new(SENSITIVE), options: forced.clone() };
-    let err = start(&state, &settings, request, |_| true).err().map(crate::error::CommandError::from);
-    assert_eq!(err.as_ref().map(|e| e.code), Some(ErrorCode::RouteNoLocalModel), "{err:?}");
-    assert!(err.is_some_and(|e| e.message.contains("allow sensitive content")));
+    let err = start(&state, &settings, request, |_| true).err();
+    assert_eq!(err.as_ref().map(Coded::code), Some(ErrorCode::RouteNoLocalModel), "{err:?}");
+    assert!(err.is_some_and(|e| e.message().contains("allow sensitive content")));
     assert_eq!(block_on(state.store.messages("s")).map(|m| m.len()).ok(), Some(0), "the UI gives the text back");
     assert!(stub.requests().is_empty());
 
@@ -440,7 +440,7 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
 
     let cause = Cause::Pressure { level: PressureLevel::Critical };
     let dropped =
-        crate::away::carry_out(&state, Action::DropSessions { cause }).expect("the sessions were not dropped");
+        crate::give_back::carry_out(&state, Action::DropSessions { cause }).expect("the sessions were not dropped");
     assert!(
         dropped
             .message
@@ -450,7 +450,7 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
     );
     assert!(state.loaded_model().is_some(), "the cheap step keeps the model");
 
-    let unloaded = crate::away::carry_out(&state, Action::Unload { cause }).expect("the model was not unloaded");
+    let unloaded = crate::give_back::carry_out(&state, Action::Unload { cause }).expect("the model was not unloaded");
     assert!(state.loaded_model().is_none());
     assert!(
         unloaded.message.contains(&format!("Headroom unloaded {}", crate::models::DEMO_MODEL_ID)),
@@ -492,8 +492,8 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
 
     // A run under way (a benchmark, say) keeps the model: the unload is not done.
     let run = state.runs.register(crate::runs::RunKind::Bench, crate::runs::Stopper::Flag(std::sync::Arc::default()));
-    assert_eq!(crate::away::carry_out(&state, Action::Unload { cause }), None);
-    assert_eq!(crate::away::carry_out(&state, Action::DropSessions { cause }), None);
+    assert_eq!(crate::give_back::carry_out(&state, Action::Unload { cause }), None);
+    assert_eq!(crate::give_back::carry_out(&state, Action::DropSessions { cause }), None);
     assert!(state.loaded_model().is_some());
     drop(run);
 }

@@ -12,7 +12,7 @@ use headroom_engine::worker::{EngineEvent, TurnStats};
 use serde::Serialize;
 
 use super::record::TurnRecorder;
-use crate::error::{CommandError, ErrorCode};
+use crate::codes::{Coded, ErrorCode};
 
 /// What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
 /// `Finished`; or `Error`, which ends it.
@@ -208,10 +208,7 @@ impl From<EngineEvent> for RunEvent {
             EngineEvent::Token { text, .. } | EngineEvent::Text(text) => Self::Text(text),
             EngineEvent::Stats(s) => Self::Stats(s, None),
             EngineEvent::Finished { reason } => Self::Finished(reason),
-            EngineEvent::Error(e) => {
-                let e = CommandError::from(e);
-                Self::Error { code: e.code, message: e.message }
-            }
+            EngineEvent::Error(e) => Self::Error { code: e.code(), message: e.message() },
         }
     }
 }
@@ -243,10 +240,10 @@ pub(crate) fn drive(
             RunEvent::Started { prompt_tokens, reused_tokens } => {
                 if let Err(e) = recorder.started() {
                     // Nothing may run that cannot be kept: stop it, say why.
-                    let e = CommandError::from(e);
+                    let (code, message) = (e.code(), e.message());
                     out.stop();
-                    out.send(ChatEvent::Error { code: e.code, message: e.message.clone() });
-                    end.error = Some(e.message);
+                    out.send(ChatEvent::Error { code, message: message.clone() });
+                    end.error = Some(message);
                     return end;
                 }
                 end.started = true;
@@ -276,9 +273,9 @@ pub(crate) fn drive(
             }
         }
     }
-    let e = CommandError::from(headroom_engine::EngineError::EngineStopped);
-    out.send(ChatEvent::Error { code: e.code, message: e.message.clone() });
-    end.error = Some(e.message);
+    let e = headroom_engine::EngineError::EngineStopped;
+    out.send(ChatEvent::Error { code: e.code(), message: e.message() });
+    end.error = Some(e.message());
     end
 }
 

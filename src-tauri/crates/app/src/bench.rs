@@ -109,7 +109,7 @@ pub struct SpeculationJson {
 }
 
 impl SpeculationJson {
-    pub(crate) fn of(s: &Speculation) -> Self {
+    pub fn of(s: &Speculation) -> Self {
         Self {
             mode: s.mode,
             drafted: s.drafted,

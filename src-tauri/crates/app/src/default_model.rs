@@ -28,7 +28,7 @@ pub fn bundled() -> Option<PathBuf> {
 
 /// The copy `make setup` puts in this checkout.
 pub fn checkout_copy() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/models").join(DEFAULT_MODEL_ID).join(DEFAULT_MODEL_FILE)
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../.deps/models").join(DEFAULT_MODEL_ID).join(DEFAULT_MODEL_FILE)
 }
 
 /// Makes the bundled `file` one of the app's own models: a link to it in
