@@ -412,7 +412,7 @@ fn the_app_finds_a_lender_pairs_with_its_code_and_is_answered_from_then_on() {
     let lender = Lender::start(&tmp.join("lender"), &["--allow", "10.255.255.1", "--available-gb", "12"]);
     let host = tmp.join("host");
     let listed = |wait| {
-        let all = peers::find(&host, Duration::from_secs(wait)).unwrap();
+        let all = peers::find(&host, Duration::from_secs(wait), None).unwrap();
         all.into_iter().find(|l| l.address == lender.addr).unwrap_or_else(|| panic!("{} not found", lender.addr))
     };
     let found = listed(4);

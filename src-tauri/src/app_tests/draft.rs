@@ -3,6 +3,7 @@
 //! picker loads, and drafts the popover's turns; one the app cannot find is
 //! refused with its own code before anything is unloaded.
 
+use headroom_core::calibration::{MeasuredKind, PeakMeasurement};
 use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use serde_json::{json, Value};
 
@@ -39,9 +40,34 @@ fn the_settings_draft_is_counted_loaded_beside_the_model_and_drafts_its_turns() 
     assert_eq!(weights(&with), alone + weights(&entry(&window, DRAFT)), "{with}");
     assert!(with["fit"]["basis"].as_str().is_some_and(|b| b.ends_with("with the draft model draft-demo")), "{with}");
 
+    // What this machine measured of the model alone, before the draft joins it.
+    let alone_info = state.loaded_model().unwrap().info;
+    assert_eq!(alone_info.draft, None);
+    let measured = PeakMeasurement {
+        fingerprint: alone_info.fingerprint.clone(),
+        kind: MeasuredKind::Turn,
+        kv: alone_info.kv_format,
+        context_tokens: 300,
+        prompt_tokens: 300,
+        reused_tokens: 0,
+        mlx_peak_bytes: 50 << 20,
+        mlx_active_bytes: 20 << 20,
+        resident_peak_bytes: None,
+        cached_bytes: 0,
+    };
+    crate::runtime::block_on(state.store.add_peak_measurement(&measured)).unwrap();
+    let route_measured = || {
+        let routed = crate::turn::route::for_state(&state, &Default::default(), "hi", &[], Default::default());
+        routed.unwrap().basis.map(|b| b.measured.len())
+    };
+    assert_eq!(route_measured(), Some(1), "the router's fit of the model alone is calibrated");
+
     invoke(&window, "model_load", json!({ "id": DEMO_MODEL_ID })).unwrap();
     let loaded = state.loaded_model().unwrap();
     assert!(loaded.info.draft.as_ref().is_some_and(|d| d.ends_with(DRAFT)), "{:?}", loaded.info.draft);
+    assert_eq!(loaded.info.fingerprint, alone_info.fingerprint, "the same model, so the same measurements");
+    // With the draft beside it, the pair is weighed by the formula, as at its load.
+    assert_eq!(route_measured(), Some(0), "the model's own measurement corrected the pair's fit");
 
     let events = local_turn(&app, "s", "Tell me about caches and what they hold.", 24);
     assert!(events.iter().any(|e| e["event"] == "finished"), "{events:?}");

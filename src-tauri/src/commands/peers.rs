@@ -30,7 +30,8 @@ pub struct PeerPaired {
 #[tauri::command]
 pub async fn peers_find(state: State<'_, AppState>) -> Result<Vec<Lender>, CommandError> {
     let dir = state.locations.data_dir.clone();
-    tauri::async_runtime::spawn_blocking(move || peers::find(&dir, LISTEN))
+    let lending_on = state.lending_port();
+    tauri::async_runtime::spawn_blocking(move || peers::find(&dir, LISTEN, lending_on))
         .await
         .map_err(|e| CommandError::new(ErrorCode::PeerFindFailed, format!("Looking for lending Macs stopped: {e}")))?
         .map_err(CommandError::from)

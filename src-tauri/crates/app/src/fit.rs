@@ -86,8 +86,20 @@ pub fn learned(store: &Store, dir: &Path, dtype: ComputeDtype, kernel: QuantKern
     }
 }
 
+/// [`learned`] for the model the engine holds: nothing while a draft model
+/// is loaded beside it. What was measured is of the model alone, and its
+/// fit now counts both, which is weighed by the formula, as at the load
+/// ([`check_load`]): the model's own correction applied to the pair
+/// would leave the draft's share out of the figure it corrects.
+pub fn learned_for_loaded(store: &Store, info: &headroom_engine::worker::ModelInfo) -> Vec<Measured> {
+    match info.draft {
+        Some(_) => Vec::new(),
+        None => learned_for(store, &info.fingerprint),
+    }
+}
+
 /// [`learned`] for a model as loaded (`ModelInfo::fingerprint`).
-pub fn learned_for(store: &Store, fingerprint: &str) -> Vec<Measured> {
+fn learned_for(store: &Store, fingerprint: &str) -> Vec<Measured> {
     match crate::runtime::block_on(store.peak_measurements(fingerprint)) {
         Ok(rows) => rows.iter().filter_map(PeakMeasurement::calibration_point).collect(),
         Err(e) => {

@@ -98,14 +98,26 @@ pub struct Lender {
 pub struct FindError(#[from] mdns_sd::Error);
 
 /// The lenders that answer Bonjour within `wait`, each marked if this Mac
-/// paired with its address. Blocks for `wait`.
-pub fn find(data_dir: &Path, wait: Duration) -> Result<Vec<Lender>, FindError> {
-    Ok(mark(crate::discovery::browse(wait)?, &load(data_dir)))
+/// paired with its address; `lending_on` is the port this Mac lends itself
+/// on, if it does, and that lender (this Mac) is not listed: a model cannot
+/// be split with the Mac it runs on. Blocks for `wait`.
+pub fn find(data_dir: &Path, wait: Duration, lending_on: Option<u16>) -> Result<Vec<Lender>, FindError> {
+    let machine = headroom_memory::machine_name();
+    let this_mac = lending_on.map(|port| (machine.as_str(), port));
+    Ok(mark(crate::discovery::browse(wait)?, &load(data_dir), this_mac))
 }
 
-fn mark(found: Vec<Found>, pairings: &BTreeMap<String, String>) -> Vec<Lender> {
+/// The found lenders as listed: marked paired or not, without `this_mac`'s
+/// own (its machine name and the port it lends on).
+fn mark(found: Vec<Found>, pairings: &BTreeMap<String, String>, this_mac: Option<(&str, u16)>) -> Vec<Lender> {
+    let is_this_mac = |f: &Found| {
+        this_mac.is_some_and(|(machine, port)| {
+            f.machine == machine && f.address.rsplit_once(':').is_some_and(|(_, p)| p == port.to_string())
+        })
+    };
     found
         .into_iter()
+        .filter(|f| !is_this_mac(f))
         .map(|f| Lender {
             paired: pairings.contains_key(&f.address),
             machine: f.machine,
@@ -282,7 +294,7 @@ mod tests {
             budget_bytes: Some(8 << 30),
         };
         let pairings = BTreeMap::from([("10.0.0.2:7070".to_owned(), "abc".to_owned())]);
-        let listed = mark(vec![found("10.0.0.2:7070"), found("10.0.0.3:7070")], &pairings);
+        let listed = mark(vec![found("10.0.0.2:7070"), found("10.0.0.3:7070")], &pairings, None);
         assert_eq!(
             listed.iter().map(|l| (l.address.as_str(), l.paired)).collect::<Vec<_>>(),
             [("10.0.0.2:7070", true), ("10.0.0.3:7070", false)]
@@ -291,5 +303,17 @@ mod tests {
         // The UI reads camelCase.
         let json = serde_json::to_value(&listed[0]).unwrap();
         assert_eq!(json["budgetBytes"], 8u64 << 30);
+
+        // This Mac lending itself on 7070 is not offered as its own peer;
+        // another lender of the same machine on another port (a second
+        // `headroom lend`) and another Mac on 7070 still are.
+        let other_port = found("10.0.0.2:7071");
+        let other_mac = Found { machine: "Mini.local".into(), ..found("10.0.0.4:7070") };
+        let all = vec![found("10.0.0.2:7070"), found("10.0.0.3:7070"), other_port, other_mac];
+        let listed = mark(all, &pairings, Some(("Studio.local", 7070)));
+        assert_eq!(
+            listed.iter().map(|l| (l.machine.as_str(), l.address.as_str())).collect::<Vec<_>>(),
+            [("Studio.local", "10.0.0.2:7071"), ("Mini.local", "10.0.0.4:7070")]
+        );
     }
 }

@@ -244,6 +244,12 @@ impl AppState {
         self.away.apply_settings(settings);
     }
 
+    /// The port this Mac lends itself on (Settings → Two Macs → Lend), if it does.
+    pub fn lending_port(&self) -> Option<u16> {
+        let lending = self.lending.lock().unwrap_or_else(PoisonError::into_inner);
+        lending.as_ref().and_then(|l| l.status.address.rsplit_once(':')?.1.parse().ok())
+    }
+
     /// The model the settings load beside others as their draft (its id), if any.
     pub fn draft_model(&self) -> Option<String> {
         self.draft_model.lock().unwrap_or_else(PoisonError::into_inner).clone()

@@ -10,7 +10,7 @@
 //! each proposal it is trimmed to what it shares with the conversation and
 //! fed the rest, so it never proposes from another conversation's state.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use mlx_rs::ops::indexing::argmax_axis;
 use mlx_rs::transforms::eval;
@@ -38,12 +38,24 @@ impl std::fmt::Debug for Draft {
     }
 }
 
+/// A draft model's folder whose vocabulary was checked against the model's
+/// ([`Draft::check_vocabulary`]): what [`Draft::load`] takes, so a load
+/// checks it once, before the model it replaces is unloaded.
+#[derive(Debug, Clone)]
+pub struct SameVocabulary(PathBuf);
+
+impl SameVocabulary {
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+}
+
 impl Draft {
     /// Whether the model in `dir` speaks the vocabulary of `target` (the
     /// loaded model's tokenizer): as many tokens, the same ones at 512 ids
     /// spread over it. Cheap (its tokenizer only), so a load checks it
     /// before the model it replaces is unloaded.
-    pub fn check_vocabulary(dir: &Path, target: &Tokenizer) -> Result<()> {
+    pub fn check_vocabulary(dir: &Path, target: &Tokenizer) -> Result<SameVocabulary> {
         let refuse = |reason: String| EngineError::DraftModel { path: dir.to_owned(), reason };
         let words = Tokenizer::for_model(dir)?;
         let (vocab, target_vocab) = (words.vocab_size(), target.vocab_size());
@@ -59,25 +71,24 @@ impl Draft {
                 )));
             }
         }
-        Ok(())
+        Ok(SameVocabulary(dir.to_owned()))
     }
 
-    /// Loads the draft in `dir` as `dtype` with `kernel`, its cache stored
-    /// as `kv` (as the model's is), for proposing to `target` (with its
-    /// tokenizer): refused unless it has the target's vocabulary
-    /// ([`Self::check_vocabulary`], and as many output rows) and a cache
+    /// Loads the draft whose vocabulary was `checked` as `dtype` with
+    /// `kernel`, its cache stored as `kv` (as the model's is), for proposing
+    /// to `target`: refused unless it has as many output rows and a cache
     /// that can step back past rejected proposals (full attention in every
     /// layer), both before its weights are read.
     pub fn load(
-        dir: &Path,
+        checked: &SameVocabulary,
         (dtype, kernel, kv): (ComputeDtype, QuantKernel, KvFormat),
-        target: (&Model, &Tokenizer),
+        target: &Model,
         chunk: usize,
     ) -> Result<Self> {
+        let dir = checked.dir();
         let refuse = |reason: String| EngineError::DraftModel { path: dir.to_owned(), reason };
-        Self::check_vocabulary(dir, target.1)?;
         let model = crate::loader::stage(dir, dtype, kernel)?;
-        let rows = (model.config().text.vocab_size, target.0.config().text.vocab_size);
+        let rows = (model.config().text.vocab_size, target.config().text.vocab_size);
         if rows.0 != rows.1 {
             return Err(refuse(format!("its output has {} rows, the loaded model's {}", rows.0, rows.1)));
         }
@@ -94,14 +105,14 @@ impl Draft {
         Ok(Self { model, cache, chunk: chunk.max(1) })
     }
 
-    /// Up to `n` greedy proposals for what follows `seq` (the conversation so
-    /// far, its last token not yet checked by the loaded model). The cache is
-    /// left holding exactly `seq`.
-    pub fn propose(&mut self, seq: &[u32], n: usize) -> Result<Vec<u32>> {
-        if n == 0 || seq.is_empty() {
+    /// Up to `n` greedy proposals for what follows the conversation, once
+    /// [`Self::catch_up`] has brought the cache to it: `rest` is what that
+    /// returned (its last token at least, not yet checked by the loaded
+    /// model). The cache is left holding the conversation exactly.
+    pub fn propose(&mut self, rest: &[u32], n: usize) -> Result<Vec<u32>> {
+        if n == 0 || rest.is_empty() {
             return Ok(Vec::new());
         }
-        let rest = self.catch_up(seq)?;
         let mut out = Vec::with_capacity(n);
         let mut feed = rest.to_vec();
         loop {
@@ -126,8 +137,7 @@ impl Draft {
     /// Brings the cache to `seq` but its last token: trimmed to what they
     /// share, the rest fed in prefill chunks (the tokens the model decoded
     /// while the draft was idle). Returns what is left to feed (at least
-    /// `seq`'s last token). [`Self::propose`] does it first; a caller timing
-    /// the proposals alone does it before.
+    /// `seq`'s last token), for [`Self::propose`].
     pub fn catch_up<'a>(&mut self, seq: &'a [u32]) -> Result<&'a [u32]> {
         let kept = self.cache.reuse_prefix(seq);
         let mut rest = &seq[kept..];

@@ -286,15 +286,15 @@ pub fn generate_with(
         let room = options.max_tokens - out.tokens.len();
         let asked = if lookup { depth.depth().min(room - 1).min(DEPTH_MAX) } else { 0 };
         let started = clock.elapsed();
-        // The draft's catch-up on tokens decoded plainly is part of the pass,
-        // not of each proposal's cost.
-        if let Some(d) = draft_model.as_deref_mut().filter(|_| asked > 0) {
-            d.catch_up(&seq)?;
-        }
-        let proposing = clock.elapsed();
-        let draft = match draft_model.as_deref_mut() {
-            Some(d) if asked > 0 => d.propose(&seq, asked)?,
-            _ => propose(&seq, asked).to_vec(),
+        let (draft, proposing) = match draft_model.as_deref_mut() {
+            Some(d) if asked > 0 => {
+                // The draft's catch-up on tokens decoded plainly is part of
+                // the pass, not of each proposal's cost.
+                let rest = d.catch_up(&seq)?;
+                let proposing = clock.elapsed();
+                (d.propose(rest, asked)?, proposing)
+            }
+            _ => (propose(&seq, asked).to_vec(), clock.elapsed()),
         };
         depth.proposed(draft.len(), clock.elapsed().saturating_sub(proposing));
         if draft.is_empty() {
@@ -698,8 +698,9 @@ mod tests {
             let a = run(&m, &mut m.new_cache(), &base, &plain);
             let others = [demo_dir(arch, 7), demo_dir(Arch::Qwen2, 7)];
             for draft_dir in [&dir, &others[0], &others[1]] {
+                let how = (ComputeDtype::F32, kernel, KvFormat::Float);
                 let mut draft =
-                    match Draft::load(draft_dir, (ComputeDtype::F32, kernel, KvFormat::Float), (&m, &words), 64) {
+                    match Draft::check_vocabulary(draft_dir, &words).and_then(|v| Draft::load(&v, how, &m, 64)) {
                         Ok(d) => d,
                         Err(e) => {
                             let text = e.to_string();

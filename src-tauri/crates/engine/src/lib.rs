@@ -39,7 +39,7 @@ mod weights;
 pub mod worker;
 
 pub use backend::{backend_info, BackendInfo, DeviceKind};
-pub use draft::Draft;
+pub use draft::{Draft, SameVocabulary};
 pub use error::{EngineError, Result};
 pub use inspect::{inspect, inspect_model, inspect_model_as, inspect_model_with, load_shape, Inspection};
 pub use mlx_memory::{gpu_working_set_bytes, mlx_memory, MlxMemory};

@@ -168,7 +168,7 @@ pub fn for_state(
             budget: crate::models::budget_source(state)
                 .and_then(crate::fit::budget_inputs)
                 .map_err(TurnError::Memory)?,
-            measured: crate::fit::learned_for(&state.store, &m.info.fingerprint),
+            measured: crate::fit::learned_for_loaded(&state.store, &m.info),
         }),
         None => None,
     };

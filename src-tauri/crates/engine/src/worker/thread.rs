@@ -391,9 +391,7 @@ impl Worker {
         // Headers only (read just above), so this is cheap.
         let fingerprint = model_fingerprint(dir, settings.dtype, settings.kernel)?;
         // A draft of another vocabulary is refused while the old model still answers.
-        if let Some(draft) = &settings.draft {
-            Draft::check_vocabulary(draft, &tokenizer)?;
-        }
+        let draft_vocabulary = settings.draft.as_deref().map(|d| Draft::check_vocabulary(d, &tokenizer)).transpose()?;
         let staged_in = started.elapsed();
         // The old model goes now, so two models never share memory, and its
         // memory must be seen back before the new weights arrive.
@@ -426,11 +424,11 @@ impl Worker {
             Some(at) => attach_peer(model, dir, at, &settings).map_err(none_loaded)?,
             None => model,
         };
-        let draft = match &settings.draft {
-            Some(path) => Some(
+        let draft = match &draft_vocabulary {
+            Some(checked) => Some(
                 catch_unwind(AssertUnwindSafe(|| {
                     let how = (settings.dtype, settings.kernel, settings.kv);
-                    Draft::load(path, how, (&model, &tokenizer), PREFILL_CHUNK)
+                    Draft::load(checked, how, &model, PREFILL_CHUNK)
                 }))
                 .unwrap_or_else(|panic| {
                     Err(EngineError::Panicked { during: "loading the draft model", message: panic_message(&*panic) })
