@@ -100,16 +100,11 @@ pub fn run(logs: logging::Logs) -> ExitCode {
 /// login item as the OS has it is written back (the user may have removed
 /// it in System Settings since).
 fn start_desktop<R: Runtime>(app: &App<R>, state: &AppState) {
-    let stored = match runtime::block_on(state.store.settings()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("the stored settings are unreadable, using the defaults: {e}");
-            headroom_core::settings::Settings::default()
-        }
-    };
+    // What run_app applied from the store (the defaults where it was unreadable).
+    let stored = state.settings();
     let actual = desktop::start(app.handle(), &stored);
     if actual != stored {
-        if let Err(e) = runtime::block_on(state.store.set_settings(&actual)) {
+        if let Err(e) = runtime::block_on(state.save_settings(&actual)) {
             tracing::warn!("could not record the login item's state in the settings: {e}");
         }
     }

@@ -144,8 +144,7 @@ pub(crate) fn use_cloud(state: &AppState, stub: &Stub) -> Settings {
         cloud_model: Some("gpt-x".into()),
         ..Settings::default()
     };
-    block_on(state.store.set_settings(&settings)).unwrap();
-    state.apply_settings(&settings);
+    block_on(state.save_settings(&settings)).unwrap();
     settings
 }
 

@@ -125,7 +125,7 @@ fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
     crate::models::ensure_default_model(&state).unwrap();
     let cloud = stub();
     let settings = Settings { summarise_for_cloud: true, ..use_cloud(&state, &cloud) };
-    block_on(state.store.set_settings(&settings)).unwrap();
+    block_on(state.save_settings(&settings)).unwrap();
     // Long harmless turns first (worth summarising), the secrets among them.
     let mut turns: Vec<(String, String)> = (0..4)
         .map(|i| {

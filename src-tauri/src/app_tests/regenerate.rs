@@ -57,7 +57,7 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
     // it starts; the old answer stays and the UI hears why.
     let dead = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).unwrap();
     let gone = Settings { cloud_base_url: Some(format!("http://{dead}/v1")), ..settings.clone() };
-    block_on(state.store.set_settings(&gone)).unwrap();
+    block_on(state.save_settings(&gone)).unwrap();
     let before = dump();
     let events = regenerate(&app, "s", Some(Force::Cloud)).unwrap();
     assert_eq!(events.last().map(|e| e["data"]["code"].clone()), Some(json!("CLOUD_CONNECTION_REFUSED")), "{events:?}");
@@ -66,8 +66,7 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
     assert_eq!(dump(), before);
 
     // The local model would swap at the context the chat needs.
-    block_on(state.store.set_settings(&Settings { cloud_base_url: None, cloud_model: None, ..settings.clone() }))
-        .unwrap();
+    block_on(state.save_settings(&Settings { cloud_base_url: None, cloud_model: None, ..settings.clone() })).unwrap();
     crate::models::ensure_default_model(&state).unwrap();
     let before = dump();
     state.apply_settings(&Settings { os_headroom_gb: 1024.0, ..Settings::default() });
@@ -75,8 +74,7 @@ fn a_refused_regenerate_leaves_the_database_exactly_as_it_was() {
     assert_eq!(dump(), before);
 
     // Allowed to run, it replaces the last exchange: same question, a new answer.
-    state.apply_settings(&Settings::default());
-    block_on(state.store.set_settings(&settings)).unwrap();
+    block_on(state.save_settings(&settings)).unwrap();
     let events = regenerate(&app, "s", Some(Force::Cloud)).unwrap();
     assert_eq!(events.last().map(|e| e["event"].clone()), Some(json!("finished")), "{events:?}");
     let msgs = settled(&state.store, "s", 4);

@@ -5,7 +5,6 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use clap::Args;
@@ -150,9 +149,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     let store = crate::runtime::block_on(headroom_store::Store::open(&locations.data_dir)).map_err(CliError::from)?;
     let engine = EngineHandle::spawn()?;
     let state = AppState::new(engine.clone(), locations, store);
-    state.context_limit.store(args.context, Ordering::Relaxed);
-    state.apply_kernel(args.kernel.kernel);
-    state.apply_kv(args.kv.format()?);
+    state.override_loads(args.context, args.kernel.kernel, args.kv.format()?);
     let draft = args.speculative.draft_dir(None, &state.locations.hub)?;
     let mut provider = AppModels::new(state.clone()).with_peer(args.peer.peer.clone()).with_draft(draft);
     if let Some(dir) = &args.models_dir {

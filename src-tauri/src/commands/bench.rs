@@ -32,7 +32,7 @@ pub async fn bench_run(
     let state = AppState::clone(&state);
     let loaded = state.loaded_model().ok_or_else(|| CommandError::from(headroom_engine::EngineError::NoModelLoaded))?;
     // The runs decode as chat turns do: the setting.
-    let speculative = state.store.settings().await?.speculative;
+    let speculative = state.settings().speculative;
     let plan = BenchPlan { depths, prompt_tokens: p, gen_tokens: n, repetitions: r, seed: 0, speculative };
     let engine = state.engine.clone();
     let cancel = Arc::new(AtomicBool::new(false));

@@ -21,7 +21,7 @@ async fn start_turn(
     options: TurnOptions,
     on_event: Channel<ChatEvent>,
 ) -> Result<u64, CommandError> {
-    let settings = state.store.settings().await?;
+    let settings = state.settings();
     let state = AppState::clone(state);
     let request = TurnRequest { session: session_id, ask, options };
     let running = tauri::async_runtime::spawn_blocking(move || {

@@ -25,7 +25,7 @@ pub async fn route_preview(
     allow_sensitive: Option<bool>,
     state: State<'_, AppState>,
 ) -> Result<Decision, CommandError> {
-    let settings = state.store.settings().await?;
+    let settings = state.settings();
     let history = match &session_id {
         Some(id) => state.store.history(id).await?,
         None => Vec::new(),

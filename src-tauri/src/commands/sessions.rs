@@ -111,12 +111,11 @@ pub(crate) async fn save<R: tauri::Runtime>(
     settings.validate().map_err(headroom_store::StoreError::from)?;
     let old = state.store.settings().await?;
     crate::desktop::apply(app, &old, &settings)?;
-    if let Err(e) = state.store.set_settings(&settings).await {
+    if let Err(e) = state.save_settings(&settings).await {
         if let Err(undo) = crate::desktop::apply(app, &settings, &old) {
             tracing::warn!("could not undo the desktop settings: {undo}");
         }
         return Err(e.into());
     }
-    state.apply_settings(&settings);
     Ok(settings)
 }

@@ -2,16 +2,15 @@
 //! builds one too) can reach.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, AtomicU8, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, RwLock};
 
 use headroom_core::fit::ModelFootprint;
 use headroom_core::kv::KvFormat;
 use headroom_core::sensitive::ScanCache;
-use headroom_core::settings::KernelChoice;
+use headroom_core::settings::{KernelChoice, Settings};
 use headroom_engine::prompt_cache::disk::DiskTier;
 use headroom_engine::tokenizer::Tokenizer;
-use headroom_engine::worker::{EngineHandle, ModelInfo, DEFAULT_CONTEXT_LIMIT};
+use headroom_engine::worker::{EngineHandle, ModelInfo};
 use headroom_engine::{BackendInfo, EngineError, QuantKernel};
 use headroom_memory::Sampler;
 
@@ -83,6 +82,14 @@ impl LoadedModel {
     }
 }
 
+/// The settings a process goes by, and the KV format its loads use.
+#[derive(Debug, Clone, Default)]
+struct Applied {
+    settings: Settings,
+    /// The settings' format, or `headroom serve`'s flags'.
+    kv: KvFormat,
+}
+
 /// Shared by all commands through `tauri::State`. Holds handles; the two
 /// small maps behind std mutexes are only touched briefly, never across an
 /// `.await`.
@@ -94,19 +101,9 @@ pub struct AppState {
     pub loaded: Arc<Mutex<Option<LoadedModel>>>,
     /// The database: sessions, messages, stats, settings.
     pub store: headroom_store::Store,
-    /// Context length (tokens) models are checked and loaded at unless a load names another.
-    pub context_limit: Arc<AtomicUsize>,
-    /// Memory never given to a model (the settings' OS headroom), in bytes.
-    pub os_headroom_bytes: Arc<AtomicU64>,
-    /// The Mac lending itself to this one (the settings' `peer`), if any.
-    peer: Arc<Mutex<Option<String>>>,
-    draft_model: Arc<Mutex<Option<String>>>,
-    /// The settings' quantized-matmul kernel (an index into `KernelChoice::ALL`), used at the next load.
-    pub kernel: Arc<AtomicU8>,
-    /// The settings' KV-cache format, used at the next load (and by the server's requests that name none).
-    pub kv: Arc<Mutex<KvFormat>>,
-    /// The settings' ceiling on the prompt cache (bytes), used at the next load.
-    pub prompt_cache_max: Arc<AtomicU64>,
+    /// The settings this process goes by: the one copy every turn, fit
+    /// check and load reads ([`Self::settings`] and the accessors below).
+    applied: Arc<RwLock<Applied>>,
     /// The memory sampler, once `run()` has started it (tests run without one).
     pub memory: Arc<OnceLock<Sampler>>,
     /// The local OpenAI-compatible server, while the toggle has it on.
@@ -144,13 +141,7 @@ impl AppState {
             locations,
             loaded: Arc::default(),
             store,
-            context_limit: Arc::new(AtomicUsize::new(DEFAULT_CONTEXT_LIMIT)),
-            os_headroom_bytes: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_OS_HEADROOM)),
-            peer: Arc::default(),
-            draft_model: Arc::default(),
-            kernel: Arc::default(),
-            kv: Arc::default(),
-            prompt_cache_max: Arc::new(AtomicU64::new(headroom_core::fit::DEFAULT_PROMPT_CACHE_MAX)),
+            applied: Arc::default(),
             memory: Arc::default(),
             server: Arc::default(),
             lending: Arc::default(),
@@ -160,11 +151,6 @@ impl AppState {
             live,
             away: crate::away::AwayHandle::default(),
         }
-    }
-
-    /// The most the prompt cache may be given at the next load (bytes).
-    pub fn prompt_cache_max_bytes(&self) -> u64 {
-        self.prompt_cache_max.load(Ordering::Relaxed)
     }
 
     /// Writes chats' KV states unused for `idle` to disk and logs what was
@@ -186,54 +172,32 @@ impl AppState {
         self.locations.data_dir.join(KV_STATES_DIR)
     }
 
-    pub fn context_limit(&self) -> usize {
-        self.context_limit.load(Ordering::Relaxed)
+    fn applied(&self) -> std::sync::RwLockReadGuard<'_, Applied> {
+        self.applied.read().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub fn os_headroom_bytes(&self) -> u64 {
-        self.os_headroom_bytes.load(Ordering::Relaxed)
+    /// The settings as this process applies them (the store's, with a
+    /// front end's overrides for this run).
+    pub fn settings(&self) -> Settings {
+        self.applied().settings.clone()
     }
 
-    /// Loads from now on use `kernel` (the settings, or `serve --kernel`).
-    pub fn apply_kernel(&self, kernel: KernelChoice) {
-        let i = KernelChoice::ALL.iter().position(|&k| k == kernel).unwrap_or(0);
-        self.kernel.store(u8::try_from(i).unwrap_or(0), Ordering::Relaxed);
+    /// Stores `settings` and applies them: what the Settings view saves
+    /// (validated by the store first; nothing changes if it refuses them).
+    pub async fn save_settings(&self, settings: &Settings) -> Result<(), headroom_store::StoreError> {
+        self.store.set_settings(settings).await?;
+        self.apply_settings(settings);
+        Ok(())
     }
 
-    /// The kernel the settings ask for.
-    pub fn kernel_choice(&self) -> KernelChoice {
-        KernelChoice::ALL.get(usize::from(self.kernel.load(Ordering::Relaxed))).copied().unwrap_or_default()
-    }
-
-    /// The kernel models are loaded (and fit-checked) with.
-    pub fn quant_kernel(&self) -> QuantKernel {
-        QuantKernel::choose(self.kernel_choice())
-    }
-
-    /// The KV format models are loaded (and fit-checked) with.
-    pub fn kv_format(&self) -> KvFormat {
-        *self.kv.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Loads from now on keep their KV caches as `kv` (the settings, or `serve --kv-bits`).
-    pub fn apply_kv(&self, kv: KvFormat) {
-        *self.kv.lock().unwrap_or_else(PoisonError::into_inner) = kv;
-    }
-
-    /// Makes the settings that shape fit checks and loads take effect (at
-    /// start and after each save): the context limit, the OS headroom, the
-    /// kernel and the KV format (from the next load on).
-    pub fn apply_settings(&self, settings: &headroom_core::settings::Settings) {
-        self.context_limit.store(settings.context_limit, Ordering::Relaxed);
-        self.apply_kernel(settings.kernel);
+    /// Makes `settings` the ones this process goes by (at start and after
+    /// each save; `headroom chat` with its flags): turns read them from
+    /// here, fit checks and loads from the next one on; chats' saved states
+    /// and the away policy follow at once.
+    pub fn apply_settings(&self, settings: &Settings) {
         // Validated with the settings; an unreadable one keeps the float cache.
-        self.apply_kv(settings.kv_format().unwrap_or_default());
-        // Validated to 0..=1024 GB, so the product fits a u64.
-        let bytes = (settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64;
-        self.os_headroom_bytes.store(bytes, Ordering::Relaxed);
-        settings.peer.clone_into(&mut self.peer.lock().unwrap_or_else(PoisonError::into_inner));
-        settings.draft_model.clone_into(&mut self.draft_model.lock().unwrap_or_else(PoisonError::into_inner));
-        self.prompt_cache_max.store(settings.prompt_cache_mb.saturating_mul(1 << 20), Ordering::Relaxed);
+        let kv = settings.kv_format().unwrap_or_default();
+        *self.applied.write().unwrap_or_else(PoisonError::into_inner) = Applied { settings: settings.clone(), kv };
         // Off (0 MB) keeps chats' states in memory only; the folder stays
         // known, so deleting a chat still deletes what it saved when it was on.
         let tier =
@@ -244,6 +208,48 @@ impl AppState {
         self.away.apply_settings(settings);
     }
 
+    /// `headroom serve`'s flags over the settings for its loads: the
+    /// context limit, the kernel and the KV format (which may name a group
+    /// size the settings cannot).
+    pub fn override_loads(&self, context_limit: usize, kernel: KernelChoice, kv: KvFormat) {
+        let mut applied = self.applied.write().unwrap_or_else(PoisonError::into_inner);
+        applied.settings.context_limit = context_limit;
+        applied.settings.kernel = kernel;
+        applied.kv = kv;
+    }
+
+    /// Context length (tokens) models are checked and loaded at unless a load names another.
+    pub fn context_limit(&self) -> usize {
+        self.applied().settings.context_limit
+    }
+
+    /// Memory never given to a model (the settings' OS headroom), in bytes.
+    pub fn os_headroom_bytes(&self) -> u64 {
+        // Validated to 0..=1024 GB, so the product fits a u64.
+        (self.applied().settings.os_headroom_gb * headroom_core::fit::GIB as f64).round() as u64
+    }
+
+    /// The most the prompt cache may be given at the next load (bytes).
+    pub fn prompt_cache_max_bytes(&self) -> u64 {
+        self.applied().settings.prompt_cache_mb.saturating_mul(1 << 20)
+    }
+
+    /// The kernel the settings ask for.
+    pub fn kernel_choice(&self) -> KernelChoice {
+        self.applied().settings.kernel
+    }
+
+    /// The kernel models are loaded (and fit-checked) with.
+    pub fn quant_kernel(&self) -> QuantKernel {
+        QuantKernel::choose(self.kernel_choice())
+    }
+
+    /// The KV format models are loaded (and fit-checked) with, and the
+    /// server's requests that name none get.
+    pub fn kv_format(&self) -> KvFormat {
+        self.applied().kv
+    }
+
     /// The port this Mac lends itself on (Settings → Two Macs → Lend), if it does.
     pub fn lending_port(&self) -> Option<u16> {
         let lending = self.lending.lock().unwrap_or_else(PoisonError::into_inner);
@@ -252,12 +258,12 @@ impl AppState {
 
     /// The model the settings load beside others as their draft (its id), if any.
     pub fn draft_model(&self) -> Option<String> {
-        self.draft_model.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.applied().settings.draft_model.clone()
     }
 
     /// The Mac lending itself to this one (`HOST:PORT`), if the settings name one.
     pub fn peer(&self) -> Option<String> {
-        self.peer.lock().unwrap_or_else(PoisonError::into_inner).clone()
+        self.applied().settings.peer.clone()
     }
 
     pub fn loaded_model(&self) -> Option<LoadedModel> {
