@@ -213,7 +213,7 @@ fn load_and_chat(
         },
     };
     let (tx, events) = std::sync::mpsc::channel();
-    let running = turn::start(state, settings, request, move |e| tx.send(e).is_ok())?;
+    let running = turn::start(state, request, move |e| tx.send(e).is_ok())?;
     // Ctrl-C stops the run after the current token; the answer is then
     // committed as interrupted like any other end.
     let (runs, id) = (state.runs.clone(), running.run_id);

@@ -21,11 +21,10 @@ async fn start_turn(
     options: TurnOptions,
     on_event: Channel<ChatEvent>,
 ) -> Result<u64, CommandError> {
-    let settings = state.settings();
     let state = AppState::clone(state);
     let request = TurnRequest { session: session_id, ask, options };
     let running = tauri::async_runtime::spawn_blocking(move || {
-        turn::start(&state, &settings, request, move |event| on_event.send(event).is_ok())
+        turn::start(&state, request, move |event| on_event.send(event).is_ok())
     })
     .await
     .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The turn stopped unexpectedly: {e}")))??;

@@ -25,7 +25,6 @@ pub async fn route_preview(
     allow_sensitive: Option<bool>,
     state: State<'_, AppState>,
 ) -> Result<Decision, CommandError> {
-    let settings = state.settings();
     let history = match &session_id {
         Some(id) => state.store.history(id).await?,
         None => Vec::new(),
@@ -38,12 +37,12 @@ pub async fn route_preview(
         allow_sensitive: allow_sensitive.unwrap_or(false),
     };
     // Tokenizing and reading memory figures: off the UI thread.
-    tauri::async_runtime::spawn_blocking(move || {
-        route::for_state(&state, &settings, &text, &history, choice).map(|r| r.decision)
-    })
-    .await
-    .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The route preview stopped unexpectedly: {e}")))?
-    .map_err(CommandError::from)
+    tauri::async_runtime::spawn_blocking(move || route::for_state(&state, &text, &history, choice).map(|r| r.decision))
+        .await
+        .map_err(|e| {
+            CommandError::new(ErrorCode::EngineInternal, format!("The route preview stopped unexpectedly: {e}"))
+        })?
+        .map_err(CommandError::from)
 }
 
 /// Lifetime hits and misses of the cloud-answer cache, and what it holds now.

@@ -29,7 +29,6 @@ use std::sync::mpsc::{self, Receiver};
 
 use headroom_core::chat::Message;
 use headroom_core::router::{Force, RouteError};
-use headroom_core::settings::Settings;
 use headroom_store::{in_context, LastTurn, StoreError};
 
 pub use events::{ChatEvent, RouteInfo, RouteReason, RouteTarget, Sink, TurnEnd};
@@ -157,15 +156,16 @@ struct Asked {
     replaces: Option<LastTurn>,
 }
 
-/// Starts a turn in `request.session`; see the module docs. Returns once
-/// the run is under way (its events follow on `sink`) or with why it was
-/// refused, in which case nothing was stored.
+/// Starts a turn in `request.session` with the settings `state` goes by;
+/// see the module docs. Returns once the run is under way (its events
+/// follow on `sink`) or with why it was refused, in which case nothing was
+/// stored.
 pub fn start(
     state: &AppState,
-    settings: &Settings,
     request: TurnRequest,
     sink: impl FnMut(ChatEvent) -> bool + Send + 'static,
 ) -> Result<Running, TurnError> {
+    let settings = &state.settings();
     let options = &request.options;
     let max_tokens = options.max_tokens.unwrap_or(settings.max_tokens);
     if max_tokens == 0 || max_tokens > MAX_TOKENS_LIMIT {
@@ -191,7 +191,7 @@ pub fn start(
         return Err(TurnError::NoModelLoaded);
     }
     let choice = Choice { force: options.force, allow_sensitive: options.allow_sensitive, ..Choice::default() };
-    let route::Routed { decision, basis } = route::for_state(state, settings, &asked.text, &asked.history, choice)?;
+    let route::Routed { decision, basis } = route::for_state(state, &asked.text, &asked.history, choice)?;
     let plan = Plan {
         session: request.session.clone(),
         text: asked.text,

@@ -153,14 +153,9 @@ pub struct Routed {
 }
 
 /// The decision with what `state` holds: the loaded model (its tokenizer,
-/// its fit now) and the cloud the settings name.
-pub fn for_state(
-    state: &AppState,
-    settings: &Settings,
-    text: &str,
-    history: &[Message],
-    choice: Choice,
-) -> Result<Routed, TurnError> {
+/// its fit now) and the cloud its settings name.
+pub fn for_state(state: &AppState, text: &str, history: &[Message], choice: Choice) -> Result<Routed, TurnError> {
+    let settings = &state.settings();
     let loaded = state.loaded_model();
     let tokenizer = loaded.as_ref().map(crate::state::LoadedModel::tokenizer).transpose()?;
     let basis = match &loaded {
@@ -207,21 +202,23 @@ mod tests {
             cloud_model: Some("gpt-x".into()),
             ..Settings::default()
         };
+        state.apply_settings(&settings);
         let web = Choice { needs_web: true, ..Choice::default() };
-        let d = for_state(&state, &settings, "latest news?", &[], web).unwrap().decision;
+        let d = for_state(&state, "latest news?", &[], web).unwrap().decision;
         assert!(d.is_cloud());
         assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
         assert!(!d.tokens_exact);
 
         let code = |r: Result<Routed, TurnError>| r.err().map(|e| e.code());
         let id = "my id is 11010519491231002X";
-        assert_eq!(code(for_state(&state, &settings, id, &[], web)), Some(ErrorCode::RouteNoLocalModel));
+        assert_eq!(code(for_state(&state, id, &[], web)), Some(ErrorCode::RouteNoLocalModel));
         // An earlier sensitive exchange is left out of what the cloud gets.
         let history = [Message::new(Role::User, id), Message::new(Role::Assistant, "noted")];
-        let d = for_state(&state, &settings, "latest news?", &history, web).unwrap().decision;
+        let d = for_state(&state, "latest news?", &history, web).unwrap().decision;
         assert!(d.is_cloud() && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
 
         let force = Choice { force: Some(Force::Cloud), ..Choice::default() };
-        assert_eq!(code(for_state(&state, &Settings::default(), "hi", &[], force)), Some(ErrorCode::RouteNoCloud));
+        state.apply_settings(&Settings::default());
+        assert_eq!(code(for_state(&state, "hi", &[], force)), Some(ErrorCode::RouteNoCloud));
     }
 }

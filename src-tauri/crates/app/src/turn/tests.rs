@@ -46,7 +46,8 @@ fn turn(
 ) -> (Running, Vec<ChatEvent>) {
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: session.into(), ask, options };
-    let running = start(state, settings, request, move |e| tx.send(e).is_ok()).unwrap();
+    state.apply_settings(settings);
+    let running = start(state, request, move |e| tx.send(e).is_ok()).unwrap();
     let events = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
     (running, events)
 }
@@ -213,7 +214,8 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
 
     let refused = |ask: Ask, options: TurnOptions| {
         let request = TurnRequest { session: "s1".into(), ask, options };
-        start(&state, &settings, request, |_| true).err().map(|e| e.code())
+        state.apply_settings(&settings);
+        start(&state, request, |_| true).err().map(|e| e.code())
     };
     assert_eq!(refused(new(" \n"), TurnOptions::default()), Some(ErrorCode::EmptyMessage));
     assert_eq!(refused(new("hi"), max(0)), Some(ErrorCode::InvalidSetting));
@@ -254,7 +256,8 @@ fn a_stopped_turn_is_stored_interrupted_with_what_arrived() {
     crate::models::ensure_default_model(&state).unwrap();
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: "c".into(), ask: new("count to a thousand"), options: max(4000) };
-    let running = start(&state, &settings(None), request, move |e| tx.send(e).is_ok()).unwrap();
+    state.apply_settings(&settings(None));
+    let running = start(&state, request, move |e| tx.send(e).is_ok()).unwrap();
     let mut events = Vec::new();
     while let Ok(e) = rx.recv_timeout(Duration::from_secs(60)) {
         let token = matches!(e, ChatEvent::Token { .. });
@@ -368,7 +371,8 @@ fn sensitive_text_leaves_only_with_the_override_and_its_answer_is_not_cached() {
 
     // Must stay local, and nothing local runs: the router's error, nothing stored.
     let request = TurnRequest { session: "s".into(), ask: new(SENSITIVE), options: forced.clone() };
-    let err = start(&state, &settings, request, |_| true).err();
+    state.apply_settings(&settings);
+    let err = start(&state, request, |_| true).err();
     assert_eq!(err.as_ref().map(Coded::code), Some(ErrorCode::RouteNoLocalModel), "{err:?}");
     assert!(err.is_some_and(|e| e.message().contains("allow sensitive content")));
     assert_eq!(block_on(state.store.messages("s")).map(|m| m.len()).ok(), Some(0), "the UI gives the text back");
@@ -402,7 +406,8 @@ fn a_cloud_turn_stops_through_the_registry_and_keeps_what_arrived() {
     let settings = settings(Some(&stub));
     let (tx, rx) = mpsc::channel();
     let request = TurnRequest { session: "c".into(), ask: new("count slowly"), options: TurnOptions::default() };
-    let running = start(&state, &settings, request, move |e| tx.send(e).is_ok()).unwrap();
+    state.apply_settings(&settings);
+    let running = start(&state, request, move |e| tx.send(e).is_ok()).unwrap();
     let mut events = Vec::new();
     while let Ok(e) = rx.recv_timeout(Duration::from_secs(30)) {
         let first_token = matches!(e, ChatEvent::Token { .. });
