@@ -67,12 +67,14 @@ fn a_refused_load_allocates_nothing_and_says_why() {
     let grew = after.saturating_sub(before);
     assert!(grew < 8 << 20, "RSS grew by {grew} bytes during a refused load ({before} -> {after})");
 
-    // The binary: one clear line with the numbers, exit code 1, nothing on stdout.
+    // The binary: the refusal with its numbers, then what would fit (here
+    // nothing), exit code 1, nothing on stdout.
     let out = headroom(&["generate", &d, "--prompt", "Hello"]);
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.starts_with("headroom: refusing to load"), "{stderr}");
     assert!(stderr.contains("cannot fit at any context") && stderr.contains("weights 186.26 GB"), "{stderr}");
+    assert!(stderr.contains("\nwhat would fit      nothing:"), "{stderr}");
     assert!(out.stdout.is_empty());
 
     // `fit --json` has every part; the weights are exactly what the header claims.

@@ -17,9 +17,12 @@ pub enum CliError {
     Demo(#[from] DemoError),
     #[error(transparent)]
     Memory(#[from] headroom_memory::MemoryError),
-    /// The fit verdict says the model would swap or cannot fit; nothing was loaded.
-    #[error("{}", super::fit::refusal(model, report))]
-    WouldNotFit { model: String, report: Box<FitReport> },
+    /// The fit verdict says the model would swap or cannot fit; nothing was
+    /// loaded. `remedies`: what would fit, where the guard worked them out
+    /// (the lines `headroom fit` prints, the picker's offers).
+    #[error("{}{}", super::fit::refusal(model, report),
+        remedies.as_ref().map(|r| format!("\n{}", super::fit::remedy_lines(report, r).trim_end())).unwrap_or_default())]
+    WouldNotFit { model: String, report: Box<FitReport>, remedies: Option<Vec<headroom_core::remedies::Remedy>> },
     /// The model cannot be split across two Macs.
     #[error(transparent)]
     Split(headroom_core::split::SplitError),

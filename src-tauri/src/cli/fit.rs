@@ -190,7 +190,8 @@ pub(crate) fn guard(
             };
             let report = crate::fit::check_load(&plan, budget_source(g.budget), g.learned)?;
             if report.verdict.refuses() && !g.override_fit {
-                return Err(CliError::WouldNotFit { model: label, report: Box::new(report) });
+                let remedies = Some(remedies_for(&report, g.dir, g.dtype, g.kernel));
+                return Err(CliError::WouldNotFit { model: label, report: Box::new(report), remedies });
             }
             (report, None)
         }
@@ -243,12 +244,8 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &m
         let context = report.estimate.context_tokens;
         report = headroom_core::fit::check_with(&report.footprint, context, kv, report.budget.inputs, &measured);
     }
-    let remedies = if report.verdict.refuses() {
-        let candidates = candidates_beside(&dir, args.dtype, args.kernel);
-        headroom_core::remedies::remedies(&report, kv, kv.quant().map_or(0, |q| q.start), &candidates)
-    } else {
-        Vec::new()
-    };
+    let remedies =
+        if report.verdict.refuses() { remedies_for(&report, &dir, args.dtype, args.kernel) } else { Vec::new() };
     // Two Macs: the same model split between this Mac and the peer, each
     // within its own budget, beside the verdict for this Mac alone.
     let split = match &args.peer.peer {
@@ -276,6 +273,15 @@ pub(crate) fn fit(args: &FitArgs, env: &HubEnv, learned: Option<&Store>, out: &m
         }
     }
     Ok(())
+}
+
+/// What would make the refused `report` of the model in `dir` fit (the
+/// app's picker offers the same kinds): a smaller KV cache, another
+/// quantization beside it on disk, a shorter context.
+pub(crate) fn remedies_for(report: &FitReport, dir: &Path, dtype: ComputeDtype, kernel: KernelArgs) -> Vec<Remedy> {
+    let kv = report.estimate.kv_format;
+    let candidates = candidates_beside(dir, dtype, kernel);
+    headroom_core::remedies::remedies(report, kv, kv.quant().map_or(0, |q| q.start), &candidates)
 }
 
 /// The other model folders beside `dir` (its siblings in the same parent

@@ -441,6 +441,8 @@ mod tests {
             "overhead",
             "budget 0.00 GB",
             "--override-fit",
+            // What would fit, as `headroom fit` and the app's picker say it: here nothing.
+            "what would fit      nothing",
         ] {
             assert!(msg.contains(needle), "{needle} in {msg}");
         }

@@ -52,7 +52,7 @@ pub(crate) fn probe(args: &LiveProbeArgs, env: &HubEnv, live: &Live, out: &mut d
     let context = headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
     let report = check_model(&dir, context, args.dtype, &args.budget)?;
     if report.verdict.refuses() {
-        return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report) });
+        return Err(CliError::WouldNotFit { model: args.model.clone(), report: Box::new(report), remedies: None });
     }
     let engine = EngineHandle::spawn()?;
     engine.load(&dir, LoadSettings { context_limit: context, dtype: args.dtype, ..LoadSettings::default() })?;

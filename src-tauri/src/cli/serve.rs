@@ -173,7 +173,9 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
                 models_dir: state.locations.data_dir.join(crate::models::MODELS_DIR),
                 hubs: state.locations.hub.hub_dirs(),
             },
-            ProvideError::WouldNotFit { model, report } => ServeError::Cli(CliError::WouldNotFit { model, report }),
+            ProvideError::WouldNotFit { model, report } => {
+                ServeError::Cli(CliError::WouldNotFit { model, report, remedies: None })
+            }
             other => ServeError::Load(other),
         })?),
         None => None,
