@@ -74,12 +74,8 @@ impl From<crate::desktop::DesktopError> for CommandError {
             E::ShortcutFailed { .. } => ErrorCode::ShortcutFailed,
             E::LaunchAtLogin { .. } => ErrorCode::LaunchAtLogin,
         };
-        let mut message = e.to_string();
         // A sentence for the UI: capitalised like the other errors.
-        if let Some(first) = message.get(..1) {
-            message = first.to_uppercase() + &message[1..];
-        }
-        Self::new(code, message)
+        Self::new(code, headroom_app::codes::upper_first(&e.to_string()))
     }
 }
 

@@ -284,12 +284,18 @@ impl Coded for headroom_cloud::KeyError {
 
 /// A sentence for the user from an error's lower-case description.
 pub fn capitalized(s: &str) -> String {
-    let mut chars = s.chars();
-    let mut out: String = chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default();
+    let mut out = upper_first(s);
     if !out.ends_with('.') {
         out.push('.');
     }
     out
+}
+
+/// `s` with its first letter upper-cased: an error's lower-case
+/// description as the start of a sentence.
+pub fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 impl Coded for headroom_engine::demo::DemoError {

@@ -34,11 +34,6 @@ fn size(bytes: u64) -> String {
     }
 }
 
-fn capitalized(s: &str) -> String {
-    let mut chars = s.chars();
-    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
-}
-
 /// Carries out `action` on the engine (blocking: call it off async
 /// threads) and says what was done. The engine queues jobs in order, so an
 /// unload asked while a turn is about to start waits for it; the registry is
@@ -49,7 +44,7 @@ pub fn carry_out(state: &AppState, action: Action) -> Option<Notice> {
     let model_id = model.as_ref().map(|m| m.id.clone());
     let name = model_id.clone().unwrap_or_else(|| "the model".to_owned());
     let cause = action.cause();
-    let why = capitalized(&cause.sentence());
+    let why = crate::codes::upper_first(&cause.sentence());
     let notice = |freed_bytes: Option<u64>, message: String| Notice {
         at_unix_ms: unix_ms(),
         action,

@@ -450,8 +450,12 @@ pub fn load(
         return Err(LoadError::NoContext);
     }
     let kv = kv.unwrap_or_else(|| state.kv_format());
+    if across_peer {
+        // Checked for each Mac there; this Mac's verdict alone does not apply.
+        return load_across(state, entry, context_limit, kv, override_fit);
+    }
     let source = budget_source(state)?;
-    let draft = if across_peer { None } else { draft_path(state, id, &all)? };
+    let draft = draft_path(state, id, &all)?;
     let plan = fit::LoadPlan {
         dir: &entry.path,
         draft: draft.as_deref(),
@@ -461,9 +465,6 @@ pub fn load(
         kv,
     };
     let report = fit::check_load(&plan, source, Some(&state.store))?;
-    if across_peer {
-        return load_across(state, entry, context_limit, kv, override_fit);
-    }
     if report.verdict.refuses() && !override_fit {
         let over = fit::over_by(&report) as f64 / GIB as f64;
         let message = match report.largest_context_that_fits {

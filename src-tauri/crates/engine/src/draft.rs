@@ -105,6 +105,23 @@ impl Draft {
         Ok(Self { model, cache, chunk: chunk.max(1) })
     }
 
+    /// Brings the cache to `seq` but its last token: trimmed to what they
+    /// share, the rest fed in prefill chunks (the tokens the model decoded
+    /// while the draft was idle). Returns what is left to feed (at least
+    /// `seq`'s last token), for [`Self::propose`].
+    pub fn catch_up<'a>(&mut self, seq: &'a [u32]) -> Result<&'a [u32]> {
+        let kept = self.cache.reuse_prefix(seq);
+        let mut rest = &seq[kept..];
+        while rest.len() > 1 {
+            let take = self.chunk.min(rest.len() - 1);
+            self.model.forward(&ids(&rest[..take]), &mut self.cache)?;
+            self.cache.push_tokens(&rest[..take]);
+            eval(self.cache.arrays()).op("draft prefill")?;
+            rest = &rest[take..];
+        }
+        Ok(rest)
+    }
+
     /// Up to `n` greedy proposals for what follows the conversation, once
     /// [`Self::catch_up`] has brought the cache to it: `rest` is what that
     /// returned (its last token at least, not yet checked by the loaded
@@ -130,25 +147,6 @@ impl Draft {
         // The proposals fed back (all but the last) are not the conversation's yet.
         self.cache.trim(n - 1);
         Ok(out)
-    }
-}
-
-impl Draft {
-    /// Brings the cache to `seq` but its last token: trimmed to what they
-    /// share, the rest fed in prefill chunks (the tokens the model decoded
-    /// while the draft was idle). Returns what is left to feed (at least
-    /// `seq`'s last token), for [`Self::propose`].
-    pub fn catch_up<'a>(&mut self, seq: &'a [u32]) -> Result<&'a [u32]> {
-        let kept = self.cache.reuse_prefix(seq);
-        let mut rest = &seq[kept..];
-        while rest.len() > 1 {
-            let take = self.chunk.min(rest.len() - 1);
-            self.model.forward(&ids(&rest[..take]), &mut self.cache)?;
-            self.cache.push_tokens(&rest[..take]);
-            eval(self.cache.arrays()).op("draft prefill")?;
-            rest = &rest[take..];
-        }
-        Ok(rest)
     }
 }
 

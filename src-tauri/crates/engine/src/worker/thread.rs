@@ -165,6 +165,12 @@ struct Loaded {
 }
 
 impl Loaded {
+    /// Whether what this process holds is this model alone, all of it: a
+    /// measurement is then a point of its calibration curve.
+    fn measures_itself(&self) -> bool {
+        self.model.later_layers().is_none() && self.draft.is_none()
+    }
+
     /// The key this model's states are saved and restored under: its layout
     /// and its weights' content.
     fn state_key(&self, disk: &DiskTier) -> Result<&str> {
@@ -803,14 +809,6 @@ pub(super) fn encode_within(
         }
     }
     Ok(fits)
-}
-
-impl Loaded {
-    /// Whether what this process holds is this model alone, all of it: a
-    /// measurement is then a point of its calibration curve.
-    fn measures_itself(&self) -> bool {
-        self.model.later_layers().is_none() && self.draft.is_none()
-    }
 }
 
 /// What `mode` has measured of this model on this machine.
