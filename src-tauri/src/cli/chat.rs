@@ -11,7 +11,7 @@ use clap::{Args, ValueEnum};
 use headroom_core::chat::FinishReason;
 use headroom_core::router::Force;
 use headroom_core::settings::Settings;
-use headroom_engine::worker::{EngineHandle, LoadSettings};
+use headroom_engine::worker::EngineHandle;
 use headroom_engine::ComputeDtype;
 use headroom_store::Store;
 use serde_json::json;
@@ -22,8 +22,9 @@ use super::kernel::KernelArgs;
 use super::kv::KvArgs;
 use super::speculative::SpeculativeArgs;
 use super::CliError;
+use crate::models::Beside;
 use crate::runtime::block_on;
-use crate::state::{AppState, LoadedModel, Locations};
+use crate::state::{AppState, Locations};
 use crate::turn::{self, Ask, ChatEvent, Done, RouteInfo, RouteTarget, TurnOptions, TurnRequest};
 
 #[derive(Debug, Clone, Args)]
@@ -174,6 +175,9 @@ pub(crate) fn chat(
     settings.cloud_model = args.cloud_model.clone().or(settings.cloud_model);
     settings.context_limit = args.context.unwrap_or(settings.context_limit);
     settings.speculative = args.speculative.or(settings.speculative);
+    // `--kernel` (its default too) is the kernel this run loads with, as
+    // the setting is the app's.
+    settings.kernel = args.kernel.kernel;
     let state = AppState::new(EngineHandle::spawn()?, locations, store);
     state.apply_settings(&settings);
     let result = load_and_chat(args, &state, &settings, out, err);
@@ -266,17 +270,10 @@ fn load(args: &ChatArgs, state: &AppState, context: usize, err: &mut dyn Write) 
         learned,
     };
     let (report, peer) = guard(&request, err)?;
-    let settings = crate::fit::load_settings(
-        &report,
-        context,
-        ComputeDtype::Native,
-        args.kernel.quant_kernel(),
-        kv,
-        state.prompt_cache_max_bytes(),
-    );
-    let kernel = settings.kernel;
-    let info = state.engine.load(&dir, LoadSettings { peer, draft, ..settings })?;
-    state.set_loaded(Some(LoadedModel::new(&model_label(args.model.as_deref()), dir, info, report.footprint, kernel)));
+    // The app's switch: the same load settings from the report, and the
+    // state told what is loaded.
+    let id = model_label(args.model.as_deref());
+    crate::models::switch_to(state, &id, &dir, context, kv, &report, Beside { peer, draft })?;
     Ok(())
 }
 

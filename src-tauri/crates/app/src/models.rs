@@ -562,7 +562,8 @@ impl LoadResult {
     }
 }
 
-pub(crate) struct Switched {
+#[derive(Debug)]
+pub struct Switched {
     unload_ms: u64,
     freed_bytes: u64,
     expected_freed_bytes: u64,
@@ -587,7 +588,7 @@ pub(crate) struct Switched {
 /// new weights under the report's cache limit. A failure after the unload
 /// leaves no model loaded, and says so. The caller holds `state.switching`
 /// from its fit check on.
-pub(crate) fn switch_to(
+pub fn switch_to(
     state: &AppState,
     id: &str,
     path: &Path,
@@ -645,7 +646,7 @@ pub(crate) fn switch_to(
 /// What a load places beside the model: a peer Mac for its later layers,
 /// a draft model for speculative decoding (the `report` counted either).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Beside {
+pub struct Beside {
     pub peer: Option<headroom_engine::peer::PeerPlacement>,
     pub draft: Option<PathBuf>,
 }
