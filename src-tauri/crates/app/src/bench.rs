@@ -319,6 +319,9 @@ pub struct KernelLabel {
     pub kind: KernelKind,
     /// The CPU kernel's switch to a dequantized matmul; `None` for fused.
     pub dequantize_from_rows: Option<i32>,
+    /// Below this many rows the CPU kernel unpacks each weight once for all
+    /// rows (4/8-bit matrices on an AVX2 CPU); `None` where it does not.
+    pub row_shared_below_rows: Option<i32>,
 }
 
 /// What was measured: the model's labels and the plan (`None`: no depth ran).
@@ -387,12 +390,15 @@ impl BenchJson {
                     .and_then(|l| l.quantization)
                     .map(|(bits, group_size)| QuantLabel { bits, group_size }),
                 kv_dtype: labels.map(|l| l.kv_dtype.clone()),
-                quant_kernel: labels.and_then(|l| l.quant_kernel).map(|k| KernelLabel {
-                    kind: k.into(),
-                    dequantize_from_rows: match k {
-                        QuantKernel::CpuF32 { dequantize_from_rows } => Some(dequantize_from_rows),
-                        QuantKernel::Fused => None,
-                    },
+                quant_kernel: labels.and_then(|l| Some((l.quant_kernel?, l.quantization))).map(|(k, quant)| {
+                    // The paths this model's matrices take on this machine
+                    // (a mixed-width model is labelled by its default width).
+                    let paths = quant.and_then(|(bits, group)| k.cpu_paths(bits, group));
+                    KernelLabel {
+                        kind: k.into(),
+                        dequantize_from_rows: paths.map(|p| p.dequantize_from),
+                        row_shared_below_rows: paths.and_then(|p| p.row_shared_below),
+                    }
                 }),
                 weight_bytes: labels.map(|l| l.traffic.weight_bytes),
                 active_weight_bytes: labels.map(|l| l.traffic.weight_bytes),
@@ -455,7 +461,7 @@ mod tests {
     #[test]
     fn kernel_kinds_are_sent_as_the_engine_names_them() {
         // One of each kind: a new kind fails to compile in `From`.
-        for k in [QuantKernel::Fused, QuantKernel::CpuF32 { dequantize_from_rows: 8 }] {
+        for k in [QuantKernel::Fused, QuantKernel::CPU] {
             assert_eq!(serde_json::to_value(KernelKind::from(k)).unwrap(), k.as_str());
         }
     }

@@ -22,7 +22,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = load_model(&dir, dtype)?;
     let context: Vec<u32> = (0..300u32).map(|i| 100 + i * 7 % 5000).collect();
     let mut one = None;
-    for rows in [1usize, 2, 3, 4, 6, 8, 12, 16, 24] {
+    for rows in [1usize, 2, 3, 4, 5, 6, 8, 12, 16, 17, 24, 32, 48, 64] {
         let mut best = f64::MAX;
         for _ in 0..5 {
             let mut cache = model.new_cache();

@@ -43,7 +43,7 @@ pub use draft::{Draft, SameVocabulary};
 pub use error::{EngineError, Result};
 pub use inspect::{inspect, inspect_model, inspect_model_as, inspect_model_with, load_shape, Inspection};
 pub use mlx_memory::{gpu_working_set_bytes, mlx_memory, MlxMemory};
-pub use quant::QuantKernel;
+pub use quant::{CpuPaths, QuantKernel};
 pub use sampler::SamplingParams;
 pub use tokenizer::Tokenizer;
 pub use weights::ComputeDtype;

@@ -43,11 +43,11 @@ pub fn propose(seq: &[u32], max: usize) -> &[u32] {
 
 /// The depths tried, shallow to deep. What a pass costs per row depends on
 /// the kernel: on Metal decode is bandwidth-bound and a pass of 17 rows
-/// costs about one step; on MLX's CPU backend the fused quantized kernel
-/// dequantizes per row, so rows cost almost a step each until the CPU
-/// kernel switches to dequantize-once at 8 rows (`QuantKernel`), where a
-/// pass costs about five steps however many rows it has. So each depth's
-/// cost is measured, not modelled.
+/// costs about one step; on the CPU backend the row-shared kernel unpacks
+/// each weight once for all rows, and the rows' multiply-adds make a pass
+/// of 5 rows cost about 1.2 steps and one of 17 about 3 (`QuantKernel`,
+/// `examples/pass_cost.rs`). So each depth's cost is measured, not
+/// modelled.
 pub const DEPTHS: [usize; 4] = [2, 4, 8, 16];
 /// Most tokens proposed in one pass.
 pub const DEPTH_MAX: usize = 16;
@@ -264,8 +264,9 @@ mod tests {
         assert_eq!(d.depth(), 16);
     }
 
-    /// MLX's CPU backend: rows cost a step each below 8, then a pass costs
-    /// five steps. Shallow depths never pay; a deep one does when copying.
+    /// MLX's fused kernel on the CPU (3-, 5- or 6-bit matrices, or a CPU
+    /// without AVX2): rows cost a step each below 8, then a pass costs five
+    /// steps. Shallow depths never pay; a deep one does when copying.
     #[test]
     fn a_deep_depth_is_found_where_only_deep_passes_pay() {
         let cost = |k: usize| if k + 1 < 8 { 100.0 * (k + 1) as f64 } else { 540.0 };

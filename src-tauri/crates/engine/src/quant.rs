@@ -20,6 +20,8 @@ use crate::error::{MlxContext, Result};
 #[cfg(any(test, feature = "test-support"))]
 use headroom_core::format::quant::{SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
 
+mod row_shared;
+
 /// How `x · Wᵀ` over a quantized `W` is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum QuantKernel {
@@ -32,10 +34,14 @@ pub enum QuantKernel {
     /// ten times slower than with f32 ones (and rounds more); and it redoes
     /// the dequantization for every row of `x`, so a prompt chunk costs as
     /// much per token as decode. So this kernel multiplies in f32 whatever
-    /// the activations' dtype and rounds the result once: fused below
-    /// `dequantize_from_rows` rows (decode), and from there on (a prompt
-    /// chunk) through `W` dequantized once and one BLAS matmul.
-    CpuF32 { dequantize_from_rows: i32 },
+    /// the activations' dtype and rounds the result once:
+    /// - below `row_shared_below_rows` rows (decode, a prompt-lookup check,
+    ///   a short prompt), where [`row_shared`] takes the matrix (4/8-bit,
+    ///   AVX2), by that kernel: each weight unpacked once for all rows;
+    /// - otherwise by MLX's fused kernel below `dequantize_from_rows` rows,
+    /// - and from there on (a prompt chunk) through `W` dequantized once
+    ///   and one BLAS matmul.
+    CpuF32 { dequantize_from_rows: i32, row_shared_below_rows: i32 },
 }
 
 impl QuantKernel {
@@ -45,8 +51,17 @@ impl QuantKernel {
     /// so the two meet at about 4 rows; 8 leaves a margin for other shapes.
     pub const CPU_DEQUANTIZE_FROM_ROWS: i32 = 8;
 
-    /// The CPU backend's kernel with the measured threshold.
-    pub const CPU: Self = Self::CpuF32 { dequantize_from_rows: Self::CPU_DEQUANTIZE_FROM_ROWS };
+    /// Rows below which the row-shared kernel beats dequantize + BLAS:
+    /// SmolLM2-135M on the 2-core x86 machine, one whole pass
+    /// (`examples/pass_cost.rs`): 32 rows 276 ms, 48 rows 360 ms, 64 rows
+    /// 546 ms, against about 400 ms for any count through BLAS.
+    pub const CPU_ROW_SHARED_BELOW_ROWS: i32 = 48;
+
+    /// The CPU backend's kernel with the measured thresholds.
+    pub const CPU: Self = Self::CpuF32 {
+        dequantize_from_rows: Self::CPU_DEQUANTIZE_FROM_ROWS,
+        row_shared_below_rows: Self::CPU_ROW_SHARED_BELOW_ROWS,
+    };
 
     /// The kernel that suits the device MLX computes on.
     pub fn for_device(device: DeviceKind) -> Self {
@@ -72,6 +87,25 @@ impl QuantKernel {
         }
     }
 
+    /// How the CPU kernel runs a matrix of `bits`/`group` on this machine:
+    /// below how many rows the row-shared kernel takes it (`None`: it does
+    /// not, for these parameters or on this CPU), and from how many rows
+    /// `W` is dequantized for BLAS. `None` for the fused kernel. What
+    /// `matmul_t` does and what a benchmark's label says, from one place.
+    pub fn cpu_paths(self, bits: i32, group: i32) -> Option<CpuPaths> {
+        match self {
+            Self::Fused => None,
+            Self::CpuF32 { dequantize_from_rows, row_shared_below_rows } => {
+                let shared =
+                    (row_shared_below_rows > 0 && row_shared::supports(bits, group)).then_some(row_shared_below_rows);
+                Some(CpuPaths {
+                    row_shared_below: shared,
+                    dequantize_from: shared.map_or(dequantize_from_rows, |r| r.max(dequantize_from_rows)),
+                })
+            }
+        }
+    }
+
     /// The kernel [`Self::as_str`] names (a placement carries it to a peer).
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
@@ -81,16 +115,40 @@ impl QuantKernel {
         }
     }
 
-    /// For labels: "fused, in the activations' dtype", or "in f32: fused
-    /// below 8 rows, dequantized + BLAS from 8".
+    /// For labels: "fused, in the activations' dtype", or (on an AVX2 CPU)
+    /// "in f32: 4/8-bit unpacked once for all rows below 48 rows,
+    /// dequantized + BLAS from 48; other widths fused below 8 rows,
+    /// dequantized + BLAS from 8".
     pub fn describe(self) -> String {
-        match self {
-            Self::Fused => "fused, in the activations' dtype".to_owned(),
-            Self::CpuF32 { dequantize_from_rows: rows } => {
-                format!("in f32: fused below {rows} rows, dequantized + BLAS from {rows}")
-            }
+        // The CPU kernel's paths for the common widths and for the others.
+        let (Some(common), Some(other)) = (self.cpu_paths(4, 64), self.cpu_paths(3, 64)) else {
+            return "fused, in the activations' dtype".to_owned();
+        };
+        let fused = |p: CpuPaths| {
+            let rows = p.dequantize_from;
+            format!("fused below {rows} rows, dequantized + BLAS from {rows}")
+        };
+        match common.row_shared_below {
+            Some(below) => format!(
+                "in f32: 4/8-bit unpacked once for all rows below {below} rows, dequantized + BLAS from {}; \
+                 other widths {}",
+                common.dequantize_from,
+                fused(other)
+            ),
+            None => format!("in f32: {}", fused(common)),
         }
     }
+}
+
+/// Where [`QuantKernel::CpuF32`] changes paths for one kind of matrix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuPaths {
+    /// Below this many rows: each weight unpacked once for all rows.
+    pub row_shared_below: Option<i32>,
+    /// From this many rows: `W` dequantized once, then BLAS. Between the
+    /// two (only where the row-shared kernel does not apply): MLX's fused
+    /// kernel in f32.
+    pub dequantize_from: i32,
 }
 
 /// A `[out, in]` weight matrix stored affine-quantized.
@@ -105,6 +163,18 @@ pub struct QuantizedMatrix {
     pub group_size: i32,
     pub bits: i32,
     pub kernel: QuantKernel,
+}
+
+/// Scales or biases as the row-shared kernel reads them (`None`: a dtype it
+/// does not take, or a non-contiguous array; MLX's kernel runs instead).
+fn params(a: &Array) -> Result<Option<row_shared::Params<'_>>> {
+    a.eval().op("quantized params")?;
+    Ok(match a.dtype() {
+        Dtype::Float32 => a.try_as_slice::<f32>().ok().map(row_shared::Params::F32),
+        Dtype::Float16 => a.try_as_slice::<half::f16>().ok().map(row_shared::Params::F16),
+        Dtype::Bfloat16 => a.try_as_slice::<half::bf16>().ok().map(row_shared::Params::Bf16),
+        _ => None,
+    })
 }
 
 /// `a` in f32 (itself if it already is).
@@ -152,11 +222,13 @@ impl QuantizedMatrix {
 
     /// `x · Wᵀ` for `x` of shape `[…, in]`, by this matrix's kernel.
     pub fn matmul_t(&self, x: &Array) -> Result<Array> {
-        match self.kernel {
-            QuantKernel::Fused => self.fused_matmul_t(x),
-            QuantKernel::CpuF32 { dequantize_from_rows } => {
+        match self.kernel.cpu_paths(self.bits, self.group_size) {
+            None => self.fused_matmul_t(x),
+            Some(CpuPaths { row_shared_below, dequantize_from }) => {
                 let rows: i32 = x.shape().split_last().map_or(1, |(_, lead)| lead.iter().product());
-                if rows >= dequantize_from_rows {
+                if row_shared_below.is_some_and(|below| rows < below) {
+                    self.row_shared_matmul_t(x)
+                } else if rows >= dequantize_from {
                     self.dense_matmul_t(x)
                 } else if x.dtype() == Dtype::Float32 {
                     self.fused_matmul_t(x)
@@ -178,6 +250,47 @@ impl QuantizedMatrix {
                     y.as_dtype(x.dtype()).op("cast back")
                 }
             }
+        }
+    }
+
+    /// `x · Wᵀ` in f32 by [`row_shared`]: each weight unpacked once for all
+    /// rows of `x`. `x` is evaluated here (the kernel reads its memory), so
+    /// a forward pass syncs once per quantized matmul; on a 2-core machine
+    /// that costs far less than the kernel saves (`examples/pass_cost.rs`).
+    /// A matrix whose buffers disagree with its shape goes to MLX's kernel,
+    /// which reports it in MLX's words.
+    fn row_shared_matmul_t(&self, x: &Array) -> Result<Array> {
+        let Some((&inputs, lead)) = x.shape().split_last() else { return self.fused_matmul_t(x) };
+        let rows: i32 = lead.iter().product();
+        let out = self.weight.shape().first().copied().unwrap_or(0);
+        self.weight.eval().op("quantized weight")?;
+        let (Ok(words), Some(scales), Some(biases)) =
+            (self.weight.try_as_slice::<u32>(), params(&self.scales)?, params(&self.biases)?)
+        else {
+            return self.fused_matmul_t(x);
+        };
+        let Ok(packed) = row_shared::Packed::new(
+            words,
+            scales,
+            biases,
+            out as usize,
+            inputs as usize,
+            self.group_size as usize,
+            self.bits as usize,
+        ) else {
+            return self.fused_matmul_t(x);
+        };
+        let x32 = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
+        x32.eval().op("rows of x")?;
+        let Ok(xs) = x32.try_as_slice::<f32>() else { return self.fused_matmul_t(x) };
+        let y = row_shared::matmul_t(xs, rows as usize, &packed);
+        let mut shape = lead.to_vec();
+        shape.push(out);
+        let y = Array::from_slice(&y, &shape);
+        if x.dtype() == Dtype::Float32 {
+            Ok(y)
+        } else {
+            y.as_dtype(x.dtype()).op("cast back")
         }
     }
 
@@ -300,17 +413,19 @@ mod tests {
     }
 
     #[test]
-    fn the_cpu_kernel_computes_in_f32_and_rounds_once_on_either_side_of_its_row_threshold() -> Result<()> {
+    fn the_cpu_kernel_computes_in_f32_and_rounds_once_on_every_side_of_its_row_thresholds() -> Result<()> {
         let (rows, cols) = (64, 256);
         let w = Array::from_slice(&values(rows * cols, 3), &[rows as i32, cols as i32]);
         for dtype in [Dtype::Float32, Dtype::Bfloat16] {
             let mut q = QuantizedMatrix::quantize(&w.as_dtype(dtype).op("cast")?, 64, 4)?;
-            q.kernel = QuantKernel::CpuF32 { dequantize_from_rows: 8 };
+            // Three paths: row-shared below 4 rows, fused below 8, dense from 8.
+            q.kernel = QuantKernel::CpuF32 { dequantize_from_rows: 8, row_shared_below_rows: 4 };
+            let row_shared = row_shared::supports(4, 64);
             // x · Wᵀ over the same quantized W, exactly (in f32 on the host).
             let w32 = ops::dequantize(&q.weight, &to_f32(&q.scales)?, &to_f32(&q.biases)?, 64, 4).op("dequantize")?;
             let w32 = w32.as_slice::<f32>();
             let mut fused_worst = 0.0f32;
-            for batch in [1usize, 7, 8, 40] {
+            for batch in [1usize, 3, 5, 7, 8, 40] {
                 let x = Array::from_slice(&values(batch * cols, batch as u64), &[1, batch as i32, cols as i32])
                     .as_dtype(dtype)
                     .op("cast")?;
@@ -320,8 +435,8 @@ mod tests {
                 let fused = q.fused_matmul_t(&x)?;
                 let (got, fused) = (to_f32(&got)?, to_f32(&fused)?);
                 let (got, fused) = (got.as_slice::<f32>(), fused.as_slice::<f32>());
-                if dtype == Dtype::Float32 && batch < 8 {
-                    // In f32 below the threshold it is the fused kernel itself.
+                if dtype == Dtype::Float32 && batch < 8 && (batch >= 4 || !row_shared) {
+                    // In f32 between the thresholds it is the fused kernel itself.
                     assert_eq!(got, fused, "batch {batch}");
                     continue;
                 }

@@ -74,8 +74,15 @@ describe('benchmark words', () => {
     expect(benchLabels(report)).toBe('p 512 · n 128 · batch 1 · 5 runs + 1 warm-up · 4-bit g64 · KV float16');
     const kernel = (quant_kernel: BenchReport['labels']['quant_kernel']) =>
       benchLabels({ ...report, labels: { ...report.labels, quant_kernel } });
-    expect(kernel({ kind: 'cpu-f32', dequantize_from_rows: 8 })).toMatch(/KV float16 · f32 matmul, prompt dequantized from 8 rows$/);
-    expect(kernel({ kind: 'fused', dequantize_from_rows: null })).toMatch(/KV float16 · fused matmul$/);
+    expect(kernel({ kind: 'cpu-f32', dequantize_from_rows: 8, row_shared_below_rows: null })).toMatch(
+      /KV float16 · f32 matmul, prompt dequantized from 8 rows$/,
+    );
+    expect(kernel({ kind: 'cpu-f32', dequantize_from_rows: 48, row_shared_below_rows: 48 })).toMatch(
+      /KV float16 · f32 matmul, unpacked once below 48 rows, dequantized from 48$/,
+    );
+    expect(kernel({ kind: 'fused', dequantize_from_rows: null, row_shared_below_rows: null })).toMatch(
+      /KV float16 · fused matmul$/,
+    );
     expect(rooflineSentence(report)).toBe(
       'Decode reached 78 % of the bandwidth limit at depth 4K (48.1 of 61.7 tok/s at 100 GB/s, measured)',
     );

@@ -43,7 +43,9 @@ export function benchLabels(report: BenchReport): string {
   if (l.quantization) parts.push(`${l.quantization.bits}-bit g${l.quantization.group_size}`);
   if (l.kv_dtype) parts.push(`KV ${l.kv_dtype}`);
   const k = l.quant_kernel;
-  if (k?.kind === 'cpu-f32') parts.push(`f32 matmul, prompt dequantized from ${k.dequantize_from_rows} rows`);
+  if (k?.kind === 'cpu-f32' && k.row_shared_below_rows !== null)
+    parts.push(`f32 matmul, unpacked once below ${k.row_shared_below_rows} rows, dequantized from ${k.dequantize_from_rows}`);
+  else if (k?.kind === 'cpu-f32') parts.push(`f32 matmul, prompt dequantized from ${k.dequantize_from_rows} rows`);
   else if (k?.kind === 'fused') parts.push('fused matmul');
   return parts.join(' · ');
 }

@@ -8,4 +8,9 @@ export type KernelLabel = { kind: KernelKind,
 /**
  * The CPU kernel's switch to a dequantized matmul; `None` for fused.
  */
-dequantize_from_rows: number | null, };
+dequantize_from_rows: number | null, 
+/**
+ * Below this many rows the CPU kernel unpacks each weight once for all
+ * rows (4/8-bit matrices on an AVX2 CPU); `None` where it does not.
+ */
+row_shared_below_rows: number | null, };
