@@ -331,7 +331,7 @@ mod tests {
 
     /// Deterministic pseudo-random values in [-1, 1) without MLX, so the
     /// reference below shares nothing with the code under test.
-    fn values(n: usize, mut seed: u64) -> Vec<f32> {
+    pub(super) fn values(n: usize, mut seed: u64) -> Vec<f32> {
         (0..n)
             .map(|_| {
                 seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);

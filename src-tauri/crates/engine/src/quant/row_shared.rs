@@ -285,15 +285,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn values(n: usize, mut seed: u64) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::quant::tests::values;
 
     /// The same product, one weight at a time, in f64.
     fn reference(x: &[f32], rows: usize, w: &Packed<'_>) -> Vec<f64> {
