@@ -22,10 +22,10 @@
 //!
 //! Every row of `x` is summed in the same order whatever the number of
 //! rows, so a row's result does not depend on how many rows ran beside it.
+// AVX2 intrinsics, entered only after runtime detection. Elsewhere (a
+// Mac's arm64) the module compiles but is never entered: `supports` is
+// false there, and the matmul goes to MLX.
 #![allow(unsafe_code)]
-// AVX2 intrinsics, entered only after runtime detection.
-// Elsewhere (a Mac's arm64) it compiles but is never entered: `supports`
-// is false there, and the matmul goes to MLX.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables, unused_mut))]
 
 use half::slice::HalfFloatSliceExt;
@@ -74,7 +74,12 @@ pub struct Packed<'a> {
 
 /// Whether this machine and these parameters can take the kernel.
 pub fn supports(bits: i32, group: i32) -> bool {
-    matches!(bits, 4 | 8) && matches!(group, 32 | 64 | 128) && has_avx2_fma()
+    unpacks(bits.into(), group.into()) && has_avx2_fma()
+}
+
+/// The widths and group sizes the unpacking handles.
+fn unpacks(bits: i64, group: i64) -> bool {
+    matches!(bits, 4 | 8) && matches!(group, 32 | 64 | 128)
 }
 
 fn has_avx2_fma() -> bool {
@@ -103,7 +108,7 @@ impl<'a> Packed<'a> {
         group: usize,
         bits: usize,
     ) -> Result<Self, Mismatch> {
-        if !matches!(bits, 4 | 8) || !matches!(group, 32 | 64 | 128) {
+        if !unpacks(bits as i64, group as i64) {
             return Err(Mismatch("bits or group size"));
         }
         if !inputs.is_multiple_of(group) {
