@@ -45,7 +45,7 @@ pub fn propose(seq: &[u32], max: usize) -> &[u32] {
 /// the kernel: on Metal decode is bandwidth-bound and a pass of 17 rows
 /// costs about one step; on the CPU backend the row-shared kernel unpacks
 /// each weight once for all rows, and the rows' multiply-adds make a pass
-/// of 5 rows cost about 1.2 steps and one of 17 about 3 (`QuantKernel`,
+/// of 5 rows cost about 1.6 steps and one of 17 about 4 (`QuantKernel`,
 /// `examples/pass_cost.rs`). So each depth's cost is measured, not
 /// modelled.
 pub const DEPTHS: [usize; 4] = [2, 4, 8, 16];

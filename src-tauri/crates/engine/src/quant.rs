@@ -21,6 +21,7 @@ use crate::error::{MlxContext, Result};
 use headroom_core::format::quant::{SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
 
 mod row_shared;
+mod team;
 
 /// How `x · Wᵀ` over a quantized `W` is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

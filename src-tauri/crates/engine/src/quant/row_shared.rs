@@ -5,10 +5,13 @@
 //! whole matrix again for every row of `x`, one value at a time, so a pass
 //! of 17 rows (a prompt-lookup check) costs 17 decode steps, and even one
 //! row runs far below what the machine can do. Here each group is unpacked
-//! with AVX2 once per output row and multiplied into every row of `x` while
-//! it sits in registers or L1, and the output rows are split across the
-//! cores. On the 2-core development machine a SmolLM2-135M decode step went
-//! from 106 to 32–34 ms, and a 17-row pass from about 5.5 steps to about 3.2
+//! with AVX2 once per output row (two output rows at a time, so that each
+//! load of `x` serves both) and multiplied into every row of `x` while it
+//! sits in L1; a single row of `x` (a decode step) takes each weight from
+//! its word straight into the dot product. The output rows are split across
+//! the cores by a team of hot helper threads ([`super::team`]). On the
+//! 2-core development machine a SmolLM2-135M decode step went from 106 to
+//! 26–27 ms, and a 17-row pass costs about 4 such steps
 //! (`examples/pass_cost.rs`, docs/speculative.md). On a Mac the Metal
 //! kernels run instead ([`super::QuantKernel::Fused`]); this is the CPU
 //! backend's path.
@@ -30,7 +33,10 @@
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
-use rayon::prelude::*;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+use super::team;
 
 /// The scales' or biases' storage: the model's float dtype.
 #[derive(Debug, Clone, Copy)]
@@ -125,9 +131,9 @@ impl<'a> Packed<'a> {
     }
 }
 
-/// Output rows per task: enough tasks to balance two to sixteen cores,
-/// few enough that scheduling stays a small part of a task.
-const MIN_TASK_OUTPUTS: usize = 16;
+/// Output rows per piece: enough pieces to balance two to sixteen
+/// threads, few enough that claiming one stays a small part of it.
+const MIN_PIECE_OUTPUTS: usize = 16;
 
 /// `y = x · Wᵀ` for `x` of `rows × w.inputs` (row-major f32); `y` is
 /// `rows × w.out`. Panics only on a caller's length error, which
@@ -135,23 +141,50 @@ const MIN_TASK_OUTPUTS: usize = 16;
 pub fn matmul_t(x: &[f32], rows: usize, w: &Packed<'_>) -> Vec<f32> {
     assert!(supports(w.bits as i32, w.group as i32), "row_shared::matmul_t without AVX2/FMA or for {} bits", w.bits);
     assert_eq!(x.len(), rows * w.inputs, "x is not rows × inputs");
-    // Each task writes whole output rows of W: [out, rows], transposed after.
+    // Each piece writes whole output rows of W: [out, rows], transposed after.
     let mut by_output = vec![0.0f32; w.out * rows];
-    let threads = rayon::current_num_threads().max(1);
-    let per_task = (w.out / (threads * 4)).max(MIN_TASK_OUTPUTS);
-    by_output.par_chunks_mut(per_task * rows).enumerate().for_each(|(task, y)| {
-        let first = task * per_task;
-        let mut scratch = Scratch::new(w);
-        for (i, y_n) in y.chunks_mut(rows).enumerate() {
-            // SAFETY: `supports` checked AVX2 and FMA above; every index the
-            // kernel forms is inside the lengths `Packed::new` and the assert
-            // above checked.
-            #[cfg(target_arch = "x86_64")]
-            unsafe {
-                avx2::output_row(x, rows, w, first + i, &mut scratch, y_n)
+    let team = team::team();
+    let per_piece = (w.out / (team.threads() * 4)).max(MIN_PIECE_OUTPUTS);
+    // One lock a piece, taken once by whoever claims it: never contended.
+    let pieces: Vec<Mutex<&mut [f32]>> = by_output.chunks_mut(per_piece * rows).map(Mutex::new).collect();
+    let next = AtomicUsize::new(0);
+    let groups = w.inputs / w.group;
+    team.run(&|| {
+        let mut scratch = Scratch::new(w, per_piece);
+        loop {
+            let piece = next.fetch_add(1, Ordering::Relaxed);
+            let Some(y) = pieces.get(piece) else { break };
+            let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
+            let first = piece * per_piece;
+            scratch.widen(w, first, y.len() / rows);
+            let Scratch { scales, biases, row } = &mut scratch;
+            let params = |i: usize| {
+                let at = i * groups..(i + 1) * groups;
+                (&scales[at.clone()], &biases[at])
             };
+            let count = y.len() / rows;
+            let mut i = 0;
+            while i < count {
+                let y = &mut y[i * rows..];
+                // SAFETY: `supports` checked AVX2 and FMA above; every index
+                // the kernel forms is inside the lengths `Packed::new` and
+                // the assert above checked.
+                #[cfg(target_arch = "x86_64")]
+                unsafe {
+                    // Two output rows at a time where there are several rows
+                    // of x: each x load then serves both.
+                    if rows > 1 && i + 1 < count {
+                        avx2::output_rows::<2>(x, rows, w, first + i, [params(i), params(i + 1)], row, y);
+                        i += 2;
+                        continue;
+                    }
+                    avx2::output_rows::<1>(x, rows, w, first + i, [params(i)], row, y);
+                }
+                i += 1;
+            }
         }
     });
+    drop(pieces);
     if rows == 1 {
         return by_output;
     }
@@ -164,7 +197,9 @@ pub fn matmul_t(x: &[f32], rows: usize, w: &Packed<'_>) -> Vec<f32> {
     y
 }
 
-/// A task's buffers: one output row's scales, biases and dequantized weights.
+/// A thread's buffers: a piece's scales and biases, widened to f32 in one
+/// call each (per output row, the calls cost more than the widening), and
+/// two output rows' dequantized weights.
 struct Scratch {
     scales: Vec<f32>,
     biases: Vec<f32>,
@@ -172,9 +207,17 @@ struct Scratch {
 }
 
 impl Scratch {
-    fn new(w: &Packed<'_>) -> Self {
+    fn new(w: &Packed<'_>, outputs: usize) -> Self {
         let groups = w.inputs / w.group;
-        Self { scales: vec![0.0; groups], biases: vec![0.0; groups], row: vec![0.0; w.inputs] }
+        Self { scales: vec![0.0; groups * outputs], biases: vec![0.0; groups * outputs], row: vec![0.0; 2 * w.inputs] }
+    }
+
+    /// Widens the scales and biases of output rows `first..first + count`.
+    fn widen(&mut self, w: &Packed<'_>, first: usize, count: usize) {
+        let groups = w.inputs / w.group;
+        let n = groups * count;
+        w.scales.widen_into(first * groups, &mut self.scales[..n]);
+        w.biases.widen_into(first * groups, &mut self.biases[..n]);
     }
 }
 
@@ -182,7 +225,7 @@ impl Scratch {
 mod avx2 {
     use std::arch::x86_64::*;
 
-    use super::{Packed, Scratch};
+    use super::Packed;
 
     /// Eight weights `scale * q + bias` from the packed words at `p`: one
     /// word holds eight 4-bit values, two words eight 8-bit ones.
@@ -211,78 +254,126 @@ mod avx2 {
         _mm_cvtss_f32(s)
     }
 
-    /// `y_n[m] = x[m] · W[n]` for every row `m`.
+    /// `y[p * rows + m] = x[m] · W[n + p]` for the `P` output rows from `n`
+    /// and every row `m` of x, with each one's scales and biases widened,
+    /// and `row` to hold their dequantized weights.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) unsafe fn output_row(
+    pub(super) unsafe fn output_rows<const P: usize>(
         x: &[f32],
         rows: usize,
         w: &Packed<'_>,
         n: usize,
-        s: &mut Scratch,
-        y_n: &mut [f32],
+        params: [(&[f32], &[f32]); P],
+        row: &mut [f32],
+        y: &mut [f32],
     ) {
         let k = w.inputs;
-        let groups = k / w.group;
-        w.scales.widen_into(n * groups, &mut s.scales);
-        w.biases.widen_into(n * groups, &mut s.biases);
-        // The row of W once, dequantized, in L1/L2 for every row of x. The
-        // loops walk pointers: no index arithmetic (and, in a dev build, no
-        // overflow check) per eight weights.
+        // The loops walk pointers: no index arithmetic (and, in a dev
+        // build, no overflow check) per eight weights.
         let mut words = w.words.as_ptr().add(n * k * w.bits / 32);
         let words_per_eight = w.bits / 4;
-        let mut out = s.row.as_mut_ptr();
-        for (&scale, &bias) in s.scales.iter().zip(&s.biases) {
-            let (scale, bias) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
-            for _ in 0..w.group / 8 {
-                _mm256_storeu_ps(out, eight(words, w.bits, scale, bias));
-                words = words.add(words_per_eight);
-                out = out.add(8);
+        if P == 1 && rows == 1 {
+            // One row of x (a decode step): each weight goes from its word
+            // straight into the dot product. The same multiply-adds in the
+            // same order as `rows_dot` over a dequantized row, so the
+            // result has the same bits.
+            let (mut even, mut odd) = (_mm256_setzero_ps(), _mm256_setzero_ps());
+            let mut xp = x.as_ptr();
+            let (scales, biases) = params[0];
+            for (&scale, &bias) in scales.iter().zip(biases) {
+                let (scale, bias) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
+                // A group is a multiple of 16 (32, 64 or 128).
+                for _ in 0..w.group / 16 {
+                    let w0 = eight(words, w.bits, scale, bias);
+                    let w1 = eight(words.add(words_per_eight), w.bits, scale, bias);
+                    even = _mm256_fmadd_ps(_mm256_loadu_ps(xp), w0, even);
+                    odd = _mm256_fmadd_ps(_mm256_loadu_ps(xp.add(8)), w1, odd);
+                    words = words.add(2 * words_per_eight);
+                    xp = xp.add(16);
+                }
+            }
+            y[0] = sum(_mm256_add_ps(even, odd));
+            return;
+        }
+        // The rows of W once, dequantized, in L1/L2 for every row of x
+        // (consecutive rows of W are consecutive in `words`).
+        let mut out = row.as_mut_ptr();
+        for (scales, biases) in params {
+            for (&scale, &bias) in scales.iter().zip(biases) {
+                let (scale, bias) = (_mm256_set1_ps(scale), _mm256_set1_ps(bias));
+                for _ in 0..w.group / 8 {
+                    _mm256_storeu_ps(out, eight(words, w.bits, scale, bias));
+                    words = words.add(words_per_eight);
+                    out = out.add(8);
+                }
             }
         }
-        let wrow = s.row.as_ptr();
+        let wrows = row.as_ptr();
         let mut m = 0;
         while m < rows {
+            // Eight accumulators either way: four rows of x against one row
+            // of W, or two against two.
             let left = rows - m;
-            let take = if left >= 4 {
-                rows_dot::<4>(x.as_ptr().add(m * k), k, wrow, &mut y_n[m..m + 4]);
+            m += if P == 1 && left >= 4 {
+                rows_dot::<P, 4>(x.as_ptr().add(m * k), k, wrows, y, rows, m);
                 4
             } else if left >= 2 {
-                rows_dot::<2>(x.as_ptr().add(m * k), k, wrow, &mut y_n[m..m + 2]);
+                rows_dot::<P, 2>(x.as_ptr().add(m * k), k, wrows, y, rows, m);
                 2
             } else {
-                rows_dot::<1>(x.as_ptr().add(m * k), k, wrow, &mut y_n[m..m + 1]);
+                rows_dot::<P, 1>(x.as_ptr().add(m * k), k, wrows, y, rows, m);
                 1
             };
-            m += take;
         }
     }
 
-    /// `R` rows of x (stride `k`) against one dequantized row of W, each
-    /// row over two accumulators (even and odd blocks of eight) so that
-    /// the FMAs of one row do not wait on each other. The order of the
-    /// sums is the same for every `R`.
+    /// `R` rows of x (stride `k`) against `P` dequantized rows of W (stride
+    /// `k`), into `y[p * rows + m + r]`. Each pair of rows sums over two
+    /// accumulators (even and odd blocks of eight) so that its FMAs do not
+    /// wait on each other. Every pair sums in the same order whatever `P`
+    /// and `R`.
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn rows_dot<const R: usize>(x: *const f32, k: usize, w: *const f32, y: &mut [f32]) {
-        let mut even = [_mm256_setzero_ps(); R];
-        let mut odd = [_mm256_setzero_ps(); R];
+    unsafe fn rows_dot<const P: usize, const R: usize>(
+        x: *const f32,
+        k: usize,
+        w: *const f32,
+        y: &mut [f32],
+        rows: usize,
+        m: usize,
+    ) {
+        let mut even = [[_mm256_setzero_ps(); R]; P];
+        let mut odd = [[_mm256_setzero_ps(); R]; P];
         let mut xr = [x; R];
         for (r, p) in xr.iter_mut().enumerate() {
             *p = x.add(r * k);
         }
-        let mut wp = w;
+        let mut wp = [w; P];
+        for (p, q) in wp.iter_mut().enumerate() {
+            *q = w.add(p * k);
+        }
         // `k` is a multiple of 32 (the smallest group): whole blocks of 16.
         for _ in 0..k / 16 {
-            let (w0, w1) = (_mm256_loadu_ps(wp), _mm256_loadu_ps(wp.add(8)));
+            let mut w0 = [_mm256_setzero_ps(); P];
+            let mut w1 = [_mm256_setzero_ps(); P];
+            for p in 0..P {
+                w0[p] = _mm256_loadu_ps(wp[p]);
+                w1[p] = _mm256_loadu_ps(wp[p].add(8));
+                wp[p] = wp[p].add(16);
+            }
             for r in 0..R {
-                even[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[r]), w0, even[r]);
-                odd[r] = _mm256_fmadd_ps(_mm256_loadu_ps(xr[r].add(8)), w1, odd[r]);
+                let (x0, x1) = (_mm256_loadu_ps(xr[r]), _mm256_loadu_ps(xr[r].add(8)));
+                for p in 0..P {
+                    even[p][r] = _mm256_fmadd_ps(x0, w0[p], even[p][r]);
+                    odd[p][r] = _mm256_fmadd_ps(x1, w1[p], odd[p][r]);
+                }
                 xr[r] = xr[r].add(16);
             }
-            wp = wp.add(16);
         }
-        for r in 0..R {
-            y[r] = sum(_mm256_add_ps(even[r], odd[r]));
+        for p in 0..P {
+            for r in 0..R {
+                y[p * rows + m + r] = sum(_mm256_add_ps(even[p][r], odd[p][r]));
+            }
         }
     }
 }
@@ -323,7 +414,8 @@ mod tests {
             return;
         }
         for (bits, group) in [(4, 32), (4, 64), (4, 128), (8, 32), (8, 64)] {
-            let (out, k) = (70, 256);
+            // 71 outputs: pieces of 16, then 7, so the last row of W runs alone.
+            let (out, k) = (71, 256);
             let words: Vec<u32> = values(out * k * bits / 32, bits as u64)
                 .iter()
                 .map(|v| (v.to_bits()).wrapping_mul(2654435761))
