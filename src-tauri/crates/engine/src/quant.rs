@@ -54,8 +54,12 @@ impl QuantKernel {
 
     /// Rows below which the row-shared kernel beats dequantize + BLAS:
     /// SmolLM2-135M on the 2-core x86 machine, one whole pass
-    /// (`examples/pass_cost.rs`): 32 rows 276 ms, 48 rows 360 ms, 64 rows
-    /// 546 ms, against about 400 ms for any count through BLAS.
+    /// (`examples/pass_cost.rs`), measured when the kernel split its rows
+    /// with rayon: 32 rows 276 ms, 48 rows 360 ms, 64 rows 546 ms, against
+    /// about 400 ms for any count through BLAS. With its hot helpers 32
+    /// rows take 174–185 ms and 48 through BLAS 471–561 ms, so the
+    /// threshold is likely low now; moving it changes the fit's activation
+    /// term (docs/still-open.md).
     pub const CPU_ROW_SHARED_BELOW_ROWS: i32 = 48;
 
     /// The CPU backend's kernel with the measured thresholds.

@@ -155,14 +155,13 @@ pub fn matmul_t(x: &[f32], rows: usize, w: &Packed<'_>) -> Vec<f32> {
             let piece = next.fetch_add(1, Ordering::Relaxed);
             let Some(y) = pieces.get(piece) else { break };
             let mut y = y.lock().unwrap_or_else(|e| e.into_inner());
-            let first = piece * per_piece;
-            scratch.widen(w, first, y.len() / rows);
+            let (first, count) = (piece * per_piece, y.len() / rows);
+            scratch.widen(w, first, count);
             let Scratch { scales, biases, row } = &mut scratch;
             let params = |i: usize| {
                 let at = i * groups..(i + 1) * groups;
                 (&scales[at.clone()], &biases[at])
             };
-            let count = y.len() / rows;
             let mut i = 0;
             while i < count {
                 let y = &mut y[i * rows..];

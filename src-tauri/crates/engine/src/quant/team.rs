@@ -18,7 +18,7 @@
 
 use std::hint::spin_loop;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -35,9 +35,6 @@ struct State {
     /// The open job: `Some` from the moment a caller hands it over until it
     /// closes it.
     job: Option<Job>,
-    /// Counts the jobs handed over (mirrored in [`Shared::epoch`] for the
-    /// spinning helpers).
-    epoch: u64,
     /// Helpers waiting on [`Shared::wake`].
     sleeping: usize,
 }
@@ -45,6 +42,8 @@ struct State {
 struct Shared {
     state: Mutex<State>,
     wake: Condvar,
+    /// Counts the jobs handed over: written only under `state`'s lock, read
+    /// without it by the spinning helpers.
     epoch: AtomicU64,
     /// Helpers inside the open job.
     active: AtomicUsize,
@@ -77,7 +76,7 @@ pub fn team() -> &'static Team {
 impl Team {
     fn start(helpers: usize) -> Self {
         let shared: &'static Shared = Box::leak(Box::new(Shared {
-            state: Mutex::new(State { job: None, epoch: 0, sleeping: 0 }),
+            state: Mutex::new(State { job: None, sleeping: 0 }),
             wake: Condvar::new(),
             epoch: AtomicU64::new(0),
             active: AtomicUsize::new(0),
@@ -108,11 +107,23 @@ impl Team {
             work();
             return;
         }
+        // A helper's panic is caught on its thread; the caller raises it
+        // once the job is closed, so a piece never goes missing unnoticed.
+        let helper_panicked = AtomicBool::new(false);
+        let caller = std::thread::current().id();
+        let guarded = || {
+            if std::thread::current().id() == caller {
+                work();
+            } else if catch_unwind(AssertUnwindSafe(work)).is_err() {
+                helper_panicked.store(true, Ordering::Relaxed);
+            }
+        };
+        let guarded: &(dyn Fn() + Sync) = &guarded;
         // SAFETY: the erased reference is reached only by helpers that join
         // while the job is open, and this function neither returns nor
         // unwinds before the job is closed and every helper that joined has
         // left it (`Close::drop`).
-        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(work) };
+        let job: Job = unsafe { std::mem::transmute::<&(dyn Fn() + Sync), Job>(guarded) };
         let sleeping = {
             let mut state = self.shared.lock();
             if state.job.is_some() {
@@ -121,15 +132,17 @@ impl Team {
                 return;
             }
             state.job = Some(job);
-            state.epoch += 1;
-            self.shared.epoch.store(state.epoch, Ordering::Release);
+            self.shared.epoch.fetch_add(1, Ordering::Release);
             state.sleeping
         };
         if sleeping > 0 {
             self.shared.wake.notify_all();
         }
-        let _close = Close(self.shared);
-        work();
+        let close = Close(self.shared);
+        guarded();
+        drop(close);
+        // The helpers' stores are seen: `Close` waited for them with Acquire.
+        assert!(!helper_panicked.load(Ordering::Relaxed), "a helper thread's piece of the job panicked");
     }
 }
 
@@ -165,7 +178,7 @@ fn help(shared: &'static Shared) {
             if spins.is_multiple_of(64) && idle.elapsed() > SPIN {
                 let mut state = shared.lock();
                 state.sleeping += 1;
-                while state.epoch == seen {
+                while shared.epoch.load(Ordering::Acquire) == seen {
                     state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
                 }
                 state.sleeping -= 1;
@@ -175,15 +188,15 @@ fn help(shared: &'static Shared) {
         }
         let job = {
             let state = shared.lock();
-            seen = state.epoch;
+            seen = shared.epoch.load(Ordering::Acquire);
             if state.job.is_some() {
                 shared.active.fetch_add(1, Ordering::AcqRel);
             }
             state.job
         };
         if let Some(job) = job {
-            // A panicking piece must not leave the caller waiting forever:
-            // the caller's own part sees the same inputs and reports it.
+            // The job catches its own panics (`Team::run`) and reports them
+            // to the caller; this one keeps the helper alive whatever runs.
             let _ = catch_unwind(AssertUnwindSafe(job));
             shared.active.fetch_sub(1, Ordering::Release);
         }
@@ -250,6 +263,33 @@ mod tests {
         }));
         assert!(result.is_err());
         // The team still runs jobs, helper included.
+        let ran = AtomicUsize::new(0);
+        team.run(&|| {
+            ran.fetch_add(1, Ordering::Relaxed);
+        });
+        assert!(ran.load(Ordering::Relaxed) >= 1);
+    }
+
+    #[test]
+    fn a_helper_s_panic_is_raised_on_the_caller() {
+        let team = Team::start(1);
+        let caller = std::thread::current().id();
+        let helper_in = AtomicBool::new(false);
+        let result = catch_unwind(AssertUnwindSafe(|| {
+            team.run(&|| {
+                if std::thread::current().id() == caller {
+                    // Keep the job open until the helper has joined it.
+                    while !helper_in.load(Ordering::Acquire) {
+                        spin_loop();
+                    }
+                } else {
+                    helper_in.store(true, Ordering::Release);
+                    panic!("the helper's piece");
+                }
+            })
+        }));
+        assert!(result.is_err(), "the helper's panic was lost");
+        // The helper survived it.
         let ran = AtomicUsize::new(0);
         team.run(&|| {
             ran.fetch_add(1, Ordering::Relaxed);
