@@ -113,6 +113,18 @@ def recorded(data_dir):
     return row
 
 
+def loaded(data_dir):
+    """The newest load this data folder's store recorded: (MLX's peak, the
+    resident growth or None, MLX's active memory at its end)."""
+    import sqlite3
+    db = sqlite3.connect(os.path.join(data_dir, "headroom.db"))
+    try:
+        return db.execute("SELECT mlx_peak_bytes, resident_peak_bytes, mlx_active_bytes FROM peak_measurements "
+                          "WHERE kind = 'load' ORDER BY id DESC LIMIT 1").fetchone()
+    finally:
+        db.close()
+
+
 def input_tokens(bin_, model, message):
     """The prompt's tokens as the engine counts them (the chat template
     included): `headroom route --model` counts with the model's own
@@ -211,8 +223,8 @@ def calibration(args, demo, work, text):
         learned = tempfile.mkdtemp(prefix="learned-", dir=work)
         at_c0 = turn(model, c0, learned)
         for factor in factors:
-            positions, real, mlx_peak, resident = turn(model, max(16, round(at_c0[0] * factor)),
-                                                       tempfile.mkdtemp(prefix="fresh-", dir=work))
+            fresh = tempfile.mkdtemp(prefix="fresh-", dir=work)
+            positions, real, mlx_peak, resident = turn(model, max(16, round(at_c0[0] * factor)), fresh)
             alone = fit(model, positions, tempfile.mkdtemp(prefix="nothing-", dir=work))
             calibrated = fit(model, positions, learned)
             formula = calibrated["formula_peak_bytes"]
@@ -232,6 +244,7 @@ def calibration(args, demo, work, text):
             rows.append({"model": label, "factor": factor, "positions": positions, "fresh_peak": real,
                          "fresh_mlx_peak": mlx_peak, "fresh_resident": resident, "formula": formula,
                          "calibrated": predicted, "basis": calibrated["basis"], "learned": at_c0,
+                         "learned_load": loaded(learned), "fresh_load": loaded(fresh),
                          "estimate": calibrated["estimate"]})
     print()
     print("every case within 5 % and no worse than the formula" if met

@@ -54,6 +54,6 @@ pub use weights::ComputeDtype;
 pub mod testing {
     pub use crate::loader::{load_model, load_model_with};
     pub use crate::models::{Logits, Model};
-    pub use crate::quant::QuantizedMatrix;
+    pub use crate::quant::{kernel_clock, QuantizedMatrix};
     pub use mlx_rs::Array;
 }

@@ -156,6 +156,27 @@ pub struct CpuPaths {
     pub dequantize_from: i32,
 }
 
+/// How long the row-shared kernel itself has run in this process, apart
+/// from MLX's ops around it (and the evaluation of `x` that runs them):
+/// `examples/pass_cost.rs` splits a forward pass with it. Test support only,
+/// so the app pays no clock reads.
+#[cfg(feature = "test-support")]
+pub mod kernel_clock {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    static NANOS: AtomicU64 = AtomicU64::new(0);
+
+    pub(super) fn add(spent: Duration) {
+        NANOS.fetch_add(u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
+    }
+
+    /// The kernel's time since the last call (and resets it).
+    pub fn take() -> Duration {
+        Duration::from_nanos(NANOS.swap(0, Ordering::Relaxed))
+    }
+}
+
 /// A `[out, in]` weight matrix stored affine-quantized.
 #[derive(Debug)]
 pub struct QuantizedMatrix {
@@ -288,7 +309,11 @@ impl QuantizedMatrix {
         let x32 = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
         x32.eval().op("rows of x")?;
         let Ok(xs) = x32.try_as_slice::<f32>() else { return self.fused_matmul_t(x) };
+        #[cfg(feature = "test-support")]
+        let started = std::time::Instant::now();
         let y = row_shared::matmul_t(xs, rows as usize, &packed);
+        #[cfg(feature = "test-support")]
+        kernel_clock::add(started.elapsed());
         let mut shape = lead.to_vec();
         shape.push(out);
         let y = Array::from_slice(&y, &shape);
