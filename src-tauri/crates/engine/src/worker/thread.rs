@@ -347,8 +347,10 @@ impl Worker {
     }
 
     /// Sets MLX's buffer-cache limit for the model about to be loaded:
-    /// the caller's, else the one MLX had before any was set.
+    /// the caller's, else the one MLX had before any was set
+    /// (`HEADROOM_MLX_CACHE_LIMIT` replaces both: [`cache_limit_override`]).
     fn apply_cache_limit(&mut self, limit: Option<usize>) -> Result<()> {
+        let limit = cache_limit_override().or(limit);
         match (limit, self.default_cache_limit) {
             (Some(limit), _) => {
                 let previous = mlx_rs::memory::set_cache_limit(limit).op("set_cache_limit")?;
@@ -458,7 +460,8 @@ impl Worker {
             eos_ids: tokenizer.eos_ids().to_vec(),
             load_time: staged_in + started.elapsed(),
             replaced,
-            cache_limit_bytes: settings.cache_limit_bytes,
+            // What is in force: the measurement knob's limit where it is set.
+            cache_limit_bytes: cache_limit_override().or(settings.cache_limit_bytes),
             wired_limit_bytes: None,
             fingerprint: fingerprint.clone(),
             draft: settings.draft.clone(),
@@ -843,4 +846,20 @@ fn attach_peer(mut model: Model, dir: &Path, at: &PeerPlacement, settings: &Load
     let link = crate::peer::host::place(at, placement, model.activation_dtype(), model.config().text.hidden_size)?;
     model.attach(Box::new(link));
     Ok(model)
+}
+
+/// `HEADROOM_MLX_CACHE_LIMIT` (bytes), where set, replaces the buffer-cache
+/// limit every load sets. A measurement knob, not a setting: what MLX's
+/// cache costs in resident memory and in speed
+/// (docs/fit-calibration.md, "A capped cache"). A value that is not a
+/// number of bytes is ignored, with a warning.
+fn cache_limit_override() -> Option<usize> {
+    let value = std::env::var("HEADROOM_MLX_CACHE_LIMIT").ok()?;
+    match value.trim().parse() {
+        Ok(bytes) => Some(bytes),
+        Err(_) => {
+            tracing::warn!(%value, "HEADROOM_MLX_CACHE_LIMIT is not a number of bytes; ignored");
+            None
+        }
+    }
 }
