@@ -95,19 +95,25 @@ def measure(bin_, model_dir, prompt_file, max_tokens, dtype):
     }
 
 
-def recorded(data_dir):
-    """The newest turn this data folder's store recorded (migration 0005), as
-    the app counts it: (positions the KV cache held, the peak: the larger of
-    MLX's peak and the process's resident growth over what it held before
-    the weights were read, MLX's peak, that resident growth or None)."""
+def newest(data_dir, columns, kind):
+    """The newest row of `kind` ('turn' or 'load') this data folder's store
+    recorded (migration 0005): `columns`, or None when there is none."""
     import sqlite3
     db = sqlite3.connect(os.path.join(data_dir, "headroom.db"))
     try:
-        row = db.execute("SELECT context_tokens, MAX(mlx_peak_bytes, COALESCE(resident_peak_bytes, 0)) - cached_bytes, "
-                         "mlx_peak_bytes, resident_peak_bytes "
-                         "FROM peak_measurements WHERE kind = 'turn' ORDER BY id DESC LIMIT 1").fetchone()
+        return db.execute(f"SELECT {columns} FROM peak_measurements WHERE kind = ? ORDER BY id DESC LIMIT 1",
+                          (kind,)).fetchone()
     finally:
         db.close()
+
+
+def recorded(data_dir):
+    """The newest turn this data folder's store recorded, as the app counts
+    it: (positions the KV cache held, the peak: the larger of MLX's peak and
+    the process's resident growth over what it held before the weights were
+    read, MLX's peak, that resident growth or None)."""
+    row = newest(data_dir, "context_tokens, MAX(mlx_peak_bytes, COALESCE(resident_peak_bytes, 0)) - cached_bytes, "
+                 "mlx_peak_bytes, resident_peak_bytes", "turn")
     if row is None:
         sys.exit(f"measure-fit: nothing was recorded in {data_dir}")
     return row
@@ -116,13 +122,7 @@ def recorded(data_dir):
 def loaded(data_dir):
     """The newest load this data folder's store recorded: (MLX's peak, the
     resident growth or None, MLX's active memory at its end)."""
-    import sqlite3
-    db = sqlite3.connect(os.path.join(data_dir, "headroom.db"))
-    try:
-        return db.execute("SELECT mlx_peak_bytes, resident_peak_bytes, mlx_active_bytes FROM peak_measurements "
-                          "WHERE kind = 'load' ORDER BY id DESC LIMIT 1").fetchone()
-    finally:
-        db.close()
+    return newest(data_dir, "mlx_peak_bytes, resident_peak_bytes, mlx_active_bytes", "load")
 
 
 def input_tokens(bin_, model, message):

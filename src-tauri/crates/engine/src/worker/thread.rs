@@ -347,10 +347,8 @@ impl Worker {
     }
 
     /// Sets MLX's buffer-cache limit for the model about to be loaded:
-    /// the caller's, else the one MLX had before any was set
-    /// (`HEADROOM_MLX_CACHE_LIMIT` replaces both: [`cache_limit_override`]).
+    /// the caller's, else the one MLX had before any was set.
     fn apply_cache_limit(&mut self, limit: Option<usize>) -> Result<()> {
-        let limit = cache_limit_override().or(limit);
         match (limit, self.default_cache_limit) {
             (Some(limit), _) => {
                 let previous = mlx_rs::memory::set_cache_limit(limit).op("set_cache_limit")?;
@@ -446,6 +444,8 @@ impl Worker {
             None => None,
         };
         let config = model.config();
+        // The limit in force, read once: the measurement knob's where it is set.
+        let cache_limit_bytes = cache_limit_override().or(settings.cache_limit_bytes);
         let info = ModelInfo {
             dir: dir.to_owned(),
             model_type: config.model_type_name().to_owned(),
@@ -460,13 +460,12 @@ impl Worker {
             eos_ids: tokenizer.eos_ids().to_vec(),
             load_time: staged_in + started.elapsed(),
             replaced,
-            // What is in force: the measurement knob's limit where it is set.
-            cache_limit_bytes: cache_limit_override().or(settings.cache_limit_bytes),
+            cache_limit_bytes,
             wired_limit_bytes: None,
             fingerprint: fingerprint.clone(),
             draft: settings.draft.clone(),
         };
-        self.apply_cache_limit(settings.cache_limit_bytes).map_err(none_loaded)?;
+        self.apply_cache_limit(cache_limit_bytes).map_err(none_loaded)?;
         let info = ModelInfo {
             wired_limit_bytes: self.apply_wired_limit(settings.wired_limit_bytes).map_err(none_loaded)?,
             ..info
