@@ -1,6 +1,6 @@
 """Prompt lookup against plain decoding on the same model, same prompts.
 
-Usage: python3 scripts/bench/lookup.py [--rounds R] [--max-tokens N] [MODEL]
+Usage: python3 scripts/bench/lookup.py [--rounds R] [--max-tokens N] [--only PREFIX] [MODEL]
 
 For each prompt in scripts/bench/lookup-prompts/ (copy-*: answers that copy
 from the prompt; prose-*: free prose), runs `headroom generate --temp 0
@@ -39,10 +39,11 @@ def main():
     ap.add_argument("model", nargs="?")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--only", default="", help="only the prompts whose name starts with this (e.g. copy-)")
     args = ap.parse_args()
     binary = os.environ.get("HEADROOM", str(ROOT / "target" / "debug" / "headroom"))
     rows = []
-    for prompt in sorted(PROMPTS.glob("*.txt")):
+    for prompt in sorted(PROMPTS.glob(f"{args.only}*.txt")):
         tps = {"none": [], "lookup": []}
         ids = {}
         spec = []

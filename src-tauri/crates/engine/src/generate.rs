@@ -639,7 +639,15 @@ mod tests {
             let base: Vec<u32> = (0..12u32).map(|i| 3 + i * 29 % 400).collect();
             let prompt = copying_prompt(&m, &base);
             let plain = GenerateOptions { max_tokens: 40, ..Default::default() };
-            let lookup = GenerateOptions { speculative: SpeculativeMode::Lookup, ..plain.clone() };
+            // As a chat's later answer starts: the costs of a plain step and
+            // of a pass measured by an earlier one (the first answer's first
+            // pass waits for a copy of three tokens, which these random
+            // weights seldom make).
+            let mut depth = Depth::default();
+            depth.plain_step(Duration::from_millis(10));
+            depth.pass(2, 2, 2, Duration::from_millis(12));
+            let lookup =
+                GenerateOptions { speculative: SpeculativeMode::Lookup, depth: depth.carry_over(), ..plain.clone() };
             let a = run(&m, &mut m.new_cache(), &prompt, &plain);
             let mut cache = m.new_cache();
             let b = run(&m, &mut cache, &prompt, &lookup);
