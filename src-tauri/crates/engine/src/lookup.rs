@@ -338,45 +338,46 @@ mod tests {
         assert!(d.depth() >= 4, "depth {} {d:?}", d.depth());
     }
 
-    #[test]
-    fn a_long_copy_raises_the_acceptance_as_it_is_copied() {
+    /// A depth that knows a plain step's cost, before an answer to a
+    /// 40-token prompt (ids 100..140).
+    fn answering() -> (Depth, Vec<u32>) {
         let mut d = Depth::default();
         d.plain_step(ms(100.0));
-        // The answer's first words are not the prompt's: the acceptance falls.
-        let mut seq: Vec<u32> = (100..140).collect();
-        for t in [100, 101, 7, 8] {
+        (d, (100..140).collect())
+    }
+
+    /// Plain decoding writes `tokens`, each shadowed as it comes.
+    fn decode_plainly(d: &mut Depth, seq: &mut Vec<u32>, tokens: impl IntoIterator<Item = u32>) {
+        for t in tokens {
             seq.push(t);
-            d.shadow(&seq);
+            d.shadow(seq);
         }
+    }
+
+    #[test]
+    fn a_long_copy_raises_the_acceptance_as_it_is_copied() {
+        let (mut d, mut seq) = answering();
+        // The answer's first words are not the prompt's: the acceptance falls.
+        decode_plainly(&mut d, &mut seq, [100, 101, 7, 8]);
         assert!(d.alpha() < 0.4, "alpha {}", d.alpha());
         // Then it copies the prompt: four tokens into a 16-token proposal,
         // the copy already counts (the whole proposal is not waited for).
-        for t in 103..109 {
-            seq.push(t);
-            d.shadow(&seq);
-        }
+        decode_plainly(&mut d, &mut seq, 103..109);
         assert!(d.alpha() > 0.6, "alpha {}", d.alpha());
     }
 
     #[test]
     fn the_first_pass_waits_for_a_copy_of_three_tokens() {
-        let mut d = Depth::default();
-        d.plain_step(ms(100.0));
-        let mut seq: Vec<u32> = (100..140).collect();
+        let (mut d, mut seq) = answering();
         // Two tokens as in the prompt, then two more of its proposal: the
         // acceptance is past one half, but two words in common are no copy.
-        for t in [100, 101, 102, 103] {
-            seq.push(t);
-            d.shadow(&seq);
-        }
+        decode_plainly(&mut d, &mut seq, [100, 101, 102, 103]);
         assert!(d.alpha() >= EXPLORE_AT, "alpha {}", d.alpha());
         assert_eq!(d.depth(), 0);
-        seq.push(104);
-        d.shadow(&seq);
+        decode_plainly(&mut d, &mut seq, [104]);
         assert_eq!(d.depth(), DEPTHS[0]);
         // A draft model's depth (no shadows) is tried at once.
-        let mut draft = Depth::default();
-        draft.plain_step(ms(100.0));
+        let (draft, _) = answering();
         assert_eq!(draft.depth(), DEPTHS[0]);
     }
 
