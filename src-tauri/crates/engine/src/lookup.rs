@@ -64,11 +64,11 @@ const MARGIN: f64 = 1.03;
 /// of proposals would have been accepted.
 const EXPLORE_AT: f64 = 0.5;
 /// With prompt lookup, the first pass of all waits until plain decoding
-/// has copied this many proposed tokens in a row: with the acceptance
-/// counted token by token,
-/// two words in common with the prompt lift it past [`EXPLORE_AT`], and a
-/// probe spent on them costs a short answer that copies nothing a whole
-/// pass (a 12-token answer quoting nothing ran 0.85–0.89× of plain).
+/// has copied this many proposed tokens in a row. With the acceptance
+/// counted token by token, two words in common with the prompt lift it
+/// past [`EXPLORE_AT`], and a probe spent on them costs a short answer that
+/// copies nothing a whole pass (a 12-token answer quoting nothing ran
+/// 0.85–0.89× of plain).
 const FIRST_PASS_AFTER: usize = 3;
 
 fn average(old: Option<f64>, new: f64) -> f64 {
