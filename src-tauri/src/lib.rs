@@ -340,10 +340,12 @@ mod tests {
         assert!(r["unload_ms"].as_u64().is_some() && r["load_ms"].as_u64().is_some(), "{r}");
         // It replaced the demo model loaded above, and caps MLX's cache from the budget.
         assert!(r["freed_bytes"].as_u64().is_some(), "{r}");
-        assert!(
-            r["cache_limit_bytes"].as_u64().is_some_and(|b| b >= headroom_core::fit::MIN_BUFFER_CACHE_BYTES),
-            "{r}"
-        );
+        let least = if cfg!(target_os = "macos") {
+            headroom_core::fit::MIN_BUFFER_CACHE_BYTES
+        } else {
+            headroom_core::fit::CPU_BUFFER_CACHE_BYTES
+        };
+        assert!(r["cache_limit_bytes"].as_u64().is_some_and(|b| b >= least), "{r}");
         assert_eq!(r["fit"]["estimate"]["context_tokens"], 1024);
         assert!(matches!(r["fit"]["verdict"]["kind"].as_str(), Some("fits" | "tight")), "{r}");
         // No sampler in tests: the history is empty, not an error.

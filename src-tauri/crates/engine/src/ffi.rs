@@ -22,6 +22,31 @@ pub(crate) fn mlx_version() -> Option<String> {
     }
 }
 
+/// Where MLX computes on the CPU its buffers come from glibc's malloc, and
+/// glibc's mmap threshold moves at run time (a freed mapping raises it), so
+/// whether a large buffer is mapped and given back on free, or carved from
+/// a heap that keeps it, depended on what ran before: with MLX's cache
+/// capped, two runs of the same turn peaked at 288 and 328.5 MB. Fixed at
+/// glibc's own starting value (128 KiB), every large buffer is mapped and
+/// unmapped alike, and a turn's peak repeats (38 of 40 pairs of fresh runs
+/// within 1 %, the others 1.2 and 3.5 %: docs/fit-calibration.md), which a
+/// fit that learns from one turn needs. Process-wide; set once, before the
+/// engine's first allocation.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+pub(crate) fn fix_mmap_threshold() {
+    const THRESHOLD: libc::c_int = 128 << 10;
+    // SAFETY: mallopt only sets an allocator parameter; any value is valid
+    // for M_MMAP_THRESHOLD up to HEAP_MAX (32 MiB on 64-bit).
+    let ok = unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, THRESHOLD) } == 1;
+    if !ok {
+        tracing::warn!("mallopt(M_MMAP_THRESHOLD) failed: peaks may not repeat from run to run");
+    }
+}
+
+/// Elsewhere the allocator is not glibc's and there is nothing to fix.
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+pub(crate) fn fix_mmap_threshold() {}
+
 /// A size-valued entry of MLX's device info (`mlx::core::device_info`) for
 /// device 0 of the given kind; `None` when the key is absent, is a string,
 /// or the call fails. Metal reports `max_recommended_working_set_size`

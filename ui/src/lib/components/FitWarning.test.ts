@@ -69,8 +69,8 @@ describe('FitWarning', () => {
       rule,
     });
     document.body.innerHTML = '';
-    show({ ...REPORT, calibration: measured, basis: 'measured here at 4K: 9.8 GB, counted 75 % at 8K' });
-    expect(screen.getByTestId('fit-basis')).toHaveTextContent('measured here at 4K: 9.8 GB, counted 75 % at 8K');
+    show({ ...REPORT, calibration: measured, basis: 'measured here at 4K: 9.8 GB, counted 50 % at 8K' });
+    expect(screen.getByTestId('fit-basis')).toHaveTextContent('measured here at 4K: 9.8 GB, counted 50 % at 8K');
     // The sheet says how a measurement counts: the rule from core::calibration.
     expect(screen.getByTestId('fit-basis-rule')).toHaveTextContent(rule);
   });

@@ -127,6 +127,8 @@ impl Shared {
 
 /// Starts the engine thread on `jobs`, with no model loaded.
 pub(super) fn spawn(shared: Arc<Shared>, jobs: Receiver<Job>) -> std::io::Result<JoinHandle<()>> {
+    // Before MLX's first buffer: peaks that repeat (ffi.rs says why).
+    crate::ffi::fix_mmap_threshold();
     let worker = Worker {
         shared,
         loaded: None,

@@ -22,12 +22,17 @@ dequantized_weight_bytes: number,
 /**
  * Resident memory beyond MLX's own peak while a prompt of more than one
  * chunk is read: half the attention block of the chunk before the
- * largest one (0 for a prompt of one chunk). Measured, cause not pinned
- * down (see the module docs).
+ * largest one (0 for a prompt of one chunk). MLX's buffer cache holding
+ * freed blocks (module docs): 0 on the CPU backend, where it is capped.
  */
 prefill_slack_bytes: number, 
 /**
  * The linear-attention recurrence over a prompt chunk, token by token
  * (0 without linear layers). Resident, but not in MLX's own peak.
  */
-recurrence_bytes: number, fixed_bytes: number, total_bytes: number, };
+recurrence_bytes: number, 
+/**
+ * The runtime's fixed cost: [`FIXED_OVERHEAD`], and on the CPU backend
+ * [`CPU_RESIDENT_BYTES`] beside it.
+ */
+fixed_bytes: number, total_bytes: number, };
