@@ -99,7 +99,7 @@
 //! 37 % high). What the process holds beside MLX's peak on the CPU backend
 //! (the runtime, the capped cache: 8–37 MB, no trend in the context) is
 //! [`CPU_RESIDENT_BYTES`]; the prefill slack below no longer counts there.
-//! The formula alone is then within −7.6 … +6.7 % of a fresh process's
+//! The formula alone is then within −7.7 … +7.9 % of a fresh process's
 //! recorded peak on four models of 53–98 MB of weights from 128 to 3,964
 //! tokens (`scripts/measure-fit.sh --calibration`, docs/fit-calibration.md).
 //!
@@ -448,7 +448,7 @@ pub const FIXED_OVERHEAD: u64 = 256 << 10;
 /// cache, capped there at [`CPU_BUFFER_CACHE_BYTES`]. Measured 8–28 MB on
 /// four models from 128 to 3,960 tokens (37 MB once, gemma3_text small
 /// past one chunk), with no trend in the context; the central figure
-/// (docs/fit-calibration.md, "The CPU formula refitted").
+/// (docs/fit-calibration.md, "The capped cache and the refitted CPU formula").
 pub const CPU_RESIDENT_BYTES: u64 = 20_000_000;
 
 /// Bytes per prompt token × (hidden + intermediate) that a prompt chunk's
