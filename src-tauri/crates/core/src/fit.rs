@@ -574,9 +574,9 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
     let earlier_keys = block_k.saturating_sub(block_q);
     // The float cache's path for it (a quantized cache is float until its start).
     let float_path = crate::attention::sdpa_path(model.backend, &attention_shape(model, block_q, block_k));
-    // On the CPU backend that was MLX's buffer cache holding freed blocks;
-    // capped there (`buffer_cache_limit`), it is in `CPU_RESIDENT_BYTES`.
-    let prefill_slack_bytes = if float_path.materializes_scores() && model.backend != Backend::Cpu {
+    // That slack was MLX's buffer cache holding freed blocks; where the
+    // cache is capped, what it holds is in `CPU_RESIDENT_BYTES`.
+    let prefill_slack_bytes = if float_path.materializes_scores() && !buffer_cache_capped(model.backend) {
         materialized_attention_bytes(model.attention_heads, PREFILL_CHUNK.min(earlier_keys), earlier_keys, b) / 2
     } else {
         0
@@ -604,10 +604,8 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
     } else {
         0
     };
-    let fixed_bytes = match model.backend {
-        Backend::Cpu => FIXED_OVERHEAD + CPU_RESIDENT_BYTES,
-        Backend::Metal => FIXED_OVERHEAD,
-    };
+    let fixed_bytes =
+        if buffer_cache_capped(model.backend) { FIXED_OVERHEAD + CPU_RESIDENT_BYTES } else { FIXED_OVERHEAD };
     let total_bytes = attention_bytes
         .saturating_add(activation_bytes)
         .saturating_add(logits_bytes)
@@ -851,10 +849,19 @@ pub const CPU_BUFFER_CACHE_BYTES: u64 = 32 << 20;
 /// with the same default
 /// (docs/fit-calibration.md, "The capped cache").
 pub fn buffer_cache_limit(report: &FitReport, prompt_cache_bytes: u64) -> u64 {
-    match report.footprint.backend {
-        Backend::Cpu => CPU_BUFFER_CACHE_BYTES,
-        Backend::Metal => spare(report).saturating_sub(prompt_cache_bytes).max(MIN_BUFFER_CACHE_BYTES),
+    if buffer_cache_capped(report.footprint.backend) {
+        CPU_BUFFER_CACHE_BYTES
+    } else {
+        spare(report).saturating_sub(prompt_cache_bytes).max(MIN_BUFFER_CACHE_BYTES)
     }
+}
+
+/// Whether MLX's buffer cache is held at [`CPU_BUFFER_CACHE_BYTES`] on this
+/// backend ([`buffer_cache_limit`]). The estimate follows the same answer:
+/// a capped cache is [`CPU_RESIDENT_BYTES`] beside MLX's peak, an uncapped
+/// one the prefill slack.
+fn buffer_cache_capped(backend: Backend) -> bool {
+    backend == Backend::Cpu
 }
 
 /// budget − predicted peak, 0 when over.
