@@ -800,43 +800,6 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     await session.click(stats);
   });
 
-  test('Stop ends a long answer, which is marked stopped', { timeout: 45_000 }, async () => {
-    requireApp();
-    // Ask for far more tokens than the model writes in the time we wait.
-    await session.click(await session.byTestId('settings-button'));
-    await session.waitForElement('[data-testid="max-tokens"]', 5_000);
-    await session.execute(`
-      const f = document.querySelector('[data-testid="max-tokens"]');
-      f.value = '8000';
-      f.dispatchEvent(new Event('change', { bubbles: true }));
-    `);
-    await session.click(await session.byTestId('settings-button'));
-    await session.waitForElement('[data-testid="chat-input"]', 5_000);
-
-    const before = (await answers()).length;
-    await sendMessage('Tell me a very long story.');
-    const stop = await session.waitForElement('[data-testid="stop-button"]', 5_000);
-    // Let the run start and decode for a moment, so Stop ends a run that is
-    // under way. (Its text may render as nothing visible: random tokens can
-    // open a code fence whose "language" swallows them.)
-    await waitFor(async () => (await answers()).length === before + 1, {
-      timeoutMs: 20_000,
-      message: 'the long answer to start',
-    });
-    await new Promise((r) => setTimeout(r, 500));
-    await session.click(stop);
-
-    const { reason } = await finishedAnswer(before + 1, 20_000);
-    assert.equal(reason, 'cancelled', 'the turn finished as stopped');
-    const stats = (await session.allByTestId('turn-stats'))[before];
-    const line = await session.text(stats);
-    assert.ok(line.includes('stopped'), `the stats line says stopped: ${line}`);
-    const tokens = Number(line.match(/· (\d+) tok ·/)?.[1]);
-    assert.ok(tokens > 0 && tokens < 8000, `stopped well before the limit: ${line}`);
-    await session.waitForElement('[data-testid="send-button"]', 5_000);
-    assert.deepEqual(await session.allByTestId('stop-button'), [], 'Stop is gone once the run ended');
-  });
-
   test('the live graph opens from the strip and draws the answer\'s tok/s and the memory series', { timeout: 60_000 }, async () => {
     requireApp();
     rmSync(path.join(OUT, 'live.png'), { force: true });
@@ -859,27 +822,34 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     const budget = await session.execute('return document.querySelector(\'[data-testid="live-chart"] [data-series="budget"]\')?.dataset.bytes;');
     assert.ok(Number(budget) > 0, `the budget line is drawn: ${budget}`);
 
-    // An answer that streams for a few seconds (max tokens is 8000 since the Stop test).
+    // An answer that streams for several seconds. Its length must not hang
+    // on timing: this runs before any answer is cut short by a Stop, so the
+    // chat so far is the same every run and the greedy answer is too (asked
+    // after the Stop case, an answer of 39 to 59 tokens, ~1.5 to 2.2 s, hung
+    // on how many tokens that case let through).
     const sentAt = await session.execute('return Date.now();');
     const before = (await answers()).length;
-    await sendMessage('Tell me about memory pressure.');
+    await sendMessage('Tell me a very long story.');
     const stop = await session.waitForElement('[data-testid="stop-button"]', 5_000);
     await waitFor(async () => (await answers()).length === before + 1, { timeoutMs: 20_000, message: 'the answer to start' });
-    await new Promise((r) => setTimeout(r, 3_500));
-    if ((await session.allByTestId('stop-button')).length) await session.click(stop);
-    await finishedAnswer(before + 1, 20_000);
 
-    // One tok/s mark per second of the answer, each after the message was sent.
-    const marks = await waitFor(
-      async () => {
-        const found = await session.execute(`
-          return [...document.querySelectorAll('[data-testid="live-chart"] svg [data-series="tps"] circle')]
-            .map((c) => ({ at: Number(c.dataset.atMs), tps: Number(c.dataset.tps) }))
-            .filter((m) => m.at >= ${Number(sentAt)});`);
-        return found.length >= 2 && found;
-      },
-      { timeoutMs: 10_000, intervalMs: 250, message: "the answer's tok/s marks in the live graph" },
-    );
+    // One tok/s mark per second of the answer, each after the message was
+    // sent, drawn while it streams.
+    const tpsMarks = () =>
+      session.execute(`
+        return [...document.querySelectorAll('[data-testid="live-chart"] svg [data-series="tps"] circle')]
+          .map((c) => ({ at: Number(c.dataset.atMs), tps: Number(c.dataset.tps) }))
+          .filter((m) => m.at >= ${Number(sentAt)});`);
+    await waitFor(async () => (await tpsMarks()).length >= 2, {
+      timeoutMs: 20_000,
+      intervalMs: 250,
+      message: "two of the streaming answer's tok/s marks in the live graph",
+    });
+    assert.equal((await session.allByTestId('stop-button')).length, 1, 'the answer still streams after two marks');
+    await session.click(stop);
+    await finishedAnswer(before + 1, 20_000);
+    const marks = await tpsMarks();
+    assert.ok(marks.length >= 2, `the marks stay once the answer ends: ${JSON.stringify(marks)}`);
     assert.ok(marks.every((m) => m.tps > 0 && Number.isFinite(m.tps)), `every mark is a real rate: ${JSON.stringify(marks)}`);
     // About one a second: a point closes a second after the last, the
     // answer's last (under a second) only if it spans half a second.
@@ -898,6 +868,43 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     );
     await session.click(strip);
     await waitFor(async () => (await session.allByTestId('live-panel')).length === 0, { timeoutMs: 5_000, message: 'the graph to fold away' });
+  });
+
+  test('Stop ends a long answer, which is marked stopped', { timeout: 45_000 }, async () => {
+    requireApp();
+    // Ask for far more tokens than the model writes in the time we wait.
+    await session.click(await session.byTestId('settings-button'));
+    await session.waitForElement('[data-testid="max-tokens"]', 5_000);
+    await session.execute(`
+      const f = document.querySelector('[data-testid="max-tokens"]');
+      f.value = '8000';
+      f.dispatchEvent(new Event('change', { bubbles: true }));
+    `);
+    await session.click(await session.byTestId('settings-button'));
+    await session.waitForElement('[data-testid="chat-input"]', 5_000);
+
+    const before = (await answers()).length;
+    await sendMessage('Tell me a very long story.');
+    const stop = await session.waitForElement('[data-testid="stop-button"]', 5_000);
+    // Let the run decode for a moment, so Stop ends a run that is under way:
+    // from its first words (the answer's element is there before them, and
+    // with the story above in the chat the first token takes ~0.6 s).
+    await waitFor(async () => {
+      const el = (await answers())[before];
+      return el && (await session.text(el)).trim().length > 0;
+    }, { timeoutMs: 20_000, message: 'the long answer to start' });
+    await new Promise((r) => setTimeout(r, 500));
+    await session.click(stop);
+
+    const { reason } = await finishedAnswer(before + 1, 20_000);
+    assert.equal(reason, 'cancelled', 'the turn finished as stopped');
+    const stats = (await session.allByTestId('turn-stats'))[before];
+    const line = await session.text(stats);
+    assert.ok(line.includes('stopped'), `the stats line says stopped: ${line}`);
+    const tokens = Number(line.match(/· (\d+) tok ·/)?.[1]);
+    assert.ok(tokens > 0 && tokens < 8000, `stopped well before the limit: ${line}`);
+    await session.waitForElement('[data-testid="send-button"]', 5_000);
+    assert.deepEqual(await session.allByTestId('stop-button'), [], 'Stop is gone once the run ended');
   });
 
   test('Shift+Enter adds a line; Enter sends', { timeout: 45_000 }, async () => {
