@@ -389,6 +389,7 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
          \x20 KV cache         {kv:>10}  {kv_label}: {kv_parts}\n\
          \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
          \x20 predicted peak   {peak:>10}  ({basis})\n\
+         {peak_at}\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
          verdict: {verdict}\n\
          {leftover}\
@@ -405,7 +406,10 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         },
         w = gb(e.weight_bytes),
         experts = experts_lines(f),
-        kv = gb(e.kv_peak_bytes()),
+        // Where an earlier prompt chunk peaks: the cache at the full context
+        // here, the smaller one the peak counts on its own line.
+        kv = gb(if e.peak_positions < e.context_tokens { e.kv_cache_bytes } else { e.kv_peak_bytes() }),
+        peak_at = peak_line(e),
         kv_parts = kv_lines(f, e),
         kv_label = r.kv_label,
         path = match o.attention_path {
@@ -428,6 +432,20 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         verdict = verdict_line(r),
         leftover = leftover_line(r),
         largest = largest_line(r),
+    )
+}
+
+/// Where the peak is reached before the context is full: the last full
+/// prompt chunk's pass, with the cache as long as it then.
+fn peak_line(e: &Estimate) -> String {
+    if e.peak_positions >= e.context_tokens {
+        return String::new();
+    }
+    format!(
+        "  peak reached at  {:>10}  positions: the last full prompt chunk's pass costs more than the \
+         shorter last one's, and the KV cache holds {} then\n",
+        e.peak_positions,
+        gb(e.kv_peak_bytes())
     )
 }
 

@@ -3,7 +3,14 @@
 //! model's footprint (read from its headers by the engine) and a budget (read
 //! from the OS by `headroom-memory`); every number comes back with its parts.
 //!
-//! Predicted peak = weights + KV cache + runtime overhead:
+//! Predicted peak = weights + KV cache + runtime overhead, at the moment
+//! the prompt's prefill peaks: inside one prompt chunk's forward pass, with
+//! the cache as long as that chunk's end. Over a float cache that is the
+//! last full chunk (2,048 queries) or the last, shorter one (more keys, the
+//! whole cache), whichever costs more: just past one chunk the first
+//! chunk's pass peaks, with the cache it held then ([`prefill_peak_chunks`];
+//! measured: the `medium` qwen2's MLX peak is 230.9 MB at 2,040, 2,591 and
+//! 3,291 tokens alike):
 //!
 //! - weights: the exact tensor bytes from the safetensors headers, as loaded;
 //! - KV cache: 2 × layers × kv_heads × positions × bytes per head and
@@ -15,10 +22,10 @@
 //!   converted once it holds `start` positions: until then (and at the
 //!   conversion, up to a prefill chunk past `start`) it is the float cache
 //!   that counts, so the term is the larger of the two;
-//! - overhead: what the largest prefill step needs besides weights and cache,
+//! - overhead: what that prefill step needs besides weights and cache,
 //!   fitted to measurements (below):
-//!   * attention: what the attention call of the largest (queries × keys)
-//!     block of a chunked prefill of the whole context allocates, by the path
+//!   * attention: what the chunk's attention call (queries × keys)
+//!     allocates, by the path
 //!     MLX takes for it (`crate::attention`, MLX's own dispatch rules, chosen
 //!     from the model's backend as the engine chooses it). Where the scores
 //!     are materialized (MLX's CPU backend; Metal's fallback for the head
@@ -93,15 +100,22 @@
 //! capped ([`buffer_cache_limit`]) and its peaks repeated: MLX's peak over
 //! the weights, cache, logits and dequantized matrices is the larger of a
 //! chunk's MLP, [`CPU_KERNEL_ACTIVATION_BYTES`] × chunk × (hidden +
-//! intermediate) (f32 whatever the dtype), and its attention call, 7/5 of
-//! the scores term, not their sum (within ±2.2 % of MLX's peak on the
-//! `medium` demo and SmolLM2 from 128 to 2,044 tokens; the sum was up to
-//! 37 % high). What the process holds beside MLX's peak on the CPU backend
-//! (the runtime, the capped cache: 8–37 MB, no trend in the context) is
-//! [`CPU_RESIDENT_BYTES`]; the prefill slack below no longer counts there.
-//! The formula alone is then within −7.7 … +7.9 % of a fresh process's
-//! recorded peak on four models of 53–98 MB of weights from 128 to 3,964
-//! tokens (`scripts/measure-fit.sh --calibration`, docs/fit-calibration.md).
+//! intermediate) (f32 whatever the dtype), and its attention call, not
+//! their sum (within ±2.2 % of MLX's peak on the `medium` demo and SmolLM2
+//! from 128 to 2,044 tokens; the sum was up to 37 % high). The attention
+//! call was 7/5 of the scores term; past one chunk, where a chunk's
+//! queries see two or three times their number of keys, that erred 4–11 %
+//! high, so since 2026-12-05 it is [`cpu_kernel_attention_bytes`], 21/20
+//! of the scores and [`CPU_ATTENTION_QUERY_SQUARE_BYTES`] × queries²
+//! (MLX's peak within 2 % from 2,591 to 4,992 tokens on SmolLM2 and the
+//! `medium` qwen2, `mlx_peaks_past_one_chunk_are_reproduced`). What the process holds
+//! beside MLX's peak on the CPU backend (the runtime, the capped cache:
+//! 8–37 MB, no trend past a few hundred tokens) is [`cpu_resident_bytes`],
+//! up to [`CPU_RESIDENT_BYTES`]; the prefill slack below no longer counts
+//! there. The formula alone is then within −7.7 … +3.2 % of a fresh
+//! process's recorded peak on four models of 53–98 MB of weights from 128
+//! to 4,992 tokens (`scripts/measure-fit.sh --calibration`,
+//! docs/fit-calibration.md).
 //!
 //! Checked against the OS's figure: `scripts/measure-fit.sh` runs
 //! `headroom generate --dtype f32` on demo models (on the CPU backend's
@@ -126,10 +140,10 @@
 //! varying from run to run. Erring high costs some usable context; erring
 //! low is the failure the guard exists to prevent, so
 //! `process_rss_measurements_stay_within_bounds` allows 5 % under and 25 %
-//! over. (Re-measured with the capped cache and the refitted kernel terms:
-//! 203.0 and 467.8 MB, −7.1 % and +0.5 % by the test's arithmetic,
-//! whose baseline, the tiny run less its prediction, now subtracts the
-//! 20 MB of [`CPU_RESIDENT_BYTES`] too; it allows 8 % under.)
+//! over. (Re-measured 2026-12-05 with the capped cache and the refitted
+//! terms, `measure-fit.sh --skip-7b`: 202.8 and 469.8 MB, −0.5 % and
+//! −0.2 % over a baseline of 72.4 MB, the tiny run's RSS less its
+//! prediction.)
 //!
 //! The architectures of issue #17, same script (`scripts/measure-fit.sh
 //! --archs-only --models-dir target/fit-models`; the `small` demo of each,
@@ -371,10 +385,11 @@ impl KvLayers {
 /// The runtime overhead, by term (see the module docs for each formula).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct Overhead {
-    /// Tokens in the largest prefill chunk: min(PREFILL_CHUNK, context).
+    /// Tokens in the prefill chunk whose forward pass peaks (at most
+    /// PREFILL_CHUNK).
     pub chunk_tokens: u64,
-    /// The attention block that costs most: queries × keys, and the path
-    /// MLX takes for it.
+    /// That chunk's attention block: queries × keys, and the path MLX takes
+    /// for it.
     pub attention_queries: u64,
     pub attention_keys: u64,
     pub attention_path: AttentionPath,
@@ -392,8 +407,9 @@ pub struct Overhead {
     /// The linear-attention recurrence over a prompt chunk, token by token
     /// (0 without linear layers). Resident, but not in MLX's own peak.
     pub recurrence_bytes: u64,
-    /// The runtime's fixed cost: [`FIXED_OVERHEAD`], and on the CPU backend
-    /// [`CPU_RESIDENT_BYTES`] beside it.
+    /// The runtime's cost: [`FIXED_OVERHEAD`], and on the CPU backend what
+    /// the process holds beside MLX's peak (`cpu_resident_bytes`, at most
+    /// [`CPU_RESIDENT_BYTES`]).
     pub fixed_bytes: u64,
     pub total_bytes: u64,
 }
@@ -422,6 +438,15 @@ pub struct Estimate {
     /// or stays float): it is held until the conversion, so the peak counts
     /// the larger of the two.
     pub kv_before_conversion_bytes: u64,
+    /// Positions the prompt has reached when the peak happens: the end of
+    /// the prompt chunk whose forward pass peaks. The context, unless the
+    /// last full chunk (2,048 queries) peaks higher than the shorter last
+    /// one, while the cache holds only the positions up to it.
+    pub peak_positions: u64,
+    /// The KV cache the peak counts: the cache at [`Self::peak_positions`],
+    /// or for a quantized cache the larger of it and the float cache
+    /// before the conversion.
+    pub kv_at_peak_bytes: u64,
     pub overhead: Overhead,
     pub predicted_peak_bytes: u64,
 }
@@ -429,27 +454,50 @@ pub struct Estimate {
 impl Estimate {
     /// The KV term the peak counts.
     pub fn kv_peak_bytes(&self) -> u64 {
-        self.kv_cache_bytes.max(self.kv_before_conversion_bytes)
+        self.kv_at_peak_bytes
     }
 }
 
 /// Resident bytes per prompt token per linear-attention layer beyond MLX's
 /// own peak: the recurrence runs token by token (as mlx-lm's does off
 /// Metal), ~20 small operations a token, all built before the chunk is
-/// evaluated (measured: 7–8 MB more than the other architectures at 261
-/// tokens × 9 linear layers).
-pub const RECURRENCE_BYTES_PER_TOKEN: u64 = 4 << 10;
+/// evaluated. With [`RECURRENCE_FIXED_BYTES`], fitted to what the `medium`
+/// qwen3_5 held beyond the rest of the formula on the capped CPU cache
+/// (9 linear layers, 128 to 2,048 rows a chunk: within 4 MB;
+/// docs/fit-calibration.md, "Past one prompt chunk"). It was 4 KiB, from
+/// RSS with MLX's cache uncapped.
+pub const RECURRENCE_BYTES_PER_TOKEN: u64 = 3 << 10;
+
+/// The recurrence's part that does not grow with the chunk (a model with
+/// linear-attention layers only; see [`RECURRENCE_BYTES_PER_TOKEN`]).
+pub const RECURRENCE_FIXED_BYTES: u64 = 5_000_000;
 
 /// The fixed overhead term (the least-squares constant was ~0).
 pub const FIXED_OVERHEAD: u64 = 256 << 10;
 
 /// What the process holds on MLX's CPU backend beyond MLX's own peak (and
-/// the recurrence): the runtime's first-turn allocations and MLX's buffer
-/// cache, capped there at [`CPU_BUFFER_CACHE_BYTES`]. Measured 8–28 MB on
-/// four models from 128 to 3,960 tokens (37 MB once, gemma3_text small
-/// past one chunk), with no trend in the context; the central figure
-/// (docs/fit-calibration.md, "The capped cache and the refitted CPU formula").
+/// the recurrence), at most: the runtime's first-turn allocations and MLX's
+/// buffer cache, capped there at [`CPU_BUFFER_CACHE_BYTES`]. Measured 8–28
+/// MB on four models from 128 to 3,960 tokens (37 MB once, gemma3_text
+/// small past one chunk), with no trend past a few hundred tokens; the
+/// central figure (docs/fit-calibration.md, "The capped cache and the
+/// refitted CPU formula"). Below that, [`cpu_resident_bytes`].
 pub const CPU_RESIDENT_BYTES: u64 = 20_000_000;
+
+/// The runtime's own part of [`CPU_RESIDENT_BYTES`], before the cache holds
+/// anything (`cpu_resident_bytes`).
+pub const CPU_RUNTIME_BYTES: u64 = 8_000_000;
+
+/// What the process holds beside MLX's peak on the CPU backend when a
+/// chunk's MLP holds `mlp_bytes` ([`CPU_KERNEL_ACTIVATION_BYTES`] × rows ×
+/// (hidden + intermediate)): the runtime's [`CPU_RUNTIME_BYTES`] and what
+/// the capped cache keeps of the pass's freed buffers, which a short
+/// prompt's pass has few of: twice the MLP's, up to
+/// [`CPU_RESIDENT_BYTES`] in all. Measured at 128 tokens: 11.5 MB beside
+/// SmolLM2-135M's peak (12.9 here), 16.4 beside the `medium` qwen2's (16.8).
+pub fn cpu_resident_bytes(mlp_bytes: u64) -> u64 {
+    CPU_RUNTIME_BYTES.saturating_add(mlp_bytes.saturating_mul(2)).min(CPU_RESIDENT_BYTES)
+}
 
 /// Bytes per prompt token × (hidden + intermediate) that a prompt chunk's
 /// MLP holds on the CPU backend's own kernel (prompt chunks through
@@ -457,6 +505,13 @@ pub const CPU_RESIDENT_BYTES: u64 = 20_000_000;
 /// dtype, so this does not scale with the activation bytes. Fitted to MLX's
 /// peak on four models (docs/fit-calibration.md).
 pub const CPU_KERNEL_ACTIVATION_BYTES: u64 = 9;
+
+/// Bytes per query² that an attention call on the CPU backend's own kernel
+/// holds beside its scores (`cpu_kernel_attention_bytes`). Fitted to MLX's
+/// peak where one chunk's queries see twice or more their number of keys
+/// (docs/fit-calibration.md, "Past one prompt chunk"); in a first chunk
+/// (queries = keys) it stands where the mask term was.
+pub const CPU_ATTENTION_QUERY_SQUARE_BYTES: u64 = 6;
 
 /// Multiples of vocabulary × 4 bytes the logits and sampler hold.
 pub const LOGITS_FACTOR: u64 = 3;
@@ -484,6 +539,19 @@ pub fn materialized_attention_bytes(heads: u64, queries: u64, keys: u64, dtype_b
         / 4
 }
 
+/// What an unfused attention call over `queries` × `keys` holds at MLX's
+/// peak on the CPU backend's own kernel: 21/20 of its scores (`heads` ×
+/// queries × keys of `dtype_bytes`) and [`CPU_ATTENTION_QUERY_SQUARE_BYTES`]
+/// × queries². Fitted to MLX's peaks with as many keys as queries and with
+/// two or three times as many (at 3,291 to 3,964 tokens, the prompt's
+/// second chunk): a term in queries × keys alone erred 5–11 % high there
+/// (docs/fit-calibration.md).
+pub fn cpu_kernel_attention_bytes(heads: u64, queries: u64, keys: u64, dtype_bytes: u64) -> u64 {
+    let scores = queries.saturating_mul(keys).saturating_mul(dtype_bytes).saturating_mul(heads);
+    (scores.saturating_mul(21) / 20)
+        .saturating_add(queries.saturating_mul(queries).saturating_mul(CPU_ATTENTION_QUERY_SQUARE_BYTES))
+}
+
 /// One attention call of `model` with `queries` over `keys`, as the engine makes it.
 fn attention_shape(model: &ModelFootprint, queries: u64, keys: u64) -> AttentionShape {
     AttentionShape {
@@ -505,24 +573,15 @@ fn attention_shape(model: &ModelFootprint, queries: u64, keys: u64) -> Attention
 /// materializes its scores on every backend.
 fn attention_term(model: &ModelFootprint, context: u64, kv: KvFormat) -> (u64, u64, AttentionPath, u64) {
     let b = model.kv_bytes_per_element;
-    let shape = |queries: u64, keys: u64| attention_shape(model, queries, keys);
-    let cost = |queries: u64, keys: u64, path: AttentionPath| {
-        if path.materializes_scores() {
-            materialized_attention_bytes(model.attention_heads, queries, keys, b)
-        } else {
-            // Decode is where the fused kernel keeps anything beside its output.
-            vector_partials_bytes(model.attention_heads, 1, model.head_dim, b)
-        }
-    };
     let (q, k) = largest_attention_block(context);
-    let path = attention_path(model.backend, &shape(q, k), false);
-    let mut worst = (q, k, path, cost(q, k, path));
+    let path = attention_path(model.backend, &attention_shape(model, q, k), false);
+    let mut worst = (q, k, path, attention_cost(model, q, k, path));
     if let Some(quant) = kv.quant() {
         if context > quant.start {
             // The engine takes the chunk's queries in blocks (`attention::quantized_query_block`).
             let rows = quantized_query_block(model.attention_heads, context, b);
             let q = PREFILL_CHUNK.min(context - quant.start).min(rows);
-            let bytes = cost(q, context, AttentionPath::Quantized);
+            let bytes = attention_cost(model, q, context, AttentionPath::Quantized);
             if bytes > worst.3 {
                 worst = (q, context, AttentionPath::Quantized, bytes);
             }
@@ -564,70 +623,42 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
         }
         _ => 0,
     };
-    let chunk = PREFILL_CHUNK.min(context);
-    let (q, k, attention_path, attention_bytes) = attention_term(model, context, kv);
-    // The chunk before the largest block saw the keys before its queries;
-    // half its attention block covers what the process holds beyond MLX's
-    // peak once a prompt spans chunks (scripts/measure-fit.sh --archs-only).
-    // Measured where the scores are materialized; a fused kernel has none.
-    let (block_q, block_k) = largest_attention_block(context);
-    let earlier_keys = block_k.saturating_sub(block_q);
-    // The float cache's path for it (a quantized cache is float until its start).
-    let float_path = crate::attention::sdpa_path(model.backend, &attention_shape(model, block_q, block_k));
-    // That slack was MLX's buffer cache holding freed blocks; where the
-    // cache is capped, what it holds is in `CPU_RESIDENT_BYTES`.
-    let prefill_slack_bytes = if float_path.materializes_scores() && !buffer_cache_capped(model.backend) {
-        materialized_attention_bytes(model.attention_heads, PREFILL_CHUNK.min(earlier_keys), earlier_keys, b) / 2
+    // The peak is reached inside one prompt chunk's forward pass, with the
+    // cache as long as that chunk's end: over a float cache, the last full
+    // chunk (most queries) or the last, shorter one (most keys, the whole
+    // cache), whichever costs more (measured: the medium qwen2's MLX peak
+    // is 230.9 MB at 2,591 and at 3,291 tokens, its first chunk's, as at
+    // 2,040). Over a quantized cache, the costliest attention call with
+    // the cache as the peak holds it.
+    let float_moment = |(q, k): (u64, u64)| {
+        let path = attention_path(model.backend, &attention_shape(model, q, k), false);
+        let kv_bytes = whole(k.div_ceil(KV_STEP).saturating_mul(KV_STEP), KvFormat::Float);
+        let bytes = attention_cost(model, q, k, path);
+        ChunkMoment { rows: q, end: k, q, k, path, bytes, float_block: (q, k), kv_bytes }
+    };
+    let (last, earlier) = if kv_quantized {
+        let (q, k, path, bytes) = attention_term(model, context, kv);
+        let kv_bytes = kv_cache_bytes.max(kv_before_conversion_bytes);
+        let float_block = largest_attention_block(context);
+        (ChunkMoment { rows: PREFILL_CHUNK.min(context), end: context, q, k, path, bytes, float_block, kv_bytes }, None)
     } else {
-        0
+        let (last, earlier) = prefill_peak_chunks(context);
+        (float_moment(last), earlier.map(float_moment))
     };
-    let linear_layers: u64 = model.kv_layers.iter().filter(|g| g.kind() == KvKind::State).map(|g| g.layers).sum();
-    let recurrence_bytes = linear_layers.saturating_mul(chunk).saturating_mul(RECURRENCE_BYTES_PER_TOKEN);
-    let mlp = chunk.saturating_mul(model.hidden_size + model.intermediate_size);
-    let (attention_bytes, activation_bytes) = if model.prefill_dequantizes {
-        // The CPU kernel's MLX peak is the larger of a chunk's attention
-        // call (7/5 of the scores term there) and its MLP, not their sum:
-        // each frees its temporaries before the other runs (measured on
-        // four models, 128–3,960 tokens: MLX's peak within 2 % in one
-        // chunk). So the activations count only what the MLP needs beyond
-        // the attention call.
-        let attention = attention_bytes.saturating_mul(7) / 5;
-        (attention, mlp.saturating_mul(CPU_KERNEL_ACTIVATION_BYTES).saturating_sub(attention))
-    } else {
-        (attention_bytes, mlp.saturating_mul(b).saturating_mul(15) / 2)
+    let at = |m: ChunkMoment| {
+        let o = chunk_overhead(model, &m);
+        (m, o)
     };
-    let logits_bytes = model.vocab_size.saturating_mul(4 * LOGITS_FACTOR);
-    // The output head multiplies one position (the last) and so stays fused.
-    let dequantized_weight_bytes = if model.prefill_dequantizes {
-        let widest = model.intermediate_size.max(model.attention_heads.saturating_mul(model.head_dim));
-        model.hidden_size.saturating_mul(widest).saturating_mul(2 * 4)
-    } else {
-        0
+    let (moment, overhead) = at(last);
+    // Ties go to the last chunk: its cache is the context's.
+    let (moment, overhead) = match earlier.map(at) {
+        Some((m, o))
+            if m.kv_bytes.saturating_add(o.total_bytes) > moment.kv_bytes.saturating_add(overhead.total_bytes) =>
+        {
+            (m, o)
+        }
+        _ => (moment, overhead),
     };
-    let fixed_bytes =
-        if buffer_cache_capped(model.backend) { FIXED_OVERHEAD + CPU_RESIDENT_BYTES } else { FIXED_OVERHEAD };
-    let total_bytes = attention_bytes
-        .saturating_add(activation_bytes)
-        .saturating_add(logits_bytes)
-        .saturating_add(dequantized_weight_bytes)
-        .saturating_add(prefill_slack_bytes)
-        .saturating_add(recurrence_bytes)
-        .saturating_add(fixed_bytes);
-    let overhead = Overhead {
-        chunk_tokens: chunk,
-        attention_queries: q,
-        attention_keys: k,
-        attention_path,
-        attention_bytes,
-        activation_bytes,
-        logits_bytes,
-        dequantized_weight_bytes,
-        prefill_slack_bytes,
-        recurrence_bytes,
-        fixed_bytes,
-        total_bytes,
-    };
-    let kv_peak = kv_cache_bytes.max(kv_before_conversion_bytes);
     Estimate {
         context_tokens: context,
         kv_format: kv,
@@ -639,8 +670,130 @@ pub fn estimate(model: &ModelFootprint, context: u64, kv: KvFormat) -> Estimate 
         kv_window_bytes,
         kv_state_bytes,
         kv_before_conversion_bytes,
+        peak_positions: moment.end,
+        kv_at_peak_bytes: moment.kv_bytes,
         overhead,
-        predicted_peak_bytes: model.weight_bytes.saturating_add(kv_peak).saturating_add(total_bytes),
+        predicted_peak_bytes: model.weight_bytes.saturating_add(moment.kv_bytes).saturating_add(overhead.total_bytes),
+    }
+}
+
+/// One prompt chunk's forward pass, where a peak may be reached.
+struct ChunkMoment {
+    /// The chunk's tokens (its MLP's and recurrence's rows).
+    rows: u64,
+    /// Positions the prompt has reached at the chunk's end.
+    end: u64,
+    /// The attention call that costs most in it, its path and its bytes
+    /// (before the CPU kernel's own terms).
+    q: u64,
+    k: u64,
+    path: AttentionPath,
+    bytes: u64,
+    /// The chunk's attention block over a float cache (the prefill slack's).
+    float_block: (u64, u64),
+    /// The KV cache held then.
+    kv_bytes: u64,
+}
+
+/// The prompt chunks that can hold the peak of a prefill of `context`
+/// tokens in chunks of [`PREFILL_CHUNK`], as (queries, keys): the last one,
+/// and, when it is shorter than a full chunk, the last full chunk before it
+/// (each full chunk sees more keys than the one before).
+pub fn prefill_peak_chunks(context: u64) -> ((u64, u64), Option<(u64, u64)>) {
+    let full = context / PREFILL_CHUNK;
+    let rest = context % PREFILL_CHUNK;
+    let last_full = (PREFILL_CHUNK, full.saturating_mul(PREFILL_CHUNK));
+    match (full, rest) {
+        (0, _) => ((context, context), None),
+        (_, 0) => (last_full, None),
+        _ => ((rest, context), Some(last_full)),
+    }
+}
+
+/// What an attention call of `queries` over `keys` allocates by `path`.
+fn attention_cost(model: &ModelFootprint, queries: u64, keys: u64, path: AttentionPath) -> u64 {
+    if path.materializes_scores() {
+        materialized_attention_bytes(model.attention_heads, queries, keys, model.kv_bytes_per_element)
+    } else {
+        // Decode is where the fused kernel keeps anything beside its output.
+        vector_partials_bytes(model.attention_heads, 1, model.head_dim, model.kv_bytes_per_element)
+    }
+}
+
+/// The overhead terms of one chunk's forward pass.
+fn chunk_overhead(model: &ModelFootprint, m: &ChunkMoment) -> Overhead {
+    let b = model.kv_bytes_per_element;
+    // The chunk before this one saw the keys before its queries; half its
+    // attention block covers what the process holds beyond MLX's peak once
+    // a prompt spans chunks (scripts/measure-fit.sh --archs-only). Measured
+    // where the scores are materialized; a fused kernel has none.
+    let (block_q, block_k) = m.float_block;
+    let earlier_keys = block_k.saturating_sub(block_q);
+    // The float cache's path for it (a quantized cache is float until its start).
+    let float_path = crate::attention::sdpa_path(model.backend, &attention_shape(model, block_q, block_k));
+    // That slack was MLX's buffer cache holding freed blocks; where the
+    // cache is capped, what it holds is in `cpu_resident_bytes`.
+    let prefill_slack_bytes = if float_path.materializes_scores() && !buffer_cache_capped(model.backend) {
+        materialized_attention_bytes(model.attention_heads, PREFILL_CHUNK.min(earlier_keys), earlier_keys, b) / 2
+    } else {
+        0
+    };
+    let linear_layers: u64 = model.kv_layers.iter().filter(|g| g.kind() == KvKind::State).map(|g| g.layers).sum();
+    let recurrence_bytes = if linear_layers == 0 {
+        0
+    } else {
+        linear_layers.saturating_mul(m.rows).saturating_mul(RECURRENCE_BYTES_PER_TOKEN) + RECURRENCE_FIXED_BYTES
+    };
+    let mlp = m.rows.saturating_mul(model.hidden_size + model.intermediate_size);
+    let (attention_bytes, activation_bytes) = if model.prefill_dequantizes {
+        // The CPU kernel's MLX peak is the larger of a chunk's attention
+        // call and its MLP, not their sum: each frees its temporaries
+        // before the other runs (measured on four models, 128–3,960
+        // tokens: MLX's peak within 2 % in one chunk). So the activations
+        // count only what the MLP needs beyond the attention call.
+        let attention = if m.path == AttentionPath::Unfused {
+            cpu_kernel_attention_bytes(model.attention_heads, m.q, m.k, b)
+        } else {
+            m.bytes.saturating_mul(7) / 5
+        };
+        (attention, mlp.saturating_mul(CPU_KERNEL_ACTIVATION_BYTES).saturating_sub(attention))
+    } else {
+        (m.bytes, mlp.saturating_mul(b).saturating_mul(15) / 2)
+    };
+    let logits_bytes = model.vocab_size.saturating_mul(4 * LOGITS_FACTOR);
+    // The output head multiplies one position (the last) and so stays fused.
+    let dequantized_weight_bytes = if model.prefill_dequantizes {
+        let widest = model.intermediate_size.max(model.attention_heads.saturating_mul(model.head_dim));
+        model.hidden_size.saturating_mul(widest).saturating_mul(2 * 4)
+    } else {
+        0
+    };
+    let fixed_bytes = if buffer_cache_capped(model.backend) {
+        let mlp_bytes = mlp.saturating_mul(CPU_KERNEL_ACTIVATION_BYTES);
+        FIXED_OVERHEAD + cpu_resident_bytes(mlp_bytes)
+    } else {
+        FIXED_OVERHEAD
+    };
+    let total_bytes = attention_bytes
+        .saturating_add(activation_bytes)
+        .saturating_add(logits_bytes)
+        .saturating_add(dequantized_weight_bytes)
+        .saturating_add(prefill_slack_bytes)
+        .saturating_add(recurrence_bytes)
+        .saturating_add(fixed_bytes);
+    Overhead {
+        chunk_tokens: m.rows,
+        attention_queries: m.q,
+        attention_keys: m.k,
+        attention_path: m.path,
+        attention_bytes,
+        activation_bytes,
+        logits_bytes,
+        dequantized_weight_bytes,
+        prefill_slack_bytes,
+        recurrence_bytes,
+        fixed_bytes,
+        total_bytes,
     }
 }
 
@@ -858,7 +1011,7 @@ pub fn buffer_cache_limit(report: &FitReport, prompt_cache_bytes: u64) -> u64 {
 
 /// Whether MLX's buffer cache is held at [`CPU_BUFFER_CACHE_BYTES`] on this
 /// backend ([`buffer_cache_limit`]). The estimate follows the same answer:
-/// a capped cache is [`CPU_RESIDENT_BYTES`] beside MLX's peak, an uncapped
+/// a capped cache is [`cpu_resident_bytes`] beside MLX's peak, an uncapped
 /// one the prefill slack.
 fn buffer_cache_capped(backend: Backend) -> bool {
     backend == Backend::Cpu
@@ -1025,7 +1178,10 @@ mod tests {
         assert_eq!(estimate(&wide, 2048, Float).overhead.prefill_slack_bytes, 0);
         let hybrid =
             ModelFootprint { kv_layers: vec![KvLayers::full(7, 4, 128), KvLayers::state(21, 1 << 20)], ..qwen7b() };
-        assert_eq!(estimate(&hybrid, 300, Float).overhead.recurrence_bytes, 21 * 300 * RECURRENCE_BYTES_PER_TOKEN);
+        assert_eq!(
+            estimate(&hybrid, 300, Float).overhead.recurrence_bytes,
+            21 * 300 * RECURRENCE_BYTES_PER_TOKEN + RECURRENCE_FIXED_BYTES
+        );
         assert_eq!(e.predicted_peak_bytes, m.weight_bytes + e.kv_cache_bytes + e.overhead.total_bytes);
     }
 
@@ -1050,6 +1206,117 @@ mod tests {
         // Absurd contexts saturate instead of overflowing.
         assert!(largest_attention_block(u64::MAX).1 > 1 << 63);
         assert!(estimate(&qwen7b(), u64::MAX, Float).predicted_peak_bytes > 1 << 63);
+    }
+
+    /// SmolLM2-135M-Instruct Q4_1 (the default model) as the CPU kernel runs it.
+    fn smollm2() -> ModelFootprint {
+        ModelFootprint {
+            weight_bytes: 98_346_240,
+            layers: 30,
+            attention_heads: 9,
+            kv_heads: 3,
+            head_dim: 64,
+            hidden_size: 576,
+            intermediate_size: 1536,
+            vocab_size: 49152,
+            kv_bytes_per_element: 4,
+            max_context: Some(8192),
+            prefill_dequantizes: true,
+            kv_layers: vec![KvLayers::full(30, 3, 64)],
+            backend: Backend::Cpu,
+            active_weight_bytes: 98_346_240,
+            experts: None,
+            layer_weight_bytes: Vec::new(),
+        }
+    }
+
+    /// The `medium` demo (`headroom demo-model --preset medium`, 4-bit) as
+    /// the CPU kernel runs it, with `weight_bytes` as loaded and activations
+    /// of `dtype_bytes`.
+    fn medium(weight_bytes: u64, dtype_bytes: u64) -> ModelFootprint {
+        ModelFootprint {
+            weight_bytes,
+            layers: 12,
+            attention_heads: 12,
+            kv_heads: 4,
+            head_dim: 64,
+            hidden_size: 768,
+            intermediate_size: 3072,
+            vocab_size: 1024,
+            kv_bytes_per_element: dtype_bytes,
+            max_context: Some(4096),
+            prefill_dequantizes: true,
+            kv_layers: vec![KvLayers::full(12, 4, 64)],
+            ..ModelFootprint::default()
+        }
+    }
+
+    #[test]
+    fn the_peak_is_the_prompt_chunk_that_costs_most_with_the_cache_it_holds_then() {
+        assert_eq!(prefill_peak_chunks(100), ((100, 100), None));
+        assert_eq!(prefill_peak_chunks(2048), ((2048, 2048), None));
+        assert_eq!(prefill_peak_chunks(2592), ((544, 2592), Some((2048, 2048))));
+        assert_eq!(prefill_peak_chunks(4096), ((2048, 4096), None));
+        assert_eq!(prefill_peak_chunks(4992), ((896, 4992), Some((2048, 4096))));
+        let m = smollm2();
+        // Just past one chunk the first chunk's pass peaks, with the cache
+        // it held then: the figure at 2,048 (measured: MLX's peak 386.8 MB
+        // at 2,592 tokens, 387.2 at 2,044).
+        let (at_2048, at_2592) = (estimate(&m, 2048, Float), estimate(&m, 2592, Float));
+        assert_eq!((at_2592.peak_positions, at_2592.overhead.chunk_tokens), (2048, 2048));
+        assert_eq!(at_2592.kv_at_peak_bytes, at_2048.kv_cache_bytes);
+        assert!(at_2592.kv_cache_bytes > at_2592.kv_at_peak_bytes);
+        assert_eq!(at_2592.predicted_peak_bytes, at_2048.predicted_peak_bytes);
+        assert_eq!(
+            at_2592.predicted_peak_bytes,
+            m.weight_bytes + at_2592.kv_peak_bytes() + at_2592.overhead.total_bytes
+        );
+        // At 3,964 the second, shorter chunk: 1,916 queries over every key, the whole cache.
+        let e = estimate(&m, 3964, Float);
+        assert_eq!((e.peak_positions, e.overhead.attention_queries, e.overhead.attention_keys), (3964, 1916, 3964));
+        assert_eq!(e.kv_at_peak_bytes, e.kv_cache_bytes);
+        // 1916 × 3964 × 4 × 9 × 21/20 + 6 × 1916²
+        assert_eq!(e.overhead.attention_bytes, 1916 * 3964 * 4 * 9 * 21 / 20 + 6 * 1916 * 1916);
+        assert_eq!(e.overhead.attention_bytes, cpu_kernel_attention_bytes(9, 1916, 3964, 4));
+        // The predicted peak never falls as the context grows, on either backend.
+        let hybrid =
+            ModelFootprint { kv_layers: vec![KvLayers::full(7, 4, 128), KvLayers::state(21, 1 << 20)], ..qwen7b() };
+        for model in [m, qwen7b(), qwen14b(Backend::Metal), qwen14b(Backend::Cpu), hybrid] {
+            let mut last = 0;
+            for context in (1..=20_000).step_by(61) {
+                let peak = estimate(&model, context, Float).predicted_peak_bytes;
+                assert!(peak >= last, "{} layers: {peak} at {context} < {last} before", model.layers);
+                last = peak;
+            }
+        }
+    }
+
+    /// MLX's peak on the CPU kernel past one prompt chunk, measured
+    /// (2026-12-05, docs/fit-calibration.md "Past one prompt chunk"): the
+    /// formula less what it counts beside MLX is within 2 % of each.
+    #[test]
+    fn mlx_peaks_past_one_chunk_are_reproduced() {
+        let medium = medium(59_346_432, 2);
+        for (model, positions, mlx_peak) in [
+            (smollm2(), 2592, 386_845_008u64),
+            (smollm2(), 3292, 428_949_617),
+            (smollm2(), 3964, 608_627_985),
+            (smollm2(), 4992, 637_992_716),
+            (medium.clone(), 2591, 230_886_954),
+            (medium.clone(), 3291, 230_886_988),
+            (medium, 3960, 338_536_089),
+        ] {
+            let e = estimate(&model, positions, Float);
+            let beside_mlx = e.overhead.fixed_bytes - FIXED_OVERHEAD + e.overhead.recurrence_bytes;
+            let predicted = e.predicted_peak_bytes - beside_mlx;
+            let error = predicted as f64 / mlx_peak as f64 - 1.0;
+            assert!(
+                error.abs() <= 0.02,
+                "{} layers at {positions}: {predicted} vs MLX's {mlx_peak} ({:+.1} %)",
+                model.layers,
+                error * 100.0
+            );
+        }
     }
 
     #[test]
@@ -1366,7 +1633,8 @@ mod tests {
             // The turn held prompt + 3 positions (4 tokens generated, the last never fed).
             // What the OS sees beside MLX's buffers is not in MLX's peak.
             let e = estimate(&model, prompt + 3, Float);
-            let beside_mlx = e.overhead.prefill_slack_bytes + e.overhead.recurrence_bytes + CPU_RESIDENT_BYTES;
+            let resident = e.overhead.fixed_bytes - FIXED_OVERHEAD;
+            let beside_mlx = e.overhead.prefill_slack_bytes + e.overhead.recurrence_bytes + resident;
             let predicted = e.predicted_peak_bytes - beside_mlx;
             let error = predicted as f64 / measured as f64 - 1.0;
             // Within 10 %, or within half a MB on the smallest runs (where the
@@ -1384,22 +1652,8 @@ mod tests {
     /// activations, positions held, peak RSS bytes), and the baseline.
     #[test]
     fn process_rss_measurements_stay_within_bounds() {
-        const BASELINE: u64 = 61_800_000;
-        let medium = ModelFootprint {
-            weight_bytes: 66_001_920,
-            layers: 12,
-            attention_heads: 12,
-            kv_heads: 4,
-            head_dim: 64,
-            hidden_size: 768,
-            intermediate_size: 3072,
-            vocab_size: 1024,
-            kv_bytes_per_element: 4,
-            max_context: Some(4096),
-            prefill_dequantizes: true,
-            kv_layers: vec![KvLayers::full(12, 4, 64)],
-            ..ModelFootprint::default()
-        };
+        const BASELINE: u64 = 72_400_000;
+        let medium = medium(66_001_920, 4);
         let q7b_f32 = ModelFootprint {
             weight_bytes: 4_760_885_248,
             kv_bytes_per_element: 4,
@@ -1407,18 +1661,17 @@ mod tests {
             ..qwen7b()
         };
         for (model, positions, rss) in
-            [(&medium, 262, 203_000_000u64), (&medium, 2054, 467_800_000), (&q7b_f32, 32, 5_515_100_000)]
+            [(&medium, 262, 202_800_000u64), (&medium, 2054, 469_800_000), (&q7b_f32, 32, 5_515_100_000)]
         {
             let predicted = estimate(model, positions, Float).predicted_peak_bytes + BASELINE;
             let error = predicted as f64 / rss as f64 - 1.0;
-            // 8 % under since MLX's CPU cache is capped: the f32 `medium` at
-            // 262 positions is −7.1 % here. The baseline is the tiny run's RSS
-            // less its prediction, which now counts CPU_RESIDENT_BYTES where
-            // the tiny model's own runtime is smaller, so it is low by the
-            // difference (module docs; the app measures growth over its own
-            // resident set instead, docs/fit-calibration.md).
+            // 5 % under, 25 % over (module docs): −0.5 % and −0.2 % on the
+            // `medium` here. (With a flat 20 MB beside MLX's peak the tiny
+            // run's prediction counted more than it holds, the baseline came
+            // out 10 MB low and this read −7.1 %; `cpu_resident_bytes`
+            // counts what a short prompt holds.)
             assert!(
-                (-0.08..=0.25).contains(&error),
+                (-0.05..=0.25).contains(&error),
                 "{} layers at {positions}: {predicted} vs {rss} ({:+.1} %)",
                 model.layers,
                 error * 100.0

@@ -54,6 +54,22 @@ describe('FitWarning', () => {
     expect(screen.getByTestId('fit-parts')).toHaveTextContent('30 linear layers: fixed state, any length');
   });
 
+  it("draws the cache the peak holds in the bar, and the context's cache in the figures", () => {
+    // An earlier prompt chunk peaks: 2 GB of cache then, 3 GB at the full context.
+    const { container } = render(FitWarning, {
+      props: {
+        name: 'Big',
+        report: { ...REPORT, estimate: { ...REPORT.estimate, peak_positions: 6144, kv_at_peak_bytes: 2 * GB, predicted_peak_bytes: 11 * GB } },
+        onCancel: vi.fn(),
+        onLoadWithContext: vi.fn(),
+        onLoadAnyway: vi.fn(),
+      },
+    });
+    // The bar's scale is the 11 GB peak: 8 + 2 + 1.
+    expect((container.querySelector('.seg.kv') as HTMLElement).style.width).toBe(`${((2 / 11) * 100).toFixed(2)}%`);
+    expect(screen.getByTestId('fit-kv')).toHaveTextContent('3.0 GB');
+  });
+
   it('says what the figure rests on: a peak measured here, else an estimate', () => {
     show();
     expect(screen.getByTestId('fit-basis')).toHaveTextContent('estimated');

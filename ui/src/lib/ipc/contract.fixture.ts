@@ -50,6 +50,8 @@ export function estimate(o: Partial<Estimate> = {}): Estimate {
     kv_window_bytes: 0,
     kv_state_bytes: 0,
     kv_before_conversion_bytes: 0,
+    peak_positions: o.context_tokens ?? 8192,
+    kv_at_peak_bytes: kv,
     overhead: overhead(),
     predicted_peak_bytes: 12 * GB,
     ...o,

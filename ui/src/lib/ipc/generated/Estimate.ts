@@ -40,4 +40,17 @@ kv_state_bytes: number,
  * or stays float): it is held until the conversion, so the peak counts
  * the larger of the two.
  */
-kv_before_conversion_bytes: number, overhead: Overhead, predicted_peak_bytes: number, };
+kv_before_conversion_bytes: number, 
+/**
+ * Positions the prompt has reached when the peak happens: the end of
+ * the prompt chunk whose forward pass peaks. The context, unless the
+ * last full chunk (2,048 queries) peaks higher than the shorter last
+ * one, while the cache holds only the positions up to it.
+ */
+peak_positions: number, 
+/**
+ * The KV cache the peak counts: the cache at [`Self::peak_positions`],
+ * or for a quantized cache the larger of it and the float cache
+ * before the conversion.
+ */
+kv_at_peak_bytes: number, overhead: Overhead, predicted_peak_bytes: number, };

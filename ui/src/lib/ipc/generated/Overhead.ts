@@ -6,12 +6,13 @@ import type { AttentionPath } from "./AttentionPath";
  */
 export type Overhead = { 
 /**
- * Tokens in the largest prefill chunk: min(PREFILL_CHUNK, context).
+ * Tokens in the prefill chunk whose forward pass peaks (at most
+ * PREFILL_CHUNK).
  */
 chunk_tokens: number, 
 /**
- * The attention block that costs most: queries × keys, and the path
- * MLX takes for it.
+ * That chunk's attention block: queries × keys, and the path MLX takes
+ * for it.
  */
 attention_queries: number, attention_keys: number, attention_path: AttentionPath, attention_bytes: number, activation_bytes: number, logits_bytes: number, 
 /**
@@ -32,7 +33,8 @@ prefill_slack_bytes: number,
  */
 recurrence_bytes: number, 
 /**
- * The runtime's fixed cost: [`FIXED_OVERHEAD`], and on the CPU backend
- * [`CPU_RESIDENT_BYTES`] beside it.
+ * The runtime's cost: [`FIXED_OVERHEAD`], and on the CPU backend what
+ * the process holds beside MLX's peak (`cpu_resident_bytes`, at most
+ * [`CPU_RESIDENT_BYTES`]).
  */
 fixed_bytes: number, total_bytes: number, };
