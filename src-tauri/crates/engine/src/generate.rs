@@ -321,6 +321,17 @@ pub fn generate_with(
         cache.trim(draft.len() - accepted);
         let now = clock.elapsed();
         depth.pass(asked, draft.len(), accepted, now.saturating_sub(started));
+        // `RUST_LOG=headroom_engine::lookup=debug`: each pass and what the depth then knows.
+        tracing::debug!(
+            target: "headroom_engine::lookup",
+            at = out.tokens.len(),
+            asked,
+            proposed = draft.len(),
+            accepted,
+            ms = now.saturating_sub(started).as_secs_f64() * 1e3,
+            next = depth.depth(),
+            "pass; {depth:?}"
+        );
         speculation.forward_passes += 1;
         speculation.verify_passes += 1;
         speculation.drafted += u32::try_from(draft.len()).unwrap_or(u32::MAX);

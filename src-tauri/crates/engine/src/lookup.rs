@@ -84,19 +84,27 @@ fn average(old: Option<f64>, new: f64) -> f64 {
 /// with the tokens plain decoding then produced ("shadow" proposals). So
 /// the depth drops to zero where proposals do not pay, costs nothing there
 /// but a scan of the token ids, and comes back as soon as the answer starts
-/// copying. A depth is chosen when its expected tokens per second,
-/// `(1 + α + … + α^k) / cost(k)`, beat plain decoding; one never measured
-/// is tried once when it could.
+/// copying. A depth is chosen when its expected tokens per second beat
+/// plain decoding; one never measured is tried once when it could.
+///
+/// The acceptance is two figures, not one: how often a proposal's first
+/// token is accepted (α₁), and how often a token is accepted after the one
+/// before it was (α). Copying comes in stretches: a proposal that starts
+/// right tends to run to its end, one that starts wrong fails at once. A
+/// single rate, as if every token were accepted alike, averages the two
+/// and undervalues a deep pass inside a copy. A pass of `k` proposals is
+/// expected to yield `1 + α₁ (1 + α + … + α^(k−1))` tokens.
 #[derive(Debug, Clone)]
 pub struct Depth {
     /// Seconds per token of plain pipelined decode.
     plain: Option<f64>,
     /// Seconds per pass at each of [`DEPTHS`].
     cost: [Option<f64>; DEPTHS.len()],
-    /// Decayed counts of proposed tokens accepted, and of those checked
-    /// (each accepted one, and the first rejected one).
-    hits: f64,
-    checked: f64,
+    /// Decayed counts of proposals' first tokens accepted and checked.
+    first: Trials,
+    /// Decayed counts of the tokens after an accepted one, accepted and
+    /// checked (each accepted one, and the first rejected one).
+    next: Trials,
     /// The proposal plain decoding is being compared with, and how many of
     /// its tokens matched so far.
     shadow: Vec<u32>,
@@ -110,15 +118,40 @@ pub struct Depth {
     propose: Option<f64>,
 }
 
+/// Decayed counts of accepted and checked proposed tokens.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Trials {
+    hits: f64,
+    checked: f64,
+}
+
+impl Trials {
+    /// A prior of one accepted in two: the first proposal is tried, and the
+    /// figures take over within a few observations.
+    const PRIOR: Self = Self { hits: 1.0, checked: 2.0 };
+
+    fn rate(self) -> f64 {
+        (self.hits / self.checked).clamp(0.0, 0.99)
+    }
+
+    fn decay(&mut self) {
+        self.hits *= DECAY;
+        self.checked *= DECAY;
+    }
+
+    fn count(&mut self, hit: bool) {
+        self.hits += f64::from(u8::from(hit));
+        self.checked += 1.0;
+    }
+}
+
 impl Default for Depth {
     fn default() -> Self {
-        // A prior of one accepted in two: the first proposal is tried, and
-        // the figures take over within a few observations.
         Self {
             plain: None,
             cost: [None; DEPTHS.len()],
-            hits: 1.0,
-            checked: 2.0,
+            first: Trials::PRIOR,
+            next: Trials::PRIOR,
             shadow: Vec::new(),
             matched: 0,
             shadowing: false,
@@ -128,25 +161,31 @@ impl Default for Depth {
 }
 
 impl Depth {
-    /// Share of proposed tokens accepted.
+    /// Share of proposed tokens accepted, first or not.
     pub fn alpha(&self) -> f64 {
-        (self.hits / self.checked).clamp(0.0, 0.99)
+        let (f, n) = (self.first, self.next);
+        ((f.hits + n.hits) / (f.checked + n.checked)).clamp(0.0, 0.99)
     }
 
     fn observe(&mut self, accepted: usize, rejected: bool) {
         self.forget();
-        self.count(accepted, rejected);
+        for i in 0..accepted {
+            self.check(i, true);
+        }
+        if rejected {
+            self.check(accepted, false);
+        }
     }
 
     /// One observation's decay of the counts, before its tokens are counted.
     fn forget(&mut self) {
-        self.hits *= DECAY;
-        self.checked *= DECAY;
+        self.first.decay();
+        self.next.decay();
     }
 
-    fn count(&mut self, accepted: usize, rejected: bool) {
-        self.hits += accepted as f64;
-        self.checked += (accepted + usize::from(rejected)) as f64;
+    /// The proposal's token at `index` was checked.
+    fn check(&mut self, index: usize, hit: bool) {
+        if index == 0 { &mut self.first } else { &mut self.next }.count(hit);
     }
 
     /// What the next answer of the same model starts from: the costs
@@ -186,7 +225,7 @@ impl Depth {
         self.shadowing = true;
         if let Some(&expected) = self.shadow.get(self.matched) {
             let hit = expected == token;
-            self.count(usize::from(hit), !hit);
+            self.check(self.matched, hit);
             self.matched += usize::from(hit);
             if hit && self.matched < self.shadow.len() {
                 return;
@@ -211,10 +250,11 @@ impl Depth {
     }
 
     /// Expected tokens a pass with `k` proposals yields: the accepted run
+    /// (its first token at α₁, each later one at α after the one before)
     /// plus the one the pass samples itself.
     fn expected_tokens(&self, k: usize) -> f64 {
-        let a = self.alpha();
-        (0..=k).map(|i| a.powi(i as i32)).sum()
+        let run: f64 = (0..k).map(|i| self.next.rate().powi(i as i32)).sum();
+        1.0 + self.first.rate() * run
     }
 
     /// How many tokens to propose next (0: decode plainly).
@@ -397,6 +437,28 @@ mod tests {
         assert!(explored(0.0) > 2, "{}", explored(0.0));
         // A draft step as dear as a plain one: no depth can pay; plain decoding.
         assert_eq!(explored(10.0), 0);
+    }
+
+    /// Copying comes in stretches: a proposal either runs to its end or
+    /// fails at its first token. The expected yield follows what passes
+    /// gave; one rate for every token (8 in 10 here) expects more.
+    #[test]
+    fn the_expected_yield_follows_stretches_of_copying() {
+        let mut d = Depth::default();
+        let (mut expected, mut one_rate) = (0.0, 0.0);
+        for i in 0..60 {
+            // Depth 8: one pass in three all accepted (9 tokens), the
+            // others none (1): 11 / 3 tokens a pass.
+            let accepted = if i % 3 == 0 { 8 } else { 0 };
+            d.pass(8, 8, accepted, ms(10.0));
+            // Over the last period (the counts decay, so each pass moves them).
+            if i >= 57 {
+                expected += d.expected_tokens(8) / 3.0;
+                one_rate += (0..=8).map(|i| d.alpha().powi(i)).sum::<f64>() / 3.0;
+            }
+        }
+        assert!((expected - 11.0 / 3.0).abs() < 0.3, "expected {expected} tokens a pass, passes gave 3.67: {d:?}");
+        assert!(one_rate > 4.2, "one rate for every token: {one_rate}");
     }
 
     #[test]
