@@ -91,8 +91,9 @@ fn average(old: Option<f64>, new: f64) -> f64 {
 /// token is accepted (α₁), and how often a token is accepted after the one
 /// before it was (α). Copying comes in stretches: a proposal that starts
 /// right tends to run to its end, one that starts wrong fails at once. A
-/// single rate, as if every token were accepted alike, averages the two
-/// and undervalues a deep pass inside a copy. A pass of `k` proposals is
+/// single rate, as if every token were accepted alike, averages the two:
+/// it expects too much of a pass where most proposals fail at once, and
+/// too little of a deep one where they run. A pass of `k` proposals is
 /// expected to yield `1 + α₁ (1 + α + … + α^(k−1))` tokens.
 #[derive(Debug, Clone)]
 pub struct Depth {
