@@ -382,12 +382,17 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         (Some(g), BudgetLimit::Memory) => format!("; GPU working set {}", gb(g)),
         (None, _) => String::new(),
     };
+    let path = match o.attention_path {
+        AttentionPath::Fused => "fused kernel: no score matrix",
+        AttentionPath::Unfused => "scores materialized",
+        AttentionPath::Quantized => "over the quantized cache: scores materialized",
+    };
     format!(
         "model: {model}\n\
          context: {ctx} tokens{beyond}\n\
          \x20 weights          {w:>10}  (exact, from the weight headers){experts}\n\
          \x20 KV cache         {kv:>10}  {kv_label}: {kv_parts}\n\
-         \x20 overhead         {oh:>10}  (attention {att} {path} + activations {act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
+         \x20 overhead         {oh:>10}  ({att_act} + logits {lg}{more} + fixed {fx}; prefill chunk {chunk})\n\
          \x20 predicted peak   {peak:>10}  ({basis})\n\
          {peak_at}\
          budget             {budget:>10}  (available {avail} + freed by unload {freed} − OS headroom {head}{gpu})\n\
@@ -401,7 +406,8 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         },
         beyond = match f.max_context {
             // Memory would allow it, but the model was not trained that far.
-            Some(max) if e.context_tokens > max => format!(" (beyond the model's maximum of {max}: answers past it degrade)"),
+            Some(max) if e.context_tokens > max =>
+                format!(" (beyond the model's maximum of {max}: answers past it degrade)"),
             _ => String::new(),
         },
         w = gb(e.weight_bytes),
@@ -412,14 +418,16 @@ pub(crate) fn describe(model: &str, r: &FitReport) -> String {
         peak_at = peak_line(e),
         kv_parts = kv_lines(f, e),
         kv_label = r.kv_label,
-        path = match o.attention_path {
-            AttentionPath::Fused => "(fused kernel: no score matrix)",
-            AttentionPath::Unfused => "(scores materialized)",
-            AttentionPath::Quantized => "(over the quantized cache: scores materialized)",
-        },
         oh = gb(o.total_bytes),
-        att = gb(o.attention_bytes),
-        act = gb(o.activation_bytes),
+        att_act = match o.activation_bytes {
+            // The CPU kernel's MLP runs in what the attention call freed
+            // (core::fit's `chunk_overhead`): "activations 0.00 GB" read as
+            // if they had been forgotten.
+            0 if o.attention_bytes > 0 => {
+                format!("attention {} ({path}; the MLP's activations fit in it)", gb(o.attention_bytes))
+            }
+            act => format!("attention {} ({path}) + activations {}", gb(o.attention_bytes), gb(act)),
+        },
         lg = gb(o.logits_bytes),
         fx = gb(o.fixed_bytes),
         more = overhead_extras(o),

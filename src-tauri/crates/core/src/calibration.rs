@@ -304,8 +304,8 @@ pub fn context_words(tokens: u64) -> String {
 
 /// What a prediction rests on, in words: "estimated", or "measured here at
 /// 4K: 9.8 GB" and how it counts where the prediction is for (", counted
-/// 50 % at 16K", ", held at 3 % under the formula until a second run
-/// agrees", ", confirmed at 2K").
+/// 50 % at 16K", ", too far to count at 32K", ", held at 3 % under the
+/// formula until a second run agrees", ", confirmed at 2K").
 pub fn basis_label(calibration: Option<&Calibration>) -> String {
     let Some(c) = calibration else { return "estimated".to_owned() };
     let mut words = format!(
@@ -322,8 +322,11 @@ pub fn basis_label(calibration: Option<&Calibration>) -> String {
     if let Some(at) = c.confirmed_at {
         words.push_str(&format!(", confirmed at {}", context_words(at)));
     }
-    if c.weight_percent < 100 {
-        words.push_str(&format!(", counted {} % at {}", c.weight_percent, context_words(c.for_context)));
+    match c.weight_percent {
+        100.. => {}
+        // "counted 0 %" read as if the measurement had gone wrong.
+        0 => words.push_str(&format!(", too far to count at {}", context_words(c.for_context))),
+        w => words.push_str(&format!(", counted {w} % at {}", context_words(c.for_context))),
     }
     words
 }
@@ -491,6 +494,8 @@ mod tests {
         assert!(predict(8192, &seen).0.abs_diff(expected.round() as u64) <= 1);
         // From 4 times away on: the formula, but never less than was measured at a shorter context.
         assert_eq!(predict(1024, &seen).0, formula(1024));
+        let (_, far) = predict(1024, &seen);
+        assert!(basis_label(far.as_ref()).ends_with(", too far to count at 1K"), "{}", basis_label(far.as_ref()));
         assert_eq!(predict(1 << 20, &seen).0, formula(1 << 20));
         // Between: always between the formula and the full correction.
         for c in [1, 100, 256, 300, 700, 1024, 1500, 2048, 3000, 4096, 5000, 8192, 12_000, 16_384, 40_000, 65_536] {

@@ -1089,6 +1089,29 @@ fn largest_context_by(model: &ModelFootprint, fits: impl Fn(u64) -> bool) -> Opt
     Some(lo)
 }
 
+/// The `medium` demo model's shape (`headroom demo-model --preset medium`:
+/// a 12-layer qwen2, 12 query and 4 KV heads of 64) with a KV cache of
+/// `kv_bytes_per_element`, as the CPU kernel runs it, and no weights: for
+/// the fit's tests and the engine's, which check the estimate against MLX's
+/// own counters.
+#[cfg(any(test, feature = "test-support"))]
+pub fn medium_demo(kv_bytes_per_element: u64) -> ModelFootprint {
+    ModelFootprint {
+        layers: 12,
+        attention_heads: 12,
+        kv_heads: 4,
+        head_dim: 64,
+        hidden_size: 768,
+        intermediate_size: 3072,
+        vocab_size: 1024,
+        kv_bytes_per_element,
+        max_context: Some(4096),
+        prefill_dequantizes: true,
+        kv_layers: vec![KvLayers::full(12, 4, 64)],
+        ..ModelFootprint::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1230,25 +1253,9 @@ mod tests {
         }
     }
 
-    /// The `medium` demo (`headroom demo-model --preset medium`, 4-bit) as
-    /// the CPU kernel runs it, with `weight_bytes` as loaded and activations
-    /// of `dtype_bytes`.
+    /// The `medium` demo as the CPU kernel runs it.
     fn medium(weight_bytes: u64, dtype_bytes: u64) -> ModelFootprint {
-        ModelFootprint {
-            weight_bytes,
-            layers: 12,
-            attention_heads: 12,
-            kv_heads: 4,
-            head_dim: 64,
-            hidden_size: 768,
-            intermediate_size: 3072,
-            vocab_size: 1024,
-            kv_bytes_per_element: dtype_bytes,
-            max_context: Some(4096),
-            prefill_dequantizes: true,
-            kv_layers: vec![KvLayers::full(12, 4, 64)],
-            ..ModelFootprint::default()
-        }
+        ModelFootprint { weight_bytes, ..medium_demo(dtype_bytes) }
     }
 
     #[test]

@@ -299,7 +299,7 @@ pub fn quantized_sdpa(
 
 #[cfg(test)]
 mod tests {
-    use headroom_core::fit::{estimate, KvLayers, ModelFootprint};
+    use headroom_core::fit::estimate;
     use headroom_core::kv::KvFormat;
     use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
     use mlx_rs::random;
@@ -438,20 +438,7 @@ mod tests {
     fn kv_bytes_match_mlx_s_counters_and_the_estimate() -> Result<()> {
         const LAYERS: i32 = 12;
         const N: i32 = 8192;
-        let footprint = ModelFootprint {
-            layers: 12,
-            attention_heads: 12,
-            kv_heads: 4,
-            head_dim: 64,
-            hidden_size: 768,
-            intermediate_size: 3072,
-            vocab_size: 1024,
-            kv_bytes_per_element: 2,
-            max_context: None,
-            prefill_dequantizes: false,
-            kv_layers: vec![KvLayers::full(12, 4, 64)],
-            ..ModelFootprint::default()
-        };
+        let footprint = headroom_core::fit::medium_demo(2);
         let mut measured = Vec::new();
         for format in [KvFormat::Float, KvFormat::bits_from_start(8), KvFormat::bits_from_start(4)] {
             let before = mlx_memory()?.active;
