@@ -53,6 +53,7 @@ error_codes! {
     EngineShape = "ENGINE_SHAPE",
     MemoryNotReturned = "MEMORY_NOT_RETURNED",
     NoModelLoaded = "NO_MODEL_LOADED",
+    ModelChanged = "MODEL_CHANGED",
     NothingLoaded = "NOTHING_LOADED",
     EmptyPrompt = "EMPTY_PROMPT",
     ContextOverflow = "CONTEXT_OVERFLOW",
@@ -180,6 +181,8 @@ impl Coded for EngineError {
             E::TemplateRender { .. } => ErrorCode::ChatTemplate,
             E::ContextOverflow { .. } => ErrorCode::ContextOverflow,
             E::NoModelLoaded => ErrorCode::NoModelLoaded,
+            // The local server loaded another model before the turn ran.
+            E::ModelChanged => ErrorCode::ModelChanged,
             E::Panicked { .. } | E::EngineStopped => ErrorCode::EngineInternal,
             E::MemoryNotReturned { .. } => ErrorCode::MemoryNotReturned,
             E::BenchCancelled => ErrorCode::BenchCancelled,

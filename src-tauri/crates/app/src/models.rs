@@ -564,6 +564,8 @@ impl LoadResult {
 
 #[derive(Debug)]
 pub struct Switched {
+    /// The engine's load of the new model (`ModelInfo::load`).
+    pub load: u64,
     unload_ms: u64,
     freed_bytes: u64,
     expected_freed_bytes: u64,
@@ -626,11 +628,12 @@ pub fn switch_to(
         }
     };
     let replaced = info.replaced;
-    let load_time = info.load_time;
+    let (load, load_time) = (info.load, info.load_time);
     let (wired_limit_bytes, kv_cache) = (info.wired_limit_bytes, info.kv_label.clone());
     state.set_loaded(Some(LoadedModel::new(id, path.to_owned(), info, report.footprint.clone(), kernel)));
     let rss_after_unload_bytes = after_unload.lock().unwrap_or_else(PoisonError::into_inner).unwrap_or_else(rss);
     Ok(Switched {
+        load,
         unload_ms: if replaced.had_model { millis(replaced.unload_time) } else { 0 },
         freed_bytes: replaced.freed_bytes,
         expected_freed_bytes: replaced.expected_bytes,

@@ -132,7 +132,7 @@ impl ModelProvider for AppModels {
             // approved for. Otherwise refused: reloading it would pull the
             // model from under the popover's chat and every queued request.
             if kv.is_none_or(|kv| within_approved(m, kv)) {
-                return Ok(ReadyModel { id: entry.id });
+                return Ok(ReadyModel { id: entry.id, load: m.info.load });
             }
             return Err(ProvideError::KvFormatInUse { model: entry.id, loaded: m.info.kv_label.clone() });
         }
@@ -185,10 +185,11 @@ impl ModelProvider for AppModels {
             None => (report, None),
         };
         let beside = models::Beside { peer: placement, draft: self.draft.clone() };
-        models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)
-            .map_err(|e| failed(e.to_string()))?;
+        let load = models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)
+            .map_err(|e| failed(e.to_string()))?
+            .load;
         tracing::info!(model = %entry.id, context_limit, kv = %report.kv_label, "the server loaded a model");
-        Ok(ReadyModel { id: entry.id })
+        Ok(ReadyModel { id: entry.id, load })
     }
 }
 
@@ -239,6 +240,8 @@ mod tests {
         let ready = provider.ensure_loaded("tiny", Some(512), None).unwrap();
         assert_eq!(ready.id, "tiny");
         assert_eq!(state.loaded_model().map(|m| m.path), Some(demo.clone()));
+        // The load the request then names: the engine's current one.
+        assert_eq!(state.loaded_model().map(|m| m.info.load), Some(ready.load));
         // Loaded already: nothing to do, the same answer.
         assert_eq!(provider.ensure_loaded("tiny", None, None).ok(), Some(ready));
     }

@@ -114,6 +114,13 @@ pub enum EngineError {
     #[error("no model is loaded")]
     NoModelLoaded,
 
+    /// A request admitted for one model found another loaded when it ran
+    /// (`GenerateRequest::model`).
+    #[error(
+        "the model this request was sent to was replaced before it ran (another model is loaded now): send it again"
+    )]
+    ModelChanged,
+
     /// A KV-cache format this model (or MLX) cannot use.
     #[error("KV cache: {source}")]
     KvFormat {

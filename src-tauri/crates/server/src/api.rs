@@ -209,6 +209,8 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             prompt_cache_room: None,
             // The server's setting (`ServeConfig::speculative`), set where it runs.
             speculative: headroom_core::speculative::SpeculativeMode::None,
+            // The load `ensure_loaded` made ready, set where it runs.
+            load: None,
         },
     })
 }

@@ -231,6 +231,10 @@ impl From<EngineError> for ApiError {
                 "The model was unloaded before this request ran (the app switched models). Send it again.",
             )
             .code("model_not_loaded"),
+            // The app switched models between this request's admission and its run.
+            EngineError::ModelChanged => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", e.to_string()).code("model_changed")
+            }
             EngineError::EngineStopped => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",

@@ -23,6 +23,9 @@ pub struct ModelCard {
 pub struct ReadyModel {
     /// The id responses name (`model`).
     pub id: String,
+    /// The engine's load of it (`ModelInfo::load`): the request runs on
+    /// that load or fails, never on a model the app switched to meanwhile.
+    pub load: u64,
 }
 
 /// Answers the server's questions about models. Calls may block (reading

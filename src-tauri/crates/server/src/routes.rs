@@ -17,7 +17,7 @@ use axum::response::sse::Sse;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use headroom_engine::worker::{EngineEvent, EngineHandle};
+use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest};
 use serde_json::{json, Value};
 
 use crate::api::{completion, parse_request, ChatRequest, Meta};
@@ -303,7 +303,7 @@ async fn chat_response(
         let ready = tokio::task::spawn_blocking(move || provider.ensure_loaded(&model, context_limit, kv))
             .await
             .map_err(|e| ApiError::server(format!("Loading the model stopped unexpectedly: {e}")))??;
-        let run = ctx.engine.generate(generate)?;
+        let run = ctx.engine.generate(GenerateRequest { load: Some(ready.load), ..generate })?;
         (ready, run)
     };
     let (ready, run) = run;

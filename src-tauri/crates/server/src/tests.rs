@@ -38,8 +38,18 @@ fn demo_dir() -> &'static PathBuf {
 /// against none, so the refusal carries real numbers from the fit check.
 struct DemoProvider {
     engine: EngineHandle,
-    loaded: std::sync::Mutex<Option<String>>,
+    /// The id loaded, and the engine's load of it.
+    loaded: std::sync::Mutex<Option<(String, u64)>>,
     loads: AtomicU64,
+    /// Loads the model again right after making it ready, as the popover
+    /// switching models just then would: the request's load is gone.
+    switch_behind: std::sync::atomic::AtomicBool,
+}
+
+impl DemoProvider {
+    fn new(engine: EngineHandle) -> Self {
+        Self { engine, loaded: Default::default(), loads: AtomicU64::new(0), switch_behind: Default::default() }
+    }
 }
 
 impl ModelProvider for DemoProvider {
@@ -60,8 +70,14 @@ impl ModelProvider for DemoProvider {
         };
         let context_limit = context_limit.unwrap_or(DEFAULT_CONTEXT_LIMIT);
         let mut loaded = self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if loaded.as_deref() == Some(id) {
-            return Ok(ReadyModel { id: id.into() });
+        if let Some((_, load)) = loaded.as_ref().filter(|(l, _)| l == id) {
+            let ready = ReadyModel { id: id.into(), load: *load };
+            if self.switch_behind.load(Ordering::Relaxed) {
+                let settings = LoadSettings { context_limit, ..LoadSettings::default() };
+                let info = self.engine.load(demo_dir(), settings).expect("the switch behind the server's back");
+                *loaded = Some((id.into(), info.load));
+            }
+            return Ok(ready);
         }
         let failed =
             |e: headroom_engine::EngineError| ProvideError::LoadFailed { model: id.into(), reason: e.to_string() };
@@ -74,17 +90,16 @@ impl ModelProvider for DemoProvider {
         // partitions can each keep theirs.
         let settings =
             LoadSettings { context_limit, prompt_cache_bytes: PROMPT_CACHE_BYTES, ..LoadSettings::default() };
-        self.engine.load(demo_dir(), settings).map_err(failed)?;
+        let info = self.engine.load(demo_dir(), settings).map_err(failed)?;
         self.loads.fetch_add(1, Ordering::Relaxed);
-        *loaded = Some(id.into());
-        Ok(ReadyModel { id: id.into() })
+        *loaded = Some((id.into(), info.load));
+        Ok(ReadyModel { id: id.into(), load: info.load })
     }
 }
 
 fn serve(config: ServeConfig) -> (Server, Arc<DemoProvider>) {
     let engine = EngineHandle::spawn().unwrap();
-    let provider =
-        Arc::new(DemoProvider { engine: engine.clone(), loaded: Default::default(), loads: AtomicU64::new(0) });
+    let provider = Arc::new(DemoProvider::new(engine.clone()));
     let addr: SocketAddr = "127.0.0.1:0".parse().unwrap();
     let config = ServeConfig { context_limit: config.context_limit.or(Some(CONTEXT)), ..config };
     let server = Server::bind(addr, config, engine, provider.clone()).unwrap();
@@ -389,9 +404,7 @@ fn two_keys_never_share_a_cached_state() {
 #[test]
 fn only_loopback_unless_allowed_and_keyed() {
     let engine = || EngineHandle::spawn().unwrap();
-    let provider = || -> Arc<dyn ModelProvider> {
-        Arc::new(DemoProvider { engine: engine(), loaded: Default::default(), loads: AtomicU64::new(0) })
-    };
+    let provider = || -> Arc<dyn ModelProvider> { Arc::new(DemoProvider::new(engine())) };
     let any: SocketAddr = "0.0.0.0:0".parse().unwrap();
     let err = Server::bind(any, ServeConfig::default(), engine(), provider()).err();
     assert!(matches!(err, Some(ServerError::NonLoopback { .. })), "{err:?}");
@@ -565,4 +578,21 @@ fn a_body_over_the_limit_is_413_before_it_is_read() {
     );
     let reply = send_raw(addr, &head);
     assert_error(&reply, 413, Some("body_too_large"), None);
+}
+
+/// The popover (or anything else in the app) switching models between a
+/// request's load and its run: the request fails with its own status and
+/// code, it is not answered by whatever model is loaded then.
+#[test]
+fn a_request_whose_model_was_switched_before_it_ran_is_refused_not_answered_by_another() {
+    let (server, provider) = serve(ServeConfig::default());
+    let addr = server.addr();
+    assert_eq!(post(addr, &chat("demo", "Hello", &json!({"max_tokens": 2}))).status, 200);
+    provider.switch_behind.store(true, Ordering::Relaxed);
+    let reply = post(addr, &chat("demo", "Hello", &json!({"max_tokens": 2})));
+    let v = assert_error(&reply, 503, Some("model_changed"), None);
+    assert!(v["error"]["message"].as_str().is_some_and(|m| m.contains("send it again")), "{v}");
+    provider.switch_behind.store(false, Ordering::Relaxed);
+    assert_eq!(post(addr, &chat("demo", "Hello", &json!({"max_tokens": 2}))).status, 200, "the next one runs");
+    server.stop().unwrap();
 }

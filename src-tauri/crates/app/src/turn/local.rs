@@ -62,6 +62,9 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
             seed: plan.options.seed,
             ..SamplingParams::default()
         },
+        // On the model this turn is labelled with, or not at all (the local
+        // server may load another before the engine gets to it).
+        load: Some(model.info.load),
         // With a draft model loaded beside it, speculation drafts.
         speculative: match (settings.speculative, &model.info.draft) {
             (SpeculativeMode::None, _) | (_, None) => settings.speculative,

@@ -222,6 +222,27 @@ fn a_local_turn_streams_from_the_demo_model_and_is_stored_with_its_stats() {
     assert_eq!(block_on(state.store.messages("s1")).map(|m| m.len()).ok(), Some(4), "refused turns store nothing");
 }
 
+/// A turn labelled with one load of the model never runs on another: here
+/// the app's record of the loaded model is one load behind the engine's (as
+/// when the local server reloads the model between the turn's start and its
+/// run), and the turn ends with MODEL_CHANGED before any token.
+#[test]
+fn a_turn_never_runs_on_a_load_other_than_the_one_it_is_labelled_with() {
+    let state = crate::test_state("turn-load");
+    crate::models::ensure_default_model(&state).unwrap();
+    let settings = settings(None);
+    let mut stale = state.loaded_model().expect("the demo model is loaded");
+    stale.info.load += 1;
+    state.set_loaded(Some(stale));
+    let (_, events) = turn(&state, &settings, "s1", new("hello"), max(3));
+    assert!(!events.iter().any(|e| matches!(e, ChatEvent::Token { .. })), "{events:?}");
+    let error = events.iter().find_map(|e| match e {
+        ChatEvent::Error { code, message } => Some((*code, message.clone())),
+        _ => None,
+    });
+    assert!(matches!(&error, Some((ErrorCode::ModelChanged, m)) if m.contains("send it again")), "{events:?}");
+}
+
 /// A local answer's tokens reach the live view as per-second decode rates
 /// of its model (what the live graph draws), and the live run ends with the
 /// answer (nothing left counted as streaming).

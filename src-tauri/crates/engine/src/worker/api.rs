@@ -153,6 +153,9 @@ impl UnloadReport {
 /// What was loaded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ModelInfo {
+    /// Which load of this engine it is (1, 2, …): a request names it to run
+    /// on this model as loaded and no other (`GenerateRequest::load`).
+    pub load: u64,
     pub dir: PathBuf,
     /// config.json's `model_type`.
     pub model_type: String,
@@ -228,6 +231,14 @@ pub struct GenerateRequest {
     /// Whether decoding proposes tokens and checks several per pass
     /// (`headroom_core::speculative`); greedy output is the same either way.
     pub speculative: SpeculativeMode,
+    /// The load the caller admitted this request for ([`ModelInfo::load`]):
+    /// if another load is current when the request's turn comes (the
+    /// popover or the local server switched models while it waited), it
+    /// fails with [`EngineError::ModelChanged`] instead of answering with a
+    /// model the caller neither chose nor labels its figures with (the
+    /// weights' fingerprint cannot tell a fine-tune of the same shape
+    /// apart; the load can). `None`: whatever model is loaded then.
+    pub load: Option<u64>,
 }
 
 impl GenerateRequest {
@@ -244,6 +255,7 @@ impl GenerateRequest {
             kv: None,
             prompt_cache_room: None,
             speculative: SpeculativeMode::None,
+            load: None,
         }
     }
 }

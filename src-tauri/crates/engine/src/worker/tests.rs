@@ -786,3 +786,27 @@ fn every_load_and_turn_is_measured_for_the_model_as_loaded() {
     e.generate(request(user("Quietly"), 2)).expect("generate").collect().expect("run");
     assert_eq!(meter.kept.lock().unwrap_or_else(PoisonError::into_inner).len(), 4);
 }
+
+/// A request admitted for one model (its fingerprint) that finds another
+/// loaded when its turn comes fails, and says so, instead of answering
+/// with the other model under the first one's name.
+#[test]
+fn a_request_admitted_for_one_model_never_runs_on_another() {
+    let e = EngineHandle::spawn().expect("spawn");
+    let first = e.load(demo_dir(), LoadSettings::default()).expect("load");
+    let admitted = GenerateRequest { load: Some(first.load), ..request(user("Hello"), 3) };
+    let out = e.generate(admitted.clone()).expect("generate").collect().expect("its own model answers");
+    assert_eq!(out.token_ids.len(), 3);
+    // The same shape with other weights.
+    let other = temp_dir("worker-other-weights");
+    let spec = DemoSpec { seed: 2, ..DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four) };
+    write_demo_model(&other, &spec).expect("demo model");
+    let second = e.load(&other, LoadSettings::default()).expect("load");
+    assert_ne!(second.load, first.load);
+    let err = e.generate(admitted).expect("queued").collect().err();
+    assert!(matches!(err, Some(EngineError::ModelChanged)), "{err:?}");
+    // Admitted for the model loaded now, or for none: it runs.
+    let now = GenerateRequest { load: Some(second.load), ..request(user("Hello"), 3) };
+    assert_eq!(e.generate(now).expect("generate").collect().expect("run").token_ids.len(), 3);
+    assert!(e.generate(request(user("Hello"), 3)).expect("generate").collect().is_ok());
+}

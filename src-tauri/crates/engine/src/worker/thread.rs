@@ -137,6 +137,7 @@ pub(super) fn spawn(shared: Arc<Shared>, jobs: Receiver<Job>) -> std::io::Result
         default_cache_limit: None,
         wired: None,
         meter: None,
+        loads: 0,
     };
     std::thread::Builder::new().name("headroom-engine".into()).spawn(move || worker.run(&jobs))
 }
@@ -147,6 +148,8 @@ struct Loaded {
     settings: LoadSettings,
     /// prompt_cache/disk.rs's `model_fingerprint`.
     fingerprint: String,
+    /// Which load of this engine it is (`ModelInfo::load`).
+    load: u64,
     /// What the process held before these weights were read (the meter's
     /// reading): a measurement's resident growth is counted from it.
     resident_before: Option<u64>,
@@ -199,6 +202,8 @@ struct Worker {
     wired: Option<usize>,
     /// Measures loads and turns, if the app gave one.
     meter: Option<SharedMeter>,
+    /// Loads so far: each gets the next number (`ModelInfo::load`).
+    loads: u64,
 }
 
 impl Worker {
@@ -448,7 +453,9 @@ impl Worker {
         let config = model.config();
         // The limit in force, read once: the measurement knob's where it is set.
         let cache_limit_bytes = cache_limit_override().or(settings.cache_limit_bytes);
+        self.loads += 1;
         let info = ModelInfo {
+            load: self.loads,
             dir: dir.to_owned(),
             model_type: config.model_type_name().to_owned(),
             quantization: config.quantization.as_ref().map(|q| (q.default.bits, q.default.group_size)),
@@ -479,6 +486,7 @@ impl Worker {
             tokenizer,
             settings,
             fingerprint,
+            load: self.loads,
             resident_before,
             dir: dir.to_owned(),
             state_key: std::sync::OnceLock::new(),
@@ -611,6 +619,9 @@ impl Worker {
             return Ok(vec![EngineEvent::Finished { reason: FinishReason::Cancelled }]);
         }
         let loaded = self.loaded.as_ref().ok_or(EngineError::NoModelLoaded)?;
+        if request.load.is_some_and(|admitted| admitted != loaded.load) {
+            return Err(EngineError::ModelChanged);
+        }
         let limit = loaded.settings.context_limit;
         let prompt = encode_within(&loaded.tokenizer, &request.messages, limit, request.overflow)?;
         let mut sampler = Sampler::new(request.sampling.clone())?;
