@@ -40,14 +40,41 @@ pub const DATA_DIR_ENV: &str = "HEADROOM_DATA_DIR";
 /// call gets a folder of its own: tests run in parallel threads of one
 /// process, and several share a tag (two of them once removed each other's
 /// database mid-test: "disk I/O error").
+///
+/// The folders live under `target/test-tmp/app-state-PID/` (as
+/// `headroom_test_support::scratch`'s do), and the first call of a test
+/// process removes those of processes that have ended: an `AppState` is
+/// shared by clones and the engine thread, so no one value can remove its
+/// folder when dropped, and in the system temp folder each run of the
+/// suite left about 75 MB behind.
 #[cfg(any(test, feature = "testing"))]
 #[allow(clippy::unwrap_used)]
 pub fn test_state(tag: &str) -> AppState {
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    static SWEPT: std::sync::Once = std::sync::Once::new();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../target/test-tmp");
+    SWEPT.call_once(|| sweep_ended_test_states(&root));
     let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let data_dir = std::env::temp_dir().join(format!("headroom-app-{tag}-{}-{n}", std::process::id()));
+    let data_dir = root.join(format!("app-state-{}", std::process::id())).join(format!("{tag}-{n}"));
     let _ = std::fs::remove_dir_all(&data_dir);
     let engine = headroom_engine::worker::EngineHandle::spawn().unwrap();
     let store = runtime::block_on(headroom_store::Store::open(&data_dir)).unwrap();
     AppState::new(engine, Locations { data_dir, hub: models::HubEnv::default(), default_model: None }, store)
+}
+
+/// Removes `root/app-state-PID` folders whose process has ended (where the
+/// OS says which are running: `/proc`; elsewhere nothing is removed).
+#[cfg(any(test, feature = "testing"))]
+fn sweep_ended_test_states(root: &std::path::Path) {
+    let proc = std::path::Path::new("/proc");
+    if !proc.join("self").exists() {
+        return;
+    }
+    for entry in std::fs::read_dir(root).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(|n| n.strip_prefix("app-state-")) else { continue };
+        if pid.parse::<u32>().is_ok() && !proc.join(pid).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
+    }
 }
