@@ -16,6 +16,8 @@
 #                                             # calibrated prediction and a fresh process's recorded peak from
 #                                             # c0/4 to 4 x c0, for three demo shapes and the default model
 #                                             # (SmolLM2 GGUF, when scripts/setup.sh has put it in .deps/models)
+#   scripts/measure-fit.sh --calibration --calibration-unseen  # the same on two shapes the formula was
+#                                             # not fitted on (Qwen2.5-0.5B's, 4-bit; the medium qwen2, 8-bit)
 #
 # Decode is 2 tokens: the peak is the prefill's.
 # Needs `cargo build -p headroom` and scripts/setup.sh (the venv's

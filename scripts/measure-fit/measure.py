@@ -174,7 +174,15 @@ def calibration(args, demo, work, text):
         ("medium gemma3_text (4-bit)", demo("medium-gemma3_text", "medium", "4", "gemma3_text")),
         ("medium qwen3_5 (4-bit)", demo("medium-qwen3_5", "medium", "4", "qwen3_5")),
     ]
-    if args.gguf and os.path.isfile(args.gguf):
+    if args.calibration_unseen:
+        # Shapes the CPU formula's terms were not fitted on: the real
+        # Qwen2.5-0.5B's (24 layers, 14 heads over 2 KV heads, a 151,936-token
+        # vocabulary) and the `medium` qwen2 at 8 bits.
+        models = [
+            ("Qwen2.5-0.5B shape (qwen2, 4-bit)", demo("qwen2.5-0.5b", "qwen2.5-0.5b", "4")),
+            ("medium (qwen2 ~100M, 8-bit)", demo("medium-8bit", "medium", "8")),
+        ]
+    elif args.gguf and os.path.isfile(args.gguf):
         models.append(("SmolLM2-135M Q4_1 GGUF (default model)", args.gguf))
     elif args.gguf:
         print(f"  no {args.gguf}: the default model is left out (scripts/setup.sh puts it there)", file=sys.stderr)
@@ -275,6 +283,9 @@ def main():
                          "the formula alone and the calibrated prediction against fresh runs from c0/4 to 4 x c0")
     ap.add_argument("--calibration-tokens", type=int, default=960,
                     help="c0: the positions of the calibrating turn (4 x c0 must fit the demo models' 4096)")
+    ap.add_argument("--calibration-unseen", action="store_true",
+                    help="with --calibration: on two models the formula was not fitted on instead "
+                         "(a Qwen2.5-0.5B-shaped 4-bit demo, the medium qwen2 at 8 bits)")
     ap.add_argument("--gguf", help="a GGUF model the calibration check measures too (the default model)")
     args = ap.parse_args()
     text = open(args.text, encoding="utf-8").read()
