@@ -234,8 +234,11 @@ fn a_turn_never_runs_on_a_load_other_than_the_one_it_is_labelled_with() {
     let mut stale = state.loaded_model().expect("the demo model is loaded");
     stale.info.load += 1;
     state.set_loaded(Some(stale));
-    let (_, events) = turn(&state, &settings, "s1", new("hello"), max(3));
+    let (running, events) = turn(&state, &settings, "s1", new("hello"), max(3));
     assert!(!events.iter().any(|e| matches!(e, ChatEvent::Token { .. })), "{events:?}");
+    // What the user wrote is kept, to be sent again.
+    let msgs = stored(&state, "s1", &running);
+    assert_eq!(msgs.first().map(|m| (m.role, m.content.as_str())), Some((Role::User, "hello")), "{msgs:?}");
     let error = events.iter().find_map(|e| match e {
         ChatEvent::Error { code, message } => Some((*code, message.clone())),
         _ => None,
