@@ -115,7 +115,7 @@ pub enum EngineError {
     NoModelLoaded,
 
     /// A request admitted for one model found another loaded when it ran
-    /// (`GenerateRequest::model`).
+    /// (`GenerateRequest::load`).
     #[error(
         "the model this request was sent to was replaced before it ran (another model is loaded now): send it again"
     )]

@@ -787,7 +787,7 @@ fn every_load_and_turn_is_measured_for_the_model_as_loaded() {
     assert_eq!(meter.kept.lock().unwrap_or_else(PoisonError::into_inner).len(), 4);
 }
 
-/// A request admitted for one model (its fingerprint) that finds another
+/// A request admitted for one load of a model that finds another
 /// loaded when its turn comes fails, and says so, instead of answering
 /// with the other model under the first one's name.
 #[test]
