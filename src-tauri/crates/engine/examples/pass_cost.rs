@@ -25,12 +25,25 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let model = load_model(&dir, dtype)?;
     let context: Vec<u32> = (0..300u32).map(|i| 100 + i * 7 % 5000).collect();
     let mut one = None;
-    for rows in [1usize, 2, 3, 4, 5, 6, 8, 12, 16, 17, 24, 32, 48, 64] {
+    // `PASS_ROWS=17` (a comma list) runs only those row counts, e.g. under `perf record`.
+    let rows_list: Vec<usize> = match std::env::var("PASS_ROWS") {
+        Ok(list) => list.split(',').map(|r| r.trim().parse()).collect::<Result<_, _>>()?,
+        Err(_) => vec![1, 2, 3, 4, 5, 6, 8, 12, 16, 17, 24, 32, 48, 64],
+    };
+    for rows in rows_list {
         let (mut best, mut kernel) = (f64::MAX, 0.0);
-        for _ in 0..5 {
-            let mut cache = model.new_cache();
-            let logits = model.forward(&Array::from_slice(&context, &[1, context.len() as i32]), &mut cache)?;
-            mlx_rs::transforms::eval([&logits])?;
+        // `PASS_REPEATS=n`: n passes over one context, each trimmed off
+        // again (so a profile holds passes, not the context's prefill).
+        let repeats: Option<usize> = std::env::var("PASS_REPEATS").ok().and_then(|r| r.parse().ok());
+        let mut cache = model.new_cache();
+        for i in 0..repeats.unwrap_or(5) {
+            if repeats.is_none() || i == 0 {
+                cache = model.new_cache();
+                let logits = model.forward(&Array::from_slice(&context, &[1, context.len() as i32]), &mut cache)?;
+                mlx_rs::transforms::eval([&logits])?;
+            } else {
+                cache.trim(rows);
+            }
             let ids = Array::from_slice(&context[..rows], &[1, rows as i32]);
             kernel_clock::take();
             let started = Instant::now();

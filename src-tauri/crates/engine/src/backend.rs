@@ -39,12 +39,23 @@ pub struct BackendInfo {
 
 /// Asks the loaded libmlx for its version and default device.
 pub fn backend_info() -> BackendInfo {
-    let device = match Device::try_default().and_then(|d| d.get_type()) {
+    BackendInfo { mlx_version: crate::ffi::mlx_version().unwrap_or_else(|| "unknown".to_owned()), device: device() }
+}
+
+fn device() -> DeviceKind {
+    match Device::try_default().and_then(|d| d.get_type()) {
         Ok(DeviceType::Gpu) => DeviceKind::Gpu,
         // A failure to ask means no usable GPU either: MLX falls back to the CPU.
         Ok(DeviceType::Cpu) | Err(_) => DeviceKind::Cpu,
-    };
-    BackendInfo { mlx_version: crate::ffi::mlx_version().unwrap_or_else(|| "unknown".to_owned()), device }
+    }
+}
+
+/// Whether MLX computes on the CPU in this process: asked once, since the
+/// attention and MLP ask it in every layer (nothing here changes MLX's
+/// default device).
+pub fn on_cpu() -> bool {
+    static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *CPU.get_or_init(|| device() == DeviceKind::Cpu)
 }
 
 #[cfg(test)]

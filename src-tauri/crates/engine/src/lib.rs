@@ -12,6 +12,7 @@ mod backend;
 pub mod bench;
 mod cache;
 mod config;
+mod cpu_f32;
 pub mod demo;
 mod draft;
 mod dtype;

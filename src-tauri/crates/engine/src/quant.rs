@@ -203,6 +203,11 @@ fn params(a: &Array) -> Result<Option<row_shared::Params<'_>>> {
     })
 }
 
+/// How many rows `x` holds: the product of its leading axes.
+fn rows_of(x: &Array) -> i32 {
+    x.shape().split_last().map_or(1, |(_, lead)| lead.iter().product())
+}
+
 /// `a` in f32 (itself if it already is).
 fn to_f32(a: &Array) -> Result<Array> {
     if a.dtype() == Dtype::Float32 {
@@ -251,9 +256,19 @@ impl QuantizedMatrix {
         match self.kernel.cpu_paths(self.bits, self.group_size) {
             None => self.fused_matmul_t(x),
             Some(CpuPaths { row_shared_below, dequantize_from }) => {
-                let rows: i32 = x.shape().split_last().map_or(1, |(_, lead)| lead.iter().product());
+                let rows = rows_of(x);
                 if row_shared_below.is_some_and(|below| rows < below) {
-                    self.row_shared_matmul_t(x)
+                    match self.row_shared_f32(x)? {
+                        Some((y, shape)) => {
+                            let y = Array::from_slice(&y, &shape);
+                            if x.dtype() == Dtype::Float32 {
+                                Ok(y)
+                            } else {
+                                y.as_dtype(x.dtype()).op("cast back")
+                            }
+                        }
+                        None => self.fused_matmul_t(x),
+                    }
                 } else if rows >= dequantize_from {
                     self.dense_matmul_t(x)
                 } else if x.dtype() == Dtype::Float32 {
@@ -279,21 +294,32 @@ impl QuantizedMatrix {
         }
     }
 
+    /// `x · Wᵀ` in f32 as a plain buffer and its shape, where this matrix
+    /// takes `x` through the row-shared kernel (`None` elsewhere): for a
+    /// caller that goes on in f32 itself (SwiGLU's activation, layers.rs).
+    pub fn row_shared_rows(&self, x: &Array) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
+        let paths = self.kernel.cpu_paths(self.bits, self.group_size);
+        match paths.and_then(|p| p.row_shared_below) {
+            Some(below) if rows_of(x) < below => self.row_shared_f32(x),
+            _ => Ok(None),
+        }
+    }
+
     /// `x · Wᵀ` in f32 by [`row_shared`]: each weight unpacked once for all
     /// rows of `x`. `x` is evaluated here (the kernel reads its memory), so
     /// a forward pass syncs once per quantized matmul; on a 2-core machine
     /// that costs far less than the kernel saves (`examples/pass_cost.rs`).
-    /// A matrix whose buffers disagree with its shape goes to MLX's kernel,
-    /// which reports it in MLX's words.
-    fn row_shared_matmul_t(&self, x: &Array) -> Result<Array> {
-        let Some((&inputs, lead)) = x.shape().split_last() else { return self.fused_matmul_t(x) };
+    /// A matrix whose buffers disagree with its shape gives `None` (MLX's
+    /// kernel then runs and reports it in MLX's words).
+    fn row_shared_f32(&self, x: &Array) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
+        let Some((&inputs, lead)) = x.shape().split_last() else { return Ok(None) };
         let rows: i32 = lead.iter().product();
         let out = self.weight.shape().first().copied().unwrap_or(0);
         self.weight.eval().op("quantized weight")?;
         let (Ok(words), Some(scales), Some(biases)) =
             (self.weight.try_as_slice::<u32>(), params(&self.scales)?, params(&self.biases)?)
         else {
-            return self.fused_matmul_t(x);
+            return Ok(None);
         };
         let Ok(packed) = row_shared::Packed::new(
             words,
@@ -304,11 +330,11 @@ impl QuantizedMatrix {
             self.group_size as usize,
             self.bits as usize,
         ) else {
-            return self.fused_matmul_t(x);
+            return Ok(None);
         };
         let x32 = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
         x32.eval().op("rows of x")?;
-        let Ok(xs) = x32.try_as_slice::<f32>() else { return self.fused_matmul_t(x) };
+        let Ok(xs) = x32.try_as_slice::<f32>() else { return Ok(None) };
         #[cfg(feature = "test-support")]
         let started = std::time::Instant::now();
         let y = row_shared::matmul_t(xs, rows as usize, &packed);
@@ -316,12 +342,7 @@ impl QuantizedMatrix {
         kernel_clock::add(started.elapsed());
         let mut shape = lead.to_vec();
         shape.push(out);
-        let y = Array::from_slice(&y, &shape);
-        if x.dtype() == Dtype::Float32 {
-            Ok(y)
-        } else {
-            y.as_dtype(x.dtype()).op("cast back")
-        }
+        Ok(Some((y, shape)))
     }
 
     /// `x · Wᵀ` with MLX's fused kernel, in `x`'s dtype, without materialising `W`.
