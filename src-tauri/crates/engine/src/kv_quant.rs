@@ -302,27 +302,16 @@ mod tests {
     use headroom_core::fit::estimate;
     use headroom_core::kv::KvFormat;
     use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
-    use mlx_rs::random;
     use mlx_rs::transforms::eval;
 
     use super::*;
     use crate::cache::{KvCache, LayerKind};
     use crate::mlx_memory::mlx_memory;
+    use crate::testutil::{f32s, normal};
 
     /// A cache of `n` full-attention layers stored as `format`.
     fn full_cache(n: usize, format: KvFormat) -> KvCache {
         KvCache::with_format(&vec![LayerKind::Full; n], format).expect("full layers take any format")
-    }
-
-    fn normal(shape: &[i32], seed: u64, dtype: Dtype) -> Array {
-        let key = random::key(seed).expect("key");
-        random::normal::<f32>(shape, None, None, &key).expect("normal").as_dtype(dtype).expect("cast")
-    }
-
-    /// The values as f32, read from a fresh contiguous array (a slice is a strided view).
-    fn f32s(a: &Array) -> Vec<f32> {
-        let a = a.as_dtype(Dtype::Float32).expect("cast").add(Array::from_f32(0.0)).expect("copy");
-        a.as_slice::<f32>().to_vec()
     }
 
     #[test]

@@ -498,19 +498,8 @@ impl Params for Mlp {
 
 #[cfg(test)]
 mod tests {
-    use mlx_rs::random;
-
     use super::*;
-
-    fn normal(shape: &[i32], seed: u64, dtype: Dtype) -> Array {
-        let key = random::key(seed).expect("key");
-        random::normal::<f32>(shape, None, None, &key).expect("normal").as_dtype(dtype).expect("cast")
-    }
-
-    fn f32s(a: &Array) -> Vec<f32> {
-        let a = a.as_dtype(Dtype::Float32).expect("cast").add(Array::from_f32(0.0)).expect("copy");
-        a.as_slice::<f32>().to_vec()
-    }
+    use crate::testutil::{f32s, normal};
 
     /// The CPU attention is MLX's: grouped heads, the causal mask aligned to
     /// the keys' end (a verification pass after a cached context), a single

@@ -150,3 +150,15 @@ pub fn tiny_model(tag: &str, spec: &TinySpec) -> PathBuf {
     write_model(&dir, spec);
     dir
 }
+
+/// Standard-normal values of `shape` from `seed`, in `dtype`.
+pub fn normal(shape: &[i32], seed: u64, dtype: Dtype) -> Array {
+    let key = mlx_rs::random::key(seed).expect("key");
+    mlx_rs::random::normal::<f32>(shape, None, None, &key).expect("normal").as_dtype(dtype).expect("cast")
+}
+
+/// The values as f32, read from a fresh contiguous array (a slice is a strided view).
+pub fn f32s(a: &Array) -> Vec<f32> {
+    let a = a.as_dtype(Dtype::Float32).expect("cast").add(Array::from_f32(0.0)).expect("copy");
+    a.as_slice::<f32>().to_vec()
+}
