@@ -307,8 +307,9 @@ impl QuantizedMatrix {
 
     /// `x · Wᵀ` in f32 by [`row_shared`]: each weight unpacked once for all
     /// rows of `x`. `x` is evaluated here (the kernel reads its memory), so
-    /// a forward pass syncs once per quantized matmul; on a 2-core machine
-    /// that costs far less than the kernel saves (`examples/pass_cost.rs`).
+    /// a forward pass syncs once per input of its quantized matmuls; on a
+    /// 2-core machine that costs far less than the kernel saves
+    /// (`examples/pass_cost.rs`).
     /// A matrix whose buffers disagree with its shape gives `None` (MLX's
     /// kernel then runs and reports it in MLX's words).
     fn row_shared_f32(&self, x: &Array) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
@@ -332,9 +333,24 @@ impl QuantizedMatrix {
         ) else {
             return Ok(None);
         };
-        let x32 = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
-        x32.eval().op("rows of x")?;
-        let Ok(xs) = x32.try_as_slice::<f32>() else { return Ok(None) };
+        // An f32 `x` whose rows lie one after another (a norm's output) is
+        // read where it is: the projections that share it (q, k and v; gate
+        // and up) then evaluate it once, and only the first waits for MLX's
+        // stream thread. Otherwise a contiguous f32 copy is made.
+        let copy;
+        let xs = match x.dtype() {
+            Dtype::Float32 => x.try_as_slice::<f32>().ok(),
+            _ => None,
+        };
+        let xs = match xs {
+            Some(xs) => xs,
+            None => {
+                copy = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
+                copy.eval().op("rows of x")?;
+                let Ok(xs) = copy.try_as_slice::<f32>() else { return Ok(None) };
+                xs
+            }
+        };
         #[cfg(feature = "test-support")]
         let started = std::time::Instant::now();
         let y = row_shared::matmul_t(xs, rows as usize, &packed);
