@@ -30,11 +30,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Ok(list) => list.split(',').map(|r| r.trim().parse()).collect::<Result<_, _>>()?,
         Err(_) => vec![1, 2, 3, 4, 5, 6, 8, 12, 16, 17, 24, 32, 48, 64],
     };
+    // `PASS_REPEATS=n`: n passes over one context, each trimmed off again
+    // (so a profile holds passes, not the context's prefill).
+    let repeats: Option<usize> = std::env::var("PASS_REPEATS").ok().and_then(|r| r.parse().ok());
     for rows in rows_list {
         let (mut best, mut kernel) = (f64::MAX, 0.0);
-        // `PASS_REPEATS=n`: n passes over one context, each trimmed off
-        // again (so a profile holds passes, not the context's prefill).
-        let repeats: Option<usize> = std::env::var("PASS_REPEATS").ok().and_then(|r| r.parse().ok());
         let mut cache = model.new_cache();
         for i in 0..repeats.unwrap_or(5) {
             if repeats.is_none() || i == 0 {

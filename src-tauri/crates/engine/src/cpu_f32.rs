@@ -57,13 +57,21 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-fn has_avx2_fma() -> bool {
-    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+/// Whether this CPU has AVX2 and FMA, which this module's and the
+/// row-shared kernel's intrinsics need (std caches the answer).
+pub(crate) fn has_avx2_fma() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
-mod avx2 {
+pub(crate) mod avx2 {
     use std::arch::x86_64::*;
 
     const LANES: usize = 8;
@@ -90,9 +98,10 @@ mod avx2 {
         _mm256_mul_ps(p, _mm256_castsi256_ps(two_n))
     }
 
+    /// The sum of the eight lanes (the row-shared kernel's dot products too).
     #[inline]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn lanes_sum(v: __m256) -> f32 {
+    pub(crate) unsafe fn lanes_sum(v: __m256) -> f32 {
         let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps::<1>(v));
         let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
         _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)))

@@ -80,23 +80,12 @@ pub struct Packed<'a> {
 
 /// Whether this machine and these parameters can take the kernel.
 pub fn supports(bits: i32, group: i32) -> bool {
-    unpacks(bits.into(), group.into()) && has_avx2_fma()
+    unpacks(bits.into(), group.into()) && crate::cpu_f32::has_avx2_fma()
 }
 
 /// The widths and group sizes the unpacking handles.
 fn unpacks(bits: i64, group: i64) -> bool {
     matches!(bits, 4 | 8) && matches!(group, 32 | 64 | 128)
-}
-
-fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
 }
 
 /// Why a matrix cannot be read as packed: its buffers disagree with its shape.
@@ -225,6 +214,7 @@ mod avx2 {
     use std::arch::x86_64::*;
 
     use super::Packed;
+    use crate::cpu_f32::avx2::lanes_sum as sum;
 
     /// Eight weights `scale * q + bias` from the packed words at `p`: one
     /// word holds eight 4-bit values, two words eight 8-bit ones.
@@ -242,15 +232,6 @@ mod avx2 {
             _mm256_and_si256(v, _mm256_set1_epi32(0xFF))
         };
         _mm256_fmadd_ps(_mm256_cvtepi32_ps(q), scale, bias)
-    }
-
-    #[inline]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn sum(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
     }
 
     /// `y[p * rows + m] = x[m] · W[n + p]` for the `P` output rows from `n`
@@ -408,7 +389,7 @@ mod tests {
 
     #[test]
     fn matches_a_weight_by_weight_reference_for_every_width_group_and_row_count() {
-        if !has_avx2_fma() {
+        if !crate::cpu_f32::has_avx2_fma() {
             eprintln!("no AVX2/FMA here: the kernel is not used, so not tested");
             return;
         }

@@ -175,20 +175,22 @@ fn help(shared: &'static Shared) {
         let mut spins = 0u32;
         while shared.epoch.load(Ordering::Acquire) == seen {
             spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) && idle.elapsed() <= SPIN {
-                // Between matmuls MLX's stream thread may start OpenBLAS's
-                // workers (attention's products over the cache): a helper
-                // spinning without a yield held their core, and a 17-row
-                // pass spent about 10 ms more in MLX (`pass_cost`).
-                std::thread::yield_now();
-            } else if spins.is_multiple_of(64) {
-                let mut state = shared.lock();
-                state.sleeping += 1;
-                while shared.epoch.load(Ordering::Acquire) == seen {
-                    state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+            if spins.is_multiple_of(64) {
+                if idle.elapsed() <= SPIN {
+                    // Between matmuls MLX's stream thread may start OpenBLAS's
+                    // workers (attention's products over the cache): a helper
+                    // spinning without a yield held their core, and a 17-row
+                    // pass spent about 10 ms more in MLX (`pass_cost`).
+                    std::thread::yield_now();
+                } else {
+                    let mut state = shared.lock();
+                    state.sleeping += 1;
+                    while shared.epoch.load(Ordering::Acquire) == seen {
+                        state = shared.wake.wait(state).unwrap_or_else(|e| e.into_inner());
+                    }
+                    state.sleeping -= 1;
+                    break;
                 }
-                state.sleeping -= 1;
-                break;
             }
             spin_loop();
         }
