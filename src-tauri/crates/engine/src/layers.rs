@@ -283,13 +283,22 @@ impl Params for SwitchLinear {
 
 /// `0.5 * x * (1 + tanh(sqrt(2 / pi) * (x + 0.044715 * x^3)))` in `x`'s
 /// dtype, as mlx's `nn.gelu_approx` (whose Python scalars take `x`'s dtype;
-/// mlx-rs's version would widen bf16 to f32).
+/// mlx-rs's version would widen bf16 to f32), and compiled as mlx's is:
+/// one fused kernel instead of eight element-wise passes and their
+/// `rows × intermediate` temporaries. Measured on the `medium` gemma3_text
+/// demo (CPU backend): MLX's peak 3.0 MB lower at 512 prompt tokens and
+/// 6.0 MB at 1,024; the process's resident peak the same (MLX's capped
+/// buffer cache had held what the temporaries freed).
 pub fn gelu_approx(x: &Array) -> Result<Array> {
-    let c = |v: f64| Array::from_f32(v as f32).as_dtype(x.dtype()).op("gelu constant");
-    let cube = x.power(&c(3.0)?).op("gelu")?;
-    let inner = x.add(c(0.044715)?.multiply(&cube).op("gelu")?).op("gelu")?;
-    let t = ops::tanh(c((2.0 / std::f64::consts::PI).sqrt())?.multiply(&inner).op("gelu")?).op("gelu")?;
-    c(0.5)?.multiply(x).op("gelu")?.multiply(c(1.0)?.add(&t).op("gelu")?).op("gelu")
+    let gelu = |x: &Array| -> std::result::Result<Array, mlx_rs::error::Exception> {
+        let c = |v: f64| Array::from_f32(v as f32).as_dtype(x.dtype());
+        let inner = x.add(c(0.044715)?.multiply(x.power(&c(3.0)?)?)?)?;
+        let t = ops::tanh(c((2.0 / std::f64::consts::PI).sqrt())?.multiply(&inner)?)?;
+        c(0.5)?.multiply(x)?.multiply(c(1.0)?.add(&t)?)
+    };
+    // Shapeless: one trace serves every chunk length (MLX keys it by dtype).
+    let mut compiled = mlx_rs::transforms::compile::compile(gelu, true);
+    compiled(x).op("gelu")
 }
 
 /// `[B, L, H*D]` -> `[B, L, H, D]`.
@@ -500,6 +509,32 @@ impl Params for Mlp {
 mod tests {
     use super::*;
     use crate::testutil::{f32s, normal};
+
+    /// The compiled GELU is the tanh approximation in `x`'s dtype, for any
+    /// number of rows (the trace is shapeless): f32 against double
+    /// precision, bf16 stays bf16.
+    #[test]
+    fn gelu_approx_is_the_tanh_approximation_in_the_input_dtype() -> Result<()> {
+        let reference = |v: f32| {
+            let v = f64::from(v);
+            0.5 * v * (1.0 + ((2.0 / std::f64::consts::PI).sqrt() * (v + 0.044715 * v.powi(3))).tanh())
+        };
+        for rows in [3, 64] {
+            let x = normal(&[rows, 96], rows as u64, Dtype::Float32).multiply(Array::from_f32(3.0)).op("scale")?;
+            let got = gelu_approx(&x)?;
+            assert_eq!(got.dtype(), Dtype::Float32);
+            for (v, g) in f32s(&x).into_iter().zip(f32s(&got)) {
+                assert!((f64::from(g) - reference(v)).abs() <= 1e-5 * (1.0 + reference(v).abs()), "gelu({v}) = {g}");
+            }
+        }
+        let x = normal(&[5, 96], 9, Dtype::Bfloat16);
+        let got = gelu_approx(&x)?;
+        assert_eq!(got.dtype(), Dtype::Bfloat16);
+        for (v, g) in f32s(&x).into_iter().zip(f32s(&got)) {
+            assert!((f64::from(g) - reference(v)).abs() <= 2e-2 * (1.0 + reference(v).abs()), "bf16 gelu({v}) = {g}");
+        }
+        Ok(())
+    }
 
     /// The CPU attention is MLX's: grouped heads, the causal mask aligned to
     /// the keys' end (a verification pass after a cached context), a single
