@@ -18,13 +18,16 @@
 #                                             # (SmolLM2 GGUF, when scripts/setup.sh has put it in .deps/models)
 #   scripts/measure-fit.sh --calibration --calibration-unseen  # the same on two shapes the formula was
 #                                             # not fitted on (Qwen2.5-0.5B's, 4-bit; the medium qwen2, 8-bit)
+#   scripts/measure-fit.sh --calibration --calibration-pairs   # fresh runs at 128 x √2^k positions (to
+#                                             # 4,096); every pair at most 4 times apart is one learned run
+#                                             # and one prediction, counted by distance (~15 min)
 #
 # Decode is 2 tokens: the peak is the prefill's.
 # Needs `cargo build -p headroom` and scripts/setup.sh (the venv's
 # `tokenizers` cuts the prompts to exact token counts). Exit code 2 when a
 # case is more than 5 % under or 25 % over (the bounds core::fit's test holds);
 # with --calibration, when a calibrated prediction is more than 5 % off or
-# further off than the formula alone.
+# further off than the formula alone (with --calibration-pairs: further off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

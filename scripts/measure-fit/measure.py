@@ -15,6 +15,7 @@ is measured once, on the tiny demo model, and added to every prediction.
 
 import argparse
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -154,18 +155,8 @@ def prompt_of(bin_, model, tokens, text):
     return body[:lo]
 
 
-def calibration(args, demo, work, text):
-    """Estimates that learn (core::calibration, issues #18 and #29): for each
-    model, one `headroom generate` turn at c0 positions records its peak in
-    a data folder of its own, as every turn does. Then, at contexts from
-    c0/4 to 4 x c0, three figures: (a) the formula alone (`headroom fit`
-    with nothing learned), (b) the calibrated prediction (`headroom fit` on
-    the data folder that learned c0), (c) the peak a fresh process recorded
-    there (its own, new data folder; the same figure the app records: the
-    larger of MLX's peak and the resident growth over the process's
-    baseline). Goal (issue #29): (b) within 5 % of (c), and never further
-    from (c) than (a) is. The app's own dtype and kernel (native, the
-    device's default); decode is 2 tokens, so the peak is the prefill's."""
+def calibration_models(args, demo):
+    """The models the calibration checks measure: (label, model path)."""
     # The `medium` preset of each architecture (53-60 MB of weights): at the
     # `small` preset (5 MB) the runtime's 8-37 MB beside MLX is half the
     # peak, which no formula term holds within 5 % (docs/fit-calibration.md).
@@ -186,9 +177,13 @@ def calibration(args, demo, work, text):
         models.append(("SmolLM2-135M Q4_1 GGUF (default model)", args.gguf))
     elif args.gguf:
         print(f"  no {args.gguf}: the default model is left out (scripts/setup.sh puts it there)", file=sys.stderr)
-    c0 = args.calibration_tokens
-    factors = [0.25, 0.5, 1, 2, 4]
+    return models
 
+
+def turn_and_fit(args, work, text):
+    """Two helpers: `turn(model, positions, data_dir)`, one fresh process's
+    turn reaching about `positions` that records its peak in `data_dir`; and
+    `fit(model, positions, data_dir)`, `headroom fit --json` there."""
     # Tokens the engine adds to a message (the chat template, a default
     # system message), per model: learned from its first turn.
     added = {}
@@ -222,6 +217,80 @@ def calibration(args, demo, work, text):
             sys.exit(f"measure-fit: fit failed:\n{res.stderr.strip()}")
         return json.loads(res.stdout)
 
+    return turn, fit
+
+
+def calibration_pairs(args, demo, work, text):
+    """The same goal checked on every pair of a ladder of fresh runs, so it
+    does not rest on where c0 falls: for each model, one fresh turn at each
+    of 128 x √2^k positions (128 ... 4,096), each recording its peak in a
+    data folder of its own, as the learning turn does. Every ordered pair
+    (a, b) at most 4 times apart is a case: `headroom fit` at b's context
+    on a's folder is the prediction after one run at a's context, read
+    against b's fresh peak and the formula there. Printed by distance."""
+    models = calibration_models(args, demo)
+    turn, fit = turn_and_fit(args, work, text)
+    ladder = [round(128 * 2 ** (k / 2)) for k in range(11)]
+    tally, misses = {}, []
+    for label, model in models:
+        runs = []
+        for positions in ladder:
+            folder = tempfile.mkdtemp(prefix="ladder-", dir=work)
+            held, real, _, _ = turn(model, positions, folder)
+            formula = fit(model, held, tempfile.mkdtemp(prefix="nothing-", dir=work))["formula_peak_bytes"]
+            runs.append((held, real, folder, formula))
+        for a in runs:
+            for b in runs:
+                steps = round(abs(math.log2(b[0] / a[0])) * 2) / 2
+                if a is b or steps > 2:
+                    continue
+                predicted = fit(model, b[0], a[2])["estimate"]["predicted_peak_bytes"]
+                e_cal, e_formula = predicted / b[1] - 1, b[3] / b[1] - 1
+                t = tally.setdefault(steps, [0, 0, 0, 0, 0.0])
+                no_worse = abs(e_cal) <= abs(e_formula) + 5e-4
+                t[0] += 1
+                t[1] += abs(e_cal) <= 0.05
+                t[2] += abs(e_formula) <= 0.05
+                t[3] += no_worse
+                t[4] = max(t[4], abs(e_cal) - abs(e_formula))
+                if not no_worse:
+                    misses.append(f"{label}: {a[0]} -> {b[0]}: {e_cal * 100:+.1f} % (formula {e_formula * 100:+.1f} %)")
+    print("every pair of fresh runs at most 4 times apart: one as the learned run, the other predicted")
+    print()
+    print("| distance | pairs | calibrated within 5 % | formula within 5 % | no worse than formula | most worse (points) |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for steps, (n, within, f_within, no_worse, worst) in sorted(tally.items()):
+        # Steps of √2, rounded: 0 is a pair closer than that (a model's first
+        # rung, cut before its template's tokens were known, sits near the next).
+        distance = f"{2 ** steps:.2g} x" if steps else "under 1.2 x"
+        print(f"| {distance} | {n} | {within} | {f_within} | {no_worse} | {max(worst, 0) * 100:.1f} |")
+    print()
+    for m in misses:
+        print(f"- worse than the formula: {m}")
+    return 0 if not misses else 2
+
+
+def calibration(args, demo, work, text):
+    """Estimates that learn (core::calibration, issues #18 and #29): for each
+    model, one `headroom generate` turn at c0 positions records its peak in
+    a data folder of its own, as every turn does. Then, at contexts from
+    c0/4 to 4 x c0, three figures: (a) the formula alone (`headroom fit`
+    with nothing learned), (b) the calibrated prediction (`headroom fit` on
+    the data folder that learned c0), (c) the peak a fresh process recorded
+    there (its own, new data folder; the same figure the app records: the
+    larger of MLX's peak and the resident growth over the process's
+    baseline). Goal (issue #29): (b) within 5 % of (c), and never further
+    from (c) than (a) is. The app's own dtype and kernel (native, the
+    device's default); decode is 2 tokens, so the peak is the prefill's."""
+    models = calibration_models(args, demo)
+    c0 = args.calibration_tokens
+    # √2 steps: where the correction counts in part (between c0 and twice
+    # or half of it) as well as where it no longer does, so "no worse than
+    # the formula" is checked where it could fail.
+    factors = [0.25, 0.5, 0.5 ** 0.5, 1, 2 ** 0.5, 2, 4]
+
+    turn, fit = turn_and_fit(args, work, text)
+
     rows = []
     print(f"c0 = {c0} positions; calibrated: `headroom fit` after one recorded turn at c0; "
           "fresh: the peak a new process recorded there")
@@ -248,7 +317,7 @@ def calibration(args, demo, work, text):
             # often the same figure printed twice.
             no_worse = abs(e_cal) <= abs(e_formula) + 5e-4
             met &= within and no_worse
-            name = "c0" if factor == 1 else (f"c0/{round(1 / factor)}" if factor < 1 else f"{factor:g} x c0")
+            name = {0.25: "c0/4", 0.5: "c0/2", 0.5 ** 0.5: "c0/√2", 1: "c0", 2 ** 0.5: "√2 x c0"}.get(factor, f"{factor:g} x c0")
             print(f"| {label} | {name} | {positions} | {real / MB:.1f} | {formula / MB:.1f} | {e_formula * 100:+.1f} % | "
                   f"{predicted / MB:.1f} | {e_cal * 100:+.1f} % | {'yes' if within else '**no**'} | "
                   f"{'yes' if no_worse else '**no**'} |", flush=True)
@@ -286,6 +355,9 @@ def main():
     ap.add_argument("--calibration-unseen", action="store_true",
                     help="with --calibration: on two models the formula was not fitted on instead "
                          "(a Qwen2.5-0.5B-shaped 4-bit demo, the medium qwen2 at 8 bits)")
+    ap.add_argument("--calibration-pairs", action="store_true",
+                    help="with --calibration: fresh runs at 128 x √2^k positions (to 4,096), every pair at most "
+                         "4 times apart as learned run and prediction, counted by distance")
     ap.add_argument("--gguf", help="a GGUF model the calibration check measures too (the default model)")
     args = ap.parse_args()
     text = open(args.text, encoding="utf-8").read()
@@ -316,7 +388,7 @@ def main():
             return r
 
         if args.calibration:
-            code = calibration(args, demo, work, text)
+            code = (calibration_pairs if args.calibration_pairs else calibration)(args, demo, work, text)
             print(f"total wall time: {time.monotonic() - started:.0f} s")
             return code
         # The baseline: the whole process with a model of 0.1 MB.
