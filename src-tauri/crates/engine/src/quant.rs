@@ -337,14 +337,11 @@ impl QuantizedMatrix {
         // read where it is: the projections that share it (q, k and v; gate
         // and up) then evaluate it once, and only the first waits for MLX's
         // stream thread. Otherwise a contiguous f32 copy is made.
+        // (`try_as_slice` refuses another dtype before evaluating anything.)
         let copy;
-        let xs = match x.dtype() {
-            Dtype::Float32 => x.try_as_slice::<f32>().ok(),
-            _ => None,
-        };
-        let xs = match xs {
-            Some(xs) => xs,
-            None => {
+        let xs = match x.try_as_slice::<f32>() {
+            Ok(xs) => xs,
+            Err(_) => {
                 copy = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
                 copy.eval().op("rows of x")?;
                 let Ok(xs) = copy.try_as_slice::<f32>() else { return Ok(None) };
