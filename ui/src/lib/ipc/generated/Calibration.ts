@@ -34,7 +34,8 @@ confirmed_at: number | null,
  */
 for_context: number, 
 /**
- * How much of the correction counts there, in percent (rule 4).
+ * How much of the correction counts there, in percent (rule 4; 0
+ * above the measured context for a correction that lowers, rule 5).
  */
 weight_percent: number, 
 /**
