@@ -20,7 +20,8 @@
 #                                             # not fitted on (Qwen2.5-0.5B's, 4-bit; the medium qwen2, 8-bit)
 #   scripts/measure-fit.sh --calibration --calibration-pairs   # fresh runs at 128 x √2^k positions (to
 #                                             # 4,096); every pair at most 4 times apart is one learned run
-#                                             # and one prediction, counted by distance (~15 min)
+#                                             # and one prediction, counted by distance, and the
+#                                             # ladder: the formula alone at every rung (~15 min)
 #
 # Decode is 2 tokens: the peak is the prefill's.
 # Needs `cargo build -p headroom` and scripts/setup.sh (the venv's

@@ -231,14 +231,16 @@ def calibration_pairs(args, demo, work, text):
     models = calibration_models(args, demo)
     turn, fit = turn_and_fit(args, work, text)
     ladder = [round(128 * 2 ** (k / 2)) for k in range(11)]
-    tally, misses = {}, []
+    tally, misses, rungs = {}, [], []
     for label, model in models:
         runs = []
         for positions in ladder:
             folder = tempfile.mkdtemp(prefix="ladder-", dir=work)
-            held, real, _, _ = turn(model, positions, folder)
+            held, real, mlx, _ = turn(model, positions, folder)
             formula = fit(model, held, tempfile.mkdtemp(prefix="nothing-", dir=work))["formula_peak_bytes"]
             runs.append((held, real, folder, formula))
+            rungs.append({"model": label, "positions": held, "fresh_peak": real, "fresh_mlx_peak": mlx,
+                          "formula": formula})
         for a in runs:
             for b in runs:
                 steps = round(abs(math.log2(b[0] / a[0])) * 2) / 2
@@ -255,6 +257,20 @@ def calibration_pairs(args, demo, work, text):
                 t[4] = max(t[4], abs(e_cal) - abs(e_formula))
                 if not no_worse:
                     misses.append(f"{label}: {a[0]} -> {b[0]}: {e_cal * 100:+.1f} % (formula {e_formula * 100:+.1f} %)")
+    # The ladder itself: the formula alone at every rung, and what the
+    # process held beside MLX's own peak (the runtime and the capped cache).
+    print("the ladder: one fresh run per rung, the formula alone")
+    print()
+    print("| model | positions | fresh peak MB | MLX peak MB | beside MLX MB | formula MB | formula error |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for r in rungs:
+        print(f"| {r['model']} | {r['positions']} | {r['fresh_peak'] / MB:.1f} | {r['fresh_mlx_peak'] / MB:.1f} | "
+              f"{(r['fresh_peak'] - r['fresh_mlx_peak']) / MB:.1f} | {r['formula'] / MB:.1f} | "
+              f"{(r['formula'] / r['fresh_peak'] - 1) * 100:+.1f} % |")
+    print()
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump({"rungs": rungs}, f, indent=1)
     print("every pair of fresh runs at most 4 times apart: one as the learned run, the other predicted")
     print()
     print("| distance | pairs | calibrated within 5 % | formula within 5 % | no worse than formula | most worse (points) |")
@@ -284,10 +300,11 @@ def calibration(args, demo, work, text):
     device's default); decode is 2 tokens, so the peak is the prefill's."""
     models = calibration_models(args, demo)
     c0 = args.calibration_tokens
-    # √2 steps: where the correction counts in part (between c0 and twice
-    # or half of it) as well as where it no longer does, so "no worse than
-    # the formula" is checked where it could fail.
-    factors = [0.25, 0.5, 0.5 ** 0.5, 1, 2 ** 0.5, 2, 4]
+    # Steps of 2^¼ near c0: where the correction counts in part (half of
+    # it at 2^¼, 1.19 times or over 1.19) as well as where it no longer
+    # does (from √2 on), so "no worse than the formula" is checked where it
+    # could fail.
+    factors = [0.25, 0.5, 0.5 ** 0.5, 0.5 ** 0.25, 1, 2 ** 0.25, 2 ** 0.5, 2, 4]
 
     turn, fit = turn_and_fit(args, work, text)
 
@@ -317,7 +334,8 @@ def calibration(args, demo, work, text):
             # often the same figure printed twice.
             no_worse = abs(e_cal) <= abs(e_formula) + 5e-4
             met &= within and no_worse
-            name = {0.25: "c0/4", 0.5: "c0/2", 0.5 ** 0.5: "c0/√2", 1: "c0", 2 ** 0.5: "√2 x c0"}.get(factor, f"{factor:g} x c0")
+            name = {0.25: "c0/4", 0.5: "c0/2", 0.5 ** 0.5: "c0/√2", 0.5 ** 0.25: "c0/2^¼", 1: "c0",
+                    2 ** 0.25: "2^¼ x c0", 2 ** 0.5: "√2 x c0"}.get(factor, f"{factor:g} x c0")
             print(f"| {label} | {name} | {positions} | {real / MB:.1f} | {formula / MB:.1f} | {e_formula * 100:+.1f} % | "
                   f"{predicted / MB:.1f} | {e_cal * 100:+.1f} % | {'yes' if within else '**no**'} | "
                   f"{'yes' if no_worse else '**no**'} |", flush=True)
