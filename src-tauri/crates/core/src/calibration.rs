@@ -37,9 +37,9 @@
 //!    peaks from 128 to 4,096 tokens (`core::fit`), what is left of its
 //!    error is a few points that can change sign within a factor of 1.2
 //!    (the `medium` qwen2: +2.8 % at 255 tokens, +0.8 % at 361, −2.7 % at
-//!    429, −2.2 % at 510), so a correction carried √2 times away was further off than
-//!    the formula in 3 of 8 cases at c0 = 480 with a horizon of 2, by up
-//!    to 1.3 points. Within 2^¼ of `c0` (a chat's next turn) a raise
+//!    429, −2.2 % at 510), so a correction carried √2 times away was
+//!    further off than the formula in 3 of 8 cases at c0 = 480 with a
+//!    horizon of 2, by up to 1.3 points. Within 2^¼ of `c0` (a chat's next turn) a raise
 //!    helped in all 10 cases measured and a lowering below `c0` in all 3.
 //! 5. **A longer context never needs less** than was measured at a shorter
 //!    one: at `c ≥ c0` the prediction is at least the measurement (as
