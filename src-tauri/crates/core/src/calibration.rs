@@ -349,7 +349,8 @@ pub fn basis_label(calibration: Option<&Calibration>) -> String {
     }
     match c.weight_percent {
         100.. => {}
-        0 if c.offset_bytes < 0 && c.for_context > c.at_context => {
+        // Within the horizon, the lowering's own rule is why nothing counts.
+        0 if c.offset_bytes < 0 && c.for_context > c.at_context && weight(c.at_context, c.for_context) > 0.0 => {
             words.push_str(&format!(", a lowering not carried up to {}", context_words(c.for_context)))
         }
         // "counted 0 %" read as if the measurement had gone wrong.
@@ -554,6 +555,10 @@ mod tests {
             "{}",
             basis_label(c.as_ref())
         );
+        // Beyond the horizon, distance is the reason the words give.
+        let (at, c) = predict(8192, &seen);
+        assert_eq!(at, formula(8192));
+        assert!(basis_label(c.as_ref()).ends_with(", too far to count at 8K"), "{}", basis_label(c.as_ref()));
     }
 
     #[test]
