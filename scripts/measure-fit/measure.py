@@ -155,6 +155,18 @@ def prompt_of(bin_, model, tokens, text):
     return body[:lo]
 
 
+# Issue #29's bound: a prediction within 5 % of the fresh peak.
+WITHIN = 0.05
+
+
+def judged(e_cal, e_formula):
+    """Issue #29's goal for one prediction, from its error and the formula's
+    (fractions): (within WITHIN of the fresh peak, no further from it than
+    the formula alone). A rounding's worth of slack (0.05 percentage
+    points): the two are often the same figure printed twice."""
+    return abs(e_cal) <= WITHIN, abs(e_cal) <= abs(e_formula) + 5e-4
+
+
 def calibration_models(args, demo):
     """The models the calibration checks measure: (label, model path)."""
     # The `medium` preset of each architecture (53-60 MB of weights): at the
@@ -249,10 +261,10 @@ def calibration_pairs(args, demo, work, text):
                 predicted = fit(model, b[0], a[2])["estimate"]["predicted_peak_bytes"]
                 e_cal, e_formula = predicted / b[1] - 1, b[3] / b[1] - 1
                 t = tally.setdefault(steps, [0, 0, 0, 0, 0.0])
-                no_worse = abs(e_cal) <= abs(e_formula) + 5e-4
+                within, no_worse = judged(e_cal, e_formula)
                 t[0] += 1
-                t[1] += abs(e_cal) <= 0.05
-                t[2] += abs(e_formula) <= 0.05
+                t[1] += within
+                t[2] += abs(e_formula) <= WITHIN
                 t[3] += no_worse
                 t[4] = max(t[4], abs(e_cal) - abs(e_formula))
                 if not no_worse:
@@ -327,12 +339,9 @@ def calibration(args, demo, work, text):
             formula = calibrated["formula_peak_bytes"]
             predicted = calibrated["estimate"]["predicted_peak_bytes"]
             e_formula, e_cal = formula / real - 1, predicted / real - 1
-            within = abs(e_cal) <= 0.05
+            within, no_worse = judged(e_cal, e_formula)
             # The formula's figure is the same with or without the learned folder.
             assert alone["estimate"]["predicted_peak_bytes"] == formula, (alone, calibrated)
-            # A rounding's worth of slack (0.05 percentage points): the two are
-            # often the same figure printed twice.
-            no_worse = abs(e_cal) <= abs(e_formula) + 5e-4
             met &= within and no_worse
             name = {0.25: "c0/4", 0.5: "c0/2", 0.5 ** 0.5: "c0/√2", 0.5 ** 0.25: "c0/2^¼", 1: "c0",
                     2 ** 0.25: "2^¼ x c0", 2 ** 0.5: "√2 x c0"}.get(factor, f"{factor:g} x c0")

@@ -39,8 +39,9 @@
 //!    (the `medium` qwen2: +2.8 % at 255 tokens, +0.8 % at 361, −2.7 % at
 //!    429, −2.2 % at 510), so a correction carried √2 times away was
 //!    further off than the formula in 3 of 8 cases at c0 = 480 with a
-//!    horizon of 2, by up to 1.3 points. Within 2^¼ of `c0` (a chat's next turn) a raise
-//!    helped in all 10 cases measured and a lowering below `c0` in all 3.
+//!    horizon of 2, by up to 1.3 points. Within 2^¼ of `c0` (a chat's
+//!    next turn) a raise helped in all 10 cases measured and a lowering
+//!    below `c0` in all 3.
 //! 5. **A longer context never needs less** than was measured at a shorter
 //!    one: at `c ≥ c0` the prediction is at least the measurement (as
 //!    counted by rule 2), and a lowering is not carried above `c0` at all.
@@ -230,11 +231,16 @@ pub fn weight(at: u64, context: u64) -> f64 {
     (1.0 - distance / SHRINK_HORIZON.ln()).clamp(0.0, 1.0)
 }
 
+/// Whether a correction of `offset` bytes learned at `at` is kept from
+/// `context` because it lowers and `context` is longer (rule 5).
+fn lowering_held(at: u64, context: u64, offset: i64) -> bool {
+    offset < 0 && context > at
+}
+
 /// What counts at `context` of a correction of `offset` bytes learned at
-/// `at`: [`weight`], except that a lowering is never carried to a longer
-/// context (rule 5).
+/// `at`: [`weight`], or nothing where [`lowering_held`].
 fn counted_weight(at: u64, context: u64, offset: i64) -> f64 {
-    if offset < 0 && context > at {
+    if lowering_held(at, context, offset) {
         0.0
     } else {
         weight(at, context)
@@ -350,7 +356,9 @@ pub fn basis_label(calibration: Option<&Calibration>) -> String {
     match c.weight_percent {
         100.. => {}
         // Within the horizon, the lowering's own rule is why nothing counts.
-        0 if c.offset_bytes < 0 && c.for_context > c.at_context && weight(c.at_context, c.for_context) > 0.0 => {
+        0 if lowering_held(c.at_context, c.for_context, c.offset_bytes)
+            && weight(c.at_context, c.for_context) > 0.0 =>
+        {
             words.push_str(&format!(", a lowering not carried up to {}", context_words(c.for_context)))
         }
         // "counted 0 %" read as if the measurement had gone wrong.
@@ -599,17 +607,13 @@ mod tests {
     #[test]
     fn the_rule_in_words_says_the_constants() {
         let w = |ratio: f64| (1.0 - ratio.ln() / SHRINK_HORIZON.ln()) * 100.0;
-        // The words name the horizon as a ratio people say.
-        let horizon = match SHRINK_HORIZON {
-            std::f64::consts::SQRT_2 => "1.4 times or over 1.4",
-            2.0 => "twice or half",
-            h => panic!("no words for a horizon of {h}"),
-        };
+        // Half counts half-way to the horizon, by ratio.
+        let (half, horizon) = (SHRINK_HORIZON.sqrt(), SHRINK_HORIZON);
         let words = format!(
-            "{:.0} % at 1.19 times or over 1.19, none from {horizon} on. One run may lower \
-             the estimate by at most {:.0} %; more needs a second run that agrees (within {:.0} points), \
-             and a lowering is never carried to a longer context.",
-            w(2f64.powf(0.25)),
+            "{:.0} % at {half:.2} times or over {half:.2}, none from {horizon:.1} times or over {horizon:.1} on. \
+             One run may lower the estimate by at most {:.0} %; more needs a second run that agrees (within \
+             {:.0} points), and a lowering is never carried to a longer context.",
+            w(half),
             SINGLE_POINT_MARGIN * 100.0,
             AGREEMENT * 100.0
         );
