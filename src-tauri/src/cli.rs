@@ -17,7 +17,6 @@ mod hub;
 pub(crate) mod kernel;
 pub(crate) mod kv;
 pub(crate) mod lend;
-mod lend_copy;
 mod live_probe;
 mod models;
 mod pull;

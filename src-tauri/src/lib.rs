@@ -82,7 +82,7 @@ pub fn run(logs: logging::Logs) -> ExitCode {
         RunEvent::Exit => {
             let state = app.state::<AppState>();
             serve_marker::clear(&state.locations.data_dir);
-            // A lend child would outlive the app, still listening.
+            // The lender stops with the app (a session worker it started is killed).
             drop(state.lending.lock().unwrap_or_else(std::sync::PoisonError::into_inner).take());
             // Every chat's KV state to disk, so it continues without a
             // prefill after the restart; an answer still streaming stops

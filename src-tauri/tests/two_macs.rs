@@ -461,7 +461,7 @@ fn a_lender_without_the_model_pulls_the_hosts_revision_once_and_then_answers_as_
     let downloads = || hub.log().into_iter().filter(|r| r.path.starts_with("/cdn/") && r.range.is_none()).count();
 
     // Too little room there for its share: refused from the repo's headers, nothing downloaded.
-    let tight = Lender::start_with(&tmp.join("tight"), &["--available-gb", "0.01"], &env);
+    let tight = Lender::start_with(&tmp.join("tight"), &["--available-gb", "0.01", "--allow-pulls"], &env);
     let before = downloads();
     let out =
         headroom(&["generate", model, "--prompt", "hi", "--max-tokens", "2", "--override-fit", "--peer", &tight.addr]);
@@ -471,7 +471,7 @@ fn a_lender_without_the_model_pulls_the_hosts_revision_once_and_then_answers_as_
     assert_eq!(downloads(), before, "no weight was downloaded for a share that does not fit");
     drop(tight);
 
-    let lender = Lender::start_with(&tmp.join("lender"), &[], &env);
+    let lender = Lender::start_with(&tmp.join("lender"), &["--allow-pulls"], &env);
     let alone = generate(Some(model), None);
     let split = generate(Some(model), Some(&lender.addr));
     let ids = |v: &Value| v["token_ids"].as_array().cloned().unwrap_or_default();
@@ -484,7 +484,7 @@ fn a_lender_without_the_model_pulls_the_hosts_revision_once_and_then_answers_as_
 
     // The next placement finds the pulled copy: nothing is downloaded again.
     drop(lender);
-    let lender = Lender::start_with(&tmp.join("lender"), &[], &env);
+    let lender = Lender::start_with(&tmp.join("lender"), &["--allow-pulls"], &env);
     let again = generate(Some(model), Some(&lender.addr));
     assert_eq!(ids(&again), ids(&alone));
     assert_eq!(downloads(), pulled_files, "the second placement used the lender's copy");
@@ -510,4 +510,52 @@ fn a_lender_runs_only_a_copy_with_the_hosts_weights_from_its_own_shelves() {
     let out = headroom(&["generate", model, "--prompt", "hi", "--max-tokens", "2", "--peer", &lender.addr]);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("holds other weights than the host's"), "{stderr}");
+}
+
+/// A lender that answers a budget question and a placement, says where its
+/// end of the ring listens, and never joins it.
+fn never_joining_lender() -> String {
+    use headroom_engine::peer::protocol::{Conn, VERSION};
+    use headroom_engine::peer::{Reply, Request};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let budget = headroom::fit::budget_inputs(headroom::fit::BudgetSource {
+        available_bytes: Some(16 << 30),
+        ..headroom::fit::BudgetSource::default()
+    })
+    .unwrap();
+    std::thread::spawn(move || {
+        let mut kept = Vec::new();
+        for stream in listener.incoming() {
+            let mut conn = Conn::new(stream.unwrap());
+            let reply = match conn.receive::<Request>(Duration::from_secs(30)) {
+                Ok(Request::Budget { .. }) => Reply::Budget { version: VERSION, machine: "Never.local".into(), budget },
+                // A port nothing listens on (just freed).
+                Ok(Request::Place { .. }) => Reply::Placed {
+                    ring: std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string(),
+                },
+                _ => continue,
+            };
+            let _ = conn.send(&reply);
+            kept.push(conn);
+        }
+    });
+    addr
+}
+
+#[test]
+fn a_lender_that_never_joins_the_ring_is_an_error_within_the_deadline_not_a_hang() {
+    let tmp = headroom_test_support::scratch("two-macs-never-joins");
+    let lender = never_joining_lender();
+    let started = Instant::now();
+    let out = crate::common::headroom_with(
+        &["generate", "--prompt", "hi", "--max-tokens", "2", "--peer", &lender],
+        &[("HEADROOM_DATA_DIR", tmp.as_os_str()), ("HEADROOM_PEER_JOIN_SECS", std::ffi::OsStr::new("3"))],
+    );
+    let took = started.elapsed();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(stderr.contains("ring"), "{stderr}");
+    assert!(took < Duration::from_secs(45), "the host gave up after {took:?}");
+    println!("a never-joining lender: the host's error after {:.1} s: {}", took.as_secs_f64(), stderr.trim());
 }

@@ -29,9 +29,12 @@ pub enum CliError {
     /// `--peer`: the split would swap one of the two Macs; nothing was loaded.
     #[error("{}", super::lend::split_refusal(model, split))]
     SplitWouldNotFit { model: String, split: Box<crate::fit::PeerSplit> },
-    /// `lend` could not listen or serve.
+    /// `peers` or `pair` could not reach what it asked.
     #[error("cannot lend this Mac: {0}")]
     Lend(String),
+    /// `lend` could not listen or serve.
+    #[error("cannot lend this Mac: {0}")]
+    Lending(#[from] crate::lend::LendError),
     /// MODEL is neither a folder nor a repo id found in the local HF cache.
     #[error(
         "model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})",

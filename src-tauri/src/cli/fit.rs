@@ -8,9 +8,7 @@ use std::path::Path;
 use clap::Args;
 use headroom_core::attention::AttentionPath;
 use headroom_core::calibration::Measured;
-use headroom_core::fit::{
-    BudgetLimit, Estimate, FitReport, KvKind, KvLayers, ModelFootprint, Verdict, GIB, MIN_CONTEXT,
-};
+use headroom_core::fit::{BudgetLimit, Estimate, FitReport, KvKind, KvLayers, ModelFootprint, GIB};
 use headroom_core::kv::KvFormat;
 use headroom_core::remedies::{Candidate, Remedy};
 use headroom_engine::worker::DEFAULT_CONTEXT_LIMIT;
@@ -333,22 +331,8 @@ pub(crate) fn remedy_lines(report: &FitReport, remedies: &[Remedy]) -> String {
     s
 }
 
-/// Bytes as GB (2^30), two decimals.
-pub(crate) fn gb(bytes: u64) -> String {
-    format!("{:.2} GB", bytes as f64 / GIB as f64)
-}
-
-/// The verdict in words, with its number.
-pub(crate) fn verdict_line(report: &FitReport) -> String {
-    match report.verdict {
-        Verdict::Fits => format!("fits, {} to spare", gb(report.spare_bytes.unsigned_abs())),
-        Verdict::Tight => format!("tight: fits with only {} to spare", gb(report.spare_bytes.unsigned_abs())),
-        Verdict::WouldSwap { by_bytes } => format!("would swap by {}", gb(by_bytes)),
-        Verdict::CannotFit { by_bytes } => {
-            format!("cannot fit at any context (still {} over at {MIN_CONTEXT} tokens)", gb(by_bytes))
-        }
-    }
-}
+// The lender (in the service crate) says its refusals with the same words.
+pub(crate) use crate::fit::{gb, verdict_line};
 
 fn largest_line(report: &FitReport) -> String {
     match report.largest_context_that_fits {

@@ -1,5 +1,5 @@
-//! Settings → Two Macs → "Lend this Mac": start and stop `headroom lend`
-//! as a child of the app (crate::lend), and say where it listens.
+//! Settings → Two Macs → "Lend this Mac": start and stop the lender
+//! (crate::lend, in this process), and say where it listens.
 
 use std::sync::PoisonError;
 
@@ -18,7 +18,9 @@ pub async fn lend_start(state: State<'_, AppState>) -> Result<LendStatus, Comman
         if let Some(l) = slot.as_ref() {
             return Ok(l.status.clone());
         }
-        let lending = lend::start(&state.locations.data_dir, lend::LEND_PORT)
+        let config = lend::LendConfig::for_app(&state.locations.data_dir, lend::LEND_PORT)
+            .map_err(|e| CommandError::new(ErrorCode::LendFailed, e.to_string()))?;
+        let lending = lend::start(config, Box::new(|event| tracing::info!("lend: {event:?}")))
             .map_err(|e| CommandError::new(ErrorCode::LendFailed, e.to_string()))?;
         let status = lending.status.clone();
         *slot = Some(lending);

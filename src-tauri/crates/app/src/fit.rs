@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use headroom_core::calibration::{Measured, PeakMeasurement};
-use headroom_core::fit::{check_with, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM};
+use headroom_core::fit::{check_with, BudgetInputs, FitReport, Verdict, DEFAULT_OS_HEADROOM, GIB, MIN_CONTEXT};
 use headroom_core::kv::KvFormat;
 use headroom_core::remedies::Remedy;
 use headroom_engine::meter::{Meter, SharedMeter};
@@ -389,6 +389,23 @@ pub fn write_sparse_model(dir: &Path, claimed: u64) {
     f.write_all(&(header.len() as u64).to_le_bytes()).unwrap();
     f.write_all(header.as_bytes()).unwrap();
     f.set_len(8 + header.len() as u64 + claimed).unwrap();
+}
+
+/// Bytes as GB (2^30), two decimals.
+pub fn gb(bytes: u64) -> String {
+    format!("{:.2} GB", bytes as f64 / GIB as f64)
+}
+
+/// The verdict in words, with its number.
+pub fn verdict_line(report: &FitReport) -> String {
+    match report.verdict {
+        Verdict::Fits => format!("fits, {} to spare", gb(report.spare_bytes.unsigned_abs())),
+        Verdict::Tight => format!("tight: fits with only {} to spare", gb(report.spare_bytes.unsigned_abs())),
+        Verdict::WouldSwap { by_bytes } => format!("would swap by {}", gb(by_bytes)),
+        Verdict::CannotFit { by_bytes } => {
+            format!("cannot fit at any context (still {} over at {MIN_CONTEXT} tokens)", gb(by_bytes))
+        }
+    }
 }
 
 #[cfg(test)]

@@ -179,7 +179,8 @@ pub mod testing {
     use std::thread::JoinHandle;
     use std::time::Duration;
 
-    use headroom_engine::peer::{protocol, Reply, Request};
+    use headroom_engine::peer::protocol::Conn;
+    use headroom_engine::peer::{Reply, Request};
 
     /// The machine name it pairs as, and the token it gives.
     pub const MACHINE: &str = "Studio.local";
@@ -192,15 +193,16 @@ pub mod testing {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = listener.local_addr().unwrap().to_string();
         let thread = std::thread::spawn(move || {
-            let (mut stream, _) = listener.accept().unwrap();
-            let request: Request = protocol::receive(&stream, Duration::from_secs(10)).unwrap();
+            let (stream, _) = listener.accept().unwrap();
+            let mut stream = Conn::new(stream);
+            let request: Request = stream.receive(Duration::from_secs(10)).unwrap();
             let Request::Pair { code: got, .. } = request else { panic!("asked {request:?}, not to pair") };
             let reply = if got == code {
                 Reply::Paired { token: TOKEN.into(), machine: MACHINE.into() }
             } else {
                 Reply::Refused { message: "wrong pairing code".into() }
             };
-            protocol::send(&mut stream, &reply).unwrap();
+            stream.send(&reply).unwrap();
         });
         (address, thread)
     }

@@ -146,6 +146,14 @@ pub enum EngineError {
     /// process; what was generated before stands.
     #[error("the peer Mac is gone: {reason}")]
     PeerLost { reason: String },
+    /// A placement with a field out of bounds (a lender checks every field
+    /// before it reads or sizes anything from one): the field, and why.
+    #[error("the placement's `{field}` is refused: {reason}")]
+    BadPlacement { field: &'static str, reason: String },
+    /// The peer answered the placement but never joined MLX's ring within
+    /// the deadline: nothing is placed, the engine goes on without it.
+    #[error("the Mac at {peer} did not join the ring within {secs} s: the model is not split across two Macs")]
+    PeerRingTimeout { peer: String, secs: u64 },
     /// An architecture the engine does not split across two Macs yet.
     #[error("{model_type} models do not run across two Macs yet (only full-attention decoders: llama, mistral, qwen2, qwen3, qwen3_moe)")]
     PeerUnsupported { model_type: String },

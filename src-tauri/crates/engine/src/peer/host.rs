@@ -9,8 +9,8 @@ use std::time::{Duration, Instant};
 use headroom_core::fit::BudgetInputs;
 use mlx_rs::{Array, Dtype};
 
-use super::protocol::{self, Placement, Reply, Request, VERSION};
-use super::ring::{stall_deadline, Ring};
+use super::protocol::{Conn, Placement, Reply, Request, VERSION};
+use super::ring::{join_deadline, stall_deadline, Ring};
 use super::{Op, HEADER_LEN, STEPPED_ASIDE};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
@@ -60,7 +60,7 @@ impl HandOffs {
 pub struct Link {
     ring: Ring,
     /// Kept open: the lender ends the session when it closes.
-    _control: TcpStream,
+    _control: Conn,
     /// Where the peer's control connection is (for messages).
     pub peer: String,
     /// The first layer the peer runs, and the model's layers in all.
@@ -83,9 +83,9 @@ impl std::fmt::Debug for Link {
 
 /// The peer's budget now (for the split and `headroom fit --peer`), and its machine's name.
 pub fn peer_budget(addr: &str, token: Option<&str>) -> Result<(String, BudgetInputs)> {
-    let mut control = connect(addr, ANSWER_TIMEOUT)?;
-    protocol::send(&mut control, &Request::Budget { version: VERSION, token: token.map(str::to_owned) })?;
-    match protocol::receive(&control, ANSWER_TIMEOUT)? {
+    let mut control = Conn::new(connect(addr, ANSWER_TIMEOUT)?);
+    control.send(&Request::Budget { version: VERSION, token: token.map(str::to_owned) })?;
+    match control.receive(ANSWER_TIMEOUT)? {
         Reply::Budget { version, machine, budget } if version == VERSION => Ok((machine, budget)),
         Reply::Budget { version, .. } => Err(EngineError::PeerRefused {
             peer: addr.to_owned(),
@@ -101,9 +101,9 @@ pub fn peer_budget(addr: &str, token: Option<&str>) -> Result<(String, BudgetInp
 /// Pairs with the lender at `addr` using the `code` it shows: its machine's
 /// name and the token to present from now on.
 pub fn pair(addr: &str, code: &str) -> Result<(String, String)> {
-    let mut control = connect(addr, ANSWER_TIMEOUT)?;
-    protocol::send(&mut control, &Request::Pair { version: VERSION, code: code.to_owned() })?;
-    match protocol::receive(&control, ANSWER_TIMEOUT)? {
+    let mut control = Conn::new(connect(addr, ANSWER_TIMEOUT)?);
+    control.send(&Request::Pair { version: VERSION, code: code.to_owned() })?;
+    match control.receive(ANSWER_TIMEOUT)? {
         Reply::Paired { token, machine } => Ok((machine, token)),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
         Reply::Placed { .. } | Reply::Budget { .. } | Reply::Pulling { .. } => {
@@ -117,14 +117,15 @@ pub fn pair(addr: &str, code: &str) -> Result<(String, String)> {
 /// the hub first) and joins the ring. Each of the lender's answers, a pull's
 /// progress included, must come within [`PLACE_TIMEOUT`].
 pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, hidden: i32) -> Result<Link> {
-    let mut control = connect(&at.addr, CONNECT_TIMEOUT)?;
-    let local = control.local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
+    let mut control = Conn::new(connect(&at.addr, CONNECT_TIMEOUT)?);
+    let local =
+        control.stream().local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
     let host_ring = free_address(local.ip())?;
     placement.host_ring = host_ring.clone();
     let (first_peer_layer, layers) = (placement.first_layer, placement.layers);
-    protocol::send(&mut control, &Request::Place { version: VERSION, placement, token: at.token.clone() })?;
+    control.send(&Request::Place { version: VERSION, placement, token: at.token.clone() })?;
     let lender_ring = loop {
-        match protocol::receive(&control, PLACE_TIMEOUT)? {
+        match control.receive(PLACE_TIMEOUT)? {
             Reply::Placed { ring } => break ring,
             Reply::Pulling { done_bytes, total_bytes } => {
                 tracing::info!("{} is pulling its copy of the model: {done_bytes} of {total_bytes} bytes", at.addr);
@@ -135,7 +136,13 @@ pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, 
             }
         }
     };
-    let ring = Ring::join(&host_ring, &lender_ring, 0, stall_deadline())?;
+    // A lender that answers but never joins would hold this thread in
+    // MLX's accept for good: the join has a deadline of its own.
+    let ring =
+        Ring::join_within(&host_ring, &lender_ring, 0, stall_deadline(), join_deadline()).map_err(|e| match e {
+            EngineError::PeerRingTimeout { secs, .. } => EngineError::PeerRingTimeout { peer: at.addr.clone(), secs },
+            other => other,
+        })?;
     Ok(Link {
         ring,
         _control: control,

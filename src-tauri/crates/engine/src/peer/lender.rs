@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 use mlx_rs::{Array, Dtype};
 
 use super::host::free_address;
-use super::protocol::{self, Placement, Reply};
+use super::protocol::{Conn, Placement, Reply};
 use super::ring::Ring;
 use super::{Op, HEADER_LEN, STEPPED_ASIDE};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::layers::last_position;
 use crate::loader::{materialize, stage};
 use crate::quant::QuantKernel;
+use crate::sizes::PREFILL_CHUNK;
 use crate::weights::ComputeDtype;
 
 /// A lender waits this long for the host between passes before it gives
@@ -39,19 +40,22 @@ pub struct Served {
 /// load is answered `Refused` with the reason. `tight` is asked before each
 /// pass: when it says memory is tight here, the lender steps aside as a
 /// local model does (the host's answer ends saying so) and the session ends.
-pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMut() -> bool) -> Result<Served> {
+pub fn serve(control: TcpStream, placement: &Placement, tight: &mut dyn FnMut() -> bool) -> Result<Served> {
+    placement.check()?;
+    let mut control = Conn::new(control);
     let loaded = load(placement);
     let (model, first) = match loaded {
         Ok(v) => v,
         Err(e) => {
-            let _ = protocol::send(&mut control, &Reply::Refused { message: e.to_string() });
+            let _ = control.send(&Reply::Refused { message: e.to_string() });
             return Err(e);
         }
     };
-    let local = control.local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
+    let local =
+        control.stream().local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
     let ring_addr = free_address(local.ip())?;
-    protocol::send(&mut control, &Reply::Placed { ring: ring_addr.clone() })?;
-    let ring = Ring::join(&placement.host_ring, &ring_addr, 1, IDLE_DEADLINE)?;
+    control.send(&Reply::Placed { ring: ring_addr.clone() })?;
+    let ring = Ring::join_within(&placement.host_ring, &ring_addr, 1, IDLE_DEADLINE, super::ring::join_deadline())?;
     let stages = model
         .stages()
         .ok_or(EngineError::PeerUnsupported { model_type: model.config().model_type_name().to_owned() })?;
@@ -62,18 +66,10 @@ pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMu
     tracing::info!("serving layers {first}..{} of {}", placement.layers, placement.model.path.display());
     loop {
         let header = ring.recv(&[HEADER_LEN], Dtype::Int32)?;
-        let header: Vec<i32> = header.as_slice::<i32>().to_vec();
-        let &[op, b, l, offset, all] = header.as_slice() else {
-            return Err(EngineError::Peer { reason: format!("a pass header of {} fields", header.len()) });
-        };
-        if op == Op::End as i32 {
+        let Some(Pass { batch: b, rows: l, offset, all }) = pass(header.as_slice::<i32>(), placement.context)? else {
             return Ok(served);
-        }
-        if op != Op::Forward as i32 || b < 1 || l < 1 {
-            return Err(EngineError::Peer { reason: format!("a pass header this version does not know: {header:?}") });
-        }
+        };
         // Roll back to the host's length: a new turn (0), or past proposals it rejected.
-        let offset = usize::try_from(offset).unwrap_or(0);
         let have = cache.offset();
         if offset == 0 {
             cache.clear();
@@ -88,7 +84,7 @@ pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMu
         let h = ring.recv(&[b, l, hidden], dtype)?;
         if tight() {
             // The pass's shapes, so the host's receives complete, then the marker.
-            let shape = [b, if all != 0 { l } else { 1 }, hidden];
+            let shape = [b, if all { l } else { 1 }, hidden];
             ring.send(&Array::zeros::<f32>(&shape).op("zeros")?.as_dtype(dtype).op("zeros")?)?;
             ring.send(&Array::from_slice(&[STEPPED_ASIDE], &[1]))?;
             served.stepped_aside = true;
@@ -97,7 +93,7 @@ pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMu
         let started = Instant::now();
         let out = stages.blocks(h, &mut cache)?;
         cache.maybe_quantize()?;
-        let out = if all != 0 { out } else { last_position(&out)? };
+        let out = if all { out } else { last_position(&out)? };
         out.eval().op("the lent layers")?;
         let compute = started.elapsed();
         ring.send(&out)?;
@@ -107,6 +103,49 @@ pub fn serve(mut control: TcpStream, placement: &Placement, tight: &mut dyn FnMu
         served.rows += usize::try_from(l).unwrap_or(0);
         served.compute += compute;
     }
+}
+
+/// One pass as its header describes it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pass {
+    batch: i32,
+    rows: i32,
+    /// The host's cache length before the pass.
+    offset: usize,
+    /// Whether every row's output goes back (else the last one's).
+    all: bool,
+}
+
+/// The pass a header asks for (`None`: the session is over), bounded by the
+/// placement before anything is allocated for it: one batch, at most a
+/// prefill chunk of rows, and no position past the placement's context
+/// (the share this Mac checked against its budget).
+fn pass(header: &[i32], context: usize) -> Result<Option<Pass>> {
+    let &[op, batch, rows, offset, all] = header else {
+        return Err(EngineError::Peer { reason: format!("a pass header of {} fields", header.len()) });
+    };
+    if op == Op::End as i32 {
+        return Ok(None);
+    }
+    let bad = |field: &'static str, reason: String| Err(EngineError::BadPlacement { field, reason });
+    if op != Op::Forward as i32 {
+        return bad("pass.op", format!("{op} is not an operation this version knows"));
+    }
+    if batch != 1 {
+        return bad("pass.batch", format!("{batch}: a split runs one sequence"));
+    }
+    let chunk = i32::try_from(PREFILL_CHUNK).unwrap_or(i32::MAX);
+    if rows < 1 || rows > chunk {
+        return bad("pass.rows", format!("{rows} is not between 1 and the prefill chunk ({chunk})"));
+    }
+    let Ok(offset) = usize::try_from(offset) else {
+        return bad("pass.offset", format!("{offset} is negative"));
+    };
+    let end = offset.saturating_add(usize::try_from(rows).unwrap_or(usize::MAX));
+    if end > context {
+        return bad("pass.offset", format!("positions {offset}..{end} run past the placement's context of {context}"));
+    }
+    Ok(Some(Pass { batch, rows, offset, all: all != 0 }))
 }
 
 /// The placed range of the model, staged, cut to the range and read, from
@@ -140,4 +179,29 @@ fn load(p: &Placement) -> Result<(crate::models::Model, usize)> {
     model.check_kv_format(p.kv)?;
     materialize(&model, path)?;
     Ok((model, p.first_layer))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_header_is_bounded_by_the_placement() {
+        let forward = Op::Forward as i32;
+        let ok = pass(&[forward, 1, 7, 100, 0], 4096).unwrap().unwrap();
+        assert_eq!(ok, Pass { batch: 1, rows: 7, offset: 100, all: false });
+        assert_eq!(pass(&[Op::End as i32, 0, 0, 0, 0], 4096).unwrap(), None);
+        let refused = |header: &[i32], field: &str| {
+            let e = pass(header, 4096).unwrap_err();
+            assert!(matches!(&e, EngineError::BadPlacement { field: f, .. } if *f == field), "{header:?}: {e}");
+        };
+        refused(&[forward, 1, 4 << 20, 0, 1], "pass.rows");
+        refused(&[forward, 1, 0, 0, 1], "pass.rows");
+        refused(&[forward, 1, 16, 4090, 1], "pass.offset");
+        refused(&[forward, 1, 16, -5, 1], "pass.offset");
+        refused(&[forward, 1, 16, i32::MAX, 1], "pass.offset");
+        refused(&[forward, 64, 16, 0, 1], "pass.batch");
+        refused(&[7, 1, 16, 0, 1], "pass.op");
+        assert!(pass(&[forward, 1], 4096).is_err());
+    }
 }

@@ -35,6 +35,20 @@ pub(crate) fn stall_deadline() -> Duration {
         .map_or(STALL_DEADLINE, Duration::from_secs)
 }
 
+/// How long a host waits for the lender to join the ring once it said it
+/// would (it has loaded its share by then: joining takes a moment).
+/// `HEADROOM_PEER_JOIN_SECS` sets another (the never-joining lender's test).
+pub const JOIN_DEADLINE: Duration = Duration::from_secs(30);
+
+/// [`JOIN_DEADLINE`], or what `HEADROOM_PEER_JOIN_SECS` says.
+pub(crate) fn join_deadline() -> Duration {
+    std::env::var("HEADROOM_PEER_JOIN_SECS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(JOIN_DEADLINE, Duration::from_secs)
+}
+
 /// Whether this process has joined a ring (MLX's is for the process's life).
 static JOINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
@@ -74,6 +88,34 @@ impl Ring {
         let ours: SocketAddr = parse(if rank == 0 { host } else { lender })?;
         let theirs: SocketAddr = parse(if rank == 0 { lender } else { host })?;
         Ok(Self { group, other: 1 - rank, watchdog: Watchdog::start(ours, theirs, deadline) })
+    }
+
+    /// [`Ring::join`], given up after `within`: MLX's init waits in
+    /// `accept` for as long as the other side stays away, so it runs on a
+    /// thread of its own, left behind (parked in MLX, holding no lock of
+    /// ours) when the deadline passes. The process places nothing on a
+    /// peer again (MLX keeps one ring per process); its engine goes on.
+    pub(crate) fn join_within(
+        host: &str,
+        lender: &str,
+        rank: i32,
+        deadline: Duration,
+        within: Duration,
+    ) -> Result<Self> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (host_owned, lender_owned) = (host.to_owned(), lender.to_owned());
+        std::thread::Builder::new()
+            .name("headroom-ring-join".into())
+            .spawn(move || {
+                let _ = tx.send(Self::join(&host_owned, &lender_owned, rank, deadline));
+            })
+            .map_err(|e| ring_error(format!("cannot start the ring's join: {e}")))?;
+        rx.recv_timeout(within).unwrap_or_else(|_| {
+            Err(EngineError::PeerRingTimeout {
+                peer: if rank == 0 { lender } else { host }.to_owned(),
+                secs: within.as_secs(),
+            })
+        })
     }
 
     /// Sends `x` to the other rank and waits until it has gone.

@@ -2,19 +2,21 @@
 //! by its identity (`headroom_engine::peer::copy`), or pulled from the hub
 //! when the host's copy is a hub snapshot and this Mac has none, through
 //! the same fit-checked pull as `headroom pull`, the check being this
-//! Mac's share of the model rather than all of it.
+//! Mac's share of the model rather than all of it. A lender pulls only
+//! when it was lent with pulls allowed (`lend --allow-pulls`), and only the
+//! files its share needs (the hub's own list for the model at that commit).
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use headroom_core::fit::BudgetInputs;
 use headroom_engine::peer::copy::identity;
-use headroom_engine::peer::{protocol, ModelCopy, Placement, Reply};
+use headroom_engine::peer::protocol::Conn;
+use headroom_engine::peer::{ModelCopy, Placement, Reply};
 use headroom_engine::{ComputeDtype, QuantKernel};
 use headroom_hub::{download, inspect, CancellationToken, Endpoint, HubClient, PullEvent, RepoId};
 
-use super::CliError;
+use super::LendError;
 use crate::models::HubEnv;
 
 /// How often a pulling lender tells the host how far it got.
@@ -25,7 +27,7 @@ const PROGRESS_EVERY: Duration = Duration::from_secs(2);
 /// names) and its hub caches. A lender reads nothing outside them, whatever
 /// path a host names.
 #[derive(Debug, Clone, Default)]
-pub(super) struct Shelves {
+pub struct Shelves {
     pub folders: Vec<PathBuf>,
     pub hubs: Vec<PathBuf>,
 }
@@ -92,7 +94,7 @@ fn is_gguf(path: &Path) -> bool {
 
 /// Where this Mac's copy of a placed model is.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(super) enum Found {
+pub enum Found {
     /// Here, with the host's identity.
     Here(PathBuf),
     /// Not here; the host's is a hub snapshot, so it can be pulled.
@@ -102,7 +104,7 @@ pub(super) enum Found {
 /// This Mac's copy of `model` (one with its identity) on `shelves`, or the
 /// pull that brings one. Refused, saying where it looked, when there is
 /// none and nothing to pull it from.
-pub(super) fn find(model: &ModelCopy, shelves: &Shelves) -> Result<Found, String> {
+pub fn find(model: &ModelCopy, shelves: &Shelves) -> Result<Found, String> {
     let mut other = None;
     for place in shelves.places(model) {
         match identity(&place) {
@@ -138,29 +140,27 @@ pub(super) fn find(model: &ModelCopy, shelves: &Shelves) -> Result<Found, String
 /// tells the host how far it got every [`PROGRESS_EVERY`]. Returns the
 /// copy's path. A host that hangs up ends the pull (what arrived is kept
 /// for the next one, as `headroom pull` keeps it).
-pub(super) fn pull(p: &Placement, budget: BudgetInputs, control: &mut TcpStream) -> Result<PathBuf, CliError> {
+pub(super) fn pull(p: &Placement, budget: BudgetInputs, control: &mut Conn) -> Result<PathBuf, LendError> {
     let (Some(repo), Some(commit)) = (&p.model.repo, &p.model.commit) else {
-        return Err(CliError::Lend("the host's copy is not from the hub".into()));
+        return Err(LendError::Refused("the host's copy is not from the hub".into()));
     };
-    let hub = |e: headroom_hub::HubError| CliError::Lend(format!("cannot pull {repo} here: {e}"));
+    let hub = |source: headroom_hub::HubError| LendError::Pull { repo: repo.clone(), source };
     let repo_id = RepoId::parse(repo).map_err(hub)?;
-    let cache = HubEnv::from_process().hub_dirs().into_iter().next().ok_or_else(|| {
-        CliError::Lend("no Hugging Face cache folder is known here: set HF_HUB_CACHE, HF_HOME or HOME".into())
-    })?;
+    let cache = HubEnv::from_process().hub_dirs().into_iter().next().ok_or(LendError::NoHubCache)?;
     let client = HubClient::from_env(Endpoint::from_env().map_err(hub)?).map_err(hub)?;
     let dtype = if p.f32 { ComputeDtype::F32 } else { ComputeDtype::Native };
-    let kernel =
-        QuantKernel::from_name(&p.kernel).ok_or_else(|| CliError::Lend(format!("unknown kernel {:?}", p.kernel)))?;
+    let kernel = QuantKernel::from_name(&p.kernel)
+        .ok_or_else(|| LendError::Refused(format!("unknown kernel {:?}", p.kernel)))?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let outcome = runtime.block_on(async {
         let model = inspect(&client, &repo_id, commit, &cache, headroom_engine::load_shape(dtype, kernel))
             .await
             .map_err(hub)?;
-        super::lend::check_share_of(&model.footprint, p, budget).map_err(CliError::Lend)?;
-        println!(
+        super::share::check_share_of(&model.footprint, p, budget).map_err(LendError::Refused)?;
+        tracing::info!(
             "pulling {repo} at {} for the host ({} to download)",
             &commit[..commit.len().min(12)],
-            super::fit::gb(model.total_bytes.saturating_sub(model.cached_bytes))
+            crate::fit::gb(model.total_bytes.saturating_sub(model.cached_bytes))
         );
         let cancel = CancellationToken::new();
         let mut last = Instant::now();
@@ -169,7 +169,7 @@ pub(super) fn pull(p: &Placement, budget: BudgetInputs, control: &mut TcpStream)
             if let PullEvent::Progress { done_bytes, total_bytes, .. } = event {
                 if last.elapsed() >= PROGRESS_EVERY && !hung_up {
                     last = Instant::now();
-                    if protocol::send(control, &Reply::Pulling { done_bytes, total_bytes }).is_err() {
+                    if control.send(&Reply::Pulling { done_bytes, total_bytes }).is_err() {
                         hung_up = true;
                         cancel.cancel();
                     }
@@ -178,7 +178,7 @@ pub(super) fn pull(p: &Placement, budget: BudgetInputs, control: &mut TcpStream)
         })
         .await;
         if hung_up {
-            return Err(CliError::Lend(format!(
+            return Err(LendError::Refused(format!(
                 "the host hung up while {repo} was being pulled; what arrived is kept"
             )));
         }
