@@ -180,13 +180,13 @@ p=64 n=$tokens
 bench_models=()
 if [ $mode = dry ]; then
   md "A tiny random demo model (mlx-lm cannot read the default GGUF): \`compare-mlx-lm.sh --preset tiny -p $p -n $n -k 1 -t 1\`."
-  step compare-tiny scripts/bench/compare-mlx-lm.sh --preset tiny -p "$p" -n "$n" -k 1 -t 1 && bench_models+=(compare-tiny)
+  TMPDIR=$scratch step compare-tiny scripts/bench/compare-mlx-lm.sh --preset tiny -p "$p" -n "$n" -k 1 -t 1 && bench_models+=(compare-tiny)
 else
   md "Each mlx-community model: \`compare-mlx-lm.sh --model DIR -p 512 -n 128 -k 3 -t 3\` (headroom's \`--kernel fused\` is mlx-lm's kernel)."
   i=0
   for dir in "${community[@]}"; do
     i=$((i + 1))
-    step "compare-$i" scripts/bench/compare-mlx-lm.sh --model "$dir" -p 512 -n 128 -k 3 -t 3 && bench_models+=("compare-$i")
+    TMPDIR=$scratch step "compare-$i" scripts/bench/compare-mlx-lm.sh --model "$dir" -p 512 -n 128 -k 3 -t 3 && bench_models+=("compare-$i")
   done
   [ ${#community[@]} -eq 0 ] && md "No mlx-community model installed: \`headroom pull mlx-community/Qwen2.5-0.5B-Instruct-4bit\` and run again."
 fi
