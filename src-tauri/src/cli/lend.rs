@@ -13,6 +13,7 @@ use clap::Args;
 use headroom_core::fit::Verdict;
 
 use super::fit::{budget_source, gb, verdict_line, BudgetArgs};
+use super::terminal::terminal_safe_line;
 use super::CliError;
 use crate::fit::PeerSplit;
 use crate::lend::{LendConfig, LendEvent};
@@ -51,7 +52,8 @@ pub fn peers(args: &PeersArgs) -> Result<(), CliError> {
     }
     for f in &found {
         let budget = f.budget_bytes.map_or_else(|| "budget unknown".to_owned(), |b| format!("budget {}", gb(b)));
-        println!("{:<24} {:<22} {budget}", f.machine, f.address);
+        // Bonjour names are anyone's on the network: text only, one row each.
+        println!("{:<24} {:<22} {budget}", terminal_safe_line(&f.machine), terminal_safe_line(&f.address));
     }
     Ok(())
 }
@@ -72,7 +74,7 @@ pub fn pair(args: &PairArgs) -> Result<(), CliError> {
     // The app's Pair button and this command: one pairing, one place the token is kept.
     let dir = super::chat::locations()?.data_dir;
     let machine = crate::peers::pair(&dir, &args.peer, &args.code).map_err(|e| CliError::Lend(e.to_string()))?;
-    println!("paired with {machine} at {}", args.peer);
+    println!("paired with {} at {}", terminal_safe_line(&machine), args.peer);
     Ok(())
 }
 
@@ -150,9 +152,15 @@ fn say(event: LendEvent) {
     match event {
         LendEvent::Paired { from } => println!("paired with a host at {from}"),
         LendEvent::Lent { first_layer, layers, model, to } => {
-            println!("lent layers {first_layer}..{layers} of {} to {to}", model.display());
+            println!(
+                "lent layers {first_layer}..{layers} of {} to {to}",
+                terminal_safe_line(&model.display().to_string())
+            );
         }
-        LendEvent::Refused { from, message } => eprintln!("headroom lend: refused {from}: {message}"),
+        // A refusal can quote what a host sent: no control character reaches the terminal.
+        LendEvent::Refused { from, message } => {
+            eprintln!("headroom lend: refused {from}: {}", terminal_safe_line(&message));
+        }
         LendEvent::NotAdvertised { reason } => eprintln!("headroom lend: not advertised with Bonjour: {reason}"),
     }
     let _ = std::io::stdout().flush();

@@ -135,7 +135,7 @@ fn pass(header: &[i32], context: usize) -> Result<Option<Pass>> {
         return bad("pass.batch", format!("{batch}: a split runs one sequence"));
     }
     let chunk = i32::try_from(PREFILL_CHUNK).unwrap_or(i32::MAX);
-    if rows < 1 || rows > chunk {
+    if !(1..=chunk).contains(&rows) {
         return bad("pass.rows", format!("{rows} is not between 1 and the prefill chunk ({chunk})"));
     }
     let Ok(offset) = usize::try_from(offset) else {

@@ -92,13 +92,13 @@ impl Placement {
     /// settings go through); the error names the field.
     pub fn check(&self) -> Result<()> {
         let bad = |field: &'static str, reason: String| Err(EngineError::BadPlacement { field, reason });
-        if self.layers == 0 || self.layers > MAX_LAYERS {
+        if !(1..=MAX_LAYERS).contains(&self.layers) {
             return bad("layers", format!("{} is not between 1 and {MAX_LAYERS}", self.layers));
         }
         if self.first_layer == 0 || self.first_layer >= self.layers {
             return bad("first_layer", format!("{} is not a split point of {} layers", self.first_layer, self.layers));
         }
-        if self.context == 0 || self.context > MAX_CONTEXT {
+        if !(1..=MAX_CONTEXT).contains(&self.context) {
             return bad("context", format!("{} tokens is not between 1 and {MAX_CONTEXT}", self.context));
         }
         if let KvFormat::Quantized(q) = self.kv {
