@@ -50,11 +50,11 @@ app_pid=$!
 
 echo "measure-idle: waiting for the demo model to load…"
 for _ in $(seq 240); do
-  grep -q "loaded the bundled demo model" "$log" 2>/dev/null && break
+  grep -qE "loaded the (bundled demo|default) model" "$log" 2>/dev/null && break
   kill -0 "$app_pid" 2>/dev/null || { echo "measure-idle: the app exited:" >&2; tail -20 "$log" >&2; exit 1; }
   sleep 0.5
 done
-grep -q "loaded the bundled demo model" "$log" || { echo "measure-idle: the demo model did not load in 120 s" >&2; tail -20 "$log" >&2; exit 1; }
+grep -qE "loaded the (bundled demo|default) model" "$log" || { echo "measure-idle: the demo model did not load in 120 s" >&2; tail -20 "$log" >&2; exit 1; }
 echo "measure-idle: loaded; settling for ${SETTLE} s, then measuring for ${DURATION} s"
 sleep "$SETTLE"
 

@@ -71,6 +71,8 @@ fn device() -> DeviceKind {
 /// Whether MLX computes on the CPU in this process: asked once, since the
 /// attention and MLP ask it in every layer (nothing here changes MLX's
 /// default device).
+// Only the CPU backend's kernels ask (none in a Mac build).
+#[cfg_attr(not(all(target_arch = "x86_64", not(target_os = "macos"))), allow(dead_code))]
 pub fn on_cpu() -> bool {
     static CPU: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *CPU.get_or_init(|| device() == DeviceKind::Cpu)
@@ -102,6 +104,8 @@ pub mod kernel_clock {
 /// layout, what `crate::quant` holds): borrowed, so this boundary names no
 /// engine type above it.
 #[derive(Debug, Clone, Copy)]
+// Read only by the CPU backend's kernels; MlxOnly (a Mac build) reads none.
+#[cfg_attr(not(all(target_arch = "x86_64", not(target_os = "macos"))), allow(dead_code))]
 pub(crate) struct QuantView<'a> {
     /// Packed values, `[out, in * bits / 32]`, u32.
     pub weight: &'a Array,
