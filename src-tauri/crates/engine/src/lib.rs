@@ -19,6 +19,7 @@ mod dtype;
 mod error;
 mod ffi;
 mod generate;
+pub mod grammar;
 mod inspect;
 mod kv_quant;
 mod layers;
@@ -33,6 +34,7 @@ mod quant;
 mod sampler;
 mod sizes;
 pub mod source;
+mod stops;
 #[cfg(test)]
 mod testutil;
 pub mod tokenizer;
