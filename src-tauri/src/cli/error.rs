@@ -61,6 +61,15 @@ pub enum CliError {
     /// `import FILE` could not be read.
     #[error("cannot read {}: {source}", path.display())]
     ImportFile { path: PathBuf, source: std::io::Error },
+    /// `--json-schema FILE` could not be read.
+    #[error("cannot read the JSON schema {}: {source}", path.display())]
+    SchemaFile { path: PathBuf, source: std::io::Error },
+    /// `--json-schema FILE` is not JSON.
+    #[error("the JSON schema {} is not JSON: {source}", path.display())]
+    SchemaJson { path: PathBuf, source: serde_json::Error },
+    /// `--json-schema FILE` is JSON the grammar engine cannot use.
+    #[error("the JSON schema {}: {source}", path.display())]
+    Schema { path: PathBuf, source: headroom_engine::grammar::GrammarError },
     /// A flag's value makes no sense (`bench --depth` empty, a negative bandwidth).
     #[error("invalid {name}: {reason}")]
     BadArgument { name: &'static str, reason: String },

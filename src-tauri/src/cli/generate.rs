@@ -4,7 +4,8 @@
 use std::io::{IsTerminal, Write};
 
 use clap::Args;
-use headroom_core::chat::{FinishReason, Message, Role};
+use headroom_core::chat::{FinishReason, Message, Role, Thinking};
+use headroom_engine::grammar::{Constraint, Grammar};
 use headroom_engine::prompt_cache::Reuse;
 use headroom_engine::worker::{
     EngineEvent, EngineHandle, GenerateRequest, LoadSettings, PeerTurn, RunOutput, TurnStats,
@@ -72,7 +73,19 @@ pub struct GenerateArgs {
     /// Load even if the fit check says the model would swap or cannot fit.
     #[arg(long)]
     pub override_fit: bool,
+    /// The answer is JSON that validates against the JSON schema in FILE
+    /// (constrained decoding; the turn ends when the JSON is complete).
+    #[arg(long, value_name = "FILE")]
+    pub json_schema: Option<std::path::PathBuf>,
+    /// A thinking model's `<think>` block: `on` (as long as it likes),
+    /// `off` (closed at once), or `budget N` (closed after N tokens).
+    #[arg(long, num_args = 1..=2, value_names = ["on|off|budget", "N"])]
+    pub think: Vec<String>,
 }
+
+/// The tags thinking models write (Qwen3, DeepSeek-R1, QwQ).
+const THINK_OPEN: &str = "<think>";
+const THINK_CLOSE: &str = "</think>";
 
 impl GenerateArgs {
     /// The user message: `--prompt`, or the contents of `--prompt-file`.
@@ -93,13 +106,39 @@ impl GenerateArgs {
         }
     }
 
-    fn request(&self, prompt: String) -> GenerateRequest {
+    /// `--json-schema FILE` as a constraint, checked before any model loads.
+    fn constraint(&self) -> Result<Option<Constraint>, CliError> {
+        let Some(path) = &self.json_schema else { return Ok(None) };
+        let text =
+            std::fs::read_to_string(path).map_err(|source| CliError::SchemaFile { path: path.clone(), source })?;
+        let schema: serde_json::Value =
+            serde_json::from_str(&text).map_err(|source| CliError::SchemaJson { path: path.clone(), source })?;
+        let grammar = Grammar::JsonSchema(schema);
+        headroom_engine::grammar::validate(&grammar)
+            .map_err(|source| CliError::Schema { path: path.clone(), source })?;
+        Ok(Some(Constraint::whole(grammar)))
+    }
+
+    /// `--think`: `None` when not given (the template's default).
+    fn thinking(&self) -> Result<Option<Thinking>, CliError> {
+        let bad = |reason: &str| CliError::BadArgument { name: "--think", reason: reason.to_owned() };
+        let budget = match self.think.iter().map(String::as_str).collect::<Vec<_>>()[..] {
+            [] => return Ok(None),
+            ["on"] => None,
+            ["off"] => Some(0),
+            ["budget", n] => Some(n.parse::<usize>().map_err(|_| bad("the budget is a number of tokens"))?),
+            _ => return Err(bad("expected on, off, or budget N")),
+        };
+        Ok(Some(Thinking { open: THINK_OPEN.into(), close: THINK_CLOSE.into(), budget, open_in_prompt: false }))
+    }
+
+    fn request(&self, prompt: String) -> Result<GenerateRequest, CliError> {
         let mut messages = Vec::new();
         if let Some(system) = &self.system {
             messages.push(Message::new(Role::System, system.clone()));
         }
         messages.push(Message::new(Role::User, prompt));
-        GenerateRequest {
+        Ok(GenerateRequest {
             max_tokens: self.max_tokens,
             ignore_eos: self.ignore_eos,
             sampling: SamplingParams {
@@ -110,8 +149,10 @@ impl GenerateArgs {
                 ..SamplingParams::default()
             },
             speculative: self.speculative.mode(),
+            constraint: self.constraint()?,
+            thinking: self.thinking()?,
             ..GenerateRequest::new(messages)
-        }
+        })
     }
 }
 
@@ -146,8 +187,10 @@ pub(crate) fn generate(
     let draft = args.speculative.draft_dir(Some(&dir), env)?;
     // The guard: headers only, before the engine (and MLX) allocate anything.
     let prompt = args.prompt_text()?;
+    // A bad schema or --think is refused before the guard and the load.
+    let request = args.request(prompt)?;
     let kv = args.kv.format()?;
-    let request = GuardRequest {
+    let guarded = GuardRequest {
         dir: &dir,
         model: args.model.as_deref(),
         context: args.context,
@@ -160,14 +203,14 @@ pub(crate) fn generate(
         override_fit: args.override_fit,
         learned: learned.as_ref(),
     };
-    let (report, peer) = guard(&request, err)?;
+    let (report, peer) = guard(&guarded, err)?;
     let engine = EngineHandle::spawn()?;
     if let Some(store) = keep(learned) {
         engine.set_meter(Some(crate::fit::store_meter(store)))?;
     }
     let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv, 0);
     engine.load(&dir, LoadSettings { peer, draft, ..settings })?;
-    let run = engine.generate(args.request(prompt))?;
+    let run = engine.generate(request)?;
 
     let mut write_error = None;
     let output = run.collect_with(|event| {

@@ -193,6 +193,9 @@ impl Coded for EngineError {
             E::PeerLost { .. } => ErrorCode::PeerLost,
             E::PeerUnsupported { .. } => ErrorCode::PeerUnsupported,
             E::DraftModel { .. } => ErrorCode::DraftModel,
+            // A grammar that failed mid-run is the engine's fault; one refused up front, the request's.
+            E::Grammar(headroom_engine::grammar::GrammarError::Runtime { .. }) => ErrorCode::EngineInternal,
+            E::Grammar(_) => ErrorCode::InvalidSetting,
         }
     }
 }

@@ -36,6 +36,19 @@ pub enum FinishReason {
     Cancelled,
 }
 
+/// How a model's thinking block is read and bounded (Qwen3's `<think>` …
+/// `</think>`): its tags, the most tokens it may hold before the engine
+/// closes it, and whether the rendered prompt already opened it (a
+/// template with `enable_thinking` ends the prompt inside the block).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Thinking {
+    pub open: String,
+    pub close: String,
+    /// After this many thinking tokens the close tag is forced; `None`: no limit.
+    pub budget: Option<usize>,
+    pub open_in_prompt: bool,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -259,7 +259,7 @@ fn run_once(
     cancel: &AtomicBool,
 ) -> Result<crate::generate::Generation> {
     let options = GenerateOptions { max_tokens, eos_ids: Vec::new(), speculative, ..GenerateOptions::default() };
-    generate(model, cache, prompt, &options, sampler, &WallClock::start(), cancel, |_| true)
+    generate(model, cache, prompt, &options, sampler, &WallClock::start(), cancel, |_, _| true)
 }
 
 fn labels(model: &Model, cache: &KvCache) -> ModelLabels {

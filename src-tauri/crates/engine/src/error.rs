@@ -73,6 +73,10 @@ pub enum EngineError {
     /// A tensor whose dtype cannot be used where it sits.
     #[error("tensor {tensor} in {file} has dtype {found}, expected {expected}")]
     WrongDtype { tensor: String, file: PathBuf, expected: String, found: String },
+    /// A grammar (JSON schema, Lark, regex) that cannot be used, or that
+    /// failed while generating: the run ends, the engine goes on.
+    #[error(transparent)]
+    Grammar(#[from] crate::grammar::GrammarError),
     /// A sampling or generation setting outside its valid range.
     #[error("invalid generation setting {name} = {value}: {reason}")]
     InvalidSetting { name: &'static str, value: String, reason: &'static str },

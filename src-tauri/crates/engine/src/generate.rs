@@ -18,6 +18,7 @@ use mlx_rs::Array;
 use crate::cache::KvCache;
 use crate::draft::Draft;
 use crate::error::{EngineError, MlxContext, Result};
+use crate::grammar::Guide;
 use crate::lookup::{propose, Depth, DEPTH_MAX};
 use crate::models::{Logits, Model};
 use crate::sampler::Sampler;
@@ -98,8 +99,9 @@ pub struct Generation {
 
 /// Generates after `prompt`, the whole conversation so far as token ids.
 /// The cache keeps its common prefix with `prompt`; only the rest is prefilled.
-/// `on_token` sees each generated id as soon as it is known; returning
-/// `false` stops the turn (as cancellation does).
+/// `on_token` sees each generated id as soon as it is known, and whether it
+/// is part of a thinking block; returning `false` stops the turn (as
+/// cancellation does).
 #[allow(clippy::too_many_arguments)]
 pub fn generate(
     model: &Model,
@@ -109,14 +111,18 @@ pub fn generate(
     sampler: &mut Sampler,
     clock: &dyn Clock,
     cancel: &AtomicBool,
-    on_token: impl FnMut(u32) -> bool,
+    on_token: impl FnMut(u32, bool) -> bool,
 ) -> Result<Generation> {
-    generate_with(model, cache, prompt, options, None, sampler, clock, cancel, on_token)
+    generate_with(model, cache, prompt, options, None, None, sampler, clock, cancel, on_token)
 }
 
 /// [`generate`] with a draft model beside the model, used when `options`
 /// asks for [`SpeculativeMode::Draft`] (without one, such a turn decodes
-/// plainly and says why).
+/// plainly and says why), and a `guide` that masks each step's logits (a
+/// grammar, a thinking budget: `crate::grammar`). Under a guide the step
+/// after token n is still computed while token n is read, and sampled once
+/// n's mask is known (the mask is computed meanwhile); proposals are
+/// checked against the guide before the model sees them.
 #[allow(clippy::too_many_arguments)]
 pub fn generate_with(
     model: &Model,
@@ -124,10 +130,11 @@ pub fn generate_with(
     prompt: &[u32],
     options: &GenerateOptions,
     mut draft_model: Option<&mut Draft>,
+    mut guide: Option<&mut Guide>,
     sampler: &mut Sampler,
     clock: &dyn Clock,
     cancel: &AtomicBool,
-    mut on_token: impl FnMut(u32) -> bool,
+    mut on_token: impl FnMut(u32, bool) -> bool,
 ) -> Result<Generation> {
     if prompt.is_empty() {
         return Err(EngineError::EmptyPrompt);
@@ -196,7 +203,9 @@ pub fn generate_with(
     let mut seq: Vec<u32> = if lookup { prompt.to_vec() } else { Vec::new() };
     let mut depth = options.depth.clone();
 
-    let mut y = step(model, sampler, cache, &ids_array(rest), Some(rest), &history)?;
+    let width = model.config().text.vocab_size;
+    let first = bias(guide.as_deref_mut(), width)?;
+    let mut y = step(model, sampler, cache, &ids_array(rest), Some(rest), &history, first.as_ref())?;
     async_eval([&y]).op("async_eval")?;
 
     let mut out = Emitted::new(use_history, history, &options.eos_ids);
@@ -218,10 +227,18 @@ pub fn generate_with(
         let ahead = !drain && out.tokens.len() + 1 < options.max_tokens;
         let next = if ahead {
             let y_in = y.reshape(&[1, 1]).op("reshape")?;
-            let next = step(model, sampler, cache, &y_in, None, &out.history)?;
-            async_eval([&next]).op("async_eval")?;
             speculation.forward_passes += 1;
-            Some(next)
+            if guide.is_some() {
+                // Its mask needs token n: the pass runs now, the sampling
+                // waits for the mask, computed while the pass runs.
+                let logits = model.forward(&y_in, cache)?;
+                async_eval([&logits]).op("async_eval")?;
+                Some(Ahead::Logits(logits))
+            } else {
+                let next = step(model, sampler, cache, &y_in, None, &out.history, None)?;
+                async_eval([&next]).op("async_eval")?;
+                Some(Ahead::Token(next))
+            }
         } else {
             None
         };
@@ -253,13 +270,13 @@ pub fn generate_with(
             // y went into the cache through the step just scheduled.
             cache.push_tokens(&[token]);
         }
-        if let Some(reason) = out.emit(token, now, &mut on_token, cancel) {
+        if let Some(reason) = out.emit(token, now, guide.as_deref_mut(), &mut on_token, cancel)? {
             finish = reason;
             if next.is_some() {
                 // Scheduled, never read: not a pass of this turn's figures.
                 speculation.forward_passes -= 1;
             }
-            pending = next;
+            pending = next.map(Ahead::into_array);
             break;
         }
         if out.tokens.len() % CLEAR_CACHE_EVERY == 1 {
@@ -273,7 +290,15 @@ pub fn generate_with(
             }
         }
         if let Some(next) = next {
-            y = next;
+            y = match next {
+                Ahead::Token(next) => next,
+                Ahead::Logits(logits) => {
+                    let mask = bias(guide.as_deref_mut(), width)?;
+                    let next = sampler.sample(&masked(&logits, mask.as_ref())?, &out.history)?;
+                    async_eval([&next]).op("async_eval")?;
+                    next
+                }
+            };
             came_from = Came::Plain;
             // While token n+1 computes: would its continuation be proposed?
             // A draft's proposals are not free: a plain step is measured
@@ -306,8 +331,15 @@ pub fn generate_with(
             _ => (propose(&seq, asked).to_vec(), clock.elapsed()),
         };
         depth.proposed(draft.len(), clock.elapsed().saturating_sub(proposing));
+        // Under a guide, proposals stop at the first it would not allow,
+        // and each row of the pass is masked as the step would be.
+        let (draft, rows) = match guide.as_deref() {
+            Some(g) => check_draft(g, draft, width)?,
+            None => (draft, None),
+        };
         if draft.is_empty() {
-            y = step(model, sampler, cache, &ids_array(&[token]), Some(&[token]), &out.history)?;
+            let mask = bias(guide.as_deref_mut(), width)?;
+            y = step(model, sampler, cache, &ids_array(&[token]), Some(&[token]), &out.history, mask.as_ref())?;
             async_eval([&y]).op("async_eval")?;
             speculation.forward_passes += 1;
             came_from = Came::Unpipelined;
@@ -315,6 +347,7 @@ pub fn generate_with(
         }
         let fed: Vec<u32> = std::iter::once(token).chain(draft.iter().copied()).collect();
         let logits = model.forward_with(&ids_array(&fed), cache, Logits::All)?;
+        let logits = masked(&logits, rows.as_ref())?;
         cache.push_tokens(&fed);
         let (accepted, following) = sampler.verify(&logits, &draft, &out.history)?;
         // Keep `token` and the accepted proposals; forget the rest.
@@ -339,7 +372,7 @@ pub fn generate_with(
         speculation.decoded += u32::try_from(accepted).unwrap_or(u32::MAX);
         let mut stopped = None;
         for &d in &draft[..accepted] {
-            if let Some(reason) = out.emit(d, now, &mut on_token, cancel) {
+            if let Some(reason) = out.emit(d, now, guide.as_deref_mut(), &mut on_token, cancel)? {
                 stopped = Some(reason);
                 break;
             }
@@ -391,7 +424,8 @@ fn check_ids(model: &Model, prompt: &[u32]) -> Result<()> {
     }
 }
 
-/// One forward pass of `ids` and the sampled token after it (lazy).
+/// One forward pass of `ids` and the sampled token after it (lazy), the
+/// logits masked by `mask` ([`bias`]) when a guide gave one.
 fn step(
     model: &Model,
     sampler: &mut Sampler,
@@ -399,12 +433,88 @@ fn step(
     ids: &Array,
     fed: Option<&[u32]>,
     history: &[u32],
+    mask: Option<&Array>,
 ) -> Result<Array> {
     let logits = model.forward(ids, cache)?;
     if let Some(fed) = fed {
         cache.push_tokens(fed);
     }
-    sampler.sample(&logits, history)
+    sampler.sample(&masked(&logits, mask)?, history)
+}
+
+/// A step scheduled before the token it follows was read: its token, or
+/// (under a guide) its logits, sampled once the mask is known.
+enum Ahead {
+    Token(Array),
+    Logits(Array),
+}
+
+impl Ahead {
+    fn into_array(self) -> Array {
+        match self {
+            Ahead::Token(a) | Ahead::Logits(a) => a,
+        }
+    }
+}
+
+/// The guide's mask for the next token as an additive bias `[1, width]`
+/// (0 where allowed, −inf elsewhere); `None` where any token may come.
+fn bias(guide: Option<&mut Guide>, width: i32) -> Result<Option<Array>> {
+    let Some(guide) = guide else { return Ok(None) };
+    Ok(guide.mask()?.map(|m| bias_rows(&[Some(m)], width)))
+}
+
+/// Rows of masks as a bias `[rows, width]`; a `None` row allows every token.
+/// Ids past the mask (embedding rows no token uses) are never allowed
+/// under a mask.
+fn bias_rows(masks: &[Option<llguidance::toktrie::SimpleVob>], width: i32) -> Array {
+    let w = usize::try_from(width).unwrap_or(0);
+    let mut values = vec![0f32; w * masks.len()];
+    for (row, mask) in values.chunks_exact_mut(w.max(1)).zip(masks) {
+        if let Some(mask) = mask {
+            for (i, v) in row.iter_mut().enumerate() {
+                if i >= mask.len() || !mask.is_allowed(i as u32) {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
+    }
+    Array::from_slice(&values, &[i32::try_from(masks.len()).unwrap_or(i32::MAX), width])
+}
+
+/// `logits` plus the bias (broadcast over the batch), or as they are.
+fn masked(logits: &Array, bias: Option<&Array>) -> Result<Array> {
+    match bias {
+        Some(b) => logits.add(b).op("grammar mask"),
+        None => Ok(logits.clone()),
+    }
+}
+
+/// `draft` cut at the first proposal the guide would not allow, and the
+/// mask of each row of the pass that checks it (`k + 1` rows: the one
+/// after the fed token, then after each proposal), from a clone of the
+/// guide, so the guide itself reads only the tokens that are kept.
+fn check_draft(guide: &Guide, mut draft: Vec<u32>, width: i32) -> Result<(Vec<u32>, Option<Array>)> {
+    let mut g = guide.clone();
+    let mut rows = Vec::with_capacity(draft.len() + 1);
+    let mut kept = 0;
+    for &d in &draft {
+        let mask = g.mask()?;
+        if mask.as_ref().is_some_and(|m| !m.is_allowed(d)) {
+            break;
+        }
+        rows.push(mask);
+        kept += 1;
+        if g.accept(d)?.finished {
+            break;
+        }
+    }
+    draft.truncate(kept);
+    rows.push(g.mask()?);
+    if rows.iter().all(Option::is_none) {
+        return Ok((draft, None));
+    }
+    Ok((draft, Some(bias_rows(&rows, width))))
 }
 
 /// How the token about to be read was computed.
@@ -443,29 +553,35 @@ impl<'a> Emitted<'a> {
         }
     }
 
-    /// Hands out `token`, read at `now`; `Some` when the turn ends here.
+    /// Hands out `token`, read at `now` (the guide reads it first); `Some`
+    /// when the turn ends here.
     fn emit(
         &mut self,
         token: u32,
         now: Duration,
-        on_token: &mut impl FnMut(u32) -> bool,
+        guide: Option<&mut Guide>,
+        on_token: &mut impl FnMut(u32, bool) -> bool,
         cancel: &AtomicBool,
-    ) -> Option<FinishReason> {
+    ) -> Result<Option<FinishReason>> {
         if self.first_token_at.is_none() {
             self.first_token_at = Some(now);
         }
         if self.eos_ids.contains(&token) {
-            return Some(FinishReason::Stop);
+            return Ok(Some(FinishReason::Stop));
         }
+        let step = match guide {
+            Some(g) => g.accept(token)?,
+            None => crate::grammar::Step::default(),
+        };
         self.tokens.push(token);
         self.last_token_at = Some(now);
         if self.use_history {
             self.history.push(token);
         }
-        if !on_token(token) || cancel.load(Ordering::Relaxed) {
-            return Some(FinishReason::Cancelled);
+        if !on_token(token, step.thinking) || cancel.load(Ordering::Relaxed) {
+            return Ok(Some(FinishReason::Cancelled));
         }
-        None
+        Ok(step.finished.then_some(FinishReason::Stop))
     }
 }
 
@@ -501,7 +617,7 @@ mod tests {
 
     fn run(model: &Model, cache: &mut KvCache, prompt: &[u32], opts: &GenerateOptions) -> Generation {
         let cancel = AtomicBool::new(false);
-        generate(model, cache, prompt, opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| true)
+        generate(model, cache, prompt, opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_, _| true)
             .expect("generate")
     }
 
@@ -746,10 +862,11 @@ mod tests {
                     &base,
                     &drafted_opts,
                     Some(&mut draft),
+                    None,
                     &mut greedy(),
                     &clock,
                     &cancel,
-                    |_| true,
+                    |_, _| true,
                 )
                 .expect("generate");
                 if let Some(i) = a.tokens.iter().zip(&b.tokens).position(|(x, y)| x != y) {
@@ -808,9 +925,17 @@ mod tests {
         let mut cache = m.new_cache();
         let cancel = AtomicBool::new(false);
         let opts = GenerateOptions { max_tokens: 2, ..Default::default() };
-        let err =
-            generate(&m, &mut cache, &[3, vocab, 5], &opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| true)
-                .unwrap_err();
+        let err = generate(
+            &m,
+            &mut cache,
+            &[3, vocab, 5],
+            &opts,
+            &mut greedy(),
+            &FakeClock(Cell::new(0)),
+            &cancel,
+            |_, _| true,
+        )
+        .unwrap_err();
         assert!(
             matches!(err, EngineError::TokenOutOfVocab { token, vocab_size } if token == vocab && vocab_size == 256)
         );
@@ -856,7 +981,7 @@ mod tests {
             &mut greedy(),
             &FakeClock(Cell::new(0)),
             &cancel,
-            |_| {
+            |_, _| {
                 seen += 1;
                 if seen == 2 {
                     cancel.store(true, Ordering::Relaxed);
@@ -881,7 +1006,7 @@ mod tests {
             &mut greedy(),
             &WallClock::start(),
             &cancel,
-            |_| true,
+            |_, _| true,
         );
         assert!(matches!(empty, Err(EngineError::EmptyPrompt)));
     }
@@ -893,7 +1018,7 @@ mod tests {
         let opts = GenerateOptions { max_tokens: 4, prefill_chunk: 8, ..Default::default() };
         let cancel = AtomicBool::new(true);
         let mut cache = m.new_cache();
-        let g = generate(&m, &mut cache, &prompt, &opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_| {
+        let g = generate(&m, &mut cache, &prompt, &opts, &mut greedy(), &FakeClock(Cell::new(0)), &cancel, |_, _| {
             panic!("no token may come after a cancel during prefill")
         })
         .expect("generate");

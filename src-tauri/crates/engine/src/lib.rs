@@ -18,6 +18,7 @@ mod dtype;
 mod error;
 mod ffi;
 mod generate;
+pub mod grammar;
 mod inspect;
 mod kv_quant;
 mod layers;
@@ -32,6 +33,7 @@ mod quant;
 mod sampler;
 mod sizes;
 pub mod source;
+mod stops;
 #[cfg(test)]
 mod testutil;
 pub mod tokenizer;

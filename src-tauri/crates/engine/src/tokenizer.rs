@@ -117,6 +117,16 @@ impl Tokenizer {
         self.inner.get_vocab(true).into_values().max().unwrap_or(0)
     }
 
+    /// The token table constrained decoding masks over (its tokenizer.json
+    /// form: a folder's file, or what a GGUF's metadata was built into),
+    /// `n_vocab` wide: the model's output width.
+    pub fn grammar_vocabulary(
+        &self,
+        n_vocab: usize,
+    ) -> std::result::Result<crate::grammar::Vocabulary, crate::grammar::GrammarError> {
+        crate::grammar::Vocabulary::new(&self.inner, &self.eos_ids, n_vocab)
+    }
+
     /// Renders a one-message conversation, so a template that does not
     /// compile, refuses every conversation, or runs out of fuel is found
     /// when the model is loaded rather than at the first message.

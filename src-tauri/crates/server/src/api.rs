@@ -211,6 +211,9 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             speculative: headroom_core::speculative::SpeculativeMode::None,
             // The load `ensure_loaded` made ready, set where it runs.
             load: None,
+            constraint: None,
+            stop: Vec::new(),
+            thinking: None,
         },
     })
 }

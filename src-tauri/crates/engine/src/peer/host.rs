@@ -185,7 +185,7 @@ impl Link {
             let micros = self.ring.recv(&[1], Dtype::Int32)?;
             Ok((back, micros.as_slice::<i32>().first().copied().unwrap_or(0)))
         })();
-        let (back, micros) = back.inspect_err(|_| self.lost.set(true))?;
+        let (back, micros) = back.inspect_err(|_: &EngineError| self.lost.set(true))?;
         if micros == STEPPED_ASIDE {
             self.lost.set(true);
             return Err(EngineError::PeerLost {

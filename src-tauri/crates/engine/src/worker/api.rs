@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use headroom_core::chat::{FinishReason, Message};
+use headroom_core::chat::{FinishReason, Message, Thinking};
 use headroom_core::kv::KvFormat;
 use headroom_core::speculative::{Speculation, SpeculativeMode};
 use headroom_core::stats::{Rates, TurnTimings};
@@ -239,6 +239,13 @@ pub struct GenerateRequest {
     /// weights' fingerprint cannot tell a fine-tune of the same shape
     /// apart; the load can). `None`: whatever model is loaded then.
     pub load: Option<u64>,
+    /// A grammar the answer must match (`crate::grammar`); `None`: free text.
+    pub constraint: Option<crate::grammar::Constraint>,
+    /// Strings that end the turn (finish reason Stop) where the text
+    /// contains them, across token boundaries; never part of the output.
+    pub stop: Vec<String>,
+    /// The model's thinking block: which tokens are thinking, and its budget.
+    pub thinking: Option<Thinking>,
 }
 
 impl GenerateRequest {
@@ -256,6 +263,9 @@ impl GenerateRequest {
             prompt_cache_room: None,
             speculative: SpeculativeMode::None,
             load: None,
+            constraint: None,
+            stop: Vec::new(),
+            thinking: None,
         }
     }
 }
@@ -383,10 +393,13 @@ pub enum EngineEvent {
         prompt_tokens: usize,
         reused_tokens: usize,
     },
-    /// `text` is empty while a character is split across tokens.
+    /// `text` is empty while a character is split across tokens, or held
+    /// back while it may be the start of a stop string.
     Token {
         id: u32,
         text: String,
+        /// Inside the thinking block (its tags included).
+        thinking: bool,
     },
     /// Text not tied to a new token: a character left unfinished at the end.
     Text(String),
@@ -421,7 +434,7 @@ impl Run {
             on_event(&event);
             match event {
                 EngineEvent::Started { .. } => {}
-                EngineEvent::Token { id, text: t } => {
+                EngineEvent::Token { id, text: t, .. } => {
                     token_ids.push(id);
                     text.push_str(&t);
                 }

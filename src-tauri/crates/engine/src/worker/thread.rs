@@ -27,6 +27,7 @@ use crate::draft::Draft;
 use crate::dtype::{dtype_name, short_dtype_name};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate_with, GenerateOptions, Generation, WallClock};
+use crate::grammar::Guide;
 use crate::inspect::check_vocab_rows;
 use crate::loader::{materialize, stage};
 use crate::lookup::Depth;
@@ -39,6 +40,7 @@ use crate::prompt_cache::{Entry, Owner, PromptCache, PromptCacheStats, Reuse};
 use crate::sampler::Sampler;
 use crate::sizes::PREFILL_CHUNK;
 use crate::source::ModelFiles;
+use crate::stops::StopScan;
 use crate::tokenizer::Tokenizer;
 use crate::weights::{weight_files, ComputeDtype};
 
@@ -167,11 +169,24 @@ struct Loaded {
     /// (its passes cost the draft's steps too, so apart from lookup's).
     draft: Option<std::cell::RefCell<Draft>>,
     drafting: std::cell::RefCell<Depth>,
+    /// The token table for constrained decoding, built at the first turn
+    /// that needs it (`grammar::Vocabulary`).
+    vocabulary: std::sync::OnceLock<crate::grammar::Vocabulary>,
 }
 
 impl Loaded {
     /// Whether what this process holds is this model alone, all of it: a
     /// measurement is then a point of its calibration curve.
+    /// The grammar's token table, built once per load.
+    fn vocabulary(&self) -> Result<&crate::grammar::Vocabulary> {
+        if let Some(v) = self.vocabulary.get() {
+            return Ok(v);
+        }
+        let width = usize::try_from(self.model.config().text.vocab_size).unwrap_or(0);
+        let built = self.tokenizer.grammar_vocabulary(width)?;
+        Ok(self.vocabulary.get_or_init(|| built))
+    }
+
     fn measures_itself(&self) -> bool {
         self.model.later_layers().is_none() && self.draft.is_none()
     }
@@ -506,6 +521,7 @@ impl Worker {
             lookup: std::cell::RefCell::new(Depth::default()),
             draft: draft.map(std::cell::RefCell::new),
             drafting: std::cell::RefCell::new(Depth::default()),
+            vocabulary: std::sync::OnceLock::new(),
         });
         let measured = measured.map_err(none_loaded)?;
         // A model split across two Macs, or one with a draft beside it, is
@@ -638,6 +654,11 @@ impl Worker {
         let limit = loaded.settings.context_limit;
         let prompt = encode_within(&loaded.tokenizer, &request.messages, limit, request.overflow)?;
         let mut sampler = Sampler::new(request.sampling.clone())?;
+        // A grammar the model's vocabulary cannot compile is refused before the run starts.
+        let mut guide = match (&request.constraint, &request.thinking) {
+            (None, None) => None,
+            (constraint, thinking) => Some(Guide::new(loaded.vocabulary()?, constraint.as_ref(), thinking.as_ref())?),
+        };
         let format = request.kv.unwrap_or(loaded.settings.kv);
         loaded.model.check_kv_format(format)?;
         // Across two Macs every turn starts afresh: the peer's half of a
@@ -679,20 +700,26 @@ impl Worker {
         self.start_measuring()?;
         let mut detok = loaded.tokenizer.detokenizer();
         let mut detok_error = None;
+        // Stops apply to the answer: a thinking block's text is not scanned.
+        let mut stops = StopScan::new(&request.stop);
         let clock = WallClock(accepted);
-        let generation = generate_with(
+        let mut generation = generate_with(
             &loaded.model,
             &mut cache,
             &prompt,
             &options,
             draft.as_deref_mut(),
+            guide.as_mut(),
             &mut sampler,
             &clock,
             cancel,
-            |id| {
+            |id, thinking| {
                 match detok.step(id) {
-                    // A closed receiver means nobody listens: stop like a cancel.
-                    Ok(text) => events.send(EngineEvent::Token { id, text }).is_ok(),
+                    Ok(text) => {
+                        let text = if thinking { text } else { stops.push(&text) };
+                        // A closed receiver means nobody listens: stop like a cancel.
+                        events.send(EngineEvent::Token { id, text, thinking }).is_ok() && !stops.hit()
+                    }
                     Err(e) => {
                         detok_error = Some(e);
                         false
@@ -705,7 +732,12 @@ impl Worker {
         if let Some(e) = detok_error {
             return Err(e);
         }
+        if stops.hit() {
+            // Ended by a stop string (the loop saw it as a cancel).
+            generation.finish_reason = FinishReason::Stop;
+        }
         let tail = detok.finish()?;
+        let tail = stops.push(&tail) + &stops.finish();
         if !tail.is_empty() {
             let _ = events.send(EngineEvent::Text(tail));
         }
