@@ -109,7 +109,7 @@ pub fn bridge(run: Run, engine: EngineHandle) -> mpsc::UnboundedReceiver<EngineE
 /// What was gathered after the first event.
 #[derive(Debug)]
 pub enum Gathered {
-    Done { answer: Answer, reason: headroom_core::chat::FinishReason, usage: Usage },
+    Done { answer: Box<Answer>, reason: headroom_core::chat::FinishReason, usage: Usage },
     Failed(ApiError),
 }
 
@@ -144,7 +144,7 @@ pub async fn gather(
                     Some(usage) if reason != headroom_core::chat::FinishReason::Cancelled => {
                         let mut deltas = splitter.push(&text);
                         deltas.extend(splitter.finish());
-                        Gathered::Done { answer: Answer::from_deltas(meta, deltas), reason, usage }
+                        Gathered::Done { answer: Box::new(Answer::from_deltas(meta, deltas)), reason, usage }
                     }
                     _ => Gathered::Failed(ended_early(Some(reason))),
                 };
