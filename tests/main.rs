@@ -4,6 +4,7 @@
 // helpers of this test binary read as plainly as the tests they serve.
 #![allow(clippy::unwrap_used)]
 
+mod chat_template;
 mod gguf;
 mod layout;
 mod mlx_link;

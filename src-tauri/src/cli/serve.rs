@@ -180,7 +180,12 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
             Some(provider.add_model(path).ok_or_else(|| EngineError::MissingConfig { dir: path.to_owned() })?)
         }
         Some(id) => Some(id.clone()),
-        None => None,
+        // No --model: the default model is offered like every other door
+        // offers it, and loaded by the first request that names it.
+        None => {
+            provider.add_default_model();
+            None
+        }
     };
     // Listening first: a taken port fails in milliseconds, not after a load.
     let server = Server::bind(addr, config, engine.clone(), Arc::new(provider.clone()))?;

@@ -70,6 +70,17 @@ impl AppModels {
         Some(id)
     }
 
+    /// Offers the bundled default model (the one `generate` and `chat` use
+    /// when none is named) under its id, without loading it: the first
+    /// request that names it loads it. `None` if this install has none.
+    pub fn add_default_model(&mut self) -> Option<String> {
+        let path = crate::default_model::bundled()?;
+        let id = crate::default_model::DEFAULT_MODEL_ID.to_owned();
+        self.extra.retain(|m| m.id != id);
+        self.extra.push(Offered { id: id.clone(), path });
+        Some(id)
+    }
+
     /// Offers every model folder directly inside `dir`; returns how many.
     pub fn add_models_dir(&mut self, dir: &Path) -> std::io::Result<usize> {
         let mut subdirs: Vec<PathBuf> =

@@ -80,6 +80,7 @@ pub fn summary_prompt(older: &[Message], max_tokens: usize) -> Vec<Message> {
             Role::User => "User",
             Role::Assistant => "Assistant",
             Role::System => "System",
+            Role::Tool => "Tool",
         };
         transcript.push_str(who);
         transcript.push_str(": ");

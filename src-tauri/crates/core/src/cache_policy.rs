@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use sha2::{Digest, Sha256};
 
-use crate::chat::{Message, Role};
+use crate::chat::Message;
 use crate::router::Decision;
 
 /// The cache's byte budget unless the user sets another (50 MB, 10^6 bytes).
@@ -137,13 +137,19 @@ pub fn history_hash(history: &[Message]) -> String {
     h.field(b"history");
     h.bytes(&(history.len() as u64).to_le_bytes());
     for m in history {
-        let role: &[u8] = match m.role {
-            Role::System => b"system",
-            Role::User => b"user",
-            Role::Assistant => b"assistant",
-        };
-        h.field(role);
+        h.field(m.role.as_str().as_bytes());
         h.field(normalize_prompt(&m.content).as_bytes());
+        // Calls change the prompt the template renders, so they key the
+        // cache too; a history without any hashes as it always did.
+        if !m.tool_calls.is_empty() || m.tool_call_id.is_some() {
+            h.field(b"tools");
+            for c in &m.tool_calls {
+                h.field(c.id.as_bytes());
+                h.field(c.name.as_bytes());
+                h.field(c.arguments.as_bytes());
+            }
+            h.field(m.tool_call_id.as_deref().unwrap_or_default().as_bytes());
+        }
     }
     h.hex()
 }
@@ -212,6 +218,7 @@ pub fn is_expired(created_ms: i64, now_ms: i64, ttl: Option<Duration>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::chat::Role;
     use crate::fit::Verdict;
     use crate::router::{route, Force, LocalModel, RouteContext, RouteRequest};
 

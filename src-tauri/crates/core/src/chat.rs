@@ -9,6 +9,20 @@ pub enum Role {
     System,
     User,
     Assistant,
+    /// A tool's result, answering the assistant's call `tool_call_id`.
+    Tool,
+}
+
+impl Role {
+    /// The name chat templates and the OpenAI API give the role.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
 }
 
 /// One message of a conversation.
@@ -16,12 +30,46 @@ pub enum Role {
 pub struct Message {
     pub role: Role,
     pub content: String,
+    /// The calls an assistant message made (empty for every other message;
+    /// absent from JSON written before tools existed, so that still reads).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    /// Which call a `Role::Tool` message answers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
 }
 
 impl Message {
     pub fn new(role: Role, content: impl Into<String>) -> Self {
-        Self { role, content: content.into() }
+        Self { role, content: content.into(), tool_calls: Vec::new(), tool_call_id: None }
     }
+}
+
+/// One function call the model made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// The id the tool's answer refers back to (`call_…`).
+    pub id: String,
+    pub name: String,
+    /// The arguments as JSON text, as OpenAI's API carries them: the model
+    /// wrote text, and re-serialising it would change what it wrote.
+    pub arguments: String,
+}
+
+/// A function the model may call (OpenAI's function tool).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Tool {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    /// The JSON schema of the arguments object.
+    #[serde(default = "empty_object_schema")]
+    pub parameters: serde_json::Value,
+}
+
+/// What a tool without `parameters` takes: any object.
+pub fn empty_object_schema() -> serde_json::Value {
+    serde_json::json!({"type": "object", "properties": {}})
 }
 
 /// Why a generation ended.
@@ -59,5 +107,21 @@ mod tests {
         assert_eq!(serde_json::to_string(&m).unwrap_or_default(), r#"{"role":"assistant","content":"hi"}"#);
         let back: Message = serde_json::from_str(r#"{"role":"system","content":"x"}"#).unwrap();
         assert_eq!(back.role, Role::System);
+    }
+
+    #[test]
+    fn tool_fields_are_optional_both_ways() {
+        // JSON written before tools existed reads, and a plain message
+        // still writes without them.
+        let old: Message = serde_json::from_str(r#"{"role":"user","content":"x"}"#).unwrap();
+        assert_eq!(old, Message::new(Role::User, "x"));
+        let call = ToolCall { id: "c1".into(), name: "f".into(), arguments: "{}".into() };
+        let m = Message { tool_calls: vec![call], ..Message::new(Role::Assistant, "") };
+        let back: Message = serde_json::from_str(&serde_json::to_string(&m).unwrap()).unwrap();
+        assert_eq!(back, m);
+        let t: Message = serde_json::from_str(r#"{"role":"tool","content":"12","tool_call_id":"c1"}"#).unwrap();
+        assert_eq!((t.role, t.tool_call_id.as_deref()), (Role::Tool, Some("c1")));
+        let tool: Tool = serde_json::from_str(r#"{"name":"now"}"#).unwrap();
+        assert_eq!(tool.parameters, empty_object_schema());
     }
 }

@@ -140,7 +140,9 @@ fn exchanges_to_leave(items: &[(usize, Role, bool)]) -> Vec<bool> {
         let (partner, partner_role) = match role {
             Role::User => (i.checked_add(1), Role::Assistant),
             Role::Assistant => (i.checked_sub(1), Role::User),
-            Role::System => (None, Role::System),
+            // A tool's result has no one partner among the question/answer
+            // pairs; it goes alone.
+            Role::System | Role::Tool => (None, role),
         };
         if let Some(&p) = partner.and_then(|j| at.get(&j)).filter(|&&p| items[p].1 == partner_role) {
             leave[p] = true;

@@ -7,6 +7,7 @@ pub mod bench;
 pub mod cache_policy;
 pub mod calibration;
 pub mod chat;
+pub mod chat_format;
 pub mod fit;
 pub mod format;
 pub mod gate;

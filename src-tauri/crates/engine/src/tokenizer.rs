@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use headroom_core::chat::Message;
+use headroom_core::chat::{Message, Tool};
 use minijinja::value::Kwargs;
 use minijinja::{context, Environment, ErrorKind, Value as JinjaValue};
 use serde_json::Value;
@@ -150,15 +150,49 @@ impl Tokenizer {
 
     /// The conversation as the chat template renders it.
     pub fn apply_chat_template(&self, messages: &[Message], add_generation_prompt: bool) -> Result<String> {
+        self.apply_chat_template_with(messages, TemplateExtras::default(), add_generation_prompt)
+    }
+
+    /// The conversation with tools and template keywords, as the chat
+    /// template renders it.
+    pub fn apply_chat_template_with(
+        &self,
+        messages: &[Message],
+        extras: TemplateExtras<'_>,
+        add_generation_prompt: bool,
+    ) -> Result<String> {
         let source = self.template.as_deref().ok_or_else(|| EngineError::NoChatTemplate { dir: self.dir.clone() })?;
-        render_template(source, messages, add_generation_prompt, self.bos_token.as_deref(), self.eos_token.as_deref())
+        render_template(
+            source,
+            messages,
+            extras,
+            add_generation_prompt,
+            self.bos_token.as_deref(),
+            self.eos_token.as_deref(),
+        )
+    }
+
+    /// The chat template's source, if the folder has one (tool-call formats
+    /// are picked from it).
+    pub fn chat_template(&self) -> Option<&str> {
+        self.template.as_deref()
     }
 
     /// The rendered conversation as token ids. Special tokens are not added:
     /// the template already wrote the BOS and the role markers, and a second
     /// BOS would change every logit after it.
     pub fn encode_chat(&self, messages: &[Message], add_generation_prompt: bool) -> Result<Vec<u32>> {
-        let text = self.apply_chat_template(messages, add_generation_prompt)?;
+        self.encode_chat_with(messages, TemplateExtras::default(), add_generation_prompt)
+    }
+
+    /// [`Self::encode_chat`] with tools and template keywords.
+    pub fn encode_chat_with(
+        &self,
+        messages: &[Message],
+        extras: TemplateExtras<'_>,
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>> {
+        let text = self.apply_chat_template_with(messages, extras, add_generation_prompt)?;
         self.encode(&text, false)
     }
 
@@ -230,10 +264,68 @@ impl Detokenizer<'_> {
     }
 }
 
+/// What a chat template gets besides the messages, as transformers'
+/// `apply_chat_template(tools=…, **kwargs)` passes it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TemplateExtras<'a> {
+    /// The functions the model may call; none renders as `tools = None`.
+    pub tools: &'a [Tool],
+    /// Keywords such as `enable_thinking`; they override `bos_token` and
+    /// `eos_token` as transformers' do, never `messages`, `tools` or
+    /// `add_generation_prompt`.
+    pub kwargs: Option<&'a serde_json::Map<String, Value>>,
+}
+
+/// A message as transformers' callers hand it to templates (vLLM's shape):
+/// calls as `{id, type, function: {name, arguments}}` with the arguments
+/// parsed into an object (Llama's and Mistral's templates `tojson` them;
+/// Qwen's accept either), kept as text when they are not JSON. Parsed into
+/// minijinja's own ordered map so the model's key order survives.
+fn template_message(m: &Message) -> JinjaValue {
+    let mut fields: Vec<(&str, JinjaValue)> =
+        vec![("role", JinjaValue::from(m.role.as_str())), ("content", JinjaValue::from(m.content.as_str()))];
+    if !m.tool_calls.is_empty() {
+        let calls: Vec<JinjaValue> = m
+            .tool_calls
+            .iter()
+            .map(|c| {
+                let arguments = serde_json::from_str::<JinjaValue>(&c.arguments)
+                    .unwrap_or_else(|_| JinjaValue::from(c.arguments.as_str()));
+                let function =
+                    JinjaValue::from_iter([("name", JinjaValue::from(c.name.as_str())), ("arguments", arguments)]);
+                JinjaValue::from_iter([
+                    ("id", JinjaValue::from(c.id.as_str())),
+                    ("type", JinjaValue::from("function")),
+                    ("function", function),
+                ])
+            })
+            .collect();
+        fields.push(("tool_calls", JinjaValue::from(calls)));
+    }
+    if let Some(id) = &m.tool_call_id {
+        fields.push(("tool_call_id", JinjaValue::from(id.as_str())));
+    }
+    JinjaValue::from_iter(fields)
+}
+
+/// A tool in OpenAI's request shape, which is what templates are written for.
+fn template_tool(t: &Tool) -> JinjaValue {
+    let mut function: Vec<(&str, JinjaValue)> = vec![("name", JinjaValue::from(t.name.as_str()))];
+    if let Some(d) = &t.description {
+        function.push(("description", JinjaValue::from(d.as_str())));
+    }
+    function.push(("parameters", JinjaValue::from_serialize(&t.parameters)));
+    JinjaValue::from_iter([("type", JinjaValue::from("function")), ("function", JinjaValue::from_iter(function))])
+}
+
+/// The names transformers fills itself; a keyword may not replace them.
+pub const RESERVED_TEMPLATE_KWARGS: [&str; 3] = ["messages", "tools", "add_generation_prompt"];
+
 /// Renders `source` with the context transformers gives chat templates.
 pub fn render_template(
     source: &str,
     messages: &[Message],
+    extras: TemplateExtras<'_>,
     add_generation_prompt: bool,
     bos_token: Option<&str>,
     eos_token: Option<&str>,
@@ -246,10 +338,26 @@ pub fn render_template(
     let rendered = template
         .render_captured_to(
             context! {
-                messages => messages,
+                messages => messages.iter().map(template_message).collect::<Vec<_>>(),
+                tools => (!extras.tools.is_empty())
+                    .then(|| extras.tools.iter().map(template_tool).collect::<Vec<_>>()),
                 add_generation_prompt => add_generation_prompt,
-                bos_token => bos_token.unwrap_or_default(),
-                eos_token => eos_token.unwrap_or_default(),
+                ..JinjaValue::from_iter(
+                    [
+                        ("bos_token".to_owned(), JinjaValue::from(bos_token.unwrap_or_default())),
+                        ("eos_token".to_owned(), JinjaValue::from(eos_token.unwrap_or_default())),
+                    ]
+                    .into_iter()
+                    .chain(
+                        extras
+                            .kwargs
+                            .into_iter()
+                            .flatten()
+                            .filter(|(k, _)| !RESERVED_TEMPLATE_KWARGS.contains(&k.as_str()))
+                            .map(|(k, v)| (k.clone(), JinjaValue::from_serialize(v))),
+                    )
+                    .collect::<Vec<_>>(),
+                )
             },
             &mut out,
         )
@@ -324,11 +432,11 @@ fn strftime_now(format: String) -> std::result::Result<JinjaValue, minijinja::Er
 fn tojson(value: &JinjaValue, kwargs: Kwargs) -> std::result::Result<JinjaValue, minijinja::Error> {
     // Templates only pass `indent`; transformers' other options keep their defaults.
     let indent: Option<usize> = kwargs.get("indent")?;
-    let json: Value = serde_json::to_value(value)
-        .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "tojson: value is not JSON").with_source(e))?;
+    // Straight from minijinja's ordered value: a detour through
+    // serde_json::Value would sort the keys, and Python keeps their order.
     let mut out = Vec::new();
     let mut ser = serde_json::Serializer::with_formatter(&mut out, PyFormatter::new(indent));
-    serde::Serialize::serialize(&json, &mut ser)
+    serde::Serialize::serialize(value, &mut ser)
         .map_err(|e| minijinja::Error::new(ErrorKind::InvalidOperation, "tojson failed").with_source(e))?;
     Ok(JinjaValue::from_safe_string(String::from_utf8_lossy(&out).into_owned()))
 }

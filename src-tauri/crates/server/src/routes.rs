@@ -20,7 +20,9 @@ use axum::{Json, Router};
 use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest};
 use serde_json::{json, Value};
 
-use crate::api::{completion, parse_request, ChatRequest, Meta};
+use headroom_core::chat_format::{StreamSplitter, ToolChoice};
+
+use crate::api::{completion, parse_request, ChatRequest, Meta, ResponseFormat};
 use crate::api_error::ApiError;
 use crate::config::ServeConfig;
 use crate::provider::{ModelCard, ModelProvider};
@@ -291,7 +293,19 @@ async fn chat_response(
     }
     let body = body?;
     let request = parse_request(&body, ctx.config.default_max_tokens)?;
-    let ChatRequest { model, stream, include_usage, mut generate } = request;
+    let ChatRequest {
+        model,
+        stream,
+        include_usage,
+        mut generate,
+        tool_choice,
+        parallel_tool_calls,
+        stop,
+        response_format,
+    } = request;
+    refuse_until_constrained(&tool_choice, parallel_tool_calls, &stop, &response_format)?;
+    // The answer is read for calls to these, whatever the template did with them.
+    let tools = generate.tools.clone();
     generate.speculative = ctx.config.speculative;
     generate.tenant = tenant.0;
 
@@ -314,8 +328,8 @@ async fn chat_response(
 
     // Wait for the run to start before answering: a prompt over the context
     // limit (or any refusal) then gets its own status, streamed or not.
-    match rx.recv().await {
-        Some(EngineEvent::Started { .. }) => {}
+    let format = match rx.recv().await {
+        Some(EngineEvent::Started { format, .. }) => format,
         Some(EngineEvent::Error(e)) => {
             guard.finish();
             return Err(e.into());
@@ -332,16 +346,47 @@ async fn chat_response(
             guard.finish();
             return Err(ended_early(None));
         }
-    }
+    };
+    let splitter = StreamSplitter::new(Some(format.tools), tools, format.think);
     if stream {
-        return Ok(Sse::new(CompletionStream::new(rx, guard, meta, include_usage)).into_response());
+        return Ok(Sse::new(CompletionStream::new(rx, guard, meta, include_usage, splitter)).into_response());
     }
-    let gathered = gather(&mut rx).await;
+    let gathered = gather(&mut rx, splitter, &meta).await;
     guard.finish();
     match gathered {
-        Gathered::Done { text, reason, usage } => Ok(Json(completion(&meta, &text, reason, &usage)).into_response()),
+        Gathered::Done { answer, reason, usage } => {
+            Ok(Json(completion(&meta, &answer, reason, &usage)).into_response())
+        }
         Gathered::Failed(e) => Err(e),
     }
+}
+
+/// What needs the engine's constrained decoding and stop sequences, which
+/// this build does not have yet: refused by name rather than answered
+/// unconstrained (a client would get JSON that may not parse, or text past
+/// its stop). `tool_choice: auto` and plain tools work: calls are read from
+/// the model's own format.
+fn refuse_until_constrained(
+    choice: &ToolChoice,
+    _parallel: bool,
+    stop: &[String],
+    format: &ResponseFormat,
+) -> Result<(), ApiError> {
+    let unsupported = |param: &str, why: &str| {
+        Err(ApiError::invalid(format!("'{param}' is not supported by this server yet: {why}."))
+            .param(param)
+            .code("unsupported_parameter"))
+    };
+    if !stop.is_empty() {
+        return unsupported("stop", "stop sequences arrive with the engine's constrained decoding");
+    }
+    if *format != ResponseFormat::Text {
+        return unsupported("response_format", "JSON output arrives with the engine's constrained decoding");
+    }
+    if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
+        return unsupported("tool_choice", "forcing a call arrives with the engine's constrained decoding");
+    }
+    Ok(())
 }
 
 fn unix_now() -> u64 {

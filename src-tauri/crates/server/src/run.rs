@@ -16,7 +16,9 @@ use headroom_engine::worker::{EngineEvent, EngineHandle, Run, RunId};
 use serde_json::json;
 use tokio::sync::mpsc;
 
-use crate::api::{chunk, usage_chunk, Meta, Usage};
+use headroom_core::chat_format::StreamSplitter;
+
+use crate::api::{chunk, delta_json, finish_reason, usage_chunk, Answer, Meta, Usage};
 use crate::api_error::ApiError;
 
 /// Counters and the runs in flight, shared by the handlers and the [`crate::Server`].
@@ -107,7 +109,7 @@ pub fn bridge(run: Run, engine: EngineHandle) -> mpsc::UnboundedReceiver<EngineE
 /// What was gathered after the first event.
 #[derive(Debug)]
 pub enum Gathered {
-    Done { text: String, reason: headroom_core::chat::FinishReason, usage: Usage },
+    Done { answer: Box<Answer>, reason: headroom_core::chat::FinishReason, usage: Usage },
     Failed(ApiError),
 }
 
@@ -125,8 +127,12 @@ pub fn ended_early(reason: Option<headroom_core::chat::FinishReason>) -> ApiErro
     }
 }
 
-/// Reads a non-streamed run to its end.
-pub async fn gather(rx: &mut mpsc::UnboundedReceiver<EngineEvent>) -> Gathered {
+/// Reads a non-streamed run to its end, split by `splitter`.
+pub async fn gather(
+    rx: &mut mpsc::UnboundedReceiver<EngineEvent>,
+    mut splitter: StreamSplitter,
+    meta: &Meta,
+) -> Gathered {
     let (mut text, mut usage) = (String::new(), None);
     while let Some(event) = rx.recv().await {
         match event {
@@ -136,7 +142,9 @@ pub async fn gather(rx: &mut mpsc::UnboundedReceiver<EngineEvent>) -> Gathered {
             EngineEvent::Finished { reason } => {
                 return match usage {
                     Some(usage) if reason != headroom_core::chat::FinishReason::Cancelled => {
-                        Gathered::Done { text, reason, usage }
+                        let mut deltas = splitter.push(&text);
+                        deltas.extend(splitter.finish());
+                        Gathered::Done { answer: Box::new(Answer::from_deltas(meta, deltas)), reason, usage }
                     }
                     _ => Gathered::Failed(ended_early(Some(reason))),
                 };
@@ -160,13 +168,28 @@ pub struct CompletionStream {
     usage: Option<Usage>,
     pending: VecDeque<Event>,
     ended: bool,
+    /// Content, reasoning and calls out of the model's text.
+    splitter: StreamSplitter,
 }
 
 impl CompletionStream {
-    pub fn new(rx: mpsc::UnboundedReceiver<EngineEvent>, guard: RunGuard, meta: Meta, include_usage: bool) -> Self {
+    pub fn new(
+        rx: mpsc::UnboundedReceiver<EngineEvent>,
+        guard: RunGuard,
+        meta: Meta,
+        include_usage: bool,
+        splitter: StreamSplitter,
+    ) -> Self {
         let first = chunk(&meta, &json!({ "role": "assistant", "content": "" }), None);
         let pending = VecDeque::from([Event::default().data(first.to_string())]);
-        Self { rx, guard, meta, include_usage, usage: None, pending, ended: false }
+        Self { rx, guard, meta, include_usage, usage: None, pending, ended: false, splitter }
+    }
+
+    fn send_deltas(&mut self, deltas: Vec<headroom_core::chat_format::Delta>) {
+        for d in deltas {
+            let v = chunk(&self.meta, &delta_json(&self.meta, &d), None);
+            self.pending.push_back(Event::default().data(v.to_string()));
+        }
     }
 
     fn end(&mut self) {
@@ -182,7 +205,8 @@ impl CompletionStream {
             EngineEvent::Token { text, .. } | EngineEvent::Text(text) => {
                 // Empty while a character is split across tokens: nothing to send.
                 if !text.is_empty() {
-                    self.pending.push_back(data(chunk(&self.meta, &json!({ "content": text }), None)));
+                    let deltas = self.splitter.push(&text);
+                    self.send_deltas(deltas);
                 }
             }
             EngineEvent::Stats(s) => self.usage = Some(Usage::from_stats(&s)),
@@ -191,6 +215,9 @@ impl CompletionStream {
                 self.end();
             }
             EngineEvent::Finished { reason } => {
+                let deltas = self.splitter.finish();
+                self.send_deltas(deltas);
+                let reason = finish_reason(reason, self.splitter.calls() > 0);
                 self.pending.push_back(data(chunk(&self.meta, &json!({}), Some(reason))));
                 if let (true, Some(usage)) = (self.include_usage, &self.usage) {
                     self.pending.push_back(data(usage_chunk(&self.meta, usage)));

@@ -226,6 +226,7 @@ pub fn markdown(export: &SessionExport) -> String {
             Role::System => "System",
             Role::User => "You",
             Role::Assistant => "Assistant",
+            Role::Tool => "Tool",
         };
         let mut heading = format!("\n## {who} · {}", utc_minute(m.created_at));
         if m.role == Role::Assistant {

@@ -204,7 +204,7 @@ pub(crate) enum RunEvent {
 impl From<EngineEvent> for RunEvent {
     fn from(e: EngineEvent) -> Self {
         match e {
-            EngineEvent::Started { prompt_tokens, reused_tokens } => Self::Started { prompt_tokens, reused_tokens },
+            EngineEvent::Started { prompt_tokens, reused_tokens, .. } => Self::Started { prompt_tokens, reused_tokens },
             EngineEvent::Token { text, .. } | EngineEvent::Text(text) => Self::Text(text),
             EngineEvent::Stats(s) => Self::Stats(s, None),
             EngineEvent::Finished { reason } => Self::Finished(reason),

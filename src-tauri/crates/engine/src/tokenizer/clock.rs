@@ -137,7 +137,15 @@ mod tests {
     fn a_template_that_asks_for_it_gets_todays_date() {
         let template = r#"{%- if strftime_now is defined %}{%- set date_string = strftime_now("%d %b %Y") %}{%- else %}{%- set date_string = "26 Jul 2024" %}{%- endif %}Today Date: {{ date_string }}"#;
         let before = Moment::now().format("%d %b %Y").expect("format");
-        let out = crate::tokenizer::render_template(template, &[], false, None, None).expect("renders");
+        let out = crate::tokenizer::render_template(
+            template,
+            &[],
+            crate::tokenizer::TemplateExtras::default(),
+            false,
+            None,
+            None,
+        )
+        .expect("renders");
         let after = Moment::now().format("%d %b %Y").expect("format");
         assert!(out == format!("Today Date: {before}") || out == format!("Today Date: {after}"), "{out}");
     }

@@ -123,19 +123,30 @@ fn template_sources_in_transformers_order() {
 fn hf_dialect_python_methods_tojson_trim_blocks_and_raise_exception() {
     let msgs = chat(Some("  sys  "), "hi");
     let t = "{% for m in messages %}\n  {% if m.role == 'system' %}\n{{ m.content.strip() }}|{% endif %}\n{% endfor %}{{ {'a': [1, 'é<'], 'b': none} | tojson }}|{{ [1] | tojson(indent=2) }}";
-    let out = render_template(t, &msgs, false, None, None).expect("render");
+    let out = render_template(t, &msgs, TemplateExtras::default(), false, None, None).expect("render");
     assert_eq!(out, "sys|{\"a\": [1, \"é<\"], \"b\": null}|[\n  1\n]");
 
     let t = "{% if messages[0].role != 'user' %}{{ raise_exception('Conversations must start with the user') }}{% endif %}ok";
-    match render_template(t, &msgs, false, None, None) {
+    match render_template(t, &msgs, TemplateExtras::default(), false, None, None) {
         Err(e @ EngineError::TemplateRender { .. }) => {
             assert!(e.to_string().contains("Conversations must start with the user"), "{e}")
         }
         other => panic!("expected TemplateRender, got {other:?}"),
     }
-    assert!(matches!(render_template("{% for %}", &msgs, false, None, None), Err(EngineError::TemplateRender { .. })));
+    assert!(matches!(
+        render_template("{% for %}", &msgs, TemplateExtras::default(), false, None, None),
+        Err(EngineError::TemplateRender { .. })
+    ));
     assert_eq!(
-        render_template("{{ bos_token }}{{ eos_token }}", &msgs, false, Some("<s>"), Some("</s>")).expect("render"),
+        render_template(
+            "{{ bos_token }}{{ eos_token }}",
+            &msgs,
+            TemplateExtras::default(),
+            false,
+            Some("<s>"),
+            Some("</s>")
+        )
+        .expect("render"),
         "<s></s>"
     );
 }

@@ -215,6 +215,12 @@ pub struct GenerateRequest {
     pub tenant: Option<String>,
     /// The whole conversation so far, ending with the user's new message.
     pub messages: Vec<Message>,
+    /// The functions the model may call, rendered by the chat template as
+    /// transformers' `apply_chat_template(tools=…)` renders them.
+    pub tools: Vec<headroom_core::chat::Tool>,
+    /// Keywords the chat template reads (`enable_thinking`, any
+    /// `chat_template_kwargs`), as transformers passes `**kwargs`.
+    pub template_kwargs: serde_json::Map<String, serde_json::Value>,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     pub overflow: OverflowPolicy,
@@ -255,6 +261,8 @@ impl GenerateRequest {
             session: None,
             tenant: None,
             messages,
+            tools: Vec::new(),
+            template_kwargs: serde_json::Map::new(),
             sampling: SamplingParams::default(),
             max_tokens: 256,
             overflow: OverflowPolicy::Error,
@@ -392,6 +400,9 @@ pub enum EngineEvent {
     Started {
         prompt_tokens: usize,
         reused_tokens: usize,
+        /// How to read the answer: the template's call format and thinking
+        /// tags (and whether the prompt already opened a think block).
+        format: headroom_core::chat_format::AnswerFormat,
     },
     /// `text` is empty while a character is split across tokens, or held
     /// back while it may be the start of a stop string.

@@ -396,7 +396,8 @@ fn truncation_drops_the_fewest_oldest_messages_the_one_at_a_time_way_would() {
     };
     let mut checked = 0;
     for limit in (10..700).step_by(23) {
-        let searched = super::thread::encode_within(&tok, &msgs, limit, OverflowPolicy::TruncateOldest).ok();
+        let searched =
+            super::thread::encode_within(&tok, &msgs, Default::default(), limit, OverflowPolicy::TruncateOldest).ok();
         assert_eq!(searched, one_at_a_time(limit), "limit {limit}");
         checked += 1;
     }

@@ -41,8 +41,9 @@ use crate::sampler::Sampler;
 use crate::sizes::PREFILL_CHUNK;
 use crate::source::ModelFiles;
 use crate::stops::StopScan;
-use crate::tokenizer::Tokenizer;
+use crate::tokenizer::{TemplateExtras, Tokenizer};
 use crate::weights::{weight_files, ComputeDtype};
+use headroom_core::chat_format::{AnswerFormat, ToolFormat};
 
 /// A [`Job::WithModel`] body: the loaded model (if any), how it was
 /// loaded, and the engine's meter for the turns it runs.
@@ -652,7 +653,19 @@ impl Worker {
             return Err(EngineError::ModelChanged);
         }
         let limit = loaded.settings.context_limit;
-        let prompt = encode_within(&loaded.tokenizer, &request.messages, limit, request.overflow)?;
+        // A template that knows no tools gets them as the fallback's
+        // system prompt, and tool turns as user turns.
+        let template = loaded.tokenizer.chat_template();
+        let (messages, tools) = ToolFormat::for_template(template).prepare(&request.messages, &request.tools);
+        let prompt = encode_within(
+            &loaded.tokenizer,
+            &messages,
+            TemplateExtras { tools: &tools, kwargs: Some(&request.template_kwargs) },
+            limit,
+            request.overflow,
+        )?;
+        let tail = loaded.tokenizer.decode(&prompt[prompt.len().saturating_sub(4)..], false)?;
+        let answer_format = AnswerFormat::of(template, &tail);
         let mut sampler = Sampler::new(request.sampling.clone())?;
         // A grammar the model's vocabulary cannot compile is refused before the run starts.
         let mut guide = match (&request.constraint, &request.thinking) {
@@ -683,7 +696,11 @@ impl Worker {
         };
         self.prompts.record(prompt.len(), reused, from);
         let loaded = self.loaded()?;
-        let _ = events.send(EngineEvent::Started { prompt_tokens: prompt.len(), reused_tokens: reused });
+        let _ = events.send(EngineEvent::Started {
+            prompt_tokens: prompt.len(),
+            reused_tokens: reused,
+            format: answer_format,
+        });
 
         // The cache peaks at prompt + max_tokens - 1 positions (the last
         // token is sampled, never fed): keep that within the limit.
@@ -836,10 +853,11 @@ fn check_and_stage(dir: &Path, settings: &LoadSettings) -> Result<(Option<Model>
 pub(super) fn encode_within(
     tok: &Tokenizer,
     messages: &[Message],
+    extras: TemplateExtras<'_>,
     limit: usize,
     policy: OverflowPolicy,
 ) -> Result<Vec<u32>> {
-    let ids = tok.encode_chat(messages, true)?;
+    let ids = tok.encode_chat_with(messages, extras, true)?;
     if ids.len() <= limit {
         return Ok(ids);
     }
@@ -851,7 +869,7 @@ pub(super) fn encode_within(
     }
     let without = |dropped: usize| {
         let kept: Vec<Message> = messages[..first].iter().chain(&messages[first + dropped..]).cloned().collect();
-        tok.encode_chat(&kept, true)
+        tok.encode_chat_with(&kept, extras, true)
     };
     let mut fits = without(most)?;
     if fits.len() > limit {

@@ -148,11 +148,7 @@ pub struct TurnOutcome {
 }
 
 pub(crate) fn role_str(role: Role) -> &'static str {
-    match role {
-        Role::System => "system",
-        Role::User => "user",
-        Role::Assistant => "assistant",
-    }
+    role.as_str()
 }
 
 pub(super) fn parse_role(s: &str) -> Result<Role> {
@@ -160,6 +156,7 @@ pub(super) fn parse_role(s: &str) -> Result<Role> {
         "system" => Ok(Role::System),
         "user" => Ok(Role::User),
         "assistant" => Ok(Role::Assistant),
+        "tool" => Ok(Role::Tool),
         _ => Err(StoreError::Corrupt { column: "messages.role", value: s.to_owned() }),
     }
 }

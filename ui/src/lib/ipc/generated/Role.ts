@@ -3,4 +3,4 @@
 /**
  * Who wrote a message, with the names chat templates expect.
  */
-export type Role = "system" | "user" | "assistant";
+export type Role = "system" | "user" | "assistant" | "tool";
