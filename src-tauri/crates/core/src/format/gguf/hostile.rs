@@ -383,21 +383,22 @@ fn corpus() -> Option<Vec<HostileGguf>> {
     Some(c)
 }
 
+/// Whether an error is the one a hostile file must end in.
+pub type Expect = fn(&FormatError) -> bool;
+
 /// Headers too large to keep in memory as a corpus entry, written as sparse
 /// files (the zeros cost no disk): one whose header runs past
 /// [`super::limits::MAX_HEADER_BYTES`] (an array of 20M U64s, 160 MB) and one
 /// whose decoded size runs past [`super::limits::MAX_DECODED_BYTES`] (20M
 /// empty strings: 160 MB in the file, three times that decoded). Each path
 /// with the check its error must pass.
-pub fn write_oversized_headers(
-    dir: &std::path::Path,
-) -> std::io::Result<Vec<(std::path::PathBuf, fn(&FormatError) -> bool)>> {
+pub fn write_oversized_headers(dir: &std::path::Path) -> std::io::Result<Vec<(std::path::PathBuf, Expect)>> {
     use super::types::value_type as vt;
     use std::io::Write;
     const COUNT: u64 = 20_000_000;
-    let mut out: Vec<(std::path::PathBuf, fn(&FormatError) -> bool)> = Vec::new();
+    let mut out: Vec<(std::path::PathBuf, Expect)> = Vec::new();
     for (name, elem, says) in [
-        ("huge-header.gguf", vt::U64, (|e| gguf_says(e, "header budget")) as fn(&FormatError) -> bool),
+        ("huge-header.gguf", vt::U64, (|e| gguf_says(e, "header budget")) as Expect),
         ("huge-decoded-header.gguf", vt::STRING, |e| gguf_says(e, "decoded-bytes budget")),
     ] {
         let mut head = Vec::new();
