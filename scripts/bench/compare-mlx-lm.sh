@@ -6,6 +6,7 @@
 # with the ratios (scripts/bench/compare.py).
 #
 #   scripts/bench/compare-mlx-lm.sh [--preset tiny] [--bits 4] [--float bf16|f32] [-p 512] [-n 128] [-k 3] [-t 3]
+#   scripts/bench/compare-mlx-lm.sh --model DIR [-p …]   an mlx-community model folder instead of a demo model
 #
 # --float f32 first widens the model's float tensors to f32 (widen.py): mlx-lm
 # computes in the dtype of the weights, so both sides then run f32, where MLX's
@@ -17,10 +18,11 @@
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
-preset=tiny bits=4 float=bf16 p=512 n=128 k=3 t=3
+preset=tiny bits=4 float=bf16 p=512 n=128 k=3 t=3 given=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --preset) preset=$2; shift 2 ;;
+    --model) given=$2; shift 2 ;;
     --bits) bits=$2; shift 2 ;;
     --float) float=$2; shift 2 ;;
     -p) p=$2; shift 2 ;;
@@ -38,7 +40,10 @@ python=$root/.deps/venv/bin/python
 
 started=$(date +%s)
 model=$root/target/bench-models/$preset-q$bits
-if [ ! -f "$model/config.json" ]; then
+if [ -n "$given" ]; then
+  [ -f "$given/config.json" ] || { echo "compare-mlx-lm.sh: no config.json in $given" >&2; exit 2; }
+  model=$given
+elif [ ! -f "$model/config.json" ]; then
   "$headroom" demo-model "$model" --preset "$preset" --bits "$bits" >&2
 fi
 case $float in
@@ -74,7 +79,8 @@ for i in $(seq 1 "$k"); do
   esac
 done
 
-echo "model: $model ($preset, $bits-bit, $float floats); $k rounds × $t trials each (one warm-up per round, not counted)"
+what=$([ -n "$given" ] && echo "as it is on disk" || echo "$preset, $bits-bit, $float floats")
+echo "model: $model ($what); $k rounds × $t trials each (one warm-up per round, not counted)"
 for kernel in fused auto; do
   echo
   echo "headroom --kernel $kernel:"

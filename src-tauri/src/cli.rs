@@ -184,7 +184,7 @@ fn report(result: Result<(), CliError>) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {e}");
+            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
             ExitCode::FAILURE
         }
     }

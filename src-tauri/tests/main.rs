@@ -19,6 +19,7 @@ mod openai_client;
 mod persist;
 mod pull;
 mod route;
+mod serve_limits;
 mod serve_load;
 mod shelf;
 mod two_macs;

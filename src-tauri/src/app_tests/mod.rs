@@ -5,6 +5,7 @@
 //! Settings (`peers`), and the module layout (`layout`). The helpers here
 //! are what they share.
 
+mod background;
 mod draft;
 mod layout;
 mod learned;

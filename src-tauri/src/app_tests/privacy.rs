@@ -4,10 +4,13 @@
 //! reaches the stub unless that message was allowed; a harmless message does
 //! arrive, so the check fails both ways.
 
+use headroom_cloud::summarize::SummaryPolicy;
 use headroom_cloud::testserver::{answer, Stub};
 use headroom_core::settings::Settings;
 use headroom_store::Route;
-use serde_json::json;
+use serde_json::{json, Value};
+use tauri::test::MockRuntime;
+use tauri::Manager;
 
 use super::*;
 
@@ -118,9 +121,10 @@ fn a_cache_hit_sends_nothing_and_a_chat_with_secrets_is_never_cached() {
     assert_eq!(leaked(&cloud), Vec::<&str>::new());
 }
 
-#[test]
-fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
-    let (app, _window) = app_with_window_in("privacy-summary");
+/// A chat worth summarising, with the secrets among its turns, sent to the
+/// cloud with the summary on; the events of that turn.
+fn summarised_for_the_cloud(tag: &str) -> (tauri::App<MockRuntime>, AppState, Stub, Vec<Value>) {
+    let (app, _window) = app_with_window_in(tag);
     let state = state_of(&app);
     crate::models::ensure_default_model(&state).unwrap();
     let cloud = stub();
@@ -151,6 +155,12 @@ fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
     ));
     assert!(sent.is_ok(), "{sent:?}");
     let events = until_end(&events);
+    (app, state, cloud, events)
+}
+
+#[test]
+fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
+    let (_app, _state, cloud, events) = summarised_for_the_cloud("privacy-summary");
     let codes: Vec<&str> = events[0]["data"]["route"]["reasons"]
         .as_array()
         .into_iter()
@@ -163,4 +173,64 @@ fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
     assert!(body.contains("and then?") && body.contains("question 5?"), "{body}");
     assert!(!body.contains("lorem ipsum lorem"), "the older turns went as the summary");
     assert_eq!(leaked(&cloud), Vec::<&str>::new(), "{body}");
+}
+
+/// The summary's prompt opens with public words (its instructions, then
+/// "Summarise this conversation:" and the first speaker); a local client of
+/// the app's keyless server sends that opening followed by a guess at the
+/// conversation. Were the summary's state in the keyless partition,
+/// `cached_tokens` would confirm the guess token by token; in the app's own
+/// partition it confirms nothing beyond what the client itself sent before.
+#[test]
+fn a_keyless_server_client_reads_nothing_of_the_summarys_prompt_through_cached_tokens() {
+    let (app, _state, _cloud, events) = summarised_for_the_cloud("privacy-summary-probe");
+    let window = app.get_webview_window(crate::MAIN_WINDOW).unwrap();
+    let codes = events[0]["data"]["route"]["reasons"].to_string();
+    assert!(codes.contains("SUMMARISED"), "the summary ran locally: {events:?}");
+    let info = invoke(&window, "server_start", json!({ "port": 0 })).unwrap();
+    let url = info["url"].as_str().unwrap().to_owned();
+
+    let opening = headroom_cloud::summarize::summary_prompt(&[], SummaryPolicy::default().max_summary_tokens);
+    let system = opening[0].content.clone();
+    let public = "Summarise this conversation:\n\nUser: question 0:";
+    // The guess: exactly the conversation's first turn, as the summary saw it.
+    let guess = format!("{public} {}", "lorem ipsum ".repeat(120).trim());
+    let ask = |user: &str| -> Value {
+        let body = json!({
+            "model": crate::models::DEMO_MODEL_ID,
+            "messages": [{"role": "system", "content": system}, {"role": "user", "content": user}],
+            "max_tokens": 1,
+        });
+        let reply = server_post(&url, &body.to_string());
+        assert_eq!(reply["object"], "chat.completion", "{reply}");
+        reply["usage"].clone()
+    };
+    let probe = ask(&guess);
+    let cached = probe["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    // The same probe again: the client's own state serves it, so the oracle
+    // does answer in this setup (the assertion below is not vacuous).
+    let again = ask(&guess)["prompt_tokens_details"]["cached_tokens"].as_u64().unwrap_or(0);
+    let opening_tokens = ask(public)["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        cached <= opening_tokens,
+        "the probe read {cached} cached tokens, beyond the public {opening_tokens}: {probe}"
+    );
+    assert!(again > opening_tokens, "a client's own prefix is reported ({again} cached): the probe can see hits");
+    assert_eq!(invoke(&window, "server_stop", json!({})).ok(), Some(json!(true)));
+}
+
+/// One POST to the app's server; the JSON answer.
+fn server_post(url: &str, body: &str) -> Value {
+    use std::io::{Read, Write};
+    let authority = url.trim_start_matches("http://").trim_end_matches("/v1");
+    let mut s = std::net::TcpStream::connect(authority).unwrap();
+    let head = format!(
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(format!("{head}{body}").as_bytes()).unwrap();
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).unwrap();
+    let body = reply.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or_default();
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {reply}"))
 }

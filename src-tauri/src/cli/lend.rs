@@ -31,6 +31,7 @@ use headroom_engine::ComputeDtype;
 
 use super::fit::{budget_source, gb, verdict_line, BudgetArgs};
 use super::lend_copy::{Found, Shelves};
+use super::terminal::terminal_safe_line;
 use super::CliError;
 use crate::fit::{budget_inputs, PeerSplit};
 
@@ -80,7 +81,8 @@ pub fn peers(args: &PeersArgs) -> Result<(), CliError> {
     }
     for f in &found {
         let budget = f.budget_bytes.map_or_else(|| "budget unknown".to_owned(), |b| format!("budget {}", gb(b)));
-        println!("{:<24} {:<22} {budget}", f.machine, f.address);
+        // Bonjour names are anyone's on the network: text only, one row each.
+        println!("{:<24} {:<22} {budget}", terminal_safe_line(&f.machine), terminal_safe_line(&f.address));
     }
     Ok(())
 }
@@ -101,7 +103,7 @@ pub fn pair(args: &PairArgs) -> Result<(), CliError> {
     // The app's Pair button and this command: one pairing, one place the token is kept.
     let dir = super::chat::locations()?.data_dir;
     let machine = crate::peers::pair(&dir, &args.peer, &args.code).map_err(|e| CliError::Lend(e.to_string()))?;
-    println!("paired with {machine} at {}", args.peer);
+    println!("paired with {} at {}", terminal_safe_line(&machine), args.peer);
     Ok(())
 }
 

@@ -76,10 +76,11 @@ impl From<HubError> for PullError {
 const CANCELLED: u8 = 130;
 
 pub fn run(args: &PullArgs) -> ExitCode {
-    match pull(args, &HubEnv::from_process(), &mut std::io::stdout().lock()) {
+    // Repo names, titles and the hub's words reach the terminal only as text.
+    match pull(args, &HubEnv::from_process(), &mut super::terminal::TerminalText(std::io::stdout().lock())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {e}");
+            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
             match e {
                 PullError::Pull(crate::pull::PullError::Hub(HubError::Cancelled { .. })) => ExitCode::from(CANCELLED),
                 _ => ExitCode::FAILURE,

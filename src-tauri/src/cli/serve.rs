@@ -11,8 +11,8 @@ use clap::Args;
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
 use headroom_engine::EngineError;
 use headroom_server::{
-    ModelProvider, ProvideError, ServeConfig, Server, ServerError, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS,
-    DEFAULT_PORT,
+    ModelProvider, ProvideError, ServeConfig, Server, ServerError, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_REQUESTS,
+    DEFAULT_MAX_TOKENS, DEFAULT_PORT, HEADER_TIMEOUT,
 };
 
 use super::kernel::KernelArgs;
@@ -56,6 +56,10 @@ pub struct ServeArgs {
     /// for it; one more is answered 429 with Retry-After.
     #[arg(long, default_value_t = DEFAULT_MAX_REQUESTS)]
     pub max_requests: usize,
+    /// Connections open at once (also at most half the open-file limit);
+    /// one more is closed as it is accepted, and the log says so.
+    #[arg(long, default_value_t = DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
     /// Accept clients from other machines (with --host 0.0.0.0 or a LAN address).
     #[arg(long, requires = "api_key_env")]
     pub allow_remote: bool,
@@ -105,12 +109,24 @@ impl From<EngineError> for ServeError {
     }
 }
 
+/// A test knob, never for users: `HEADROOM_SERVE_HEADER_TIMEOUT_MS` shortens
+/// the deadline for a request's headers (default [`HEADER_TIMEOUT`]) so the
+/// connection-limit test (tests/serve_limits.rs) sees idle connections
+/// closed in a second instead of ten. Listed in docs/testing.md.
+fn header_timeout() -> std::time::Duration {
+    std::env::var("HEADROOM_SERVE_HEADER_TIMEOUT_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&ms| ms > 0)
+        .map_or(HEADER_TIMEOUT, std::time::Duration::from_millis)
+}
+
 /// Runs the server until Ctrl-C; errors are one line on stderr, exit code 1.
 pub fn run(args: &ServeArgs) -> ExitCode {
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {e}");
+            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
             ExitCode::FAILURE
         }
     }
@@ -133,6 +149,8 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         context_limit: Some(args.context),
         default_max_tokens: args.max_tokens,
         max_requests: args.max_requests,
+        max_connections: args.max_connections,
+        header_timeout: header_timeout(),
         speculative: args.speculative.mode(),
         ..ServeConfig::default()
     };

@@ -14,6 +14,7 @@ use headroom_hub::{Endpoint, HubClient};
 
 use super::fit::{budget_source, gb, verdict_line, BudgetArgs};
 use super::kernel::KernelArgs;
+use super::terminal::TerminalText;
 use super::CliError;
 use crate::models::{list_models, HubEnv};
 use crate::shelf::{entries, refresh, Refreshed, ShelfEntry, ShelfFit, ShelfSource};
@@ -41,18 +42,21 @@ pub fn run(args: &ShelfArgs) -> Result<(), CliError> {
     let locations = Locations::from_env(|| crate::platform_app_data_dir().ok_or(CliError::NoDataDir))?;
     let stdout = std::io::stdout();
     if args.refresh {
-        refresh_records(&locations.data_dir, &locations.hub, &mut std::io::stderr())?;
+        refresh_records(&locations.data_dir, &locations.hub, &mut TerminalText(std::io::stderr()))?;
     }
-    shelf(args, &locations.data_dir, &locations.hub, &mut stdout.lock())
+    // Records read from the hub reach the terminal only as text.
+    shelf(args, &locations.data_dir, &locations.hub, &mut TerminalText(stdout.lock()))
 }
 
 /// Reads the records from the hub; a repo that fails keeps its older record
 /// and is named on `err`.
 pub(crate) fn refresh_records(data_dir: &Path, env: &HubEnv, err: &mut dyn Write) -> Result<(), CliError> {
     let cache = env.hub_dirs().into_iter().next().ok_or(CliError::NoHubCache)?;
-    let client = HubClient::from_env(Endpoint::from_env()?)?;
+    // Anonymous reads; the token only for a gated repo that refused one.
+    let client = HubClient::new(Endpoint::from_env()?)?;
+    let token = headroom_hub::HfToken::from_env()?;
     let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(CliError::Runtime)?;
-    for (repo, outcome) in runtime.block_on(refresh(&client, data_dir, &cache, None))? {
+    for (repo, outcome) in runtime.block_on(refresh(&client, token.as_ref(), data_dir, &cache, None))? {
         match outcome {
             Refreshed::Read { commit } => {
                 writeln!(err, "refreshed {repo} from the hub (commit {})", &commit[..commit.len().min(12)])?;

@@ -1,25 +1,11 @@
-//! Model output on a terminal: a model can write escape sequences (move the
-//! cursor, recolour, retitle the window, rewrite what was printed above) as
-//! easily as words. [`TerminalText`] passes text, newlines and tabs, and
-//! drops every other control character (C0, DEL, C1) before it reaches a
-//! terminal. A pipe or a file gets the bytes unchanged.
+//! Model output on a terminal, streamed: [`TerminalText`] passes what
+//! [`headroom_core::terminal::terminal_safe`] keeps (text, newlines, tabs)
+//! and drops every other control character before it reaches a terminal. A
+//! pipe or a file gets the bytes unchanged.
 
-use std::borrow::Cow;
 use std::io::{self, Write};
 
-/// Whether `c` may reach a terminal as it is.
-fn allowed(c: char) -> bool {
-    c == '\n' || c == '\t' || !c.is_control()
-}
-
-/// `text` without the control characters a terminal would act on.
-pub fn terminal_safe(text: &str) -> Cow<'_, str> {
-    if text.chars().all(allowed) {
-        Cow::Borrowed(text)
-    } else {
-        Cow::Owned(text.chars().filter(|&c| allowed(c)).collect())
-    }
-}
+pub use headroom_core::terminal::{terminal_safe, terminal_safe_line};
 
 /// A writer that passes [`terminal_safe`] text on to `inner`.
 #[derive(Debug)]
@@ -54,8 +40,6 @@ mod tests {
     fn escape_sequences_and_other_controls_are_dropped_text_newlines_and_tabs_kept() {
         let hostile = "ok\x1b[2J\x1b]0;pwned\x07 done\r\n\tnext\u{9b}31m\u{7f}é 日本";
         let safe = "ok[2J]0;pwned done\n\tnext31mé 日本";
-        assert_eq!(terminal_safe(hostile), safe);
-        assert!(matches!(terminal_safe("plain text\n"), Cow::Borrowed(_)));
 
         let mut out = TerminalText(Vec::new());
         out.write_all(hostile.as_bytes()).unwrap();

@@ -2,7 +2,7 @@
 //! download (`shelf_list`), and their records read again from the hub
 //! (`shelf_refresh`). Pulling one is `model_pull`.
 
-use headroom_hub::{Endpoint, HubClient};
+use headroom_hub::{Endpoint, HfToken, HubClient};
 use serde::Serialize;
 use tauri::State;
 
@@ -33,15 +33,22 @@ pub struct ShelfRefresh {
 /// Reads each shelf repo's config and weight headers from the hub at
 /// `$HF_ENDPOINT` (nothing else is downloaded), then lists the shelf. Unless
 /// `force`, a repo read in the last week is not asked again (the popover
-/// calls this at start, in the background).
+/// calls this at start, in the background), and nothing is asked at all
+/// when "Check the hub for updates" (`check_hub_updates`) is off. The reads
+/// are anonymous; the user's token goes only to a gated repo that refused.
 #[tauri::command]
 pub async fn shelf_refresh(force: Option<bool>, state: State<'_, AppState>) -> Result<ShelfRefresh, CommandError> {
     let state = AppState::clone(&state);
-    let client = HubClient::from_env(Endpoint::from_env()?)?;
-    let fresh_for = (!force.unwrap_or(false)).then_some(shelf::FRESH_FOR);
-    let outcomes =
-        shelf::refresh(&client, &state.locations.data_dir, &crate::pull::cache_root(&state.locations.hub)?, fresh_for)
-            .await?;
+    let force = force.unwrap_or(false);
+    let outcomes = if force || state.settings().check_hub_updates {
+        let client = HubClient::new(Endpoint::from_env()?)?;
+        let token = HfToken::from_env()?;
+        let fresh_for = (!force).then_some(shelf::FRESH_FOR);
+        let cache_root = crate::pull::cache_root(&state.locations.hub)?;
+        shelf::refresh(&client, token.as_ref(), &state.locations.data_dir, &cache_root, fresh_for).await?
+    } else {
+        Vec::new()
+    };
     let failed = outcomes
         .into_iter()
         .filter_map(|(_, r)| match r {

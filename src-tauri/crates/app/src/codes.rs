@@ -315,9 +315,10 @@ impl Coded for headroom_hub::HubError {
     fn code(&self) -> ErrorCode {
         use headroom_hub::HubError as E;
         match self {
-            E::InvalidRepoId { .. } | E::InvalidRevision { .. } | E::InvalidEndpoint { .. } => {
-                ErrorCode::InvalidSetting
-            }
+            E::InvalidRepoId { .. }
+            | E::InvalidRevision { .. }
+            | E::InvalidEndpoint { .. }
+            | E::PlainHttpEndpoint { .. } => ErrorCode::InvalidSetting,
             E::RepoNotFound { .. } | E::RevisionNotFound { .. } | E::FileNotFound { .. } => ErrorCode::RepoNotFound,
             E::Http { .. } | E::Status { .. } | E::TransferFailed { .. } => ErrorCode::HubUnreachable,
             E::Protocol { .. } => ErrorCode::HubProtocol,

@@ -17,7 +17,7 @@ use headroom_core::kv::KvFormat;
 use headroom_core::remedies::{remedies, Remedy};
 use headroom_core::shelf::{self, ShelfError, ShelfModel, ShelfRecord};
 use headroom_engine::ComputeDtype;
-use headroom_hub::{inspect, HubClient, HubError, RepoId};
+use headroom_hub::{inspect, HfToken, HubClient, HubError, RepoId};
 use serde::Serialize;
 
 use crate::codes::{Coded, ErrorCode};
@@ -210,6 +210,7 @@ pub enum Refreshed {
 /// failing keeps its older record; the others still refresh.
 pub async fn refresh(
     client: &HubClient,
+    token: Option<&HfToken>,
     data_dir: &Path,
     cache_root: &Path,
     fresh_for: Option<Duration>,
@@ -225,7 +226,7 @@ pub async fn refresh(
         let outcome = if fresh_for.zip(age).is_some_and(|(fresh, age)| age < fresh) {
             Refreshed::StillFresh
         } else {
-            match refresh_one(client, data_dir, cache_root, record).await {
+            match refresh_one(client, token, data_dir, cache_root, record).await {
                 Ok(commit) => Refreshed::Read { commit },
                 Err(e) => Refreshed::Failed(e),
             }
@@ -235,16 +236,29 @@ pub async fn refresh(
     Ok(outcomes)
 }
 
+/// Reads one repo anonymously: the user's token goes to the hub only for a
+/// repo the record calls gated, and only after the hub refused the
+/// anonymous read (401/403), so a refresh of public repos says nothing of
+/// who is asking.
 async fn refresh_one(
     client: &HubClient,
+    token: Option<&HfToken>,
     data_dir: &Path,
     cache_root: &Path,
     record: ShelfRecord,
 ) -> Result<String, ShelfServiceError> {
     let hub = |source| ShelfServiceError::Hub { repo: record.repo.clone(), source: Box::new(source) };
     let id = RepoId::parse(&record.repo).map_err(hub)?;
+    let anonymous = client.clone().with_token(None);
     // The shape does not matter here: the record keeps dtypes and shapes, not the footprint.
-    let remote = inspect(client, &id, "main", cache_root, LoadShape::default()).await.map_err(hub)?;
+    let remote = match inspect(&anonymous, &id, "main", cache_root, LoadShape::default()).await {
+        Err(HubError::Gated { .. }) if record.gated && token.is_some() => {
+            let signed = client.clone().with_token(token.cloned());
+            inspect(&signed, &id, "main", cache_root, LoadShape::default()).await
+        }
+        other => other,
+    }
+    .map_err(hub)?;
     let tensors = remote
         .headers
         .iter()

@@ -15,7 +15,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{ApiKey, CloudConfig, RetryPolicy, Timeouts};
+use crate::config::{redact_url, ApiKey, CloudConfig, RetryPolicy, Timeouts};
 use crate::error::{CloudError, Result, TimeoutPhase};
 use crate::stats::{CloudStats, Usage};
 
@@ -97,7 +97,13 @@ impl CloudClient {
         }
         let timeout = self.config.timeouts.response;
         let resp = match tokio::time::timeout(timeout, req.send()).await {
-            Err(_) => return Err(CloudError::Timeout { url, phase: TimeoutPhase::Response, after: timeout }),
+            Err(_) => {
+                return Err(CloudError::Timeout {
+                    url: redact_url(&url),
+                    phase: TimeoutPhase::Response,
+                    after: timeout,
+                })
+            }
             Ok(Err(e)) => return Err(send_error(&url, &e, timeout)),
             Ok(Ok(resp)) => resp,
         };
@@ -111,10 +117,10 @@ impl CloudClient {
         }
         let text = tokio::time::timeout(timeout, resp.text())
             .await
-            .map_err(|_| CloudError::Timeout { url: url.clone(), phase: TimeoutPhase::Idle, after: timeout })?
-            .map_err(|e| CloudError::Connect { url: url.clone(), detail: error_chain(&e) })?;
+            .map_err(|_| CloudError::Timeout { url: redact_url(&url), phase: TimeoutPhase::Idle, after: timeout })?
+            .map_err(|e| CloudError::Connect { url: redact_url(&url), detail: error_chain(&e) })?;
         let models: Models = serde_json::from_str(&text).map_err(|e| CloudError::BadResponse {
-            url: url.clone(),
+            url: redact_url(&url),
             what: format!("not a model list ({e}): {}", excerpt(&text)),
         })?;
         Ok(models.data.into_iter().map(|m| m.id).collect())
@@ -282,7 +288,7 @@ impl Run {
             let resp = match sent {
                 Err(_) => {
                     return Err(CloudError::Timeout {
-                        url: self.url.clone(),
+                        url: redact_url(&self.url),
                         phase: TimeoutPhase::Response,
                         after: wait,
                     })
@@ -309,7 +315,7 @@ impl Run {
                 // gets a clear error now instead of a frozen chat.
                 Some(d) if d > self.retry.max_delay => {
                     return Err(CloudError::RateLimited {
-                        url: self.url.clone(),
+                        url: redact_url(&self.url),
                         attempts: self.acc.attempts,
                         retry_after: Some(d),
                     })
@@ -317,7 +323,7 @@ impl Run {
                 Some(d) => d,
                 None => self.retry.backoff(retries_done, fastrand::f64()),
             };
-            tracing::info!(url = %self.url, %status, ?delay, attempt = self.acc.attempts, "cloud request will be retried");
+            tracing::info!(url = %redact_url(&self.url), %status, ?delay, attempt = self.acc.attempts, "cloud request will be retried");
             tokio::select! {
                 () = self.cancel.cancelled() => return Ok(Connected::Cancelled),
                 () = tokio::time::sleep(delay) => {}
@@ -341,7 +347,7 @@ impl Run {
             let event = match next {
                 Err(_) => {
                     self.queue.push_back(Err(CloudError::Timeout {
-                        url: self.url.clone(),
+                        url: redact_url(&self.url),
                         phase: TimeoutPhase::Idle,
                         after: idle,
                     }));
@@ -499,12 +505,12 @@ fn retry_after(headers: &HeaderMap) -> Option<Duration> {
 /// The error for a 3xx, naming where it pointed.
 fn redirected(url: &str, resp: &reqwest::Response) -> CloudError {
     let location = resp.headers().get(reqwest::header::LOCATION).and_then(|v| v.to_str().ok()).map(str::to_owned);
-    CloudError::Redirected { url: url.to_owned(), status: resp.status().as_u16(), location }
+    CloudError::Redirected { url: redact_url(url), status: resp.status().as_u16(), location }
 }
 
 /// The error for a non-2xx status that is final.
 fn status_error(url: &str, model: &str, status: StatusCode, attempts: u32, body: String) -> CloudError {
-    let url = url.to_owned();
+    let url = redact_url(url);
     match status {
         StatusCode::UNAUTHORIZED => CloudError::Unauthorized { url },
         StatusCode::NOT_FOUND => CloudError::NotFound { url, model: model.to_owned() },
@@ -516,7 +522,7 @@ fn status_error(url: &str, model: &str, status: StatusCode, attempts: u32, body:
 
 /// Classifies a failed send: refused, timed out or otherwise unreachable.
 fn send_error(url: &str, e: &reqwest::Error, wait: Duration) -> CloudError {
-    let url = url.to_owned();
+    let url = redact_url(url);
     if e.is_timeout() {
         return CloudError::Timeout { url, phase: TimeoutPhase::Response, after: wait };
     }

@@ -138,8 +138,55 @@ pub fn normalize_base_url(raw: &str) -> Result<String> {
     Ok(url.to_owned())
 }
 
+/// `url` as logs and error messages show it: the values of its query string
+/// and any user:password are replaced, since some providers take the API
+/// key as `?key=…` and a log file is no place for it.
+pub fn redact_url(url: &str) -> String {
+    let (without_fragment, fragment) = match url.split_once('#') {
+        Some((u, _)) => (u, "#…"),
+        None => (url, ""),
+    };
+    let (base, query) = match without_fragment.split_once('?') {
+        Some((b, q)) => (b, Some(q)),
+        None => (without_fragment, None),
+    };
+    let base = match base.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+            match authority.rsplit_once('@') {
+                Some((_, host)) => format!("{scheme}://REDACTED@{host}{path}"),
+                None => base.to_owned(),
+            }
+        }
+        None => base.to_owned(),
+    };
+    let query = query.map(|q| {
+        let pairs: Vec<String> = q
+            .split('&')
+            .map(|pair| match pair.split_once('=') {
+                Some((name, _)) => format!("{name}=REDACTED"),
+                None => pair.to_owned(),
+            })
+            .collect();
+        format!("?{}", pairs.join("&"))
+    });
+    format!("{base}{}{fragment}", query.unwrap_or_default())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_key_in_the_query_string_or_the_user_info_never_reaches_a_log() {
+        let url = "https://generativelanguage.example/v1beta/chat?key=AIzaSECRET&alt=sse";
+        let shown = redact_url(url);
+        assert_eq!(shown, "https://generativelanguage.example/v1beta/chat?key=REDACTED&alt=REDACTED");
+        assert!(!redact_url("https://user:sk-SECRET@api.example/v1/chat?x#frag").contains("SECRET"));
+        assert_eq!(
+            redact_url("http://127.0.0.1:8080/v1/chat/completions"),
+            "http://127.0.0.1:8080/v1/chat/completions"
+        );
+    }
+
     use super::*;
 
     #[test]

@@ -14,7 +14,7 @@ pub mod testserver;
 pub mod turn;
 
 pub use client::{ChatParams, CloudClient, CloudEvent};
-pub use config::{normalize_base_url, ApiKey, CloudConfig, RetryPolicy, Timeouts};
+pub use config::{normalize_base_url, redact_url, ApiKey, CloudConfig, RetryPolicy, Timeouts};
 pub use error::{CloudError, KeyError, TimeoutPhase};
 pub use keys::{KeyStorage, KeyStore};
 pub use stats::{CloudStats, Usage, NO_USAGE_NOTE};

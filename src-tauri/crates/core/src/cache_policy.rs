@@ -2,15 +2,18 @@
 //! which requests may be cached, how a request becomes a key, which entries
 //! to evict to stay within the byte budget, and when an entry has expired.
 //!
-//! The key is a 128-bit FNV-1a hash (hex) of, in order, a version tag, the
+//! The key is a SHA-256 digest, cut to its first 128 bits (32 hex digits,
+//! the width the database's column checks), of, in order, a version tag, the
 //! normalised prompt, the model id, the sampling parameters and the hash of
 //! the history, each length-prefixed so that no two different inputs
-//! serialise to the same bytes. FNV-1a is written here rather than taken
-//! from std because `DefaultHasher` may change between Rust releases, and
-//! keys live in a database across upgrades; 128 bits make an accidental
-//! collision negligible for a cache of any realistic size.
+//! serialise to the same bytes. A fixed, standard digest rather than std's
+//! `DefaultHasher` (which may change between Rust releases), because keys live
+//! in a database across upgrades; and a cryptographic one, because a key must
+//! not be forgeable into a collision with another user's prompt.
 
 use std::time::Duration;
+
+use sha2::{Digest, Sha256};
 
 use crate::chat::Message;
 use crate::router::Decision;
@@ -19,7 +22,7 @@ use crate::router::Decision;
 pub const DEFAULT_BUDGET_BYTES: u64 = 50_000_000;
 
 /// Bumped when the key's recipe changes, so old rows simply stop matching.
-const KEY_VERSION: &str = "headroom-cache-key-v1";
+const KEY_VERSION: &str = "headroom-cache-key-v2";
 
 /// The user's cache settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -90,23 +93,17 @@ pub fn normalize_prompt(prompt: &str) -> String {
     lines[first..last].join("\n")
 }
 
-/// 128-bit FNV-1a, fed field by field with length prefixes.
-#[derive(Debug, Clone, Copy)]
-struct Fnv128(u128);
+/// A SHA-256 digest fed field by field with length prefixes.
+#[derive(Debug, Clone)]
+struct KeyHasher(Sha256);
 
-impl Fnv128 {
-    const OFFSET: u128 = 0x6c62_272e_07bb_0142_62b8_2175_6295_c58d;
-    const PRIME: u128 = 0x0000_0000_0100_0000_0000_0000_0000_013b;
-
+impl KeyHasher {
     fn new() -> Self {
-        Self(Self::OFFSET)
+        Self(Sha256::new())
     }
 
     fn bytes(&mut self, data: &[u8]) {
-        for &b in data {
-            self.0 ^= u128::from(b);
-            self.0 = self.0.wrapping_mul(Self::PRIME);
-        }
+        self.0.update(data);
     }
 
     fn field(&mut self, data: &[u8]) {
@@ -114,8 +111,10 @@ impl Fnv128 {
         self.bytes(data);
     }
 
+    /// The first 128 bits in hex: an accidental collision stays negligible
+    /// for a cache of any realistic size.
     fn hex(self) -> String {
-        format!("{:032x}", self.0)
+        self.0.finalize()[..16].iter().map(|b| format!("{b:02x}")).collect()
     }
 }
 
@@ -134,7 +133,7 @@ fn float_bits(x: f32) -> [u8; 4] {
 /// The hash of the conversation before the prompt (roles and normalised
 /// contents, in order); the empty history has a hash too.
 pub fn history_hash(history: &[Message]) -> String {
-    let mut h = Fnv128::new();
+    let mut h = KeyHasher::new();
     h.field(b"history");
     h.bytes(&(history.len() as u64).to_le_bytes());
     for m in history {
@@ -157,7 +156,7 @@ pub fn history_hash(history: &[Message]) -> String {
 
 /// The cache key: 32 hex digits.
 pub fn cache_key(prompt: &str, model: &str, sampling: &SamplingKey, history_hash: &str) -> String {
-    let mut h = Fnv128::new();
+    let mut h = KeyHasher::new();
     h.field(KEY_VERSION.as_bytes());
     h.field(normalize_prompt(prompt).as_bytes());
     h.field(model.as_bytes());
@@ -270,13 +269,13 @@ mod tests {
     /// Keys are stored; they must not change between builds or releases.
     #[test]
     fn keys_are_stable() {
-        // FNV-1a 128 reference vectors.
-        let mut h = Fnv128::new();
+        // SHA-256 reference vectors (FIPS 180-2), their first 128 bits.
+        let mut h = KeyHasher::new();
         h.bytes(b"");
-        assert_eq!(h.hex(), "6c62272e07bb014262b821756295c58d");
-        let mut h = Fnv128::new();
-        h.bytes(b"a");
-        assert_eq!(h.hex(), "d228cb696f1a8caf78912b704e4a8964");
+        assert_eq!(h.hex(), "e3b0c44298fc1c149afbf4c8996fb924");
+        let mut h = KeyHasher::new();
+        h.bytes(b"abc");
+        assert_eq!(h.hex(), "ba7816bf8f01cfea414140de5dae2223");
         assert_eq!(key("What is a monad?"), key("What is a monad?"));
         assert_eq!(history_hash(&[]), history_hash(&[]));
     }

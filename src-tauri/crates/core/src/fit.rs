@@ -23,7 +23,10 @@
 //!   conversion, up to a prefill chunk past `start`) it is the float cache
 //!   that counts, so the term is the larger of the two;
 //! - overhead: what that prefill step needs besides weights and cache,
-//!   fitted to measurements (below):
+//!   fitted to measurements (below); what depends on the backend beyond
+//!   the attention path (MLX's buffer cache, what sits beside MLX's peak,
+//!   the wired limit) is one table per backend in `fit/backend.rs`
+//!   ([`CPU`], [`METAL`]), each term with its source:
 //!   * attention: what the chunk's attention call (queries × keys)
 //!     allocates, by the path
 //!     MLX takes for it (`crate::attention`, MLX's own dispatch rules, chosen
@@ -195,6 +198,12 @@
 //! formula, in full at its own context and less with distance.
 
 use serde::Serialize;
+
+mod backend;
+pub use backend::{
+    cpu_resident_bytes, terms, BackendTerms, BesidePeak, BufferCache, Wired, CPU, CPU_BUFFER_CACHE_BYTES,
+    CPU_CACHE_HELD_BYTES, CPU_RESIDENT_BYTES, CPU_RUNTIME_BYTES, METAL, MIN_BUFFER_CACHE_BYTES,
+};
 
 use crate::attention::{
     attention_path, quantized_query_block, vector_partials_bytes, AttentionPath, AttentionShape, Backend,
@@ -477,43 +486,6 @@ pub const RECURRENCE_FIXED_BYTES: u64 = 5_000_000;
 
 /// The fixed overhead term (the least-squares constant was ~0).
 pub const FIXED_OVERHEAD: u64 = 256 << 10;
-
-/// What the process holds on MLX's CPU backend beyond MLX's own peak (and
-/// the recurrence), at most: the runtime's [`CPU_RUNTIME_BYTES`] and what
-/// MLX's buffer cache (capped there at [`CPU_BUFFER_CACHE_BYTES`]) keeps
-/// at the peak, [`CPU_CACHE_HELD_BYTES`]. Below that,
-/// [`cpu_resident_bytes`].
-pub const CPU_RESIDENT_BYTES: u64 = CPU_RUNTIME_BYTES + CPU_CACHE_HELD_BYTES;
-
-/// The runtime's own part of [`CPU_RESIDENT_BYTES`], before the cache holds
-/// anything (`cpu_resident_bytes`).
-pub const CPU_RUNTIME_BYTES: u64 = 8_000_000;
-
-/// The most the capped buffer cache was seen to hold of a pass's freed
-/// buffers at its peak, on four models where the chunk's MLP buffers are
-/// small beside the cap (chosen with [`cpu_resident_bytes`]'s other two
-/// bounds on 104 fresh runs: four models at 128–4,096 tokens and the
-/// Qwen2.5-0.5B shape at 248–1,980; docs/fit-calibration.md, "What the
-/// capped cache holds").
-pub const CPU_CACHE_HELD_BYTES: u64 = 17_000_000;
-
-/// What the process holds beside MLX's peak on the CPU backend when a
-/// chunk's MLP holds `mlp_bytes` ([`CPU_KERNEL_ACTIVATION_BYTES`] × rows ×
-/// (hidden + intermediate)) and its widest buffer (rows × intermediate, in
-/// f32) is `widest_bytes`: the runtime's [`CPU_RUNTIME_BYTES`] and what the
-/// capped cache keeps of the pass's freed buffers, the least of three:
-/// twice the MLP's (a short prompt's pass frees little),
-/// [`CPU_CACHE_HELD_BYTES`], and the cap less the widest buffer (the fewer
-/// buffers that size fit under the cap, the less it held: fitted, the
-/// mechanism not traced in MLX). Measured on the `medium` qwen2:
-/// 16.6 MB at 128 tokens (16.8 here), 27.5 at 512 (25.0), 17.9 at 2,048,
-/// where that buffer is 25 MB (16.4); SmolLM2-135M, whose widest buffer
-/// stays under 13 MB, held 19–26 from 512 to 4,096 tokens (25.0).
-pub fn cpu_resident_bytes(mlp_bytes: u64, widest_bytes: u64) -> u64 {
-    let held =
-        mlp_bytes.saturating_mul(2).min(CPU_CACHE_HELD_BYTES).min(CPU_BUFFER_CACHE_BYTES.saturating_sub(widest_bytes));
-    CPU_RUNTIME_BYTES + held
-}
 
 /// Bytes per prompt token × (hidden + intermediate) that a prompt chunk's
 /// MLP holds on the CPU backend's own kernel (prompt chunks through
@@ -986,53 +958,31 @@ pub fn check_with(
     }
 }
 
-/// The least buffer cache a model gets, even on a tight budget: without
-/// one MLX reallocates every step's temporaries and decoding crawls.
-pub const MIN_BUFFER_CACHE_BYTES: u64 = 256 << 20;
-
-/// MLX's buffer-cache limit on its CPU backend: MLX's own CPU default, the
-/// one mlx-lm runs with (`mx.set_cache_limit` returns 33554432 there).
-pub const CPU_BUFFER_CACHE_BYTES: u64 = 32 << 20;
-
-/// MLX's buffer-cache limit for a model loaded with this verdict. MLX keeps
-/// freed buffers for reuse up to its cache limit, which by default is its
-/// memory limit (on Metal 1.5 × the GPU's recommended working set, capped at
-/// 95 % of RAM: mlx #3129 is that cache pushing 16 GB Macs into swap). The
-/// rule on Metal: the cache may hold what the budget leaves after the
-/// model's predicted peak, and at least [`MIN_BUFFER_CACHE_BYTES`]; so
-/// everything a long chat can grow (the cache included) stays inside what
-/// the verdict approved. Every load (app, CLI, server) sets it from its fit
-/// report, less what the prompt cache was given of the same spare
-/// ([`prompt_cache_limit`]).
-///
-/// On the CPU backend it is [`CPU_BUFFER_CACHE_BYTES`] whatever the spare:
-/// there MLX's buffers are the process's heap, and a cached buffer is
-/// resident memory that MLX's own peak does not count, reused only for a
-/// request within two pages of its size. Let grow to the spare, it held
-/// 123 MB past MLX's peak on a gemma-style model at 4K tokens (its window
-/// and full layers free blocks of two sizes) and made the peak depend on
-/// the model's block sizes; capped (with the engine's fixed mmap
-/// threshold), a turn's peak repeats (38 of 40 pairs of fresh runs within
-/// 1 %) and a long prompt's is 9–29 % lower. The price is prefill speed:
+/// MLX's buffer-cache limit for a model loaded with this verdict, by the
+/// backend's rule ([`BackendTerms::buffer_cache`], with its sources in
+/// `fit/backend.rs`): on Metal what the budget leaves after the model's
+/// predicted peak, at least [`MIN_BUFFER_CACHE_BYTES`], so everything a long
+/// chat can grow (the cache included) stays inside what the verdict
+/// approved; on the CPU backend [`CPU_BUFFER_CACHE_BYTES`] whatever the
+/// spare. Every load (app, CLI, server) sets it from its fit report, less
+/// what the prompt cache was given of the same spare
+/// ([`prompt_cache_limit`]). The price of the CPU's cap is prefill speed:
 /// 2,048 tokens of SmolLM2 at 106–108 tok/s against 122–130 uncapped
-/// (about −14 %; decode 22.3–23.7 against 21.9–22.8 tok/s), likely because
-/// large buffers are mapped and zeroed afresh (not measured); mlx-lm runs
-/// with the same default
+/// (about −14 %; decode 22.3–23.7 against 21.9–22.8 tok/s)
 /// (docs/fit-calibration.md, "The capped cache").
 pub fn buffer_cache_limit(report: &FitReport, prompt_cache_bytes: u64) -> u64 {
-    if buffer_cache_capped(report.footprint.backend) {
-        CPU_BUFFER_CACHE_BYTES
-    } else {
-        spare(report).saturating_sub(prompt_cache_bytes).max(MIN_BUFFER_CACHE_BYTES)
+    match terms(report.footprint.backend).buffer_cache {
+        BufferCache::Capped { bytes } => bytes,
+        BufferCache::FollowsSpare { min_bytes } => spare(report).saturating_sub(prompt_cache_bytes).max(min_bytes),
     }
 }
 
-/// Whether MLX's buffer cache is held at [`CPU_BUFFER_CACHE_BYTES`] on this
-/// backend ([`buffer_cache_limit`]). The estimate follows the same answer:
-/// a capped cache is [`cpu_resident_bytes`] beside MLX's peak, an uncapped
-/// one the prefill slack.
+/// Whether MLX's buffer cache is held at a fixed size on this backend
+/// ([`buffer_cache_limit`]). The estimate follows the same answer: a capped
+/// cache is [`cpu_resident_bytes`] beside MLX's peak, an uncapped one the
+/// prefill slack ([`BackendTerms::beside_peak`]).
 fn buffer_cache_capped(backend: Backend) -> bool {
-    backend == Backend::Cpu
+    terms(backend).beside_peak == BesidePeak::CappedCache
 }
 
 /// budget − predicted peak, 0 when over.
@@ -1057,7 +1007,8 @@ pub fn prompt_cache_limit(report: &FitReport, max_bytes: u64) -> u64 {
 }
 
 /// MLX's wired limit for a model loaded with this verdict, on Metal (`None`:
-/// leave MLX's default, 0, which wires nothing).
+/// leave MLX's default, 0, which wires nothing; always on a backend whose
+/// [`BackendTerms::wired`] is [`Wired::Nothing`]).
 ///
 /// Wired memory is kept resident: macOS can neither page nor compress it,
 /// so it is taken from everything else on the Mac. MLX refuses (and through
@@ -1072,6 +1023,9 @@ pub fn prompt_cache_limit(report: &FitReport, max_bytes: u64) -> u64 {
 /// headroom the user keeps for the OS, 4 GB by default). A model that would
 /// swap gets nothing wired, so what the OS needs can still be paged in.
 pub fn wired_limit(report: &FitReport) -> Option<u64> {
+    if terms(report.footprint.backend).wired == Wired::Nothing {
+        return None;
+    }
     let working_set = report.budget.inputs.gpu_working_set_bytes?;
     (report.spare_bytes >= 0).then(|| report.estimate.predicted_peak_bytes.min(working_set))
 }

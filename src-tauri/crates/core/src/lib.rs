@@ -22,4 +22,5 @@ pub mod slowdown;
 pub mod speculative;
 pub mod split;
 pub mod stats;
+pub mod terminal;
 pub mod timeline;

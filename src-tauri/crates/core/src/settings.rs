@@ -120,6 +120,11 @@ pub struct Settings {
     /// must share the model's vocabulary; its weights and KV cache are
     /// counted in every verdict. `None`: no draft.
     pub draft_model: Option<String>,
+    /// "Check the hub for updates": whether the app may ask the Hugging Face
+    /// hub anything in the background (the starter shelf's refresh at
+    /// start). Off, nothing leaves the Mac unless the user asks for it (a
+    /// pull, an explicit refresh).
+    pub check_hub_updates: bool,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -150,6 +155,7 @@ impl Default for Settings {
             speculative: crate::speculative::SpeculativeMode::Lookup,
             peer: None,
             draft_model: None,
+            check_hub_updates: true,
         }
     }
 }

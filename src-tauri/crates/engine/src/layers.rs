@@ -11,6 +11,7 @@ use mlx_rs::fast::{self, ScaledDotProductAttentionMask};
 use mlx_rs::ops::{self, indexing::TryIndexOp};
 use mlx_rs::{Array, Dtype};
 
+use crate::backend::kernels;
 use crate::cache::{AttentionMask, LayerCache};
 use crate::error::{MlxContext, Result};
 use crate::quant::{QuantKernel, QuantizedMatrix};
@@ -213,10 +214,9 @@ impl Mlp {
 }
 
 impl Mlp {
-    /// `silu(gate(x)) * up(x)` in f32 by [`crate::cpu_f32`], where both
-    /// projections run on the row-shared CPU kernel (a few rows of an f32
-    /// model: decode steps and verification passes) and give their rows as
-    /// plain buffers: MLX's SiLU is scalar on x86 (see `cpu_f32`). `None`
+    /// SwiGLU's hidden state by the backend's own kernel
+    /// ([`crate::backend::Kernels::swiglu`]: on the CPU backend, for a few
+    /// rows of an f32 model, where MLX's SiLU is scalar on x86). `None`
     /// elsewhere, where MLX's ops run as mlx-lm's do.
     fn cpu_swiglu(&self, x: &Array) -> Result<Option<Array>> {
         let (LinearWeight::Quantized(gate), LinearWeight::Quantized(up), None, None) =
@@ -224,13 +224,10 @@ impl Mlp {
         else {
             return Ok(None);
         };
-        if x.dtype() != Dtype::Float32 {
+        if !(gate.takes_row_shared(x) && up.takes_row_shared(x)) {
             return Ok(None);
         }
-        let Some((mut g, shape)) = gate.row_shared_rows(x)? else { return Ok(None) };
-        let Some((u, _)) = up.row_shared_rows(x)? else { return Ok(None) };
-        crate::cpu_f32::silu_mul(&mut g, &u);
-        Ok(Some(Array::from_slice(&g, &shape)))
+        kernels().swiglu(gate.view(), up.view(), x)
     }
 }
 
@@ -379,9 +376,9 @@ pub fn attend_cached(
 
 /// Attention over `[B, H, L, D]` queries, then the heads merged back to
 /// `[B, L, H*D]`: MLX's `scaled_dot_product_attention`, or, for a few f32
-/// rows on the CPU backend, [`cpu_attention`].
+/// rows on the CPU backend, its own ([`crate::backend::Kernels::attention`]).
 pub fn sdpa(queries: &Array, keys: &Array, values: &Array, scale: f32, mask: &AttentionMask) -> Result<Array> {
-    if let Some(out) = cpu_attention(queries, keys, values, scale, mask)? {
+    if let Some(out) = kernels().attention(queries, keys, values, scale, mask)? {
         return merge_heads(&out);
     }
     let mask = match mask {
@@ -391,64 +388,6 @@ pub fn sdpa(queries: &Array, keys: &Array, values: &Array, scale: f32, mask: &At
     };
     let out = fast::scaled_dot_product_attention(queries, keys, values, scale, mask, None).op("attention")?;
     merge_heads(&out)
-}
-
-/// Below this many query rows (decode steps, verification passes), f32
-/// attention on the CPU backend is [`cpu_attention`]. A prompt's prefill
-/// chunks keep MLX's whole attention, whose memory the fit's attention
-/// term was measured on.
-pub const CPU_ATTENTION_BELOW_ROWS: i32 = 48;
-
-/// What MLX's CPU attention computes (the scaled queries of each KV head's
-/// group times its keys, a softmax with the causal mask aligned to the
-/// keys' end, times the values), with MLX's products and the softmax of
-/// [`crate::cpu_f32`]: MLX's own is scalar on x86, and its causal mask a
-/// select over every score; both were about a quarter of a 17-row pass.
-/// `None` where MLX's attention runs: another backend or dtype, a mask
-/// array (sliding windows), a prompt's chunk.
-fn cpu_attention(
-    queries: &Array,
-    keys: &Array,
-    values: &Array,
-    scale: f32,
-    mask: &AttentionMask,
-) -> Result<Option<Array>> {
-    let causal = match mask {
-        AttentionMask::None => false,
-        AttentionMask::Causal => true,
-        AttentionMask::Array(_) => return Ok(None),
-    };
-    let (&[batch, heads, rows, dim], &[_, kv_heads, keys_len, _]) = (queries.shape(), keys.shape()) else {
-        return Ok(None);
-    };
-    let f32s = [queries, keys, values].iter().all(|a| a.dtype() == Dtype::Float32);
-    if !f32s
-        || rows >= CPU_ATTENTION_BELOW_ROWS
-        || kv_heads == 0
-        || heads % kv_heads != 0
-        || keys_len < rows
-        || !crate::backend::on_cpu()
-    {
-        return Ok(None);
-    }
-    // Each KV head's query heads as one block of rows: head h uses KV head
-    // h / (heads / kv_heads), so row i of a block is query i % rows.
-    let group = heads / kv_heads * rows;
-    let q = queries.multiply(Array::from_f32(scale)).op("attention scale")?;
-    let q = q.reshape(&[batch, kv_heads, group, dim]).op("attention groups")?;
-    let scores = ops::matmul(&q, keys.swap_axes(-1, -2).op("keys transposed")?).op("attention scores")?;
-    scores.eval().op("attention scores")?;
-    let Ok(flat) = scores.try_as_slice::<f32>() else { return Ok(None) };
-    let mut weights = flat.to_vec();
-    let (cached, rows) = ((keys_len - rows) as usize, rows as usize);
-    for (i, row) in weights.chunks_mut(keys_len as usize).enumerate() {
-        // Query i % rows sees the cached keys, the new ones before it, and itself.
-        let visible = if causal { cached + i % rows + 1 } else { row.len() };
-        crate::cpu_f32::softmax_prefix(row, visible);
-    }
-    let weights = Array::from_slice(&weights, scores.shape());
-    let out = ops::matmul(&weights, values).op("attention values")?;
-    Ok(Some(out.reshape(&[batch, heads, rows as i32, dim]).op("attention heads")?))
 }
 
 /// `[B, H, L, D]` back to `[B, L, H*D]`.
@@ -536,46 +475,6 @@ mod tests {
         Ok(())
     }
 
-    /// The CPU attention is MLX's: grouped heads, the causal mask aligned to
-    /// the keys' end (a verification pass after a cached context), a single
-    /// query without a mask, keys sliced from a longer buffer as the cache
-    /// hands them over. It runs exactly where it should.
-    #[test]
-    fn the_cpu_attention_computes_what_mlx_s_attention_computes() -> Result<()> {
-        for (heads, kv_heads, rows, cached, mask) in [
-            (9, 3, 17, 300, AttentionMask::Causal),
-            (4, 4, 5, 0, AttentionMask::Causal),
-            (8, 2, 1, 129, AttentionMask::None),
-            (6, 2, 47, 3, AttentionMask::Causal),
-        ] {
-            let (d, keys_len) = (64, cached + rows);
-            let q = normal(&[1, heads, rows, d], 1, Dtype::Float32);
-            let buffer = normal(&[1, kv_heads, keys_len + 9, d], 2, Dtype::Float32);
-            let k = buffer.try_index((.., .., ..keys_len, ..)).op("slice")?;
-            let v = normal(&[1, kv_heads, keys_len, d], 3, Dtype::Float32);
-            let ours = cpu_attention(&q, &k, &v, 0.125, &mask)?;
-            assert_eq!(ours.is_some(), crate::backend::on_cpu(), "runs on the CPU backend only");
-            let Some(ours) = ours else { continue };
-            assert_eq!(ours.shape(), &[1, heads, rows, d]);
-            let fast_mask = match mask {
-                AttentionMask::Causal => Some(ScaledDotProductAttentionMask::Causal),
-                _ => None,
-            };
-            let mlx = fast::scaled_dot_product_attention(&q, &k, &v, 0.125, fast_mask, None).op("attention")?;
-            let worst = f32s(&ours).iter().zip(f32s(&mlx)).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
-            assert!(worst < 1e-5, "{heads}/{kv_heads} heads, {rows} rows after {cached}: {worst}");
-        }
-        // MLX's attention stays: a prompt's chunk, bf16, a window's mask array.
-        let (q, k) = (normal(&[1, 2, 48, 32], 4, Dtype::Float32), normal(&[1, 2, 48, 32], 5, Dtype::Float32));
-        assert!(cpu_attention(&q, &k, &k, 1.0, &AttentionMask::Causal)?.is_none());
-        let (qb, kb) = (q.as_dtype(Dtype::Bfloat16).op("cast")?, k.as_dtype(Dtype::Bfloat16).op("cast")?);
-        let short = |a: &Array| a.try_index((.., .., ..4, ..)).op("slice");
-        assert!(cpu_attention(&short(&qb)?, &kb, &kb, 1.0, &AttentionMask::Causal)?.is_none());
-        let window = AttentionMask::Array(Array::from_bool(true));
-        assert!(cpu_attention(&short(&q)?, &k, &k, 1.0, &window)?.is_none());
-        Ok(())
-    }
-
     /// SwiGLU on the CPU kernel's rows is MLX's SiLU times the up
     /// projection, for one row and for a pass's worth; a prompt's chunk
     /// (48 rows and more) keeps MLX's ops.
@@ -595,7 +494,9 @@ mod tests {
         for rows in [1, 17, 48] {
             let x = normal(&[1, rows, hidden], 4, Dtype::Float32);
             let ours = mlp.cpu_swiglu(&x)?;
-            assert_eq!(ours.is_some(), rows < QuantKernel::CPU_ROW_SHARED_BELOW_ROWS, "{rows} rows");
+            // Only where this build's table has the row-shared kernel (never on a Mac).
+            let expected = rows < QuantKernel::CPU_ROW_SHARED_BELOW_ROWS && kernels().row_shared(4, 64);
+            assert_eq!(ours.is_some(), expected, "{rows} rows");
             let Some(ours) = ours else { continue };
             let gate = mlx_rs::nn::silu(mlp.gate_proj.forward(&x)?).op("silu")?;
             let mlx = gate.multiply(mlp.up_proj.forward(&x)?).op("swiglu")?;

@@ -12,7 +12,6 @@ mod backend;
 pub mod bench;
 mod cache;
 mod config;
-mod cpu_f32;
 pub mod demo;
 mod draft;
 mod dtype;
@@ -53,8 +52,9 @@ pub use weights::ComputeDtype;
 /// rpath check): loading a model as a value and computing on arrays.
 #[cfg(feature = "test-support")]
 pub mod testing {
+    pub use crate::backend::kernel_clock;
     pub use crate::loader::{load_model, load_model_with};
     pub use crate::models::{Logits, Model};
-    pub use crate::quant::{kernel_clock, QuantizedMatrix};
+    pub use crate::quant::QuantizedMatrix;
     pub use mlx_rs::Array;
 }

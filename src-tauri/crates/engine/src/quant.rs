@@ -12,16 +12,14 @@ use mlx_rs::{ops, Array, Dtype};
 
 use headroom_core::settings::KernelChoice;
 
-use crate::backend::DeviceKind;
+use crate::backend::{kernels, DeviceKind, QuantView};
+use crate::dtype::to_f32;
 #[cfg(any(test, feature = "test-support"))]
 use crate::error::EngineError;
 use crate::error::{MlxContext, Result};
 
 #[cfg(any(test, feature = "test-support"))]
 use headroom_core::format::quant::{SUPPORTED_BITS, SUPPORTED_GROUP_SIZES};
-
-mod row_shared;
-mod team;
 
 /// How `x · Wᵀ` over a quantized `W` is computed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -37,8 +35,9 @@ pub enum QuantKernel {
     /// much per token as decode. So this kernel multiplies in f32 whatever
     /// the activations' dtype and rounds the result once:
     /// - below `row_shared_below_rows` rows (decode, a prompt-lookup check,
-    ///   a short prompt), where [`row_shared`] takes the matrix (4/8-bit,
-    ///   AVX2), by that kernel: each weight unpacked once for all rows;
+    ///   a short prompt), where the CPU backend's row-shared kernel takes
+    ///   the matrix (4/8-bit, AVX2; [`crate::backend::Kernels`]), by that
+    ///   kernel: each weight unpacked once for all rows;
     /// - otherwise by MLX's fused kernel below `dequantize_from_rows` rows,
     /// - and from there on (a prompt chunk) through `W` dequantized once
     ///   and one BLAS matmul.
@@ -102,7 +101,7 @@ impl QuantKernel {
             Self::Fused => None,
             Self::CpuF32 { dequantize_from_rows, row_shared_below_rows } => {
                 let shared =
-                    (row_shared_below_rows > 0 && row_shared::supports(bits, group)).then_some(row_shared_below_rows);
+                    (row_shared_below_rows > 0 && kernels().row_shared(bits, group)).then_some(row_shared_below_rows);
                 Some(CpuPaths {
                     row_shared_below: shared,
                     dequantize_from: shared.map_or(dequantize_from_rows, |r| r.max(dequantize_from_rows)),
@@ -156,27 +155,6 @@ pub struct CpuPaths {
     pub dequantize_from: i32,
 }
 
-/// How long the row-shared kernel itself has run in this process, apart
-/// from MLX's ops around it (and the evaluation of `x` that runs them):
-/// `examples/pass_cost.rs` splits a forward pass with it. Test support only,
-/// so the app pays no clock reads.
-#[cfg(feature = "test-support")]
-pub mod kernel_clock {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    use std::time::Duration;
-
-    static NANOS: AtomicU64 = AtomicU64::new(0);
-
-    pub(super) fn add(spent: Duration) {
-        NANOS.fetch_add(u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX), Ordering::Relaxed);
-    }
-
-    /// The kernel's time since the last call (and resets it).
-    pub fn take() -> Duration {
-        Duration::from_nanos(NANOS.swap(0, Ordering::Relaxed))
-    }
-}
-
 /// A `[out, in]` weight matrix stored affine-quantized.
 #[derive(Debug)]
 pub struct QuantizedMatrix {
@@ -191,30 +169,9 @@ pub struct QuantizedMatrix {
     pub kernel: QuantKernel,
 }
 
-/// Scales or biases as the row-shared kernel reads them (`None`: a dtype it
-/// does not take, or a non-contiguous array; MLX's kernel runs instead).
-fn params(a: &Array) -> Result<Option<row_shared::Params<'_>>> {
-    a.eval().op("quantized params")?;
-    Ok(match a.dtype() {
-        Dtype::Float32 => a.try_as_slice::<f32>().ok().map(row_shared::Params::F32),
-        Dtype::Float16 => a.try_as_slice::<half::f16>().ok().map(row_shared::Params::F16),
-        Dtype::Bfloat16 => a.try_as_slice::<half::bf16>().ok().map(row_shared::Params::Bf16),
-        _ => None,
-    })
-}
-
 /// How many rows `x` holds: the product of its leading axes.
 fn rows_of(x: &Array) -> i32 {
     x.shape().split_last().map_or(1, |(_, lead)| lead.iter().product())
-}
-
-/// `a` in f32 (itself if it already is).
-fn to_f32(a: &Array) -> Result<Array> {
-    if a.dtype() == Dtype::Float32 {
-        Ok(a.clone())
-    } else {
-        a.as_dtype(Dtype::Float32).op("cast to f32")
-    }
 }
 
 #[cfg(any(test, feature = "test-support"))]
@@ -258,7 +215,7 @@ impl QuantizedMatrix {
             Some(CpuPaths { row_shared_below, dequantize_from }) => {
                 let rows = rows_of(x);
                 if row_shared_below.is_some_and(|below| rows < below) {
-                    match self.row_shared_f32(x)? {
+                    match kernels().quantized_rows(self.view(), x)? {
                         Some((y, shape)) => {
                             let y = Array::from_slice(&y, &shape);
                             if x.dtype() == Dtype::Float32 {
@@ -294,68 +251,22 @@ impl QuantizedMatrix {
         }
     }
 
-    /// `x · Wᵀ` in f32 as a plain buffer and its shape, where this matrix
-    /// takes `x` through the row-shared kernel (`None` elsewhere): for a
-    /// caller that goes on in f32 itself (SwiGLU's activation, layers.rs).
-    pub fn row_shared_rows(&self, x: &Array) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
-        let paths = self.kernel.cpu_paths(self.bits, self.group_size);
-        match paths.and_then(|p| p.row_shared_below) {
-            Some(below) if rows_of(x) < below => self.row_shared_f32(x),
-            _ => Ok(None),
+    /// This matrix as the backend's kernels read it.
+    pub(crate) fn view(&self) -> QuantView<'_> {
+        QuantView {
+            weight: &self.weight,
+            scales: &self.scales,
+            biases: &self.biases,
+            group_size: self.group_size,
+            bits: self.bits,
         }
     }
 
-    /// `x · Wᵀ` in f32 by [`row_shared`]: each weight unpacked once for all
-    /// rows of `x`. `x` is evaluated here (the kernel reads its memory), so
-    /// a forward pass syncs once per input of its quantized matmuls; on a
-    /// 2-core machine that costs far less than the kernel saves
-    /// (`examples/pass_cost.rs`).
-    /// A matrix whose buffers disagree with its shape gives `None` (MLX's
-    /// kernel then runs and reports it in MLX's words).
-    fn row_shared_f32(&self, x: &Array) -> Result<Option<(Vec<f32>, Vec<i32>)>> {
-        let Some((&inputs, lead)) = x.shape().split_last() else { return Ok(None) };
-        let rows: i32 = lead.iter().product();
-        let out = self.weight.shape().first().copied().unwrap_or(0);
-        self.weight.eval().op("quantized weight")?;
-        let (Ok(words), Some(scales), Some(biases)) =
-            (self.weight.try_as_slice::<u32>(), params(&self.scales)?, params(&self.biases)?)
-        else {
-            return Ok(None);
-        };
-        let Ok(packed) = row_shared::Packed::new(
-            words,
-            scales,
-            biases,
-            out as usize,
-            inputs as usize,
-            self.group_size as usize,
-            self.bits as usize,
-        ) else {
-            return Ok(None);
-        };
-        // An f32 `x` whose rows lie one after another (a norm's output) is
-        // read where it is: the projections that share it (q, k and v; gate
-        // and up) then evaluate it once, and only the first waits for MLX's
-        // stream thread. Otherwise a contiguous f32 copy is made.
-        // (`try_as_slice` refuses another dtype before evaluating anything.)
-        let copy;
-        let xs = match x.try_as_slice::<f32>() {
-            Ok(xs) => xs,
-            Err(_) => {
-                copy = to_f32(x)?.reshape(&[rows, inputs]).op("rows of x")?.contiguous().op("rows of x")?;
-                copy.eval().op("rows of x")?;
-                let Ok(xs) = copy.try_as_slice::<f32>() else { return Ok(None) };
-                xs
-            }
-        };
-        #[cfg(feature = "test-support")]
-        let started = std::time::Instant::now();
-        let y = row_shared::matmul_t(xs, rows as usize, &packed);
-        #[cfg(feature = "test-support")]
-        kernel_clock::add(started.elapsed());
-        let mut shape = lead.to_vec();
-        shape.push(out);
-        Ok(Some((y, shape)))
+    /// Whether this matrix's kernel takes `x` on the row-shared path (few
+    /// rows, on the CPU kernel, where the backend has it).
+    pub(crate) fn takes_row_shared(&self, x: &Array) -> bool {
+        let paths = self.kernel.cpu_paths(self.bits, self.group_size);
+        paths.and_then(|p| p.row_shared_below).is_some_and(|below| rows_of(x) < below)
     }
 
     /// `x · Wᵀ` with MLX's fused kernel, in `x`'s dtype, without materialising `W`.
@@ -392,17 +303,7 @@ impl QuantizedMatrix {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Deterministic pseudo-random values in [-1, 1) without MLX, so the
-    /// reference below shares nothing with the code under test.
-    pub(super) fn values(n: usize, mut seed: u64) -> Vec<f32> {
-        (0..n)
-            .map(|_| {
-                seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-                ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-            })
-            .collect()
-    }
+    use crate::testutil::values;
 
     /// Unpacks MLX's affine 4-bit layout by hand: eight values per u32, the
     /// first in the lowest nibble; `w = scale * q + bias` per group.
@@ -484,7 +385,7 @@ mod tests {
             let mut q = QuantizedMatrix::quantize(&w.as_dtype(dtype).op("cast")?, 64, 4)?;
             // Three paths: row-shared below 4 rows, fused below 8, dense from 8.
             q.kernel = QuantKernel::CpuF32 { dequantize_from_rows: 8, row_shared_below_rows: 4 };
-            let row_shared = row_shared::supports(4, 64);
+            let row_shared = kernels().row_shared(4, 64);
             // x · Wᵀ over the same quantized W, exactly (in f32 on the host).
             let w32 = ops::dequantize(&q.weight, &to_f32(&q.scales)?, &to_f32(&q.biases)?, 64, 4).op("dequantize")?;
             let w32 = w32.as_slice::<f32>();

@@ -162,3 +162,14 @@ pub fn f32s(a: &Array) -> Vec<f32> {
     let a = a.as_dtype(Dtype::Float32).expect("cast").add(Array::from_f32(0.0)).expect("copy");
     a.as_slice::<f32>().to_vec()
 }
+
+/// Deterministic pseudo-random values in [-1, 1) without MLX, so a
+/// reference computed from them shares nothing with the code under test.
+pub fn values(n: usize, mut seed: u64) -> Vec<f32> {
+    (0..n)
+        .map(|_| {
+            seed = seed.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        })
+        .collect()
+}

@@ -12,9 +12,9 @@ mod handle;
 mod thread;
 
 pub use api::{
-    memory_returned, AfterUnload, EngineEvent, GenerateRequest, LoadSettings, ModelInfo, OverflowPolicy, PeerReport,
-    PeerTurn, Run, RunId, RunOutput, SavedSessions, SessionsDropped, TurnStats, UnloadReport, DEFAULT_CONTEXT_LIMIT,
-    RETURN_TOLERANCE_BYTES,
+    internal_tenant, memory_returned, AfterUnload, EngineEvent, GenerateRequest, LoadSettings, ModelInfo,
+    OverflowPolicy, PeerReport, PeerTurn, Run, RunId, RunOutput, SavedSessions, SessionsDropped, TurnStats,
+    UnloadReport, DEFAULT_CONTEXT_LIMIT, RETURN_TOLERANCE_BYTES,
 };
 pub use handle::EngineHandle;
 pub(crate) use thread::Metering;

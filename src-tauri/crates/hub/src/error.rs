@@ -12,6 +12,10 @@ pub enum HubError {
     InvalidRevision { revision: String },
     #[error("`{endpoint}` is not a hub endpoint: expected an http:// or https:// URL")]
     InvalidEndpoint { endpoint: String },
+    /// Plain http:// to another machine: the token, the file list and every
+    /// byte would cross the network unencrypted and could be altered on the way.
+    #[error("`{endpoint}` is plain http:// to another machine: the token and the files would cross the network unencrypted; use https:// (http:// is allowed on this machine's loopback only)")]
+    PlainHttpEndpoint { endpoint: String },
     /// The hub answers 401/404 alike for a missing and a private repo.
     #[error(
         "repository {repo} was not found at {endpoint} (HTTP {status}); check the id (if it is private or gated, log in with `huggingface-cli login` or set HF_TOKEN)"

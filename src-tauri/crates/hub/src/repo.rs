@@ -84,11 +84,21 @@ pub fn is_safe_file_path(path: &str) -> bool {
 pub struct Endpoint(String);
 
 impl Endpoint {
+    /// An https:// URL, or http:// on this machine's loopback (a local
+    /// mirror, the tests' stub hub); http:// elsewhere is refused.
     pub fn parse(s: &str) -> Result<Self> {
         let trimmed = s.trim().trim_end_matches('/');
-        let rest = trimmed.strip_prefix("https://").or_else(|| trimmed.strip_prefix("http://"));
+        let (rest, plain) = match trimmed.strip_prefix("https://") {
+            Some(rest) => (Some(rest), false),
+            None => (trimmed.strip_prefix("http://"), true),
+        };
         match rest {
-            Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => Ok(Self(trimmed.to_owned())),
+            Some(host) if !host.is_empty() && !host.contains(char::is_whitespace) => {
+                if plain && !is_loopback_authority(host) {
+                    return Err(HubError::PlainHttpEndpoint { endpoint: s.to_owned() });
+                }
+                Ok(Self(trimmed.to_owned()))
+            }
             _ => Err(HubError::InvalidEndpoint { endpoint: s.to_owned() }),
         }
     }
@@ -110,6 +120,19 @@ impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.0)
     }
+}
+
+/// Whether the host of `rest` (what follows `scheme://`) is loopback:
+/// `localhost`, 127.0.0.0/8 or `[::1]`.
+fn is_loopback_authority(rest: &str) -> bool {
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    // user:password@ is no part of where the bytes go.
+    let host_port = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    let host = match host_port.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => host_port.split(':').next().unwrap_or_default(),
+    };
+    host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// Percent-encodes a repo file path for a URL, keeping its `/` separators.
@@ -156,6 +179,18 @@ mod tests {
             Some("http://127.0.0.1:8080")
         );
         assert!(Endpoint::parse("ftp://x").is_err() && Endpoint::parse("https://").is_err());
+        for local in ["http://localhost:8080", "http://127.0.0.1:9", "http://[::1]:80/", "http://127.3.2.1"] {
+            assert!(Endpoint::parse(local).is_ok(), "{local}");
+        }
+        for remote in [
+            "http://hf-mirror.example",
+            "http://10.0.0.2:8080",
+            "http://127.0.0.1.evil.example",
+            "http://localhost@evil.example",
+        ] {
+            assert!(matches!(Endpoint::parse(remote), Err(HubError::PlainHttpEndpoint { .. })), "{remote}");
+        }
+        assert!(Endpoint::parse("https://hf-mirror.example").is_ok());
         assert_eq!(encode_path("sub dir/a+b.json"), "sub%20dir/a%2Bb.json");
     }
 }

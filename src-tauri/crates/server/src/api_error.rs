@@ -222,9 +222,17 @@ impl From<EngineError> for ApiError {
                 ApiError::invalid(e.to_string()).param("kv_group_size").code("invalid_value")
             }
             // The template itself refused the conversation (roles out of order, …).
-            EngineError::TemplateRender { .. } | EngineError::NoChatTemplate { .. } => {
+            EngineError::TemplateRender { .. } => {
                 ApiError::invalid(e.to_string()).param("messages").code("chat_template")
             }
+            // Its message names the model's folder (a path with the user's
+            // name in it): a client gets the fact, not the folder.
+            EngineError::NoChatTemplate { .. } => ApiError::invalid(
+                "This model has no chat template (it is a base model?), so it cannot answer chat messages: \
+                 use an instruct or chat model.",
+            )
+            .param("messages")
+            .code("chat_template"),
             EngineError::NoModelLoaded => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "server_error",
@@ -264,6 +272,13 @@ mod tests {
              (`…/w.safetensors`, …/notes.gguf.) for org/model at http://127.0.0.1:8080/v1"
         );
         assert_eq!(without_paths("no path here, /v1 alone"), "no path here, /v1 alone");
+    }
+
+    #[test]
+    fn a_model_without_a_chat_template_is_400_naming_no_folder() {
+        let e = ApiError::from(EngineError::NoChatTemplate { dir: "/Users/ana/models/base-7b".into() });
+        assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, Some("chat_template")));
+        assert!(e.message.contains("no chat template") && !e.message.contains("/Users") && !e.message.contains("ana"));
     }
 
     #[test]

@@ -28,9 +28,13 @@ pub struct ServeConfig {
     pub default_max_tokens: usize,
     /// Chat completions admitted at once (running or queued); at least 1.
     pub max_requests: usize,
-    /// How long a new connection has to send its first request's headers
-    /// (crate::deadline).
+    /// How long a connection has to send a request's headers, the first and
+    /// each next one on a kept-alive connection; also how long a kept-alive
+    /// connection may sit idle (crate::accept).
     pub header_timeout: Duration,
+    /// Connections open at once; beyond it one is closed as it is accepted.
+    /// Also held to half the process's file-descriptor limit.
+    pub max_connections: usize,
     /// How every request decodes (greedy output is the same either way).
     pub speculative: SpeculativeMode,
 }
@@ -43,7 +47,8 @@ impl Default for ServeConfig {
             context_limit: None,
             default_max_tokens: DEFAULT_MAX_TOKENS,
             max_requests: DEFAULT_MAX_REQUESTS,
-            header_timeout: crate::deadline::HEADER_TIMEOUT,
+            header_timeout: crate::accept::HEADER_TIMEOUT,
+            max_connections: crate::accept::DEFAULT_MAX_CONNECTIONS,
             speculative: SpeculativeMode::None,
         }
     }
@@ -60,6 +65,20 @@ impl ServeConfig {
                 name: "max_requests",
                 value: "0".into(),
                 reason: "at least one request must be admitted",
+            });
+        }
+        if self.max_connections == 0 {
+            return Err(ServerError::InvalidSetting {
+                name: "max_connections",
+                value: "0".into(),
+                reason: "at least one connection must be accepted",
+            });
+        }
+        if self.header_timeout.is_zero() {
+            return Err(ServerError::InvalidSetting {
+                name: "header_timeout",
+                value: "0".into(),
+                reason: "a request needs some time to send its headers",
             });
         }
         if !addr.ip().is_loopback() {

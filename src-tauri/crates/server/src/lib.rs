@@ -5,16 +5,18 @@
 //! and errors in OpenAI's shape. Loopback only unless explicitly allowed
 //! with an API key; a model that would swap is refused with its numbers.
 
+mod accept;
 mod api;
 mod api_error;
 mod config;
-mod deadline;
 mod error;
+mod limits;
 mod provider;
 mod routes;
 mod run;
 mod server;
 
+pub use accept::{DEFAULT_MAX_CONNECTIONS, HEADER_TIMEOUT};
 pub use api::{HeadroomStats, Usage, MAX_TOKENS_LIMIT};
 pub use api_error::ApiError;
 pub use config::{ServeConfig, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS};

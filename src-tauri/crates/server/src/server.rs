@@ -4,7 +4,6 @@
 //! [`Server::stop`] (or dropping it) cancels the runs in flight, stops
 //! accepting and joins the thread.
 
-use std::future::IntoFuture;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
@@ -14,7 +13,6 @@ use headroom_engine::worker::EngineHandle;
 use tokio::sync::oneshot;
 
 use crate::config::ServeConfig;
-use crate::deadline::DeadlineListener;
 use crate::error::{Result, ServerError};
 use crate::provider::ModelProvider;
 use crate::routes::{router, Ctx};
@@ -73,6 +71,7 @@ impl Server {
         let tally = Arc::new(Tally::default());
         let admission = Arc::new(tokio::sync::Semaphore::new(config.max_requests));
         let header_timeout = config.header_timeout;
+        let max_connections = crate::limits::connection_cap(config.max_connections, crate::limits::raise_fd_limit());
         let epoch = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0);
         let ctx = Ctx {
             engine: engine.clone(),
@@ -103,18 +102,17 @@ impl Server {
                         return;
                     }
                 };
-                let served = runtime.block_on(async move {
+                runtime.block_on(async move {
                     let listener = match tokio::net::TcpListener::from_std(listener) {
                         Ok(l) => l,
                         Err(source) => {
                             let _ = ready_tx.send(Err(ServerError::Bind { addr: local, source }));
-                            return Ok(());
+                            return;
                         }
                     };
                     let _ = ready_tx.send(Ok(tokio::runtime::Handle::current()));
                     let (stopping_tx, stopping_rx) = oneshot::channel::<()>();
-                    let listener = DeadlineListener { inner: listener, header_timeout };
-                    let serve = axum::serve(listener, router(ctx)).with_graceful_shutdown(async move {
+                    let serve = crate::accept::serve(listener, router(ctx), header_timeout, max_connections, async move {
                         let _ = shutdown_rx.await;
                         let _ = stopping_tx.send(());
                     });
@@ -127,16 +125,12 @@ impl Server {
                         }
                     };
                     tokio::select! {
-                        served = serve.into_future() => served,
+                        () = serve => {}
                         () = deadline => {
                             tracing::warn!("connections still open {} s after the stop: closed", STOP_DEADLINE.as_secs());
-                            Ok(())
                         }
                     }
                 });
-                if let Err(e) = served {
-                    tracing::error!("the server stopped: {e}");
-                }
                 runtime.shutdown_timeout(STOP_GRACE);
             })
             .map_err(|source| ServerError::Start { what: "thread", source })?;

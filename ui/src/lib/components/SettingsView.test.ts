@@ -105,6 +105,19 @@ describe('SettingsView: saving', () => {
   });
 });
 
+describe('SettingsView: background network', () => {
+  it('"Check the hub for updates" is on by default and turns off', async () => {
+    const calls = backend();
+    const user = userEvent.setup();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const box = await screen.findByTestId<HTMLInputElement>('check-hub-updates');
+    expect(box.checked).toBe(true);
+    await user.click(box);
+    await waitFor(() => expect(lastSet(calls)?.checkHubUpdates).toBe(false));
+    expect(box.checked).toBe(false);
+  });
+});
+
 describe('SettingsView: the menu-bar conventions', () => {
   it('shows launch at login off by default and turns it on', async () => {
     const calls = backend();

@@ -26,4 +26,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   speculative: 'lookup',
   peer: null,
   draftModel: null,
+  checkHubUpdates: true,
 });

@@ -58,6 +58,7 @@ fn api_key_from(
         if bound == url {
             return Ok(Some(ApiKey::new(key.trim())));
         }
+        let (url, bound) = (headroom_cloud::redact_url(&url), headroom_cloud::redact_url(&bound));
         tracing::info!(%url, %bound, "{API_KEY_ENV} is for another URL: not sent; the key store decides");
     }
     Ok(KeyStore::new(data_dir).get(&url)?.map(|(key, _)| key))

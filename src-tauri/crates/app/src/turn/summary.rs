@@ -80,9 +80,12 @@ pub fn outbound(
     (out, Some(note))
 }
 
-/// One local generation of `prompt` (a one-off: no session's cache is touched).
+/// One local generation of `prompt` (a one-off: no session's cache is
+/// touched), in the app's private partition: the prompt is the conversation,
+/// and its opening is public, so in the server's keyless partition any local
+/// client could read it back through `cached_tokens`.
 fn generate(state: &AppState, prompt: &[Message], max_tokens: usize) -> Result<String, EngineError> {
-    let run = state.engine.generate(GenerateRequest { max_tokens, ..GenerateRequest::new(prompt.to_vec()) })?;
+    let run = state.engine.generate(GenerateRequest { max_tokens, ..GenerateRequest::internal(prompt.to_vec()) })?;
     let mut text = String::new();
     for event in &run.events {
         match event {

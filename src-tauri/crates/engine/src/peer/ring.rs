@@ -63,14 +63,9 @@ impl Ring {
                 "this process has placed a model on a peer before, and MLX keeps one ring per process: start it again to place another".into(),
             ));
         }
-        let dir = std::env::temp_dir().join(format!("headroom-ring-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).map_err(|e| ring_error(format!("cannot create {}: {e}", dir.display())))?;
-        let hostfile = dir.join("hosts.json");
-        let hosts = serde_json::json!([[host], [lender]]);
-        std::fs::write(&hostfile, hosts.to_string())
-            .map_err(|e| ring_error(format!("cannot write {}: {e}", hostfile.display())))?;
+        let (dir, hostfile) = write_hostfile(host, lender)?;
         let group = join_with(&hostfile, rank)?;
-        let _ = std::fs::remove_dir_all(&dir);
+        drop(dir);
         let ours: SocketAddr = parse(if rank == 0 { host } else { lender })?;
         let theirs: SocketAddr = parse(if rank == 0 { lender } else { host })?;
         Ok(Self { group, other: 1 - rank, watchdog: Watchdog::start(ours, theirs, deadline) })
@@ -90,6 +85,26 @@ impl Ring {
         self.watchdog.wait(|| got.eval())?;
         Ok(got)
     }
+}
+
+/// The hostfile `[[host], [lender]]` in a folder of its own: created with a
+/// random name and mode 0700 (`tempfile`), so another user of a shared
+/// machine can neither predict the path (and plant a file or link there
+/// first) nor read or swap the addresses the ring connects to. Removed when
+/// the returned folder is dropped.
+fn write_hostfile(host: &str, lender: &str) -> Result<(tempfile::TempDir, std::path::PathBuf)> {
+    let mut builder = tempfile::Builder::new();
+    builder.prefix("headroom-ring-");
+    #[cfg(unix)]
+    builder.permissions(std::os::unix::fs::PermissionsExt::from_mode(0o700));
+    let dir = builder
+        .tempdir()
+        .map_err(|e| ring_error(format!("cannot create a private folder for the ring's hostfile: {e}")))?;
+    let hostfile = dir.path().join("hosts.json");
+    let hosts = serde_json::json!([[host], [lender]]);
+    std::fs::write(&hostfile, hosts.to_string())
+        .map_err(|e| ring_error(format!("cannot write {}: {e}", hostfile.display())))?;
+    Ok((dir, hostfile))
 }
 
 /// Sets the two variables MLX's ring reads (it has no other way in) and
@@ -147,5 +162,29 @@ impl Watchdog {
             let reason = what.find(" at /").map_or(what, |at| &what[..at]);
             EngineError::PeerLost { reason: reason.to_owned() }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hostfile_is_in_a_private_folder_of_a_random_name_and_goes_with_it() {
+        let (a, file_a) = write_hostfile("10.0.0.1:7001", "10.0.0.2:7002").unwrap();
+        let (b, _) = write_hostfile("10.0.0.1:7001", "10.0.0.2:7002").unwrap();
+        assert_ne!(a.path(), b.path(), "two rings, two folders: the path is not predictable");
+        let name = a.path().file_name().unwrap().to_string_lossy().into_owned();
+        assert!(name.starts_with("headroom-ring-") && name != format!("headroom-ring-{}", std::process::id()));
+        assert_eq!(std::fs::read_to_string(&file_a).unwrap(), r#"[["10.0.0.1:7001"],["10.0.0.2:7002"]]"#);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(a.path()).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o700, "only this user may look inside");
+        }
+        let dir = a.path().to_owned();
+        drop(a);
+        assert!(!dir.exists(), "removed with its folder");
     }
 }

@@ -224,6 +224,23 @@ fn gguf_fingerprint(file: &Path, dtype: ComputeDtype, kernel: QuantKernel) -> Re
     Ok(format!("{:016x}", fnv(&[&bytes, tail.as_bytes()])))
 }
 
+/// The infix of a state being written (`<name>.partial.safetensors`).
+const PARTIAL: &str = "partial";
+
+/// Creates (or empties) `path` readable and writable by this user only.
+fn private_file(path: &Path) -> std::io::Result<()> {
+    let mut options = fs::OpenOptions::new();
+    options.write(true).create(true).truncate(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let file = options.open(path)?;
+    // An older partial file keeps the mode it was created with.
+    #[cfg(unix)]
+    file.set_permissions(std::os::unix::fs::PermissionsExt::from_mode(0o600))?;
+    drop(file);
+    Ok(())
+}
+
 impl DiskTier {
     /// The file of `session` (its id hashed: ids are any text; the file
     /// repeats the id, so two ids with one hash never share a state).
@@ -243,10 +260,13 @@ impl DiskTier {
     /// keys and values in `dtype`; then trims the folder to its limit,
     /// oldest first. Returns the file's bytes.
     pub fn save(&self, session: &str, part: Part, model: &str, cache: &KvCache, dtype: &str) -> Result<u64> {
-        fs::create_dir_all(&self.dir).map_err(Self::io(&self.dir))?;
+        self.create_private_dir()?;
         let path = self.path_of(session, part);
         // Written beside, then renamed: a crash mid-write leaves the old state, not half a new one.
-        let partial = path.with_extension(format!("partial.{EXT}"));
+        let partial = path.with_extension(format!("{PARTIAL}.{EXT}"));
+        // A state holds the conversation's token ids: this user's only, from
+        // its first byte (MLX writes into the file created here, keeping its mode).
+        private_file(&partial).map_err(Self::io(&partial))?;
         let (arrays, meta) = cache.to_saved(dtype);
         let json = serde_json::to_string(&meta)
             .map_err(|e| EngineError::InvalidConfig { path: path.clone(), reason: e.to_string() })?;
@@ -258,10 +278,6 @@ impl DiskTier {
         .into();
         Array::save_safetensors(arrays.iter().map(|(k, a)| (k.as_str(), a)), &metadata, &partial)
             .map_err(|e| EngineError::Io { path: partial.clone(), source: std::io::Error::other(e.to_string()) })?;
-        // A state holds the conversation's token ids: this user's only.
-        #[cfg(unix)]
-        fs::set_permissions(&partial, std::os::unix::fs::PermissionsExt::from_mode(0o600))
-            .map_err(Self::io(&partial))?;
         fs::rename(&partial, &path).map_err(Self::io(&path))?;
         let bytes = fs::metadata(&path).map_err(Self::io(&path))?.len();
         self.trim_to_limit(&path)?;
@@ -292,14 +308,19 @@ impl DiskTier {
                     .and_then(|f| f.set_modified(std::time::SystemTime::now()));
                 Some(cache)
             }
-            // Whichever check failed, the answer is the same: a miss.
+            // Whichever check failed, the answer is the same: a miss. Only a
+            // damaged file is deleted; one for another model or other
+            // settings still serves those (switching back), and the folder's
+            // limit bounds what it keeps.
             Err(why) => {
                 match &why {
                     // Expected after a model or settings change.
                     Miss::Other(_) => tracing::debug!("saved state {} not used: {why}", path.display()),
-                    Miss::Damaged(_) => tracing::warn!("saved state {} not used: {why}", path.display()),
+                    Miss::Damaged(_) => {
+                        tracing::warn!("saved state {} not used: {why}", path.display());
+                        let _ = fs::remove_file(&path);
+                    }
                 }
-                let _ = fs::remove_file(&path);
                 None
             }
         }
@@ -317,12 +338,43 @@ impl DiskTier {
         Ok(())
     }
 
-    /// Every state file, newest first, with its bytes.
+    /// Deletes every state file (partial ones too): the tier was turned
+    /// off. Returns how many went.
+    pub fn clear(&self) -> Result<usize> {
+        let Ok(dir) = fs::read_dir(&self.dir) else { return Ok(0) };
+        let mut n = 0;
+        for path in dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == EXT)) {
+            match fs::remove_file(&path) {
+                Ok(()) => n += 1,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(EngineError::Io { path, source: e }),
+            }
+        }
+        Ok(n)
+    }
+
+    /// The folder, created this user's only (0700) and made so if it was not.
+    fn create_private_dir(&self) -> Result<()> {
+        let mut builder = fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder.create(&self.dir).map_err(Self::io(&self.dir))?;
+        #[cfg(unix)]
+        fs::set_permissions(&self.dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .map_err(Self::io(&self.dir))?;
+        Ok(())
+    }
+
+    /// Every finished state file, newest first, with its bytes. A partial
+    /// one (a save under way, or cut short) is not a state and does not
+    /// count toward the limit.
     fn files(&self) -> Vec<(PathBuf, u64, std::time::SystemTime)> {
         let Ok(dir) = fs::read_dir(&self.dir) else { return Vec::new() };
         let mut files: Vec<_> = dir
             .flatten()
             .filter(|e| e.path().extension().is_some_and(|x| x == EXT))
+            .filter(|e| !e.file_name().to_string_lossy().ends_with(&format!(".{PARTIAL}.{EXT}")))
             .filter_map(|e| {
                 let m = e.metadata().ok()?;
                 Some((e.path(), m.len(), m.modified().ok()?))
@@ -577,14 +629,39 @@ mod tests {
     }
 
     #[test]
-    fn load_deletes_a_state_it_refuses_and_keeps_one_it_uses() {
+    fn a_miss_for_other_settings_keeps_the_file_a_damaged_one_is_deleted() {
         let tier = DiskTier { dir: temp_dir("kv-refused"), limit_bytes: 1 << 30 };
         tier.save("s", Part::State, MODEL, &cache(), "float32").expect("save");
         let used = tier.load("s", Part::State, MODEL, &shape()).expect("a hit");
         assert_eq!(used.tokens(), &IDS[..]);
         assert!(tier.path("s").exists());
-        assert!(tier.load("s", Part::State, MODEL, &StateShape { kv_heads: 1, ..shape() }).is_none());
-        assert!(!tier.path("s").exists(), "a state of the wrong shape is gone");
+        assert!(tier.load("s", Part::State, "another model's key", &shape()).is_none());
+        assert!(tier.path("s").exists(), "a state for another model stays: it serves that model when it is back");
+        assert!(tier.load("s", Part::State, MODEL, &shape()).is_some(), "and still serves its own");
+        let bytes = fs::read(tier.path("s")).unwrap();
+        fs::write(tier.path("s"), &bytes[..bytes.len() / 2]).unwrap();
+        assert!(tier.load("s", Part::State, MODEL, &shape()).is_none());
+        assert!(!tier.path("s").exists(), "a damaged state is gone");
         let _ = fs::remove_dir_all(&tier.dir);
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn the_folder_is_0700_a_state_0600_and_a_partial_file_does_not_count() {
+        use std::os::unix::fs::PermissionsExt;
+        let tier = DiskTier { dir: temp_dir("kv-modes").join("kv-states"), limit_bytes: 1 << 30 };
+        let mode = |p: &Path| fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        tier.save("s", Part::State, MODEL, &cache(), "float32").expect("save");
+        assert_eq!(mode(&tier.dir), 0o700);
+        assert_eq!(mode(&tier.path("s")), 0o600);
+        let one = tier.usage();
+        assert_eq!(one.files, 1);
+        // A save cut short leaves its partial file: not a state, not counted.
+        fs::write(tier.dir.join(format!("0123456789abcdef.{PARTIAL}.{EXT}")), vec![0u8; 4096]).unwrap();
+        assert_eq!(tier.usage(), one);
+        // Turning the tier off clears both.
+        assert_eq!(tier.clear().unwrap(), 2);
+        assert_eq!(tier.usage().files, 0);
+        let _ = fs::remove_dir_all(tier.dir.parent().unwrap());
     }
 }

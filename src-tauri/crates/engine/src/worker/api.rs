@@ -268,6 +268,22 @@ impl GenerateRequest {
     }
 }
 
+/// The prompt-cache partition of the app's own runs (the summary made for
+/// the cloud, one-off probes): a name no server client's tenant takes (those
+/// are `None` or `api-key-…`), so no client can reuse, or learn through
+/// `cached_tokens`, a state the app made from a private conversation.
+pub fn internal_tenant() -> &'static str {
+    "headroom-internal"
+}
+
+impl GenerateRequest {
+    /// [`GenerateRequest::new`] in the app's private partition
+    /// ([`internal_tenant`]): for every run the app makes outside a chat.
+    pub fn internal(messages: Vec<Message>) -> Self {
+        Self { tenant: Some(internal_tenant().to_owned()), ..Self::new(messages) }
+    }
+}
+
 /// Identifies a run, for [`super::EngineHandle::cancel`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RunId(pub u64);

@@ -205,11 +205,12 @@ fn a_chats_state_on_disk_continues_it_after_a_restart_exactly_and_never_for_anot
     e.save_sessions(Duration::ZERO).expect("save");
     drop(e);
 
-    // The same files computed another way (f32): the state is never used, and goes.
+    // The same files computed another way (f32): the state is never used,
+    // and is kept for the computation that made it (the folder's limit bounds it).
     let f32 = with_disk(LoadSettings { dtype: ComputeDtype::F32, ..LoadSettings::default() });
     let other = f32.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
     assert_eq!((other.stats.reused_tokens, other.stats.reused_from), (0, Reuse::None));
-    assert!(!tier.path("s").exists(), "a state for another computation is deleted");
+    assert_eq!(tier.usage().files, 1, "a state for another computation is kept, not used");
 
     // Deleting a chat deletes its state.
     f32.save_sessions(Duration::ZERO).expect("save");
@@ -217,14 +218,16 @@ fn a_chats_state_on_disk_continues_it_after_a_restart_exactly_and_never_for_anot
     f32.drop_session("s").expect("drop");
     assert_eq!(f32.prompt_cache_stats().expect("stats").disk_files, 0);
 
-    // Turned off (0 bytes): nothing is written or read back, and deleting a
-    // chat still deletes the state it saved while the tier was on.
+    // Turned off (0 bytes): the states saved while it was on are deleted,
+    // nothing is written or read back, and deleting a chat still works.
     f32.generate(in_session("s", history.clone(), 8)).expect("generate").collect().expect("run");
     f32.save_sessions(Duration::ZERO).expect("save");
     assert!(tier.path("s").exists());
     let off = DiskTier { limit_bytes: 0, ..tier.clone() };
     f32.set_disk_tier(Some(off)).expect("off");
     f32.generate(in_session("u", user("Kept in memory only"), 4)).expect("generate").collect().expect("run");
+    // Jobs run in order: the run above came after the switch.
+    assert!(!tier.path("s").exists(), "turning the tier off deleted the state saved while it was on");
     assert_eq!(f32.save_sessions(Duration::ZERO).expect("save").saved, 0, "off: nothing written");
     assert!(!tier.path("u").exists());
     f32.drop_session("s").expect("drop");

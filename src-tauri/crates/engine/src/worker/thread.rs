@@ -229,7 +229,20 @@ impl Worker {
                 Job::DropSessions { reply } => {
                     let _ = reply.send(self.drop_sessions());
                 }
-                Job::SetDiskTier(tier) => self.disk = tier,
+                Job::SetDiskTier(tier) => {
+                    // Turned off: the states saved while it was on go too,
+                    // or the conversations they hold would stay on disk.
+                    if let Some(off) = tier.as_ref().filter(|t| !t.is_on()) {
+                        match off.clear() {
+                            Ok(0) => {}
+                            Ok(n) => tracing::info!("the disk tier is off: deleted {n} saved chat state(s)"),
+                            Err(e) => tracing::warn!(
+                                "the disk tier is off, but its saved states could not all be deleted: {e}"
+                            ),
+                        }
+                    }
+                    self.disk = tier;
+                }
                 Job::SetMeter(meter) => self.meter = meter,
                 Job::SaveSessions { idle, reply } => {
                     let _ = reply.send(self.save_sessions(idle));

@@ -109,4 +109,11 @@ peer: string | null,
  * must share the model's vocabulary; its weights and KV cache are
  * counted in every verdict. `None`: no draft.
  */
-draftModel: string | null, };
+draftModel: string | null, 
+/**
+ * "Check the hub for updates": whether the app may ask the Hugging Face
+ * hub anything in the background (the starter shelf's refresh at
+ * start). Off, nothing leaves the Mac unless the user asks for it (a
+ * pull, an explicit refresh).
+ */
+checkHubUpdates: boolean, };

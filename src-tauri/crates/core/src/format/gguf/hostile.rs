@@ -241,6 +241,15 @@ fn corpus() -> Option<Vec<HostileGguf>> {
         })?,
         |e| gguf_says(e, "general.alignment"),
     );
+    // MLX honours the alignment only as a UINT32 (else it uses 32): a U64
+    // one would have MLX read the tensors from other offsets than checked.
+    add(
+        "alignment as a U64",
+        bytes_with(|w| {
+            w.meta("general.alignment", MetaValue::U64(64));
+        })?,
+        |e| gguf_says(e, "general.alignment") && gguf_says(e, "only as a UINT32"),
+    );
     add(
         "alignment of the wrong type",
         bytes_with(|w| {
@@ -372,4 +381,42 @@ fn corpus() -> Option<Vec<HostileGguf>> {
         |e| tensor_says(e, "blk.0.attn_q.bias", "does not end in .weight"),
     );
     Some(c)
+}
+
+/// Headers too large to keep in memory as a corpus entry, written as sparse
+/// files (the zeros cost no disk): one whose header runs past
+/// [`super::limits::MAX_HEADER_BYTES`] (an array of 20M U64s, 160 MB) and one
+/// whose decoded size runs past [`super::limits::MAX_DECODED_BYTES`] (20M
+/// empty strings: 160 MB in the file, three times that decoded). Each path
+/// with the check its error must pass.
+pub fn write_oversized_headers(
+    dir: &std::path::Path,
+) -> std::io::Result<Vec<(std::path::PathBuf, fn(&FormatError) -> bool)>> {
+    use super::types::value_type as vt;
+    use std::io::Write;
+    const COUNT: u64 = 20_000_000;
+    let mut out: Vec<(std::path::PathBuf, fn(&FormatError) -> bool)> = Vec::new();
+    for (name, elem, says) in [
+        ("huge-header.gguf", vt::U64, (|e| gguf_says(e, "header budget")) as fn(&FormatError) -> bool),
+        ("huge-decoded-header.gguf", vt::STRING, |e| gguf_says(e, "decoded-bytes budget")),
+    ] {
+        let mut head = Vec::new();
+        head.extend_from_slice(b"GGUF");
+        head.extend_from_slice(&3u32.to_le_bytes());
+        head.extend_from_slice(&0u64.to_le_bytes()); // tensors
+        head.extend_from_slice(&1u64.to_le_bytes()); // metadata pairs
+        let key = b"hostile.huge";
+        head.extend_from_slice(&(key.len() as u64).to_le_bytes());
+        head.extend_from_slice(key);
+        head.extend_from_slice(&vt::ARRAY.to_le_bytes());
+        head.extend_from_slice(&elem.to_le_bytes());
+        head.extend_from_slice(&COUNT.to_le_bytes());
+        let path = dir.join(name);
+        let mut f = std::fs::File::create(&path)?;
+        f.write_all(&head)?;
+        // Every element is zeros: a U64 0, or an empty string's length 0.
+        f.set_len(head.len() as u64 + COUNT * 8)?;
+        out.push((path, says));
+    }
+    Ok(out)
 }

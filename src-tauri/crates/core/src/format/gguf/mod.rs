@@ -61,6 +61,13 @@ pub mod limits {
     /// ggml's `GGML_MAX_DIMS`.
     pub const MAX_DIMS: u32 = 4;
     pub const MAX_ALIGNMENT: u64 = 1 << 20;
+    /// The whole header (metadata and tensor infos): the largest public
+    /// GGUFs' headers are a few MB (vocabularies, chat templates).
+    pub const MAX_HEADER_BYTES: u64 = 128 << 20;
+    /// What reading the header may allocate: an element's decoded size can
+    /// be three times its bytes in the file (an empty string is 8 bytes
+    /// there, a 24-byte `String` here), and every model listing reads it.
+    pub const MAX_DECODED_BYTES: u64 = 256 << 20;
 }
 
 /// One tensor info, checked: inside the file, aligned, not overlapping another.

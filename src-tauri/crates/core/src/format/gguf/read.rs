@@ -15,11 +15,13 @@ fn gguf(reason: impl Into<String>) -> FormatError {
     FormatError::Gguf { reason: reason.into() }
 }
 
-/// The reader, the byte it is at and the file's length: `pos <= len` always.
+/// The reader, the byte it is at and the file's length: `pos <= len` always;
+/// and the bytes decoded so far (what the header costs in memory).
 struct Src<'r, R> {
     r: &'r mut R,
     pos: u64,
     len: u64,
+    decoded: u64,
 }
 
 impl<R: Read> Src<'_, R> {
@@ -27,8 +29,16 @@ impl<R: Read> Src<'_, R> {
         self.len - self.pos
     }
 
-    /// Fails unless `n` more bytes lie in the file.
+    /// Fails unless `n` more bytes lie in the file and in the header's budget.
     fn need(&self, n: u64, what: &dyn Fn() -> String) -> Result<()> {
+        if self.pos.saturating_add(n) > limits::MAX_HEADER_BYTES {
+            return Err(gguf(format!(
+                "{} runs the header past {} MiB (at byte {}), over the header budget: no real model's header is this large",
+                what(),
+                limits::MAX_HEADER_BYTES >> 20,
+                self.pos
+            )));
+        }
         if n > self.remaining() {
             return Err(gguf(format!(
                 "{} needs {n} bytes at byte {}, but the file ends at byte {} (truncated?)",
@@ -54,6 +64,19 @@ impl<R: Read> Src<'_, R> {
         Ok(())
     }
 
+    /// Counts `bytes` more of decoded header against its budget.
+    fn charge(&mut self, bytes: u64, what: &dyn Fn() -> String) -> Result<()> {
+        self.decoded = self.decoded.saturating_add(bytes);
+        if self.decoded > limits::MAX_DECODED_BYTES {
+            return Err(gguf(format!(
+                "{} takes the decoded header past {} MiB, over the decoded-bytes budget",
+                what(),
+                limits::MAX_DECODED_BYTES >> 20
+            )));
+        }
+        Ok(())
+    }
+
     fn array<const N: usize>(&mut self, what: &dyn Fn() -> String) -> Result<[u8; N]> {
         let mut b = [0u8; N];
         self.fill(&mut b, what)?;
@@ -75,6 +98,8 @@ impl<R: Read> Src<'_, R> {
             return Err(gguf(format!("{} is a string of {n} bytes, over the limit of {max}", what())));
         }
         self.need(n, what)?;
+        // The text's own bytes; the `String` itself is charged where it is held.
+        self.charge(n, what)?;
         // Both bounds were checked: n fits the file and the limit.
         let mut buf = vec![0u8; usize::try_from(n).map_err(|_| gguf(format!("{}: too long", what())))?];
         self.fill(&mut buf, what)?;
@@ -128,13 +153,17 @@ fn boolean<R: Read>(src: &mut Src<'_, R>, what: &dyn Fn() -> String) -> Result<b
 
 /// Reads `count` elements with `one`, growing the vector as the bytes
 /// arrive rather than trusting the count with one allocation.
+/// Each element is charged to the decoded budget as it is read.
 fn elements<R: Read, T>(
     src: &mut Src<'_, R>,
     count: u64,
+    what: &dyn Fn() -> String,
     mut one: impl FnMut(&mut Src<'_, R>, u64) -> Result<T>,
 ) -> Result<Vec<T>> {
     let mut out = Vec::with_capacity(usize::try_from(count.min(4096)).unwrap_or(4096));
+    let each = std::mem::size_of::<T>() as u64;
     for i in 0..count {
+        src.charge(each, what)?;
         out.push(one(src, i)?);
     }
     Ok(out)
@@ -169,7 +198,7 @@ fn array<R: Read>(src: &mut Src<'_, R>, depth: u32, what: &dyn Fn() -> String) -
     let at = |i: u64| move || format!("{}[{i}]", what());
     macro_rules! scalars {
         ($variant:ident, $t:ty) => {
-            MetaArray::$variant(elements(src, count, |s, i| s.array(&at(i)).map(<$t>::from_le_bytes))?)
+            MetaArray::$variant(elements(src, count, what, |s, i| s.array(&at(i)).map(<$t>::from_le_bytes))?)
         };
     }
     Ok(match ty {
@@ -183,9 +212,9 @@ fn array<R: Read>(src: &mut Src<'_, R>, depth: u32, what: &dyn Fn() -> String) -
         vt::U64 => scalars!(U64, u64),
         vt::I64 => scalars!(I64, i64),
         vt::F64 => scalars!(F64, f64),
-        vt::BOOL => MetaArray::Bool(elements(src, count, |s, i| boolean(s, &at(i)))?),
-        vt::STRING => MetaArray::String(elements(src, count, |s, i| s.string(limits::MAX_STRING_BYTES, &at(i)))?),
-        vt::ARRAY => MetaArray::Array(elements(src, count, |s, i| array(s, depth + 1, &at(i)))?),
+        vt::BOOL => MetaArray::Bool(elements(src, count, what, |s, i| boolean(s, &at(i)))?),
+        vt::STRING => MetaArray::String(elements(src, count, what, |s, i| s.string(limits::MAX_STRING_BYTES, &at(i)))?),
+        vt::ARRAY => MetaArray::Array(elements(src, count, what, |s, i| array(s, depth + 1, &at(i)))?),
         other => return Err(unknown_type(other, what)),
     })
 }
@@ -216,7 +245,7 @@ struct RawTensor {
 
 /// Reads a GGUF header; see [`super::read_gguf`].
 pub(super) fn read<R: Read>(reader: &mut R, file_len: u64) -> Result<GgufFile> {
-    let mut src = Src { r: reader, pos: 0, len: file_len };
+    let mut src = Src { r: reader, pos: 0, len: file_len, decoded: 0 };
     let magic: [u8; 4] = src.array(&|| "the magic".to_owned())?;
     if magic != MAGIC {
         return Err(gguf(format!("the file does not start with \"GGUF\" (found {magic:02x?}): not a GGUF file")));
@@ -240,6 +269,7 @@ pub(super) fn read<R: Read>(reader: &mut R, file_len: u64) -> Result<GgufFile> {
         let key = src.string(limits::MAX_KEY_BYTES, &|| format!("metadata key {i}"))?;
         let what = || format!("metadata \"{key}\"");
         let ty = src.u32(&what)?;
+        src.charge(std::mem::size_of::<MetaValue>() as u64, &what)?;
         let v = value(&mut src, ty, 0, &what)?;
         if metadata.contains_key(&key) {
             return Err(gguf(format!("metadata \"{key}\" appears twice")));
@@ -258,6 +288,7 @@ pub(super) fn read<R: Read>(reader: &mut R, file_len: u64) -> Result<GgufFile> {
                 reason: format!("{n_dims} dimensions (GGUF tensors have 1 to {})", limits::MAX_DIMS),
             });
         }
+        src.charge(std::mem::size_of::<RawTensor>() as u64 + 8 * u64::from(n_dims), &what)?;
         let mut dims = Vec::with_capacity(4);
         for _ in 0..n_dims {
             dims.push(src.u64(&what)?);
@@ -267,17 +298,21 @@ pub(super) fn read<R: Read>(reader: &mut R, file_len: u64) -> Result<GgufFile> {
         raw.push(RawTensor { name, dims, ggml_type, offset });
     }
 
+    // MLX's reader honours the alignment only as a UINT32 and silently uses
+    // 32 otherwise: any other type would make it read every tensor from
+    // other offsets than the ones checked here, so it is refused by name.
     let alignment = match metadata.get(ALIGNMENT_KEY) {
         None => DEFAULT_ALIGNMENT,
-        Some(v) => match v.as_u64() {
-            Some(a) if a.is_power_of_two() && a <= limits::MAX_ALIGNMENT => a,
-            _ => {
-                return Err(gguf(format!(
-                    "{ALIGNMENT_KEY} is {v:?}, not a power of two from 1 to {}",
-                    limits::MAX_ALIGNMENT
-                )))
-            }
-        },
+        Some(MetaValue::U32(a)) if a.is_power_of_two() && u64::from(*a) <= limits::MAX_ALIGNMENT => u64::from(*a),
+        Some(MetaValue::U32(a)) => {
+            return Err(gguf(format!("{ALIGNMENT_KEY} is {a}, not a power of two from 1 to {}", limits::MAX_ALIGNMENT)))
+        }
+        Some(v) => {
+            return Err(gguf(format!(
+            "{ALIGNMENT_KEY} is stored as {v:?}, but MLX honours it only as a UINT32 (it would read the tensors from \
+                 other offsets)"
+        )))
+        }
     };
     let data_offset = src
         .pos

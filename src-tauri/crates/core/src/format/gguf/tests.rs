@@ -385,3 +385,17 @@ fn smollm2_as_mlx_reads_it() {
     w.meta_f32("llama.rope.freq_base", 100_000.0).meta_u32("llama.context_length", 8192);
     check_smollm_like(&read(&w.to_bytes()).expect("reads"), 2, 128);
 }
+
+#[test]
+fn oversized_headers_are_refused_by_their_budget_before_they_cost_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let files = super::hostile::write_oversized_headers(dir.path()).unwrap();
+    assert_eq!(files.len(), 2);
+    for (path, says) in files {
+        let len = std::fs::metadata(&path).unwrap().len();
+        assert!(len > super::limits::MAX_HEADER_BYTES, "{}: {len} bytes", path.display());
+        let f = std::fs::File::open(&path).unwrap();
+        let err = read_gguf(&mut std::io::BufReader::new(f), len).expect_err("refused");
+        assert!(says(&err), "{}: {err}", path.display());
+    }
+}

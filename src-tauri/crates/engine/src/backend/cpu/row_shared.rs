@@ -13,8 +13,8 @@
 //! 2-core development machine a SmolLM2-135M decode step went from 106 to
 //! 26–27 ms, and a 17-row pass costs about 4 such steps
 //! (`examples/pass_cost.rs`, docs/speculative.md). On a Mac the Metal
-//! kernels run instead ([`super::QuantKernel::Fused`]); this is the CPU
-//! backend's path.
+//! kernels run instead ([`crate::quant::QuantKernel::Fused`]); this module is
+//! not even compiled there ([`crate::backend`]).
 //!
 //! The layout (MLX's, what mlx-community files and our GGUF reader hold):
 //! `words` is `[out, in * bits / 32]` u32 with the first value in the
@@ -25,11 +25,9 @@
 //!
 //! Every row of `x` is summed in the same order whatever the number of
 //! rows, so a row's result does not depend on how many rows ran beside it.
-// AVX2 intrinsics, entered only after runtime detection. Elsewhere (a
-// Mac's arm64) the module compiles but is never entered: `supports` is
-// false there, and the matmul goes to MLX.
+// AVX2 intrinsics, entered only after runtime detection (an x86 without
+// AVX2 and FMA leaves the matmul to MLX: `supports` is false there).
 #![allow(unsafe_code)]
-#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code, unused_variables, unused_mut))]
 
 use half::slice::HalfFloatSliceExt;
 use half::{bf16, f16};
@@ -80,7 +78,7 @@ pub struct Packed<'a> {
 
 /// Whether this machine and these parameters can take the kernel.
 pub fn supports(bits: i32, group: i32) -> bool {
-    unpacks(bits.into(), group.into()) && crate::cpu_f32::has_avx2_fma()
+    unpacks(bits.into(), group.into()) && super::simd::has_avx2_fma()
 }
 
 /// The widths and group sizes the unpacking handles.
@@ -157,7 +155,6 @@ pub fn matmul_t(x: &[f32], rows: usize, w: &Packed<'_>) -> Vec<f32> {
                 // SAFETY: `supports` checked AVX2 and FMA above; every index
                 // the kernel forms is inside the lengths `Packed::new` and
                 // the assert above checked.
-                #[cfg(target_arch = "x86_64")]
                 unsafe {
                     // Two output rows at a time where there are several rows
                     // of x: each x load then serves both.
@@ -209,12 +206,11 @@ impl Scratch {
     }
 }
 
-#[cfg(target_arch = "x86_64")]
 mod avx2 {
     use std::arch::x86_64::*;
 
     use super::Packed;
-    use crate::cpu_f32::avx2::lanes_sum as sum;
+    use crate::backend::cpu::simd::avx2::lanes_sum as sum;
 
     /// Eight weights `scale * q + bias` from the packed words at `p`: one
     /// word holds eight 4-bit values, two words eight 8-bit ones.
@@ -361,7 +357,7 @@ mod avx2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::quant::tests::values;
+    use crate::testutil::values;
 
     /// The same product, one weight at a time, in f64.
     fn reference(x: &[f32], rows: usize, w: &Packed<'_>) -> Vec<f64> {
@@ -389,7 +385,7 @@ mod tests {
 
     #[test]
     fn matches_a_weight_by_weight_reference_for_every_width_group_and_row_count() {
-        if !crate::cpu_f32::has_avx2_fma() {
+        if !crate::backend::cpu::simd::has_avx2_fma() {
             eprintln!("no AVX2/FMA here: the kernel is not used, so not tested");
             return;
         }

@@ -6,15 +6,15 @@
 //! with a libm call per fused multiply-add. `perf` put them (and the
 //! causal mask's select) at about a quarter of a 17-row verification pass
 //! on the default model (docs/speculative.md). The products around them
-//! stay MLX's (OpenBLAS); [`crate::layers::sdpa`] and
-//! [`crate::layers::Mlp`] call these only for a few f32 rows on the CPU
+//! stay MLX's (OpenBLAS); the CPU table's attention and SwiGLU
+//! ([`super::CpuKernels`]) call these only for a few f32 rows on the CPU
 //! backend, where a prompt's long prefill chunks and every Metal run keep
 //! MLX's own ops (and the memory the fit measured for them).
 //!
 //! `exp` here is `2^n · e^r` with `n = round(x / ln 2)` and `|r| ≤ ln 2 / 2`,
 //! `e^r` by its Taylor series to `r^7` (the next term is under 1e-8 of the
 //! result): within a few units in the last place of `f32::exp`. Without
-//! AVX2 and FMA (an arm64 Mac never gets here; an old x86 might) the same
+//! AVX2 and FMA (an old x86; a Mac build does not contain this module) the same
 //! functions run on `f32::exp`.
 // AVX2 intrinsics, entered only after runtime detection.
 #![allow(unsafe_code)]
@@ -26,7 +26,6 @@ pub fn softmax_prefix(row: &mut [f32], visible: usize) {
     if seen.is_empty() {
         return;
     }
-    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
         unsafe { avx2::softmax(seen) };
@@ -46,7 +45,6 @@ pub fn softmax_prefix(row: &mut [f32], visible: usize) {
 /// -88, where it is under 1e-36).
 pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
     assert_eq!(gate.len(), up.len(), "SwiGLU's gate and up projections differ in length");
-    #[cfg(target_arch = "x86_64")]
     if has_avx2_fma() {
         // SAFETY: the CPU has AVX2 and FMA (checked just above).
         unsafe { avx2::silu_mul(gate, up) };
@@ -59,19 +57,11 @@ pub fn silu_mul(gate: &mut [f32], up: &[f32]) {
 
 /// Whether this CPU has AVX2 and FMA, which this module's and the
 /// row-shared kernel's intrinsics need (std caches the answer).
-pub(crate) fn has_avx2_fma() -> bool {
-    #[cfg(target_arch = "x86_64")]
-    {
-        std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    {
-        false
-    }
+pub(super) fn has_avx2_fma() -> bool {
+    std::arch::is_x86_feature_detected!("avx2") && std::arch::is_x86_feature_detected!("fma")
 }
 
-#[cfg(target_arch = "x86_64")]
-pub(crate) mod avx2 {
+pub(super) mod avx2 {
     use std::arch::x86_64::*;
 
     const LANES: usize = 8;

@@ -1,0 +1,75 @@
+//! Text from a model, the network or the hub on its way to a terminal: a
+//! model, a Bonjour name, a lender's reply or a repo's title can carry escape
+//! sequences (move the cursor, recolour, retitle the window, write the
+//! clipboard with OSC 52, hide a link with OSC 8) as easily as words.
+//! [`terminal_safe`] passes text, newlines and tabs and drops every other
+//! control character (C0, DEL, C1); [`terminal_safe_line`] also folds line
+//! breaks, for a name that must stay on its row. [`tilde`] writes a path with
+//! the home folder as `~`, so a refusal shown to someone else does not carry
+//! the user's name.
+
+use std::borrow::Cow;
+use std::path::Path;
+
+/// Whether `c` may reach a terminal as it is.
+fn allowed(c: char) -> bool {
+    c == '\n' || c == '\t' || !c.is_control()
+}
+
+/// `text` without the control characters a terminal would act on.
+pub fn terminal_safe(text: &str) -> Cow<'_, str> {
+    if text.chars().all(allowed) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.chars().filter(|&c| allowed(c)).collect())
+    }
+}
+
+/// [`terminal_safe`] on one line: newlines and tabs become spaces, so a
+/// name from the network cannot print a fake row under its own.
+pub fn terminal_safe_line(text: &str) -> Cow<'_, str> {
+    if text.chars().all(|c| !c.is_control()) {
+        Cow::Borrowed(text)
+    } else {
+        Cow::Owned(text.chars().filter(|&c| allowed(c)).map(|c| if c == '\n' || c == '\t' { ' ' } else { c }).collect())
+    }
+}
+
+/// `path` as a person reads it, with `home` (the user's home folder) as `~`.
+pub fn tilde(path: &Path, home: Option<&Path>) -> String {
+    match home.filter(|h| h.components().count() > 1).and_then(|h| path.strip_prefix(h).ok()) {
+        Some(rest) if rest.as_os_str().is_empty() => "~".to_owned(),
+        Some(rest) => format!("~/{}", rest.display()),
+        None => path.display().to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_and_other_controls_are_dropped_text_newlines_and_tabs_kept() {
+        let hostile = "ok\x1b[2J\x1b]0;pwned\x07 done\r\n\tnext\u{9b}31m\u{7f}é 日本";
+        assert_eq!(terminal_safe(hostile), "ok[2J]0;pwned done\n\tnext31mé 日本");
+        assert!(matches!(terminal_safe("plain text\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_name_stays_on_its_line_and_loses_its_escapes() {
+        // OSC 52 (write the clipboard) and a fake second row.
+        let name = "Studio\x1b]52;c;cm0gLXJmIH4=\x07\nevil.local   10.0.0.9:7070";
+        assert_eq!(terminal_safe_line(name), "Studio]52;c;cm0gLXJmIH4= evil.local   10.0.0.9:7070");
+        assert!(matches!(terminal_safe_line("Mac mini"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn the_home_folder_reads_as_a_tilde() {
+        let home = Path::new("/Users/alice");
+        assert_eq!(tilde(Path::new("/Users/alice/models/qwen"), Some(home)), "~/models/qwen");
+        assert_eq!(tilde(Path::new("/Users/alice"), Some(home)), "~");
+        assert_eq!(tilde(Path::new("/Users/alicexyz/m"), Some(home)), "/Users/alicexyz/m");
+        assert_eq!(tilde(Path::new("/opt/m"), None), "/opt/m");
+        assert_eq!(tilde(Path::new("/opt/m"), Some(Path::new("/"))), "/opt/m", "a home of / is not folded");
+    }
+}
