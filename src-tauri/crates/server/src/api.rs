@@ -4,6 +4,7 @@
 use headroom_core::chat::{FinishReason, Message, Role, Tool, ToolCall};
 use headroom_core::chat_format::{Delta, ToolChoice};
 use headroom_core::kv::{KvFormat, KvFormatError};
+use headroom_engine::grammar::{self, Constraint, Grammar, GrammarError};
 use headroom_engine::worker::{GenerateRequest, OverflowPolicy, TurnStats};
 use headroom_engine::SamplingParams;
 use serde::{Deserialize, Serialize};
@@ -262,9 +263,12 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
     };
     // tool_choice "none": the model is not shown the tools at all.
     let tools = if tool_choice == ToolChoice::None { Vec::new() } else { tools };
+    let parallel_tool_calls = raw.parallel_tool_calls.unwrap_or(true);
+    let constraint = format_constraint(&response_format)?;
+    let (engine_stop, engine_choice) = (stop.clone(), tool_choice.clone());
     Ok(ChatRequest {
         tool_choice,
-        parallel_tool_calls: raw.parallel_tool_calls.unwrap_or(true),
+        parallel_tool_calls,
         stop,
         response_format,
         model,
@@ -291,9 +295,11 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             speculative: headroom_core::speculative::SpeculativeMode::None,
             // The load `ensure_loaded` made ready, set where it runs.
             load: None,
-            constraint: None,
-            stop: Vec::new(),
+            constraint,
+            stop: engine_stop,
             thinking: None,
+            tool_choice: engine_choice,
+            parallel_tool_calls,
         },
     })
 }
@@ -423,10 +429,37 @@ fn tools(raw: Option<Value>) -> Result<Vec<Tool>, ApiError> {
             Some(p @ Value::Object(_)) => p.clone(),
             Some(_) => return Err(invalid_at(&format!("{at}.function.parameters"), "it must be a JSON schema object")),
         };
+        // A call's arguments are held to this schema: one the engine cannot
+        // compile is refused here, by name, not in the middle of a run.
+        checked_schema(&format!("{at}.function.parameters"), &parameters)?;
         let description = f.get("description").and_then(Value::as_str).map(str::to_owned);
         tools.push(Tool { name: name.to_owned(), description, parameters });
     }
     Ok(tools)
+}
+
+/// `schema` as the engine's grammar, refused with what is wrong (an invalid
+/// schema, or a feature the engine does not implement, named).
+fn checked_schema(param: &str, schema: &Value) -> Result<Grammar, ApiError> {
+    let grammar = Grammar::JsonSchema(schema.clone());
+    grammar::validate(&grammar).map_err(|e| {
+        let code = match e {
+            GrammarError::Unsupported { .. } => "unsupported_schema",
+            _ => "invalid_schema",
+        };
+        ApiError::invalid(format!("Invalid '{param}': {e}.")).param(param).code(code)
+    })?;
+    Ok(grammar)
+}
+
+/// What `format` asks of the answer, as the engine's constraint; `None` for text.
+fn format_constraint(format: &ResponseFormat) -> Result<Option<Constraint>, ApiError> {
+    let grammar = match format {
+        ResponseFormat::Text => return Ok(None),
+        ResponseFormat::JsonObject => Grammar::JsonSchema(serde_json::json!({"type": "object"})),
+        ResponseFormat::JsonSchema { schema, .. } => checked_schema("response_format.json_schema.schema", schema)?,
+    };
+    Ok(Some(Constraint::whole(grammar)))
 }
 
 /// `tool_choice`: "auto" (the default), "none", "required", or one named function.

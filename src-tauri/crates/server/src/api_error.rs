@@ -6,6 +6,7 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use headroom_core::fit::{FitReport, Verdict, GIB};
+use headroom_engine::grammar::GrammarError;
 use headroom_engine::EngineError;
 use serde_json::{json, Value};
 
@@ -220,6 +221,11 @@ impl From<EngineError> for ApiError {
             // The model's heads cannot be quantized with this group size.
             EngineError::KvFormat { .. } => {
                 ApiError::invalid(e.to_string()).param("kv_group_size").code("invalid_value")
+            }
+            // A tool's schema or a format the model's vocabulary cannot hold
+            // (the request's schemas were checked before it was queued).
+            EngineError::Grammar(ref g) if !matches!(g, GrammarError::Runtime { .. }) => {
+                ApiError::invalid(e.to_string()).param("tools").code("invalid_schema")
             }
             // The template itself refused the conversation (roles out of order, …).
             EngineError::TemplateRender { .. } => {

@@ -20,9 +20,9 @@ use axum::{Json, Router};
 use headroom_engine::worker::{EngineEvent, EngineHandle, GenerateRequest};
 use serde_json::{json, Value};
 
-use headroom_core::chat_format::{StreamSplitter, ToolChoice};
+use headroom_core::chat_format::StreamSplitter;
 
-use crate::api::{completion, parse_request, ChatRequest, Meta, ResponseFormat};
+use crate::api::{completion, parse_request, ChatRequest, Meta};
 use crate::api_error::ApiError;
 use crate::config::ServeConfig;
 use crate::provider::{ModelCard, ModelProvider};
@@ -298,12 +298,8 @@ async fn chat_response(
         stream,
         include_usage,
         mut generate,
-        tool_choice,
-        parallel_tool_calls,
-        stop,
-        response_format,
+        ..
     } = request;
-    refuse_until_constrained(&tool_choice, parallel_tool_calls, &stop, &response_format)?;
     // The answer is read for calls to these, whatever the template did with them.
     let tools = generate.tools.clone();
     generate.speculative = ctx.config.speculative;
@@ -359,34 +355,6 @@ async fn chat_response(
         }
         Gathered::Failed(e) => Err(e),
     }
-}
-
-/// What needs the engine's constrained decoding and stop sequences, which
-/// this build does not have yet: refused by name rather than answered
-/// unconstrained (a client would get JSON that may not parse, or text past
-/// its stop). `tool_choice: auto` and plain tools work: calls are read from
-/// the model's own format.
-fn refuse_until_constrained(
-    choice: &ToolChoice,
-    _parallel: bool,
-    stop: &[String],
-    format: &ResponseFormat,
-) -> Result<(), ApiError> {
-    let unsupported = |param: &str, why: &str| {
-        Err(ApiError::invalid(format!("'{param}' is not supported by this server yet: {why}."))
-            .param(param)
-            .code("unsupported_parameter"))
-    };
-    if !stop.is_empty() {
-        return unsupported("stop", "stop sequences arrive with the engine's constrained decoding");
-    }
-    if *format != ResponseFormat::Text {
-        return unsupported("response_format", "JSON output arrives with the engine's constrained decoding");
-    }
-    if matches!(choice, ToolChoice::Required | ToolChoice::Named(_)) {
-        return unsupported("tool_choice", "forcing a call arrives with the engine's constrained decoding");
-    }
-    Ok(())
 }
 
 fn unix_now() -> u64 {

@@ -9,6 +9,7 @@ use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use headroom_core::chat::{FinishReason, Message, Thinking};
+use headroom_core::chat_format::ToolChoice;
 use headroom_core::kv::KvFormat;
 use headroom_core::speculative::{Speculation, SpeculativeMode};
 use headroom_core::stats::{Rates, TurnTimings};
@@ -221,6 +222,11 @@ pub struct GenerateRequest {
     /// Keywords the chat template reads (`enable_thinking`, any
     /// `chat_template_kwargs`), as transformers passes `**kwargs`.
     pub template_kwargs: serde_json::Map<String, serde_json::Value>,
+    /// Which calls of `tools` the answer may (or must) make; a call, once
+    /// started, is held to its tool's schema in the template's call format.
+    pub tool_choice: ToolChoice,
+    /// Whether a forced answer may hold several calls.
+    pub parallel_tool_calls: bool,
     pub sampling: SamplingParams,
     pub max_tokens: usize,
     pub overflow: OverflowPolicy,
@@ -263,6 +269,8 @@ impl GenerateRequest {
             messages,
             tools: Vec::new(),
             template_kwargs: serde_json::Map::new(),
+            tool_choice: ToolChoice::Auto,
+            parallel_tool_calls: true,
             sampling: SamplingParams::default(),
             max_tokens: 256,
             overflow: OverflowPolicy::Error,

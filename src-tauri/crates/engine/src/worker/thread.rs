@@ -27,7 +27,7 @@ use crate::draft::Draft;
 use crate::dtype::{dtype_name, short_dtype_name};
 use crate::error::{EngineError, MlxContext, Result};
 use crate::generate::{generate_with, GenerateOptions, Generation, WallClock};
-use crate::grammar::Guide;
+use crate::grammar::{Constraint, Grammar, Guide};
 use crate::inspect::check_vocab_rows;
 use crate::loader::{materialize, stage};
 use crate::lookup::Depth;
@@ -43,7 +43,8 @@ use crate::source::ModelFiles;
 use crate::stops::StopScan;
 use crate::tokenizer::{TemplateExtras, Tokenizer};
 use crate::weights::{weight_files, ComputeDtype};
-use headroom_core::chat_format::{AnswerFormat, ToolFormat};
+use headroom_core::chat::Thinking;
+use headroom_core::chat_format::{call_grammar, AnswerFormat, ToolFormat};
 
 /// A [`Job::WithModel`] body: the loaded model (if any), how it was
 /// loaded, and the engine's meter for the turns it runs.
@@ -667,10 +668,33 @@ impl Worker {
         let tail = loaded.tokenizer.decode(&prompt[prompt.len().saturating_sub(4)..], false)?;
         let answer_format = AnswerFormat::of(template, &tail);
         let mut sampler = Sampler::new(request.sampling.clone())?;
+        // Offered tools hold a call to its schema in the template's own call
+        // format, once the call starts (or from the first token when a call is
+        // required); a response format, when also given, describes the whole
+        // answer and wins.
+        let calls = match &request.constraint {
+            Some(_) => None,
+            None => call_grammar(answer_format.tools, &request.tools, &request.tool_choice, request.parallel_tool_calls)
+                .map(|g| Constraint { grammar: Grammar::Lark(g.lark), trigger: g.trigger, stop_after: true }),
+        };
+        let constraint = request.constraint.as_ref().or(calls.as_ref());
+        // A thinking model thinks freely first: a constraint starts after its
+        // close tag (the template says whether the prompt opened the block).
+        let thinking = match (&request.thinking, &answer_format.think) {
+            (Some(asked), Some(tags)) => Some(Thinking { open_in_prompt: tags.starts_inside, ..asked.clone() }),
+            (Some(asked), None) => Some(asked.clone()),
+            (None, Some(tags)) if constraint.is_some() => Some(Thinking {
+                open: tags.open.clone(),
+                close: tags.close.clone(),
+                budget: None,
+                open_in_prompt: tags.starts_inside,
+            }),
+            (None, _) => None,
+        };
         // A grammar the model's vocabulary cannot compile is refused before the run starts.
-        let mut guide = match (&request.constraint, &request.thinking) {
+        let mut guide = match (constraint, &thinking) {
             (None, None) => None,
-            (constraint, thinking) => Some(Guide::new(loaded.vocabulary()?, constraint.as_ref(), thinking.as_ref())?),
+            (constraint, thinking) => Some(Guide::new(loaded.vocabulary()?, constraint, thinking.as_ref())?),
         };
         let format = request.kv.unwrap_or(loaded.settings.kv);
         loaded.model.check_kv_format(format)?;
