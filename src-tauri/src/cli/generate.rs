@@ -443,10 +443,13 @@ mod tests {
             assert_eq!(v["stats"]["speculative"]["mode"], "draft", "{v}");
             assert!(v["stats"]["speculative"]["drafted"].as_u64() > Some(0), "{v}");
         }
-        // Not necessarily all: even in f32 a pass and a step may sum in
-        // different orders. (How long drafting stays on depends on what a
-        // pass costs on this machine.)
-        assert!(agrees["stats"]["speculative"]["acceptance"].as_f64() > Some(0.5), "{agrees}");
+        // The draft given is the one used: a copy is accepted more often than
+        // other weights. Not a threshold: how deep each pass drafts (so how
+        // many rounding ties a copy meets) follows what a pass costs on this
+        // machine's clock, and a copy's acceptance fell to 0.33 under load;
+        // the engine's draft test runs the same decoding on a fixed-cost clock.
+        let acceptance = |v: &serde_json::Value| v["stats"]["speculative"]["acceptance"].as_f64().unwrap_or(0.0);
+        assert!(acceptance(&agrees) > acceptance(&differs), "{agrees} vs {differs}");
 
         let refused = |extra: &[&str], needle: &str| {
             let e = run(extra).unwrap_err();

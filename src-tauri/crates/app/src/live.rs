@@ -8,7 +8,7 @@
 //!
 //! ```ignore
 //! let mut live_run = state.live.begin_run(&model_id);           // before streaming
-//! live_run.on_token(Instant::now());                           // each generated token
+//! live_run.on_token_now();                                     // each generated token
 //! let note = live_run.finish();                                // Option<SlowdownNote> for the stats
 //! ```
 
@@ -83,6 +83,9 @@ struct Inner {
     state: Mutex<State>,
     /// Memory at each rate point, for the attribution.
     memory: Mutex<MemorySource>,
+    /// When a token became available: the wall clock, or a test's
+    /// fixed-cost clock (so a point's rate does not hang on this machine's speed).
+    clock: Mutex<TokenClock>,
     store: OnceLock<Store>,
     policy: Policy,
 }
@@ -103,6 +106,15 @@ struct MemorySource(Box<dyn FnMut() -> Option<(u64, headroom_core::pressure::Pre
 impl std::fmt::Debug for MemorySource {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("MemorySource")
+    }
+}
+
+/// Where a run's token times come from.
+struct TokenClock(Box<dyn FnMut() -> Instant + Send>);
+
+impl std::fmt::Debug for TokenClock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("TokenClock")
     }
 }
 
@@ -135,10 +147,18 @@ impl Live {
                 activity,
                 state: Mutex::default(),
                 memory: Mutex::new(MemorySource(Box::new(read))),
+                clock: Mutex::new(TokenClock(Box::new(Instant::now))),
                 store: OnceLock::new(),
                 policy,
             }),
         }
+    }
+
+    /// Token times from `now` instead of the wall clock: tests give a
+    /// fixed cost per token, so the points a real answer makes do not
+    /// depend on how fast this machine decodes.
+    pub fn set_token_clock(&self, now: impl FnMut() -> Instant + Send + 'static) {
+        *self.inner.clock.lock().unwrap_or_else(PoisonError::into_inner) = TokenClock(Box::new(now));
     }
 
     /// Where rates and slowdowns are written, and models' histories read
@@ -254,6 +274,12 @@ impl LiveRun {
         if let Some(p) = self.meter.token(since) {
             self.add(p);
         }
+    }
+
+    /// A generated token became available now, by the live view's clock.
+    pub fn on_token_now(&mut self) {
+        let at = (self.live.inner.clock.lock().unwrap_or_else(PoisonError::into_inner).0)();
+        self.on_token(at);
     }
 
     /// The answer ended (however): its last point, the final attribution,

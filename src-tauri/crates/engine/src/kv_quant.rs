@@ -430,23 +430,37 @@ mod tests {
         let footprint = headroom_core::fit::medium_demo(2);
         let mut measured = Vec::new();
         for format in [KvFormat::Float, KvFormat::bits_from_start(8), KvFormat::bits_from_start(4)] {
-            let before = mlx_memory()?.active;
-            let mut cache = full_cache(usize::try_from(LAYERS).unwrap_or(0), format);
-            for (i, layer) in cache.layers_mut().iter_mut().enumerate() {
-                let k = normal(&[1, 4, N, 64], 2 * i as u64, Dtype::Bfloat16);
-                let v = normal(&[1, 4, N, 64], 2 * i as u64 + 1, Dtype::Bfloat16);
-                layer.update_and_fetch(&k, &v)?;
-            }
-            cache.maybe_quantize()?;
-            eval(cache.arrays()).op("eval")?;
-            let held = mlx_memory()?.active.saturating_sub(before);
             let predicted = estimate(&footprint, u64::try_from(N).unwrap_or(0), format).kv_cache_bytes;
-            assert_eq!(cache.nbytes() as u64, predicted, "{format:?}: the arrays' own sizes");
-            // Other tests of this binary allocate meanwhile: a few MB.
-            let error = held as f64 / predicted as f64 - 1.0;
+            // Other tests of this binary allocate and free through the same
+            // MLX counter meanwhile (3.0 % off was seen in a parallel run):
+            // the same cache is built up to four times and the closest
+            // reading counts. What MLX holds beyond the arrays every time
+            // (a leaked copy, an unfreed bf16 buffer) misses every try.
+            let mut best: Option<(f64, u64)> = None;
+            for _ in 0..4 {
+                let before = mlx_memory()?.active;
+                let mut cache = full_cache(usize::try_from(LAYERS).unwrap_or(0), format);
+                for (i, layer) in cache.layers_mut().iter_mut().enumerate() {
+                    let k = normal(&[1, 4, N, 64], 2 * i as u64, Dtype::Bfloat16);
+                    let v = normal(&[1, 4, N, 64], 2 * i as u64 + 1, Dtype::Bfloat16);
+                    layer.update_and_fetch(&k, &v)?;
+                }
+                cache.maybe_quantize()?;
+                eval(cache.arrays()).op("eval")?;
+                let held = mlx_memory()?.active.saturating_sub(before);
+                assert_eq!(cache.nbytes() as u64, predicted, "{format:?}: the arrays' own sizes");
+                drop(cache);
+                let error = held as f64 / predicted as f64 - 1.0;
+                if best.is_none_or(|(e, _)| error.abs() < e.abs()) {
+                    best = Some((error, held));
+                }
+                if error.abs() < 0.01 {
+                    break;
+                }
+            }
+            let (error, held) = best.unwrap_or((f64::INFINITY, 0));
             assert!(error.abs() < 0.03, "{format:?}: MLX holds {held}, the estimate says {predicted}");
             measured.push(held as f64);
-            drop(cache);
         }
         let (bf16, q8, q4) = (measured[0], measured[1], measured[2]);
         assert!((q8 / bf16 - 0.53).abs() < 0.02, "8-bit / bf16 = {}", q8 / bf16);

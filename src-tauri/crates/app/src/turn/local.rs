@@ -2,8 +2,6 @@
 //! the context this turn needs, unless the user forces it), then the run on
 //! the engine thread, whose events the turn's thread drives.
 
-use std::time::Instant;
-
 use headroom_core::chat::{Message, Role};
 use headroom_core::router::{Force, Reason};
 use headroom_core::settings::Settings;
@@ -106,7 +104,7 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let events = run.events.into_iter().map(move |event| match event {
         EngineEvent::Token { .. } => {
             if let Some(live) = live_run.as_mut() {
-                live.on_token(Instant::now());
+                live.on_token_now();
             }
             RunEvent::from(event)
         }

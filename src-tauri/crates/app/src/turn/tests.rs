@@ -253,17 +253,28 @@ fn a_turn_never_runs_on_a_load_other_than_the_one_it_is_labelled_with() {
 fn a_local_turn_reports_its_decode_rates_to_the_live_view() {
     let state = crate::test_state("turn-live");
     crate::models::ensure_default_model(&state).unwrap();
+    // Each token 10 ms after the one before, whatever this machine's speed:
+    // on the wall clock a point needs a quarter of a second of decoding,
+    // which 400 tokens did not fill on a machine faster than 1,600 tok/s.
+    let mut last: Option<std::time::Instant> = None;
+    state.live.set_token_clock(move || {
+        let t = last.map_or_else(std::time::Instant::now, |t| t + Duration::from_millis(10));
+        last = Some(t);
+        t
+    });
     let options = TurnOptions { max_tokens: Some(400), ignore_eos: true, ..TurnOptions::default() };
     let (running, events) = turn(&state, &settings(None), "live", new("count"), options);
     assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
     let msgs = stored(&state, "live", &running);
     let stats = msgs[1].stats.clone().unwrap_or_else(|| panic!("no stats: {msgs:?}"));
-    let last_ms = stats.last_token_ms.unwrap_or(0.0) - stats.first_token_ms.unwrap_or(0.0);
     let (rates, _) = state.live.recent(0);
-    // A point needs a quarter of a second of decoding; 400 tokens take
-    // longer than that here (the demo model decodes about 250 tok/s).
-    assert!(!rates.is_empty(), "no rate points after {last_ms} ms of decoding");
-    assert!(rates.iter().all(|r| r.model_id == crate::models::DEMO_MODEL_ID && r.point.tps > 0.0), "{rates:?}");
+    assert!(rates.iter().all(|r| r.model_id == crate::models::DEMO_MODEL_ID), "{rates:?}");
+    // Every token of the answer reached the live view (all but the first,
+    // which opens the first interval), at the clock's 100 tok/s.
+    let counted: u32 = rates.iter().map(|r| r.point.tokens).sum();
+    assert!(stats.generated_tokens > 200, "{stats:?}");
+    assert_eq!(i64::from(counted), stats.generated_tokens - 1, "{rates:?}");
+    assert!(rates.iter().all(|r| (r.point.tps - 100.0).abs() < 1.0), "{rates:?}");
     assert_eq!(state.live.activity().runs, 0, "the answer's live run ended with it");
     // Nothing slowed a demo answer on an idle machine by memory; when the
     // live view does blame memory, the stats carry its sentence.
