@@ -125,13 +125,15 @@ fi
 # ---------------------------------------------------------------------------
 MLX_LM_VERSION=0.32.2
 OPENAI_VERSION=3.57.0
+# Checks what the server's constrained JSON claims to be (tests/openai/structured_test.py).
+JSONSCHEMA_VERSION=4.25.1
 VENV="$DEPS/venv"
 if [ "$OS" = Linux ]; then
-  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-cpu==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION"
+  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-cpu==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION jsonschema==$JSONSCHEMA_VERSION"
 else
   # macOS: PyPI's mlx wheel is MLX with Metal, the backend the app runs on
   # there (scripts/mac/acceptance.sh compares against it).
-  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION"
+  venv_stamp="mlx==$MLX_WHEEL_VERSION mlx-lm==$MLX_LM_VERSION openai==$OPENAI_VERSION jsonschema==$JSONSCHEMA_VERSION"
 fi
 if [ "$OS" = Linux ] || [ "$OS" = Darwin ]; then
   if [ "$(cat "$VENV/.headroom-version" 2>/dev/null)" != "$venv_stamp" ]; then

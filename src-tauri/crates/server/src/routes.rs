@@ -293,13 +293,7 @@ async fn chat_response(
     }
     let body = body?;
     let request = parse_request(&body, ctx.config.default_max_tokens)?;
-    let ChatRequest {
-        model,
-        stream,
-        include_usage,
-        mut generate,
-        ..
-    } = request;
+    let ChatRequest { model, stream, include_usage, mut generate, .. } = request;
     // The answer is read for calls to these, whatever the template did with them.
     let tools = generate.tools.clone();
     generate.speculative = ctx.config.speculative;

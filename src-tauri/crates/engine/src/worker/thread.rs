@@ -674,8 +674,10 @@ impl Worker {
         // answer and wins.
         let calls = match &request.constraint {
             Some(_) => None,
-            None => call_grammar(answer_format.tools, &request.tools, &request.tool_choice, request.parallel_tool_calls)
-                .map(|g| Constraint { grammar: Grammar::Lark(g.lark), trigger: g.trigger, stop_after: true }),
+            None => {
+                call_grammar(answer_format.tools, &request.tools, &request.tool_choice, request.parallel_tool_calls)
+                    .map(|g| Constraint { grammar: Grammar::Lark(g.lark), trigger: g.trigger, stop_after: true })
+            }
         };
         let constraint = request.constraint.as_ref().or(calls.as_ref());
         // A thinking model thinks freely first: a constraint starts after its
