@@ -20,13 +20,17 @@ import openai
 BASE_URL, MODEL, PER_SCHEMA = sys.argv[1], sys.argv[2], int(sys.argv[3])
 client = openai.OpenAI(base_url=BASE_URL, api_key="unused", max_retries=0, timeout=120)
 
+# Every string has a maxLength: a string a schema leaves unbounded is one a
+# small model may repeat itself in until max_tokens (seen with SmolLM2-135M:
+# a date repeated 20 times in a free "note"), which the constraint allows and
+# ends as finish_reason "length"; bounded, the answer always ends.
 SCHEMAS = {
     "nested_object": {
         "type": "object",
         "properties": {
             "person": {
                 "type": "object",
-                "properties": {"name": {"type": "string"}, "city": {"type": "string"}},
+                "properties": {"name": {"type": "string", "maxLength": 40}, "city": {"type": "string", "maxLength": 40}},
                 "required": ["name", "city"],
                 "additionalProperties": False,
             }
@@ -36,7 +40,7 @@ SCHEMAS = {
     },
     "array": {
         "type": "object",
-        "properties": {"fruits": {"type": "array", "items": {"type": "string"}, "minItems": 1, "maxItems": 4}},
+        "properties": {"fruits": {"type": "array", "items": {"type": "string", "maxLength": 20}, "minItems": 1, "maxItems": 4}},
         "required": ["fruits"],
         "additionalProperties": False,
     },
@@ -54,7 +58,7 @@ SCHEMAS = {
     },
     "required_fields": {
         "type": "object",
-        "properties": {"title": {"type": "string", "maxLength": 40}, "done": {"type": "boolean"}, "note": {"type": "string"}},
+        "properties": {"title": {"type": "string", "maxLength": 40}, "done": {"type": "boolean"}, "note": {"type": "string", "maxLength": 80}},
         "required": ["title", "done"],
         "additionalProperties": False,
     },
@@ -87,8 +91,12 @@ def ask_json(name, schema, i, stream):
         model=MODEL,
         messages=[{"role": "user", "content": PROMPTS[i % len(PROMPTS)]}],
         max_tokens=200,
-        # Sampled with a seed per request: twenty different answers, not one twenty times.
-        temperature=0.9,
+        # Sampled with a seed per request: twenty different answers, not one
+        # twenty times. At 0.9 this 135M model sometimes wanders inside a
+        # string it is free to make as long as it likes (the schema bounds no
+        # length), and ends at max_tokens with finish_reason "length", as it
+        # should; 0.3 keeps the answers varied and the strings sane.
+        temperature=0.3,
         seed=i,
         response_format={"type": "json_schema", "json_schema": {"name": name, "schema": schema, "strict": True}},
     )

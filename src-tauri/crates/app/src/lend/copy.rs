@@ -144,7 +144,7 @@ pub(super) fn pull(p: &Placement, budget: BudgetInputs, control: &mut Conn) -> R
     let (Some(repo), Some(commit)) = (&p.model.repo, &p.model.commit) else {
         return Err(LendError::Refused("the host's copy is not from the hub".into()));
     };
-    let hub = |source: headroom_hub::HubError| LendError::Pull { repo: repo.clone(), source };
+    let hub = |source: headroom_hub::HubError| LendError::Pull { repo: repo.clone(), source: Box::new(source) };
     let repo_id = RepoId::parse(repo).map_err(hub)?;
     let cache = HubEnv::from_process().hub_dirs().into_iter().next().ok_or(LendError::NoHubCache)?;
     let client = HubClient::from_env(Endpoint::from_env().map_err(hub)?).map_err(hub)?;

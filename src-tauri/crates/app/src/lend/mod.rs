@@ -148,8 +148,9 @@ pub enum LendError {
     #[error("cannot pull {repo} here: {source}")]
     Pull {
         repo: String,
+        // Boxed: the hub's error is large, and every lender result carries this enum.
         #[source]
-        source: headroom_hub::HubError,
+        source: Box<headroom_hub::HubError>,
     },
     /// A host's request refused, in the words the host hears.
     #[error("{0}")]

@@ -5,7 +5,7 @@
  */
 export type LendStatus = { 
 /**
- * Where hosts reach it (`0.0.0.0:7070`: every address of this Mac).
+ * Where hosts reach it (`HOST:PORT`).
  */
 address: string, 
 /**
