@@ -39,14 +39,13 @@ fn tools() -> Vec<Tool> {
 }
 
 /// The tools as a client hands them to transformers (OpenAI's request
-/// shape), as JSON text: a `serde_json::Value` would sort the keys that
-/// Python keeps in order. The schemas' own keys are in serde_json's order
-/// because `Tool::parameters` is a `serde_json::Value` (no `preserve_order`).
+/// shape), as JSON text, the schemas' keys in the order [`tools`] writes
+/// them (serde_json keeps insertion order: the workspace's `preserve_order`).
 const HF_TOOLS: &str = r#"[
   {"type": "function", "function": {"name": "get_weather", "description": "The weather in a city, now.",
-    "parameters": {"properties": {"city": {"description": "Name, as on a map: «Zürich»", "type": "string"},
-      "unit": {"enum": ["c", "f"], "type": "string"}}, "required": ["city"], "type": "object"}}},
-  {"type": "function", "function": {"name": "now", "parameters": {"properties": {}, "type": "object"}}}
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "description": "Name, as on a map: «Zürich»"},
+      "unit": {"type": "string", "enum": ["c", "f"]}}, "required": ["city"]}}},
+  {"type": "function", "function": {"name": "now", "parameters": {"type": "object", "properties": {}}}}
 ]"#;
 
 /// A conversation through one round of tool use, with an earlier answer

@@ -285,7 +285,7 @@ mod tests {
     fn a_model_that_would_not_fit_is_refused_with_the_numbers_and_nothing_is_loaded() {
         let (app, window) = app_with_window_in("huge");
         let state = app.state::<crate::AppState>();
-        let dir = state.locations.data_dir.join(crate::models::MODELS_DIR).join("huge-demo");
+        let dir = state.locations.data_dir.join(crate::locations::MODELS_DIR).join("huge-demo");
         crate::fit::write_sparse_model(&dir, 200_000_000_000);
 
         let list = invoke(&window, "models_list", json!({})).unwrap();
@@ -366,7 +366,7 @@ mod tests {
         let state = app.state::<crate::AppState>();
         assert_eq!(crate::models::ensure_default_model(&state).ok(), Some(true));
         let demo = crate::models::DEMO_MODEL_ID;
-        let corpus = write_hostile_corpus(&state.locations.data_dir.join(crate::models::MODELS_DIR)).unwrap();
+        let corpus = write_hostile_corpus(&state.locations.data_dir.join(crate::locations::MODELS_DIR)).unwrap();
         assert!(corpus.len() >= 40, "{} cases", corpus.len());
         let answers = || {
             let request = GenerateRequest { max_tokens: 2, ignore_eos: true, ..GenerateRequest::new(vec![]) };

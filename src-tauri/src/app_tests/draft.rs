@@ -8,7 +8,8 @@ use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
 use serde_json::{json, Value};
 
 use super::*;
-use crate::models::{DEMO_MODEL_ID, MODELS_DIR};
+use crate::locations::MODELS_DIR;
+use crate::models::DEMO_MODEL_ID;
 
 const DRAFT: &str = "draft-demo";
 

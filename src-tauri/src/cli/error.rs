@@ -34,7 +34,7 @@ pub enum CliError {
     Lend(String),
     /// `lend` could not listen or serve.
     #[error("cannot lend this Mac: {0}")]
-    Lending(#[from] crate::lend::LendError),
+    Lending(Box<crate::lend::LendError>),
     /// MODEL is neither a folder nor a repo id found in the local HF cache.
     #[error(
         "model `{model}` not found: not a folder, and not in the Hugging Face cache (looked in {})",
@@ -125,6 +125,13 @@ impl From<crate::fit::FitError> for CliError {
             crate::fit::FitError::Memory(e) => Self::Memory(e),
             crate::fit::FitError::Split(e) => Self::Split(e),
         }
+    }
+}
+
+// Boxed like `Engine`: a lender's error can carry an engine error.
+impl From<crate::lend::LendError> for CliError {
+    fn from(e: crate::lend::LendError) -> Self {
+        Self::Lending(Box::new(e))
     }
 }
 

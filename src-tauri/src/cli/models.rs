@@ -59,7 +59,7 @@ fn table(list: &[ModelEntry], data_dir: &Path, env: &HubEnv) -> String {
         let hubs = env.hub_dirs().iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ");
         return format!(
             "no models found in {} or the Hugging Face cache ({hubs})\n",
-            data_dir.join(crate::models::MODELS_DIR).display()
+            data_dir.join(crate::locations::MODELS_DIR).display()
         );
     }
     let rows: Vec<[String; 6]> = list
@@ -105,7 +105,7 @@ mod tests {
         let tmp = headroom_test_support::scratch("cli-models");
         let root = tmp.join("data");
         let data = root.join("data");
-        let model = data.join(crate::models::MODELS_DIR).join("demo-tiny");
+        let model = data.join(crate::locations::MODELS_DIR).join("demo-tiny");
         write_demo_model(&model, &DemoSpec::new(Arch::Qwen2, Preset::Tiny, Bits::Four)).unwrap();
         let hub = root.join("empty-hub");
         std::fs::create_dir_all(&hub).unwrap();

@@ -152,7 +152,6 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         max_connections: args.max_connections,
         header_timeout: header_timeout(),
         speculative: args.speculative.mode(),
-        ..ServeConfig::default()
     };
     let addr = SocketAddr::new(args.host, args.port);
     // Refused before a model is loaded: a misconfigured server costs nothing.
@@ -193,7 +192,7 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
         Some(id) => Some(provider.ensure_loaded(id, Some(args.context), None).map_err(|e| match e {
             ProvideError::NotFound { model } => ServeError::UnknownModel {
                 model,
-                models_dir: state.locations.data_dir.join(crate::models::MODELS_DIR),
+                models_dir: state.locations.data_dir.join(crate::locations::MODELS_DIR),
                 hubs: state.locations.hub.hub_dirs(),
             },
             ProvideError::WouldNotFit { model, report } => {

@@ -6,6 +6,9 @@ use std::path::PathBuf;
 
 use headroom_core::format::hf_cache::HubEnv;
 
+/// The folder under the app's data folder that holds models Headroom owns.
+pub const MODELS_DIR: &str = "models";
+
 /// Where the app keeps and finds things.
 #[derive(Debug, Clone)]
 pub struct Locations {

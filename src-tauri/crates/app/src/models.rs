@@ -22,10 +22,9 @@ pub use headroom_core::format::hf_cache::HubEnv;
 use crate::codes::{Coded, ErrorCode};
 use crate::default_model::DEFAULT_MODEL_ID;
 use crate::fit::{self, BudgetSource};
+use crate::locations::MODELS_DIR;
 use crate::state::{AppState, LoadedModel};
 
-/// The folder under the app's data folder that holds models Headroom owns.
-pub const MODELS_DIR: &str = "models";
 /// The bundled demo model's folder name (and id) inside [`MODELS_DIR`].
 pub const DEMO_MODEL_ID: &str = "headroom-demo-tiny";
 

@@ -215,11 +215,12 @@ fn within_approved(m: &LoadedModel, kv: KvFormat) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::locations;
 
     #[test]
     fn offers_the_app_models_and_extra_folders_and_refuses_what_would_not_fit() {
         let state = crate::test_state("serve-provider");
-        let own = state.locations.data_dir.join(models::MODELS_DIR).join("huge-demo");
+        let own = state.locations.data_dir.join(locations::MODELS_DIR).join("huge-demo");
         fit::write_sparse_model(&own, 200_000_000_000);
         let outside = state.locations.data_dir.join("elsewhere");
         let demo = outside.join("tiny");
@@ -280,7 +281,7 @@ mod tests {
     #[test]
     fn a_request_for_a_larger_kv_format_than_the_loaded_models_is_refused_not_reloaded() {
         let state = crate::test_state("serve-kv-in-use");
-        let dir = state.locations.data_dir.join(models::MODELS_DIR).join("kv");
+        let dir = state.locations.data_dir.join(locations::MODELS_DIR).join("kv");
         let spec = headroom_engine::demo::DemoSpec::new(
             headroom_engine::demo::Arch::Qwen2,
             headroom_engine::demo::Preset::KvHeavy,

@@ -17,7 +17,7 @@ use headroom_engine::{ComputeDtype, QuantKernel};
 use headroom_hub::{download, inspect, CancellationToken, Endpoint, HubClient, PullEvent, RepoId};
 
 use super::LendError;
-use crate::models::HubEnv;
+use headroom_core::format::hf_cache::HubEnv;
 
 /// How often a pulling lender tells the host how far it got.
 const PROGRESS_EVERY: Duration = Duration::from_secs(2);
@@ -35,7 +35,7 @@ pub struct Shelves {
 impl Shelves {
     /// This Mac's: `data_dir`'s models, the bundled model's folder, `extra`, the hub caches.
     pub fn here(data_dir: &Path, extra: &[PathBuf]) -> Self {
-        let mut folders = vec![data_dir.join(crate::models::MODELS_DIR)];
+        let mut folders = vec![data_dir.join(crate::locations::MODELS_DIR)];
         folders.extend(crate::default_model::bundled().and_then(|f| f.parent().map(Path::to_owned)));
         folders.extend(extra.iter().cloned());
         Self { folders, hubs: HubEnv::from_process().hub_dirs() }

@@ -162,7 +162,7 @@ fn grammars_are_lazy_under_auto_and_strict_otherwise() {
         "{}",
         g.lark
     );
-    assert!(g.lark.contains("args_0: %json {\"properties\""), "{}", g.lark);
+    assert!(g.lark.contains("args_0: %json {\"type\":\"object\",\"properties\""), "{}", g.lark);
     assert!(g.lark.contains("call: call_0 | call_1"));
     let g = call_grammar(ToolFormat::Hermes, &t, &ToolChoice::Required, true).expect("grammar");
     assert_eq!(g.trigger, None);
