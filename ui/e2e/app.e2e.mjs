@@ -1312,7 +1312,11 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
     requireApp();
     await closeOverlays();
     const loadedId = async () => session.property(await session.byTestId('model-select'), 'value');
-    const before = await loadedId();
+    // The test before restarted the app: its model may still be loading.
+    let before = await loadedId();
+    for (const until = Date.now() + 30_000; !before && Date.now() < until; before = await loadedId()) {
+      await new Promise((r) => setTimeout(r, 100));
+    }
     assert.ok(before, 'a model is loaded');
     await session.click(await session.byTestId('settings-button'));
     const row = await session.waitForElement('[data-testid="draft-model"]', 5_000);
