@@ -50,15 +50,20 @@ fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (Scratch, Running, String) {
     let model = root.join("demo-tiny");
     let out = headroom(&["demo-model", &model.to_string_lossy(), "--preset", "tiny"]);
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["serve", "--port", "0", "--context", CONTEXT, "--model"])
-        .arg(&model)
-        // Only the demo model: an empty app data folder and HF cache.
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command.args(["serve", "--port", "0", "--context", CONTEXT, "--model"]).arg(&model).envs(env.iter().copied());
+    let (server, url) = serve_in(&root, command, Stdio::piped());
+    (root, server, url)
+}
+
+/// `command` (a `headroom serve`) started with an empty app data folder and
+/// HF cache under `root`: the server and its URL (the first line it prints).
+fn serve_in(root: &Path, mut command: Command, stderr: Stdio) -> (Running, String) {
+    let child = command
         .env("HEADROOM_DATA_DIR", root.join("data"))
         .env("HF_HUB_CACHE", root.join("empty-hub"))
-        .envs(env.iter().copied())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .expect("cannot run headroom serve");
     let mut server = Running(child, None);
@@ -68,7 +73,7 @@ fn serve_demo(tag: &str, env: &[(&str, &str)]) -> (Scratch, Running, String) {
     let url = url.trim().to_owned();
     assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"), "first line: {url:?}");
     server.1 = Some(stdout);
-    (root, server, url)
+    (server, url)
 }
 
 #[test]
@@ -211,21 +216,9 @@ fn headroom_serve_unloads_when_idle_and_the_next_request_loads_again() {
 fn a_bare_serve_answers_schemas_tool_calls_and_stops_to_the_official_client() {
     let python = python();
     let root = headroom_test_support::scratch("openai-structured");
-    let child = Command::new(env!("CARGO_BIN_EXE_headroom"))
-        .args(["serve", "--port", "0"])
-        .env("HEADROOM_DATA_DIR", root.join("data"))
-        .env("HF_HUB_CACHE", root.join("empty-hub"))
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("cannot run headroom serve");
-    let mut server = Running(child, None);
-    let mut stdout = BufReader::new(server.0.stdout.take().expect("no stdout"));
-    let mut url = String::new();
-    stdout.read_line(&mut url).unwrap();
-    let url = url.trim().to_owned();
-    assert!(url.starts_with("http://127.0.0.1:") && url.ends_with("/v1"), "first line: {url:?}");
-    server.1 = Some(stdout);
+    let mut command = Command::new(env!("CARGO_BIN_EXE_headroom"));
+    command.args(["serve", "--port", "0"]);
+    let (_server, url) = serve_in(&root, command, Stdio::inherit());
 
     let started = Instant::now();
     let client = Command::new(&python)
