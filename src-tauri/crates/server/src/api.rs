@@ -111,12 +111,10 @@ pub struct ChatRequest {
     pub include_usage: bool,
     /// `generate.kv`, as asked: the model must be ready for it (a format
     /// that needs more memory than the loaded one was approved for is a reload).
+    /// Also carries the request's `tool_choice`, `parallel_tool_calls` and
+    /// `stop`, and its `response_format` as the constraint.
     pub generate: GenerateRequest,
-    /// Which calls the answer may make (the tools are in `generate.tools`;
-    /// none there under `tool_choice: "none"`).
-    pub tool_choice: ToolChoice,
-    pub parallel_tool_calls: bool,
-    pub stop: Vec<String>,
+    /// `response_format` as asked (the engine gets it as `generate.constraint`).
     pub response_format: ResponseFormat,
 }
 
@@ -265,11 +263,7 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
     let tools = if tool_choice == ToolChoice::None { Vec::new() } else { tools };
     let parallel_tool_calls = raw.parallel_tool_calls.unwrap_or(true);
     let constraint = format_constraint(&response_format)?;
-    let (engine_stop, engine_choice) = (stop.clone(), tool_choice.clone());
     Ok(ChatRequest {
-        tool_choice,
-        parallel_tool_calls,
-        stop,
         response_format,
         model,
         stream: raw.stream.unwrap_or(false),
@@ -296,9 +290,9 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
             // The load `ensure_loaded` made ready, set where it runs.
             load: None,
             constraint,
-            stop: engine_stop,
+            stop,
             thinking: None,
-            tool_choice: engine_choice,
+            tool_choice,
             parallel_tool_calls,
         },
     })
@@ -836,9 +830,9 @@ mod tests {
             "response_format": {"type": "json_schema", "json_schema": {"name": "w", "schema": {"type": "object"}, "strict": true}},
         });
         let r = parse(&body).expect("accepted");
-        assert_eq!(r.tool_choice, ToolChoice::Named("get_weather".into()));
-        assert!(!r.parallel_tool_calls);
-        assert_eq!(r.stop, ["END"]);
+        assert_eq!(r.generate.tool_choice, ToolChoice::Named("get_weather".into()));
+        assert!(!r.generate.parallel_tool_calls);
+        assert_eq!(r.generate.stop, ["END"]);
         assert_eq!(
             r.response_format,
             ResponseFormat::JsonSchema { name: "w".into(), schema: json!({"type": "object"}), strict: true }
