@@ -204,9 +204,12 @@ pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY_AFTER_SECS: u64 = 2;
 
 async fn chat(State(ctx): State<Ctx>, request: Request) -> Response {
-    ctx.tally.requests.fetch_add(1, Ordering::Relaxed);
     // Admission first, before the body is read: a full queue costs nothing.
-    let Ok(permit) = Arc::clone(&ctx.admission).try_acquire_owned() else {
+    let admitted = Arc::clone(&ctx.admission).try_acquire_owned();
+    // Counted once admission is decided, so a count of n says n requests
+    // hold a place or were refused (tests wait on it instead of sleeping).
+    ctx.tally.requests.fetch_add(1, Ordering::Relaxed);
+    let Ok(permit) = admitted else {
         ctx.tally.refused.fetch_add(1, Ordering::Relaxed);
         let mut response = ApiError::new(
             StatusCode::TOO_MANY_REQUESTS,

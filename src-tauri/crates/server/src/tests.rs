@@ -524,7 +524,15 @@ fn beyond_its_bound_the_server_answers_429_admitted_requests_complete_and_a_stop
     // Two clients take both places and hold them, their bodies half sent.
     let (mut first, first_rest) = half_sent(addr, "one");
     let (_second, _) = half_sent(addr, "two");
-    std::thread::sleep(Duration::from_millis(500));
+    let waited = Instant::now();
+    while server.stats().requests < 2 {
+        assert!(
+            waited.elapsed() < Duration::from_secs(20),
+            "the two clients were never admitted: {:?}",
+            server.stats()
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
 
     // A third is turned away at once, told when to come back; so is a fourth.
     for _ in 0..2 {
