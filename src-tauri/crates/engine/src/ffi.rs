@@ -149,23 +149,26 @@ pub(crate) fn ring_recv(shape: &[i32], dtype: mlx_rs::Dtype, src: i32, group: &G
 /// Shuts down (both ways) every TCP socket of this process whose local and
 /// peer addresses satisfy `pick`, without closing it (its owner, MLX's
 /// ring, still holds the descriptor and then sees the connection end);
-/// returns how many. `/dev/fd` lists the open descriptors on Linux and macOS.
+/// returns how many. MLX keeps its ring sockets to itself, so they are found
+/// by walking the process's descriptors (`/dev/fd` on Linux and macOS).
 pub(crate) fn shutdown_sockets(pick: impl Fn(std::net::SocketAddr, std::net::SocketAddr) -> bool) -> usize {
-    use std::os::fd::{FromRawFd, IntoRawFd};
+    use std::os::fd::BorrowedFd;
     let Ok(entries) = std::fs::read_dir("/dev/fd") else { return 0 };
     let fds: Vec<i32> = entries.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok()).collect();
     let mut cut = 0;
     for fd in fds {
-        // SAFETY: the descriptor is borrowed, never closed: `into_raw_fd`
-        // gives it back before the stream would drop. A descriptor that is
-        // not a connected socket fails `local_addr`/`peer_addr` and is left alone.
-        let stream = unsafe { std::net::TcpStream::from_raw_fd(fd) };
-        if let (Ok(local), Ok(peer)) = (stream.local_addr(), stream.peer_addr()) {
-            if pick(local, peer) && stream.shutdown(std::net::Shutdown::Both).is_ok() {
+        // SAFETY: the descriptor was open when listed and is only borrowed
+        // for these calls: socket2's `SockRef` never closes it. One closed in
+        // between fails the calls below (EBADF) and is skipped; a descriptor
+        // that is not a connected socket fails `local_addr`/`peer_addr`.
+        let fd = unsafe { BorrowedFd::borrow_raw(fd) };
+        let socket = socket2::SockRef::from(&fd);
+        let addrs = (socket.local_addr().map(|a| a.as_socket()), socket.peer_addr().map(|a| a.as_socket()));
+        if let (Ok(Some(local)), Ok(Some(peer))) = addrs {
+            if pick(local, peer) && socket.shutdown(std::net::Shutdown::Both).is_ok() {
                 cut += 1;
             }
         }
-        let _ = stream.into_raw_fd();
     }
     cut
 }
