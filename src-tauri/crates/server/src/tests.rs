@@ -71,7 +71,7 @@ impl ModelProvider for DemoProvider {
         let context_limit = context_limit.unwrap_or(DEFAULT_CONTEXT_LIMIT);
         let mut loaded = self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((_, load)) = loaded.as_ref().filter(|(l, _)| l == id) {
-            let ready = ReadyModel { id: id.into(), load: *load };
+            let ready = ReadyModel { id: id.into(), load: *load, think: None, thinks: false };
             if self.switch_behind.load(Ordering::Relaxed) {
                 let settings = LoadSettings { context_limit, ..LoadSettings::default() };
                 let info = self.engine.load(demo_dir(), settings).expect("the switch behind the server's back");
@@ -93,7 +93,7 @@ impl ModelProvider for DemoProvider {
         let info = self.engine.load(demo_dir(), settings).map_err(failed)?;
         self.loads.fetch_add(1, Ordering::Relaxed);
         *loaded = Some((id.into(), info.load));
-        Ok(ReadyModel { id: id.into(), load: info.load })
+        Ok(ReadyModel { id: id.into(), load: info.load, think: None, thinks: info.thinks })
     }
 }
 

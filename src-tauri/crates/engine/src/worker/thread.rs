@@ -503,6 +503,7 @@ impl Worker {
             wired_limit_bytes: None,
             fingerprint: fingerprint.clone(),
             draft: settings.draft.clone(),
+            thinks: headroom_core::thinking::template_thinks(tokenizer.chat_template()),
         };
         self.apply_cache_limit(cache_limit_bytes).map_err(none_loaded)?;
         let info = ModelInfo {
