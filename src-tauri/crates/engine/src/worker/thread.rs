@@ -666,7 +666,10 @@ impl Worker {
             limit,
             request.overflow,
         )?;
-        let tail = loaded.tokenizer.decode(&prompt[prompt.len().saturating_sub(4)..], false)?;
+        // Enough tokens to hold `<think>` and what follows it where the
+        // vocabulary has no single token for the tag (a small BPE spells it
+        // in four or five).
+        let tail = loaded.tokenizer.decode(&prompt[prompt.len().saturating_sub(16)..], false)?;
         let answer_format = AnswerFormat::of(template, &tail);
         let mut sampler = Sampler::new(request.sampling.clone())?;
         // Offered tools hold a call to its schema in the template's own call
