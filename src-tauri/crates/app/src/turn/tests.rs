@@ -582,7 +582,7 @@ fn a_thinking_models_thinking_streams_apart_and_the_switch_turns_it_off() {
     };
     // The budget's tokens, then the forced close tag's (counted as thinking, as the engine does).
     assert!(
-        *thinking_tokens > budget && *thinking_tokens < *generated_tokens,
+        *thinking_tokens > budget as usize && *thinking_tokens < *generated_tokens,
         "{thinking_tokens} of {generated_tokens}"
     );
     assert_eq!(counts.last(), Some(thinking_tokens), "the running count ends at the stats' figure");
