@@ -112,3 +112,67 @@ fn hostile_folders_fail_with_one_line_naming_the_problem() {
         assert!(out.stdout.is_empty(), "{name}");
     }
 }
+
+/// `generate --tools FILE --tool-choice required` on the real default model
+/// (SmolLM2-135M-Instruct; its template knows no tools, so the fallback's
+/// system prompt and Hermes' call syntax): it prints OpenAI's assistant
+/// message, whose calls name the offered tools and whose arguments validate
+/// against the called tool's schema (held to it while decoding). A choice
+/// naming no offered tool is refused before any load.
+#[test]
+fn generate_with_tools_required_prints_calls_that_validate_on_the_real_model() {
+    let model = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.deps/models/SmolLM2-135M-Instruct");
+    assert!(model.is_dir(), "the real default model is at {}", model.display());
+    let tmp = headroom_test_support::scratch("cli-tools");
+    let weather = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "city": {"type": "string", "maxLength": 30},
+            "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}
+        },
+        "required": ["city", "unit"],
+        "additionalProperties": false
+    });
+    let time = serde_json::json!({
+        "type": "object",
+        "properties": {"timezone": {"type": "string", "maxLength": 30}},
+        "required": ["timezone"],
+        "additionalProperties": false
+    });
+    let tools = serde_json::json!([
+        {"type": "function", "function": {"name": "get_weather", "description": "The weather now in a city", "parameters": weather}},
+        {"type": "function", "function": {"name": "get_time", "description": "The time now in a timezone", "parameters": time}}
+    ]);
+    let file = tmp.join("tools.json");
+    std::fs::write(&file, tools.to_string()).unwrap();
+    let (m, f) = (model.to_string_lossy().into_owned(), file.to_string_lossy().into_owned());
+    let prompts = ["What is the weather in Paris?", "What time is it in Tokyo?", "Is it cold in Oslo today?"];
+    for prompt in prompts {
+        let args =
+            ["generate", &m, "--prompt", prompt, "--tools", &f, "--tool-choice", "required", "--max-tokens", "160"];
+        let out = headroom(&args);
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let message: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object on stdout");
+        assert_eq!(message["finish_reason"], "tool_calls", "{prompt}: {message}");
+        let calls = message["tool_calls"].as_array().cloned().unwrap_or_default();
+        assert!(!calls.is_empty(), "{prompt}: {message}");
+        for call in calls {
+            let schema = match call["function"]["name"].as_str() {
+                Some("get_weather") => &weather,
+                Some("get_time") => &time,
+                other => panic!("{prompt}: a call of {other:?}: {message}"),
+            };
+            let arguments: serde_json::Value = call["function"]["arguments"]
+                .as_str()
+                .and_then(|a| serde_json::from_str(a).ok())
+                .unwrap_or_else(|| panic!("{prompt}: arguments are not JSON text: {call}"));
+            let validator = jsonschema::validator_for(schema).expect("the test's schema compiles");
+            assert!(validator.is_valid(&arguments), "{prompt}: {arguments} against {schema}");
+        }
+    }
+
+    let out = headroom(&["generate", &m, "--prompt", "x", "--tools", &f, "--tool-choice", "get_news"]);
+    assert_eq!(out.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("--tool-choice") && stderr.contains("get_news"), "{stderr}");
+}

@@ -1759,4 +1759,60 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       await session.click(await session.byTestId('settings-button'));
     }
   });
+
+  // A thinking model: the demo whose chat template opens <think> as Qwen3's
+  // thinking releases do. Its weights are random, so it never closes the
+  // block itself: the model's thinking setting (a budget of 12 tokens) does.
+  // What this shows is the path (the block, its line, its count, the Think
+  // switch reaching the template), not any thought.
+  test('a thinking model: its thinking sits collapsed above the answer, and the Think switch turns it off', { timeout: 120_000 }, async () => {
+    requireApp();
+    await closeOverlays();
+    const id = 'thinking-demo';
+    await run(BIN, ['demo-model', path.join(DATA_DIR, 'models', id), '--arch', 'qwen3', '--thinking'], { timeout: 60_000 });
+    const stored = await session.execute("return window.__TAURI_INTERNALS__.invoke('settings_get', {});");
+    await session.execute(
+      "return window.__TAURI_INTERNALS__.invoke('settings_set', { settings: arguments[0] });",
+      [{ ...stored, thinking: { ...stored.thinking, [id]: { budget: 12 } } }],
+    );
+    await openModelList();
+    await session.click(await session.waitForElement(`[data-testid="model-option"][data-model-id="${id}"]`, 10_000));
+    await waitFor(async () => (await session.property(await session.byTestId('model-select'), 'value')) === id, {
+      timeoutMs: 30_000,
+      intervalMs: 250,
+      message: `${id} to load`,
+    });
+    // A new chat, so this model's answers are the only ones.
+    await openTab('sessions');
+    await session.click(await session.byTestId('new-session'));
+    const thinkSwitch = await session.waitForElement('[data-testid="think-switch"]', 10_000);
+    assert.equal(await session.property(thinkSwitch, 'checked'), true, 'the switch starts on (the model thinks by its setting)');
+
+    await sendMessage('hello');
+    const { el } = await finishedAnswer(1, 60_000);
+    const block = await session.byTestId('thinking');
+    const line = (await session.text(await session.byTestId('thinking-line'))).trim();
+    assert.match(line, /^Thought for [\d.]+ s · \d+ tokens$/, line);
+    const thought = Number(/· (\d+) tokens/.exec(line)[1]);
+    assert.ok(thought > 12, `the budget's 12 tokens and the close tag's: ${line}`);
+    assert.equal(await session.attribute(await session.byTestId('thinking-toggle'), 'aria-expanded'), 'false', 'collapsed once the answer started');
+    const stats = (await session.text((await session.allByTestId('turn-stats'))[0])).trim();
+    assert.match(stats, new RegExp(`· \\d+ tok \\(${thought} thinking\\) ·`), `the stats line counts thinking apart: ${stats}`);
+    assert.ok(!(await session.text(el)).includes('think>'), 'no tag in the answer');
+    await session.click(await session.byTestId('thinking-toggle'));
+    const text = await session.waitForElement('[data-testid="thinking-text"]', 5_000);
+    assert.ok((await session.text(text)).trim().length > 0, 'the thinking text opens under its line');
+    assert.ok(block, 'the block is there');
+    writeFileSync(path.join(OUT, 'thinking.png'), await session.screenshot(30_000));
+
+    // Think off: the template is asked for no thinking, and none comes.
+    await session.click(thinkSwitch);
+    assert.equal(await session.property(thinkSwitch, 'checked'), false);
+    await sendMessage('hello again');
+    await finishedAnswer(2, 60_000);
+    assert.equal((await session.allByTestId('thinking')).length, 1, 'the second answer has no thinking block');
+    const second = (await session.text((await session.allByTestId('turn-stats'))[1])).trim();
+    assert.ok(!second.includes('thinking'), second);
+    writeFileSync(path.join(OUT, 'thinking-off.png'), await session.screenshot(30_000));
+  });
 });

@@ -59,6 +59,7 @@ const STATS: TurnStats = {
   e2eTps: 160,
   promptTokens: 20,
   generatedTokens: 40,
+  thinkingTokens: 0,
   contextTokens: 20,
   reusedTokens: 0,
   reusedFrom: 'none',
@@ -443,6 +444,46 @@ describe('App', () => {
     expect(calls.filter((c) => c.cmd === 'session_create')).toHaveLength(1);
     expect(send_.sessionId).toBe('s1');
     expect(screen.getByTestId('send-button')).toBeInTheDocument();
+  });
+
+  it("a thinking model's thinking streams into a block above the answer; the Think switch asks for none", async () => {
+    const thinker = { ...DEMO, loaded: true, thinks: true };
+    const thought: Chat = (_text, emit) => {
+      emit({ event: 'started', data: { runId: 1, promptTokens: 20, reusedTokens: 0, route: LOCAL_ROUTE } });
+      emit({ event: 'thinking', data: { text: 'The user greets me.', tokens: 5 } });
+      emit({ event: 'thinking', data: { text: '', tokens: 7 } });
+      emit({ event: 'token', data: { text: 'Hello!' } });
+      emit({ event: 'stats', data: { ...STATS, generatedTokens: 9, thinkingTokens: 7 } });
+      emit({ event: 'finished', data: { reason: 'stop' } });
+    };
+    const calls = fakeBackend(thought, [thinker]);
+    const { user, input } = setup();
+    const toggle = await screen.findByTestId('think-switch');
+    expect(toggle).toBeChecked();
+
+    await user.type(input, 'hi{Enter}');
+    const reply = await screen.findByTestId('message-assistant');
+    await waitFor(() => expect(reply).toHaveAttribute('data-finish-reason', 'stop'));
+    expect(reply).toHaveTextContent('Hello!');
+    expect(reply).not.toHaveTextContent('greets');
+    expect(screen.getByTestId('thinking-line')).toHaveTextContent(/^Thought for [\d.]+ s · 7 tokens$/);
+    expect(screen.getByTestId('turn-stats')).toHaveTextContent('9 tok (7 thinking)');
+    await user.click(screen.getByTestId('thinking-toggle'));
+    expect(screen.getByTestId('thinking-text')).toHaveTextContent('The user greets me.');
+    // Untouched, the switch leaves the model's setting: no `think` is sent.
+    expect(calls.find((c) => c.cmd === 'chat_send')?.args).not.toHaveProperty('think');
+
+    await user.click(toggle);
+    await user.type(input, 'again{Enter}');
+    await waitFor(() => expect(calls.filter((c) => c.cmd === 'chat_send')).toHaveLength(2));
+    expect(calls.filter((c) => c.cmd === 'chat_send')[1]?.args).toMatchObject({ text: 'again', think: false });
+  });
+
+  it('offers no Think switch for a model whose template does not think', async () => {
+    fakeBackend(answer, [{ ...DEMO, loaded: true }]);
+    setup();
+    await screen.findByText(/Chat with/);
+    expect(screen.queryByTestId('think-switch')).toBeNull();
   });
 
   it('shows Stop while generating, and Stop cancels the run', async () => {

@@ -15,8 +15,15 @@ use super::*;
 /// Asks `session`'s last question again through the command, as the UI does.
 fn regenerate(app: &tauri::App<MockRuntime>, session: &str, force: Option<Force>) -> Result<Vec<Value>, String> {
     let (channel, events) = collecting();
-    let id =
-        block_on(crate::commands::chat::chat_regenerate(session.into(), Some(4), force, None, channel, app.state()));
+    let id = block_on(crate::commands::chat::chat_regenerate(
+        session.into(),
+        Some(4),
+        force,
+        None,
+        None,
+        channel,
+        app.state(),
+    ));
     match id {
         Ok(_) => Ok(until_end(&events)),
         Err(e) => Err(e.code.as_str().to_owned()),

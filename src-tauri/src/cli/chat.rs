@@ -214,6 +214,8 @@ fn load_and_chat(
             seed: args.seed,
             ignore_eos: args.ignore_eos,
             override_fit: args.override_fit,
+            // The model's thinking setting, as the app's chats start.
+            think: None,
         },
     };
     let (tx, events) = std::sync::mpsc::channel();

@@ -33,10 +33,16 @@ pub struct DemoModelArgs {
     /// Such a model cannot be run.
     #[arg(long)]
     pub sparse: bool,
+    /// A chat template that thinks (ChatML architectures): the answer
+    /// starts inside `<think>`, which the random weights never close; a
+    /// thinking budget closes it (`--think budget N`). For showing and
+    /// testing the thinking path, not the quality of any thought.
+    #[arg(long)]
+    pub thinking: bool,
     /// Write the hostile corpus instead: one folder per broken or hostile
     /// model (sizes out of range, lying headers, bad tokenizers, looping
     /// templates, …) inside DIR, and list what each must fail with.
-    #[arg(long, conflicts_with_all = ["preset", "arch", "bits", "seed", "sparse"])]
+    #[arg(long, conflicts_with_all = ["preset", "arch", "bits", "seed", "sparse", "thinking"])]
     pub hostile: bool,
 }
 
@@ -51,7 +57,12 @@ pub fn run(args: &DemoModelArgs) -> Result<(), CliError> {
         }
         return Ok(());
     }
-    let spec = DemoSpec { seed: args.seed, sparse: args.sparse, ..DemoSpec::new(args.arch, args.preset, args.bits) };
+    let spec = DemoSpec {
+        seed: args.seed,
+        sparse: args.sparse,
+        thinking: args.thinking,
+        ..DemoSpec::new(args.arch, args.preset, args.bits)
+    };
     let bytes = spec.weight_bytes()?;
     // The real-shape presets take minutes and gigabytes: say so before starting.
     if bytes > 256 << 20 && !args.sparse {

@@ -61,6 +61,12 @@ pub enum CliError {
     /// `import FILE` could not be read.
     #[error("cannot read {}: {source}", path.display())]
     ImportFile { path: PathBuf, source: std::io::Error },
+    /// `--tools FILE` could not be read.
+    #[error("cannot read the tools file {}: {source}", path.display())]
+    ToolsFile { path: PathBuf, source: std::io::Error },
+    /// `--tools FILE` is not JSON.
+    #[error("the tools file {} is not JSON: {source}", path.display())]
+    ToolsJson { path: PathBuf, source: serde_json::Error },
     /// `--json-schema FILE` could not be read.
     #[error("cannot read the JSON schema {}: {source}", path.display())]
     SchemaFile { path: PathBuf, source: std::io::Error },

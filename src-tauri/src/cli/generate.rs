@@ -4,7 +4,10 @@
 use std::io::{IsTerminal, Write};
 
 use clap::Args;
-use headroom_core::chat::{FinishReason, Message, Role, Thinking};
+use headroom_core::chat::{FinishReason, Message, Role, Tool};
+use headroom_core::chat_format::{parse_answer, ParsedAnswer, ToolChoice, ToolFormat};
+use headroom_core::settings::Settings;
+use headroom_core::thinking::{self, Think};
 use headroom_engine::grammar::{Constraint, Grammar};
 use headroom_engine::prompt_cache::Reuse;
 use headroom_engine::worker::{
@@ -81,11 +84,17 @@ pub struct GenerateArgs {
     /// `off` (closed at once), or `budget N` (closed after N tokens).
     #[arg(long, num_args = 1..=2, value_names = ["on|off|budget", "N"])]
     pub think: Vec<String>,
+    /// Functions the model may call: FILE holds an OpenAI-style `tools`
+    /// array. The answer is printed as one JSON object, OpenAI's assistant
+    /// message (`content`, `tool_calls`) with its `finish_reason`; a call is
+    /// held to its tool's schema in the model's own call format.
+    #[arg(long, value_name = "FILE", conflicts_with = "json_schema")]
+    pub tools: Option<std::path::PathBuf>,
+    /// With --tools: `auto` (the model decides), `required` (at least one
+    /// call), `none`, or the name of the one function to call.
+    #[arg(long, value_name = "CHOICE", requires = "tools")]
+    pub tool_choice: Option<String>,
 }
-
-/// The tags thinking models write (Qwen3, DeepSeek-R1, QwQ).
-const THINK_OPEN: &str = "<think>";
-const THINK_CLOSE: &str = "</think>";
 
 impl GenerateArgs {
     /// The user message: `--prompt`, or the contents of `--prompt-file`.
@@ -119,17 +128,44 @@ impl GenerateArgs {
         Ok(Some(Constraint::whole(grammar)))
     }
 
-    /// `--think`: `None` when not given (the template's default).
-    fn thinking(&self) -> Result<Option<Thinking>, CliError> {
-        let bad = |reason: &str| CliError::BadArgument { name: "--think", reason: reason.to_owned() };
-        let budget = match self.think.iter().map(String::as_str).collect::<Vec<_>>()[..] {
-            [] => return Ok(None),
-            ["on"] => None,
-            ["off"] => Some(0),
-            ["budget", n] => Some(n.parse::<usize>().map_err(|_| bad("the budget is a number of tokens"))?),
-            _ => return Err(bad("expected on, off, or budget N")),
+    /// `--think`: `None` when not given (the model's setting, else its
+    /// template's default).
+    fn think(&self) -> Result<Option<Think>, CliError> {
+        if self.think.is_empty() {
+            return Ok(None);
+        }
+        let words: Vec<&str> = self.think.iter().map(String::as_str).collect();
+        Think::from_words(&words)
+            .map(Some)
+            .map_err(|e| CliError::BadArgument { name: "--think", reason: e.to_string() })
+    }
+
+    /// `--tools FILE` and `--tool-choice`, checked as the server checks them.
+    fn tools(&self) -> Result<(Vec<Tool>, ToolChoice), CliError> {
+        let Some(path) = &self.tools else { return Ok((Vec::new(), ToolChoice::Auto)) };
+        let text =
+            std::fs::read_to_string(path).map_err(|source| CliError::ToolsFile { path: path.clone(), source })?;
+        let raw: serde_json::Value =
+            serde_json::from_str(&text).map_err(|source| CliError::ToolsJson { path: path.clone(), source })?;
+        let bad = |e: headroom_server::ApiError| CliError::BadArgument {
+            name: "--tools",
+            reason: format!("{}: {}", path.display(), e.message),
         };
-        Ok(Some(Thinking { open: THINK_OPEN.into(), close: THINK_CLOSE.into(), budget, open_in_prompt: false }))
+        let tools = headroom_server::tools(Some(raw)).map_err(bad)?;
+        if tools.is_empty() {
+            return Err(CliError::BadArgument {
+                name: "--tools",
+                reason: format!("{} lists no tools", path.display()),
+            });
+        }
+        let choice = match self.tool_choice.as_deref() {
+            None => None,
+            Some(c @ ("auto" | "none" | "required")) => Some(serde_json::Value::from(c)),
+            Some(name) => Some(serde_json::json!({"type": "function", "function": {"name": name}})),
+        };
+        let choice = headroom_server::tool_choice(choice, &tools)
+            .map_err(|e| CliError::BadArgument { name: "--tool-choice", reason: e.message })?;
+        Ok((tools, choice))
     }
 
     fn request(&self, prompt: String) -> Result<GenerateRequest, CliError> {
@@ -138,6 +174,9 @@ impl GenerateArgs {
             messages.push(Message::new(Role::System, system.clone()));
         }
         messages.push(Message::new(Role::User, prompt));
+        let (tools, tool_choice) = self.tools()?;
+        // tool_choice none: the model is not shown the tools (as the server does).
+        let tools = if tool_choice == ToolChoice::None { Vec::new() } else { tools };
         Ok(GenerateRequest {
             max_tokens: self.max_tokens,
             ignore_eos: self.ignore_eos,
@@ -150,7 +189,8 @@ impl GenerateArgs {
             },
             speculative: self.speculative.mode(),
             constraint: self.constraint()?,
-            thinking: self.thinking()?,
+            tools: tools.clone(),
+            tool_choice,
             ..GenerateRequest::new(messages)
         })
     }
@@ -189,6 +229,8 @@ pub(crate) fn generate(
     let prompt = args.prompt_text()?;
     // A bad schema or --think is refused before the guard and the load.
     let request = args.request(prompt)?;
+    let think = args.think()?;
+    let learned_settings = learned.as_ref().and_then(|store| crate::runtime::block_on(store.settings()).ok());
     let kv = args.kv.format()?;
     let guarded = GuardRequest {
         dir: &dir,
@@ -209,12 +251,23 @@ pub(crate) fn generate(
         engine.set_meter(Some(crate::fit::store_meter(store)))?;
     }
     let settings = crate::fit::load_settings(&report, args.context, args.dtype, args.kernel.quant_kernel(), kv, 0);
-    engine.load(&dir, LoadSettings { peer, draft, ..settings })?;
+    let info = engine.load(&dir, LoadSettings { peer, draft, ..settings })?;
+    // --think over the model's setting (the app's, by the id the app lists
+    // it under), decided as the app and the server decide it.
+    let setting = model_think_setting(args.model.as_deref(), &dir, learned_settings.as_ref());
+    let mut request = request;
+    let request_tools = request.tools.clone();
+    request.thinking = thinking::apply(think, setting, info.thinks, &mut request.template_kwargs);
     let run = engine.generate(request)?;
 
     let mut write_error = None;
+    let mut call_format = None;
+    let calls_wanted = args.tools.is_some();
     let output = run.collect_with(|event| {
-        if args.json || write_error.is_some() {
+        if let EngineEvent::Started { format: f, .. } = event {
+            call_format = Some(f.tools);
+        }
+        if args.json || calls_wanted || write_error.is_some() {
             return;
         }
         let text = match event {
@@ -230,7 +283,22 @@ pub(crate) fn generate(
     if let Some(e) = write_error {
         return Err(e.into());
     }
-    if args.json {
+    if calls_wanted {
+        // The answer as OpenAI's assistant message, read in the model's call format.
+        let parsed = parse_answer(call_format.unwrap_or(ToolFormat::Fallback), &output.text, &request_tools);
+        let message = calls_json(&parsed, output.finish_reason);
+        let report = if args.json {
+            let mut report = json_report(&output);
+            report["message"] = message;
+            report
+        } else {
+            message
+        };
+        writeln!(out, "{}", serde_json::to_string(&report)?)?;
+        if !args.json {
+            writeln!(err, "{}", stats_line(&output.stats, output.finish_reason))?;
+        }
+    } else if args.json {
         writeln!(out, "{}", serde_json::to_string(&json_report(&output))?)?;
     } else {
         writeln!(out)?;
@@ -240,6 +308,34 @@ pub(crate) fn generate(
         }
     }
     Ok(())
+}
+
+/// The app's thinking setting for this model: named by the id the app
+/// lists (`--model ID`), or by its folder's name (the app's models folder
+/// names its models so); `None` without a store or a setting.
+fn model_think_setting(model: Option<&str>, dir: &std::path::Path, settings: Option<&Settings>) -> Option<Think> {
+    let settings = settings?;
+    let by_folder = dir.file_name().and_then(|n| n.to_str());
+    [model, by_folder].into_iter().flatten().find_map(|id| settings.thinking.get(id).copied())
+}
+
+/// An answer read for calls, in OpenAI's message shape (as the server
+/// answers), with its finish reason (`tool_calls` when it called).
+fn calls_json(parsed: &ParsedAnswer, reason: FinishReason) -> serde_json::Value {
+    let calls: Vec<serde_json::Value> = parsed
+        .calls
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            json!({"id": format!("call_{i}"), "type": "function", "function": {"name": c.name, "arguments": c.arguments}})
+        })
+        .collect();
+    let finish = match reason {
+        FinishReason::Stop if !calls.is_empty() => "tool_calls",
+        other => finish_name(other),
+    };
+    let content = if parsed.content.is_empty() && !calls.is_empty() { None } else { Some(parsed.content.as_str()) };
+    json!({"role": "assistant", "content": content, "tool_calls": calls, "finish_reason": finish})
 }
 
 fn finish_name(reason: FinishReason) -> &'static str {

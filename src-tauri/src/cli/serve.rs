@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use clap::Args;
+use headroom_core::settings::Settings;
 use headroom_engine::worker::{EngineHandle, DEFAULT_CONTEXT_LIMIT};
 use headroom_engine::EngineError;
 use headroom_server::{
@@ -166,6 +167,12 @@ fn serve(args: &ServeArgs) -> Result<(), ServeError> {
     let store = crate::runtime::block_on(headroom_store::Store::open(&locations.data_dir)).map_err(CliError::from)?;
     let engine = EngineHandle::spawn()?;
     let state = AppState::new(engine.clone(), locations, store);
+    // Each model's thinking setting, as the app keeps it: a request that
+    // sends no reasoning_effort gets it here as in the app's own server.
+    match crate::runtime::block_on(state.store.settings()) {
+        Ok(stored) => state.apply_settings(&Settings { thinking: stored.thinking, ..state.settings() }),
+        Err(e) => tracing::warn!("the models' thinking settings were not read: {e}"),
+    }
     state.override_loads(args.context, args.kernel.kernel, args.kv.format()?);
     let draft = args.speculative.draft_dir(None, &state.locations.hub)?;
     let mut provider = AppModels::new(state.clone()).with_peer(args.peer.peer.clone()).with_draft(draft);

@@ -31,11 +31,23 @@ async fn start_turn(
     Ok(running.run_id)
 }
 
-fn options(max_tokens: Option<usize>, force: Option<Force>, allow_sensitive: Option<bool>) -> TurnOptions {
-    TurnOptions { max_tokens, force, allow_sensitive: allow_sensitive.unwrap_or(false), ..TurnOptions::default() }
+fn options(
+    max_tokens: Option<usize>,
+    force: Option<Force>,
+    allow_sensitive: Option<bool>,
+    think: Option<bool>,
+) -> TurnOptions {
+    TurnOptions {
+        max_tokens,
+        force,
+        allow_sensitive: allow_sensitive.unwrap_or(false),
+        think,
+        ..TurnOptions::default()
+    }
 }
 
-/// Sends `text`; see [`start_turn`].
+/// Sends `text`; see [`start_turn`]. `think`: the chat's Think switch
+/// (`None`: the model's thinking setting).
 #[tauri::command]
 #[allow(clippy::too_many_arguments)]
 pub async fn chat_send(
@@ -44,10 +56,12 @@ pub async fn chat_send(
     max_tokens: Option<usize>,
     force: Option<Force>,
     allow_sensitive: Option<bool>,
+    think: Option<bool>,
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    start_turn(&state, session_id, Ask::New(text), options(max_tokens, force, allow_sensitive), on_event).await
+    let options = options(max_tokens, force, allow_sensitive, think);
+    start_turn(&state, session_id, Ask::New(text), options, on_event).await
 }
 
 /// Asks the session's last question again, routed like any other. Its last
@@ -61,10 +75,11 @@ pub async fn chat_regenerate(
     max_tokens: Option<usize>,
     force: Option<Force>,
     allow_sensitive: Option<bool>,
+    think: Option<bool>,
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    start_turn(&state, session_id, Ask::Again, options(max_tokens, force, allow_sensitive), on_event).await
+    start_turn(&state, session_id, Ask::Again, options(max_tokens, force, allow_sensitive, think), on_event).await
 }
 
 /// Stops a run, local or cloud, after the token being computed or received;

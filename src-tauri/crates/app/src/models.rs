@@ -125,6 +125,9 @@ pub struct ModelEntry {
     /// Sum of the safetensors files.
     pub size_bytes: u64,
     pub loaded: bool,
+    /// The loaded model's chat template has a think block (the chat offers
+    /// its Think switch); read at the load, so false for every other entry.
+    pub thinks: bool,
     /// The fit verdict at the app's context limit, with every part; `None`
     /// when there is no budget or the model cannot be read (see `problem`).
     pub fit: Option<FitReport>,
@@ -289,6 +292,7 @@ fn push_model(found: &mut Vec<ModelEntry>, id: String, name: String, path: PathB
         quantization: quantization.map(|q| q.label()),
         size_bytes,
         loaded: false,
+        thinks: false,
         fit: None,
         remedies: Vec::new(),
         problem,
@@ -359,6 +363,7 @@ pub fn entries(state: &AppState) -> Vec<ModelEntry> {
     );
     for m in &mut list {
         m.loaded = loaded.as_ref().is_some_and(|l| l.id == m.id);
+        m.thinks = m.loaded && loaded.as_ref().is_some_and(|l| l.info.thinks);
     }
     if let Some(draft) = state.draft_model() {
         add_draft(&mut list, &draft, state.context_limit(), state.kv_format());
@@ -546,7 +551,7 @@ impl LoadResult {
     /// `entry`, now loaded at `context_limit` by the switch `s`.
     fn of(entry: ModelEntry, context_limit: usize, s: Switched) -> Self {
         Self {
-            entry,
+            entry: ModelEntry { thinks: s.thinks, ..entry },
             context_limit,
             unload_ms: s.unload_ms,
             freed_bytes: s.freed_bytes,
@@ -574,6 +579,8 @@ pub struct Switched {
     cache_limit_bytes: usize,
     wired_limit_bytes: Option<usize>,
     kv_cache: String,
+    /// Its template has a think block (`ModelInfo::thinks`).
+    pub thinks: bool,
 }
 
 /// Puts the model at `path` in the engine in place of the current one, the
@@ -627,7 +634,7 @@ pub fn switch_to(
         }
     };
     let replaced = info.replaced;
-    let (load, load_time) = (info.load, info.load_time);
+    let (load, load_time, thinks) = (info.load, info.load_time, info.thinks);
     let (wired_limit_bytes, kv_cache) = (info.wired_limit_bytes, info.kv_label.clone());
     state.set_loaded(Some(LoadedModel::new(id, path.to_owned(), info, report.footprint.clone(), kernel)));
     let rss_after_unload_bytes = after_unload.lock().unwrap_or_else(PoisonError::into_inner).unwrap_or_else(rss);
@@ -642,6 +649,7 @@ pub fn switch_to(
         cache_limit_bytes: cache_limit,
         wired_limit_bytes,
         kv_cache,
+        thinks,
     })
 }
 

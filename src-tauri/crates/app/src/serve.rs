@@ -143,7 +143,8 @@ impl ModelProvider for AppModels {
             // approved for. Otherwise refused: reloading it would pull the
             // model from under the popover's chat and every queued request.
             if kv.is_none_or(|kv| within_approved(m, kv)) {
-                return Ok(ReadyModel { id: entry.id, load: m.info.load });
+                let think = state.settings().thinking.get(&entry.id).copied();
+                return Ok(ReadyModel { id: entry.id, load: m.info.load, think, thinks: m.info.thinks });
             }
             return Err(ProvideError::KvFormatInUse { model: entry.id, loaded: m.info.kv_label.clone() });
         }
@@ -196,11 +197,11 @@ impl ModelProvider for AppModels {
             None => (report, None),
         };
         let beside = models::Beside { peer: placement, draft: self.draft.clone() };
-        let load = models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)
-            .map_err(|e| failed(e.to_string()))?
-            .load;
+        let info = models::switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)
+            .map_err(|e| failed(e.to_string()))?;
         tracing::info!(model = %entry.id, context_limit, kv = %report.kv_label, "the server loaded a model");
-        Ok(ReadyModel { id: entry.id, load })
+        let think = state.settings().thinking.get(&entry.id).copied();
+        Ok(ReadyModel { id: entry.id, load: info.load, think, thinks: info.thinks })
     }
 }
 

@@ -23,4 +23,5 @@ pub mod speculative;
 pub mod split;
 pub mod stats;
 pub mod terminal;
+pub mod thinking;
 pub mod timeline;

@@ -125,6 +125,11 @@ pub struct Settings {
     /// start). Off, nothing leaves the Mac unless the user asks for it (a
     /// pull, an explicit refresh).
     pub check_hub_updates: bool,
+    /// Each model's thinking (by its id in the model list): off, on, or a
+    /// token budget; a model not named thinks as its template does by
+    /// default. The app's chats, `headroom generate` and the server all
+    /// start from it (`crate::thinking`); a turn may ask otherwise.
+    pub thinking: std::collections::BTreeMap<String, crate::thinking::Think>,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -156,6 +161,7 @@ impl Default for Settings {
             peer: None,
             draft_model: None,
             check_hub_updates: true,
+            thinking: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -177,6 +183,8 @@ pub enum SettingsError {
     PrivilegedPort(u16),
     #[error("{0}")]
     KvCache(#[from] crate::kv::KvFormatError),
+    #[error("thinking: {0}")]
+    Thinking(#[from] crate::thinking::ThinkError),
     #[error("the peer Mac `{0}` is not HOST:PORT (as `headroom lend` prints it, e.g. 10.0.0.2:7070)")]
     PeerAddress(String),
 }
@@ -244,6 +252,9 @@ impl Settings {
             range("idle unload (minutes)", minutes, 1, MAX_IDLE_UNLOAD_MINUTES)?;
         }
         self.kv_format()?;
+        for think in self.thinking.values() {
+            think.validate()?;
+        }
         Ok(())
     }
 

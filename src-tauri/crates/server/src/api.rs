@@ -4,6 +4,7 @@
 use headroom_core::chat::{FinishReason, Message, Role, Tool, ToolCall};
 use headroom_core::chat_format::{Delta, ToolChoice};
 use headroom_core::kv::{KvFormat, KvFormatError};
+use headroom_core::thinking::Think;
 use headroom_engine::grammar::{self, Constraint, Grammar, GrammarError};
 use headroom_engine::worker::{GenerateRequest, OverflowPolicy, TurnStats};
 use headroom_engine::SamplingParams;
@@ -116,6 +117,8 @@ pub struct ChatRequest {
     pub generate: GenerateRequest,
     /// `response_format` as asked (the engine gets it as `generate.constraint`).
     pub response_format: ResponseFormat,
+    /// `reasoning_effort` as a thinking ask; `None`: the model's setting.
+    pub think: Option<Think>,
 }
 
 fn missing(param: &str) -> ApiError {
@@ -168,7 +171,7 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
     let tools = tools(raw.tools)?;
     let tool_choice = tool_choice(raw.tool_choice, &tools)?;
     let response_format = response_format(raw.response_format)?;
-    let mut template_kwargs = match raw.chat_template_kwargs {
+    let template_kwargs = match raw.chat_template_kwargs {
         None | Some(Value::Null) => serde_json::Map::new(),
         Some(Value::Object(map)) => map,
         Some(_) => {
@@ -186,22 +189,19 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
         .param("chat_template_kwargs")
         .code("invalid_value"));
     }
-    // reasoning_effort "none" turns thinking off the way Qwen3's template
-    // reads it; any other effort leaves the template's default (a budget
-    // per effort arrives with the engine's thinking budget).
-    match raw.reasoning_effort.as_deref() {
-        None | Some("minimal" | "low" | "medium" | "high") => {}
-        Some("none") => {
-            template_kwargs.entry("enable_thinking").or_insert(Value::Bool(false));
-        }
-        Some(other) => {
-            return Err(ApiError::invalid(format!(
-                "Invalid value for 'reasoning_effort': '{other}'. Supported: none, minimal, low, medium, high."
+    // reasoning_effort: `none` off, `high` unbounded, the others a thinking
+    // budget (headroom_core::thinking); applied with the model's own
+    // setting once the model is known.
+    let think = match raw.reasoning_effort.as_deref() {
+        None => None,
+        Some(effort) => Some(Think::from_effort(effort).map_err(|_| {
+            ApiError::invalid(format!(
+                "Invalid value for 'reasoning_effort': '{effort}'. Supported: none, minimal, low, medium, high."
             ))
             .param("reasoning_effort")
-            .code("invalid_value"))
-        }
-    }
+            .code("invalid_value")
+        })?),
+    };
 
     // max_completion_tokens is the newer name; OpenAI refuses both at once.
     let (max_name, max) = match (raw.max_completion_tokens, raw.max_tokens) {
@@ -265,6 +265,7 @@ pub fn parse_request(body: &[u8], default_max_tokens: usize) -> Result<ChatReque
     let constraint = format_constraint(&response_format)?;
     Ok(ChatRequest {
         response_format,
+        think,
         model,
         stream: raw.stream.unwrap_or(false),
         include_usage: raw.stream_options.and_then(|o| o.include_usage).unwrap_or(false),
@@ -388,7 +389,10 @@ fn stops(raw: Option<Value>) -> Result<Vec<String>, ApiError> {
 }
 
 /// `tools`: function tools with unique names and object schemas.
-fn tools(raw: Option<Value>) -> Result<Vec<Tool>, ApiError> {
+/// `tools` as OpenAI sends them (an array of function tools), checked: names
+/// unique and well formed, each schema one the engine can hold a call to.
+/// Public for `headroom generate --tools`, which reads the same array.
+pub fn tools(raw: Option<Value>) -> Result<Vec<Tool>, ApiError> {
     let list = match raw {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Array(a)) => a,
@@ -457,7 +461,7 @@ fn format_constraint(format: &ResponseFormat) -> Result<Option<Constraint>, ApiE
 }
 
 /// `tool_choice`: "auto" (the default), "none", "required", or one named function.
-fn tool_choice(raw: Option<Value>, tools: &[Tool]) -> Result<ToolChoice, ApiError> {
+pub fn tool_choice(raw: Option<Value>, tools: &[Tool]) -> Result<ToolChoice, ApiError> {
     let choice = match raw {
         None | Some(Value::Null) => return Ok(if tools.is_empty() { ToolChoice::None } else { ToolChoice::Auto }),
         Some(Value::String(s)) => match s.as_str() {
@@ -840,16 +844,25 @@ mod tests {
         let g = &r.generate;
         assert_eq!(g.tools.len(), 1);
         assert_eq!(g.tools[0].description.as_deref(), Some("Now"));
-        assert_eq!(g.template_kwargs.get("enable_thinking"), Some(&json!(false)));
+        // reasoning_effort none: thinking off, applied with the model's setting.
+        assert_eq!(r.think, Some(Think::Off));
         assert_eq!(g.template_kwargs.get("custom"), Some(&json!(1)));
         let calls = &g.messages[1].tool_calls;
         assert_eq!((calls[0].id.as_str(), calls[0].arguments.as_str()), ("c1", r#"{"city": "Oslo"}"#));
         assert_eq!((calls[1].id.as_str(), calls[1].arguments.as_str()), ("call_1_1", r#"{"city":"Rome"}"#));
         assert_eq!((g.messages[2].role, g.messages[2].tool_call_id.as_deref()), (Role::Tool, Some("c1")));
-        // A kwarg the client set wins over reasoning_effort's default.
+        // A kwarg the client set wins over reasoning_effort for the template.
         let mut b = body.clone();
         b["chat_template_kwargs"] = json!({"enable_thinking": true});
-        assert_eq!(parse(&b).expect("accepted").generate.template_kwargs["enable_thinking"], json!(true));
+        let mut r = parse(&b).expect("accepted");
+        headroom_core::thinking::apply(r.think, None, true, &mut r.generate.template_kwargs);
+        assert_eq!(r.generate.template_kwargs["enable_thinking"], json!(true));
+        // Each effort has its budget.
+        for (effort, think) in [("low", Think::Budget(1024)), ("medium", Think::Budget(4096)), ("high", Think::On)] {
+            b["reasoning_effort"] = json!(effort);
+            assert_eq!(parse(&b).expect("accepted").think, Some(think), "{effort}");
+        }
+        b["reasoning_effort"] = json!("none");
         // tool_choice none: the tools are not shown at all.
         b["tool_choice"] = json!("none");
         assert!(parse(&b).expect("accepted").generate.tools.is_empty());

@@ -17,7 +17,7 @@ mod run;
 mod server;
 
 pub use accept::{DEFAULT_MAX_CONNECTIONS, HEADER_TIMEOUT};
-pub use api::{HeadroomStats, Usage, MAX_TOKENS_LIMIT};
+pub use api::{tool_choice, tools, HeadroomStats, Usage, MAX_TOKENS_LIMIT};
 pub use api_error::ApiError;
 pub use config::{ServeConfig, DEFAULT_MAX_REQUESTS, DEFAULT_MAX_TOKENS};
 pub use error::{ProvideError, ServerError};

@@ -26,6 +26,10 @@ pub struct ReadyModel {
     /// The engine's load of it (`ModelInfo::load`): the request runs on
     /// that load or fails, never on a model the app switched to meanwhile.
     pub load: u64,
+    /// The model's thinking setting (`None`: its template's default) and
+    /// whether its template has a think block (`headroom_core::thinking`).
+    pub think: Option<headroom_core::thinking::Think>,
+    pub thinks: bool,
 }
 
 /// Answers the server's questions about models. Calls may block (reading

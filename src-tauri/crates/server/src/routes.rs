@@ -296,7 +296,7 @@ async fn chat_response(
     }
     let body = body?;
     let request = parse_request(&body, ctx.config.default_max_tokens)?;
-    let ChatRequest { model, stream, include_usage, mut generate, .. } = request;
+    let ChatRequest { model, stream, include_usage, mut generate, think, .. } = request;
     // The answer is read for calls to these, whatever the template did with them.
     let tools = generate.tools.clone();
     generate.speculative = ctx.config.speculative;
@@ -310,7 +310,9 @@ async fn chat_response(
         let ready = tokio::task::spawn_blocking(move || provider.ensure_loaded(&model, context_limit, kv))
             .await
             .map_err(|e| ApiError::server(format!("Loading the model stopped unexpectedly: {e}")))??;
-        let run = ctx.engine.generate(GenerateRequest { load: Some(ready.load), ..generate })?;
+        // The request's reasoning_effort over the model's own setting.
+        let thinking = headroom_core::thinking::apply(think, ready.think, ready.thinks, &mut generate.template_kwargs);
+        let run = ctx.engine.generate(GenerateRequest { load: Some(ready.load), thinking, ..generate })?;
         (ready, run)
     };
     let (ready, run) = run;

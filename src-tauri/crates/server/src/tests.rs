@@ -34,6 +34,25 @@ fn demo_dir() -> &'static PathBuf {
     })
 }
 
+/// The demo whose chat template thinks (it opens `<think>`, as Qwen3's
+/// thinking releases do); its random weights never close the block, so its
+/// thinking setting here ([`THINKER_BUDGET`]) does.
+fn thinker_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../../target/test-tmp")
+            .join(format!("server-thinker-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let spec = DemoSpec { thinking: true, ..DemoSpec::new(Arch::Qwen3, Preset::Tiny, Bits::Four) };
+        write_demo_model(&dir, &spec).unwrap();
+        dir
+    })
+}
+
+/// The `thinker` model's thinking setting, as the app's settings would give it.
+const THINKER_BUDGET: u32 = 8;
+
 /// Two ids on the same folder: `demo` against a roomy budget, `huge`
 /// against none, so the refusal carries real numbers from the fit check.
 struct DemoProvider {
@@ -54,7 +73,9 @@ impl DemoProvider {
 
 impl ModelProvider for DemoProvider {
     fn models(&self) -> Vec<ModelCard> {
-        ["demo", "huge"].map(|id| ModelCard { id: id.into(), created: 1, owned_by: "headroom".into() }).to_vec()
+        ["demo", "huge", "thinker"]
+            .map(|id| ModelCard { id: id.into(), created: 1, owned_by: "headroom".into() })
+            .to_vec()
     }
 
     fn ensure_loaded(
@@ -64,14 +85,14 @@ impl ModelProvider for DemoProvider {
         kv: Option<KvFormat>,
     ) -> Result<ReadyModel, ProvideError> {
         let available = match id {
-            "demo" => 64 * GIB,
+            "demo" | "thinker" => 64 * GIB,
             "huge" => 0,
             _ => return Err(ProvideError::NotFound { model: id.into() }),
         };
         let context_limit = context_limit.unwrap_or(DEFAULT_CONTEXT_LIMIT);
         let mut loaded = self.loaded.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         if let Some((_, load)) = loaded.as_ref().filter(|(l, _)| l == id) {
-            let ready = ReadyModel { id: id.into(), load: *load };
+            let ready = ReadyModel { id: id.into(), load: *load, think: think_of(id), thinks: id == "thinker" };
             if self.switch_behind.load(Ordering::Relaxed) {
                 let settings = LoadSettings { context_limit, ..LoadSettings::default() };
                 let info = self.engine.load(demo_dir(), settings).expect("the switch behind the server's back");
@@ -81,7 +102,8 @@ impl ModelProvider for DemoProvider {
         }
         let failed =
             |e: headroom_engine::EngineError| ProvideError::LoadFailed { model: id.into(), reason: e.to_string() };
-        let footprint = headroom_engine::inspect_model(demo_dir()).map_err(failed)?;
+        let dir = if id == "thinker" { thinker_dir() } else { demo_dir() };
+        let footprint = headroom_engine::inspect_model(dir).map_err(failed)?;
         let report = check(&footprint, context_limit as u64, kv.unwrap_or_default(), BudgetInputs::new(available));
         if report.verdict.refuses() {
             return Err(ProvideError::WouldNotFit { model: id.into(), report: Box::new(report) });
@@ -90,11 +112,16 @@ impl ModelProvider for DemoProvider {
         // partitions can each keep theirs.
         let settings =
             LoadSettings { context_limit, prompt_cache_bytes: PROMPT_CACHE_BYTES, ..LoadSettings::default() };
-        let info = self.engine.load(demo_dir(), settings).map_err(failed)?;
+        let info = self.engine.load(dir, settings).map_err(failed)?;
         self.loads.fetch_add(1, Ordering::Relaxed);
         *loaded = Some((id.into(), info.load));
-        Ok(ReadyModel { id: id.into(), load: info.load })
+        Ok(ReadyModel { id: id.into(), load: info.load, think: think_of(id), thinks: info.thinks })
     }
+}
+
+/// Each model's thinking setting (the app's `Settings::thinking`).
+fn think_of(id: &str) -> Option<headroom_core::thinking::Think> {
+    (id == "thinker").then_some(headroom_core::thinking::Think::Budget(THINKER_BUDGET))
 }
 
 fn serve(config: ServeConfig) -> (Server, Arc<DemoProvider>) {
@@ -603,4 +630,50 @@ fn a_request_whose_model_was_switched_before_it_ran_is_refused_not_answered_by_a
     provider.switch_behind.store(false, Ordering::Relaxed);
     assert_eq!(post(addr, &chat("demo", "Hello", &json!({"max_tokens": 2}))).status, 200, "the next one runs");
     server.stop().unwrap();
+}
+
+/// A thinking model's `<think>` text arrives in `reasoning_content`, never
+/// in `content`, streamed as its own deltas; the model's thinking setting
+/// (a budget) closes the block and the answer follows; `reasoning_effort:
+/// "none"` asks the template for no thinking, and none comes. On the demo
+/// whose template thinks: random weights, so this checks the path (the
+/// split, the budget, the switch), not any thought.
+#[test]
+fn a_thinking_models_reasoning_arrives_apart_and_reasoning_effort_none_turns_it_off() {
+    let (server, _) = serve(ServeConfig::default());
+    let addr = server.addr();
+    let extra = json!({"max_tokens": 40});
+    let reply = post(addr, &chat("thinker", "Hello there", &extra));
+    assert_eq!(reply.status, 200, "{reply:?}");
+    let v = reply.json();
+    let message = &v["choices"][0]["message"];
+    let reasoning = message["reasoning_content"].as_str().unwrap_or_else(|| panic!("no reasoning_content: {v}"));
+    let content = message["content"].as_str().unwrap_or_default();
+    assert!(!reasoning.trim().is_empty(), "{v}");
+    for tag in ["<think>", "</think>"] {
+        assert!(!reasoning.contains(tag) && !content.contains(tag), "{tag} in {v}");
+    }
+    // The budget's tokens and the close tag's, then the answer.
+    assert!(v["usage"]["completion_tokens"].as_u64().is_some_and(|n| n > u64::from(THINKER_BUDGET)), "{v}");
+
+    // Streamed: the reasoning as its own deltas, the same split.
+    let streamed = post(addr, &chat("thinker", "Hello there", &json!({"max_tokens": 40, "stream": true})));
+    assert_eq!(streamed.status, 200, "{streamed:?}");
+    let deltas: Vec<Value> = streamed
+        .body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter(|d| *d != "[DONE]")
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .map(|c| c["choices"][0]["delta"].clone())
+        .collect();
+    let joined = |key: &str| deltas.iter().filter_map(|d| d[key].as_str()).collect::<String>();
+    assert_eq!(joined("reasoning_content"), reasoning, "greedy: the same thinking streamed");
+    assert_eq!(joined("content"), content, "greedy: the same answer streamed");
+
+    // reasoning_effort none: the template is asked for no thinking.
+    let off = post(addr, &chat("thinker", "Hello there", &json!({"max_tokens": 20, "reasoning_effort": "none"})));
+    assert_eq!(off.status, 200, "{off:?}");
+    let v = off.json();
+    assert!(v["choices"][0]["message"].get("reasoning_content").is_none(), "{v}");
 }

@@ -7,7 +7,11 @@ import type { FinishReason, ReusedFrom, TurnStats } from '../ipc/chat';
  * a stored answer's record, which keeps how many tokens were reused but not
  * where from (`reusedFrom: null`).
  */
-export type ShownStats = Omit<TurnStats, 'reusedFrom'> & { reusedFrom: ReusedFrom | null };
+export type ShownStats = Omit<TurnStats, 'reusedFrom' | 'thinkingTokens'> & {
+  reusedFrom: ReusedFrom | null;
+  /** Of the generated tokens, how many were thinking; null where not known (a stored answer). */
+  thinkingTokens: number | null;
+};
 
 export function formatMs(ms: number | null): string {
   if (ms === null) return '—';
@@ -47,7 +51,9 @@ export function formatStatsLine(s: ShownStats, reason?: FinishReason): string {
   const parts = [
     `TTFT ${formatMs(s.ttftMs)}`,
     formatTps(s.decodeTps),
-    `${formatCount(s.generatedTokens)} tok`,
+    s.thinkingTokens
+      ? `${formatCount(s.generatedTokens)} tok (${formatCount(s.thinkingTokens)} thinking)`
+      : `${formatCount(s.generatedTokens)} tok`,
     `ctx ${formatCount(s.contextTokens)}`,
   ];
   if (reason === 'cancelled') parts.push('stopped');
@@ -74,6 +80,7 @@ export function statsDetails(s: ShownStats, reason?: FinishReason): Array<[strin
     ['Prompt tokens', String(s.promptTokens)],
     ['Cached, not prefilled', cachedWords(s)],
     ['Generated tokens', String(s.generatedTokens)],
+    ...(s.thinkingTokens ? [['Of which thinking', String(s.thinkingTokens)] as [string, string]] : []),
     ['Context at start', String(s.contextTokens)],
     ['Batch', String(s.batch)],
     ['Peak memory', formatBytes(s.peakMemoryBytes)],

@@ -13,6 +13,7 @@ export function shownStats(o: Partial<ShownStats> = {}): ShownStats {
     reusedTokens: 0,
     reusedFrom: 'none',
     generatedTokens: 40,
+    thinkingTokens: 0,
     contextTokens: 20,
     batch: 1,
     peakMemoryBytes: 12_500_000,

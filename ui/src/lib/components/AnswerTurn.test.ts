@@ -48,4 +48,33 @@ describe('AnswerTurn', () => {
     await fireEvent.click(screen.getByTestId('copy-answer'));
     await vi.waitFor(() => expect(onError).toHaveBeenCalledWith('Could not copy: this system refused access to the clipboard.'));
   });
+
+  it('shows the thinking above the answer, closed to its line once done, and counts it apart in the stats', async () => {
+    const thinking = { text: '\nThe user asks for a capital.\n', tokens: 340, ms: 12_400 };
+    const stats = shownStats({ generatedTokens: 512, thinkingTokens: 340 });
+    render(AnswerTurn, { props: { message: answer({ thinking, stats }), onError: vi.fn() } });
+    const block = screen.getByTestId('thinking');
+    // Above the answer, in document order.
+    expect(block.compareDocumentPosition(screen.getByTestId('message-assistant')) & Node.DOCUMENT_POSITION_FOLLOWING).toBeTruthy();
+    expect(screen.getByTestId('thinking-line')).toHaveTextContent('Thought for 12 s · 340 tokens');
+    const toggle = screen.getByTestId('thinking-toggle');
+    expect(toggle).toHaveAttribute('aria-expanded', 'false');
+    expect(screen.queryByTestId('thinking-text')).toBeNull();
+    await fireEvent.click(toggle);
+    expect(screen.getByTestId('thinking-text')).toHaveTextContent('The user asks for a capital.');
+    // The thinking is not in the answer's text.
+    expect(screen.getByTestId('message-assistant')).not.toHaveTextContent('capital.The user');
+    expect(screen.getByTestId('turn-stats')).toHaveTextContent('TTFT 25 ms · 193 tok/s · 512 tok (340 thinking) · ctx 20');
+  });
+
+  it('keeps the thinking open while the model thinks, counting up', async () => {
+    const message = answer({ text: '', stats: undefined, thinking: { text: 'Hm, ', tokens: 3, ms: null } });
+    const { rerender } = render(AnswerTurn, { props: { message, onError: vi.fn() } });
+    expect(screen.getByTestId('thinking-line')).toHaveTextContent('Thinking · 3 tokens');
+    expect(screen.getByTestId('thinking-text')).toHaveTextContent('Hm,');
+    await rerender({ message: { ...message, text: 'Paris.', thinking: { text: 'Hm, Paris.', tokens: 4, ms: 900 } }, onError: vi.fn() });
+    // The answer started: the block closes to its line.
+    expect(screen.getByTestId('thinking-line')).toHaveTextContent('Thought for 0.9 s · 4 tokens');
+    expect(screen.queryByTestId('thinking-text')).toBeNull();
+  });
 });

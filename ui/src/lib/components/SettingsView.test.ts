@@ -105,6 +105,34 @@ describe('SettingsView: saving', () => {
   });
 });
 
+describe('SettingsView: thinking', () => {
+  it("offers the loaded thinking model's setting: its template's default, on, off, or a budget, kept by its id", async () => {
+    const calls = backend();
+    const user = userEvent.setup();
+    const thinker = modelEntry({ id: 'qwen3-thinker', name: 'Qwen3 thinker', loaded: true, thinks: true });
+    render(SettingsView, { info: INFO, models: [thinker], onDone: () => {} });
+    const mode = await screen.findByTestId<HTMLSelectElement>('thinking-mode');
+    expect(mode.value).toBe('default');
+    await user.selectOptions(mode, 'budget');
+    await waitFor(() => expect(lastSet(calls)?.thinking).toEqual({ 'qwen3-thinker': { budget: 1024 } }));
+    const budget = await screen.findByTestId<HTMLInputElement>('thinking-budget');
+    budget.value = '300';
+    await fireEvent.change(budget);
+    await waitFor(() => expect(lastSet(calls)?.thinking).toEqual({ 'qwen3-thinker': { budget: 300 } }));
+    await user.selectOptions(mode, 'off');
+    await waitFor(() => expect(lastSet(calls)?.thinking).toEqual({ 'qwen3-thinker': 'off' }));
+    await user.selectOptions(mode, 'default');
+    await waitFor(() => expect(lastSet(calls)?.thinking).toEqual({}));
+  });
+
+  it('offers nothing for a model whose template does not think', async () => {
+    backend();
+    render(SettingsView, { info: INFO, models: [modelEntry({ id: 'smol', loaded: true })], onDone: () => {} });
+    await screen.findByTestId('max-tokens');
+    expect(screen.queryByTestId('thinking-mode')).toBeNull();
+  });
+});
+
 describe('SettingsView: background network', () => {
   it('"Check the hub for updates" is on by default and turns off', async () => {
     const calls = backend();

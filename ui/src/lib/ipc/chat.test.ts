@@ -14,6 +14,7 @@ const STATS: ChatEvent = {
     reusedTokens: 0,
     reusedFrom: 'none',
     generatedTokens: 2,
+    thinkingTokens: 0,
     contextTokens: 20,
     batch: 1,
     peakMemoryBytes: 1e7,

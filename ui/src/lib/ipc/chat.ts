@@ -27,6 +27,8 @@ export interface SendOptions {
   force?: Force;
   /** Let this message's sensitive content go to the cloud (the user said so); `force: 'cloud'` alone does not. */
   allowSensitive?: boolean;
+  /** The chat's Think switch (a thinking model); absent: the model's thinking setting. */
+  think?: boolean;
 }
 
 /**
@@ -64,6 +66,7 @@ function turnArgs(
     ...(options.maxTokens !== undefined && { maxTokens: options.maxTokens }),
     ...(options.force !== undefined && { force: options.force }),
     ...(options.allowSensitive && { allowSensitive: true }),
+    ...(options.think !== undefined && { think: options.think }),
   };
 }
 

@@ -136,6 +136,7 @@ export function modelEntry(o: Partial<ModelEntry> & Pick<ModelEntry, 'id'>): Mod
     quantization: null,
     size_bytes: 0,
     loaded: false,
+    thinks: false,
     fit: null,
     remedies: [],
     problem: null,

@@ -1,6 +1,7 @@
 // Sessions as the list and the chat show them.
 import type { FinishReason, RouteInfo } from '../ipc/chat';
 import type { ShownStats } from '../chat/stats';
+import type { Thinking } from '../chat/thinking';
 import type { StoredMessage, StoredTurnStats } from '../ipc/sessions';
 
 /** A message as the chat view holds it. */
@@ -16,6 +17,8 @@ export interface ChatMessage {
   failed?: string;
   /** Where an answer came from and why (live answers carry the reasons; stored ones only the place). */
   route?: RouteInfo;
+  /** A thinking model's thinking, shown above the answer (live answers only: it is not stored). */
+  thinking?: Thinking;
 }
 
 /** The stats line's figures from a stored turn. */
@@ -29,6 +32,8 @@ export function toTurnStats(s: StoredTurnStats): ShownStats {
     reusedTokens: s.reusedTokens,
     reusedFrom: null,
     generatedTokens: s.generatedTokens,
+    // Not stored: a reloaded answer does not say how much of it was thinking.
+    thinkingTokens: null,
     contextTokens: s.contextTokens,
     batch: s.batch,
     peakMemoryBytes: s.peakMemoryBytes,

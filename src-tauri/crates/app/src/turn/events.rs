@@ -28,6 +28,12 @@ pub enum ChatEvent {
     Token {
         text: String,
     },
+    /// A thinking model's thinking (its tags left out), streamed apart from
+    /// the answer; `tokens`: the thinking tokens so far.
+    Thinking {
+        text: String,
+        tokens: usize,
+    },
     Stats {
         ttft_ms: Option<f64>,
         prefill_tps: Option<f64>,
@@ -39,6 +45,9 @@ pub enum ChatEvent {
         /// Where they came from.
         reused_from: ReusedFrom,
         generated_tokens: usize,
+        /// Of the generated tokens, how many were thinking (decode tok/s
+        /// counts them all).
+        thinking_tokens: usize,
         context_tokens: usize,
         batch: usize,
         peak_memory_bytes: usize,
@@ -66,7 +75,7 @@ pub enum ChatEvent {
 
 impl ChatEvent {
     /// The `Stats` event for a turn's figures (local and cloud turns alike).
-    pub(crate) fn stats(s: &TurnStats, model: &str, slowdown: Option<String>) -> Self {
+    pub(crate) fn stats(s: &TurnStats, model: &str, slowdown: Option<String>, thinking_tokens: usize) -> Self {
         Self::Stats {
             ttft_ms: s.rates.ttft_ms,
             prefill_tps: s.rates.prefill_tps,
@@ -76,6 +85,7 @@ impl ChatEvent {
             reused_tokens: s.reused_tokens,
             reused_from: s.reused_from.into(),
             generated_tokens: s.generated_tokens,
+            thinking_tokens,
             context_tokens: s.context_tokens,
             batch: s.batch,
             peak_memory_bytes: s.peak_memory_bytes,
@@ -192,6 +202,11 @@ pub(crate) enum RunEvent {
         reused_tokens: usize,
     },
     Text(String),
+    /// Thinking text (possibly empty) and how many more thinking tokens it took.
+    Thinking {
+        text: String,
+        tokens: usize,
+    },
     /// The figures, and the live view's slowdown verdict if memory slowed the run.
     Stats(TurnStats, Option<String>),
     Finished(FinishReason),
@@ -235,6 +250,7 @@ pub(crate) fn drive(
     let mut end =
         TurnEnd { text: String::new(), reason: None, stats: None, error: None, started: false, slowdown: None };
     let mut out = Out { sink, listening: true, stopped: false, stop: &stop };
+    let mut thinking_tokens = 0;
     for event in events {
         match event {
             RunEvent::Started { prompt_tokens, reused_tokens } => {
@@ -256,8 +272,14 @@ pub(crate) fn drive(
                     out.send(ChatEvent::Token { text: piece });
                 }
             }
+            RunEvent::Thinking { text, tokens } => {
+                thinking_tokens += tokens;
+                if !text.is_empty() || tokens > 0 {
+                    out.send(ChatEvent::Thinking { text, tokens: thinking_tokens });
+                }
+            }
             RunEvent::Stats(s, slowdown) => {
-                out.send(ChatEvent::stats(&s, model, slowdown.clone()));
+                out.send(ChatEvent::stats(&s, model, slowdown.clone(), thinking_tokens));
                 end.stats = Some(s);
                 end.slowdown = slowdown;
             }

@@ -3,9 +3,11 @@
 //! the engine thread, whose events the turn's thread drives.
 
 use headroom_core::chat::{Message, Role};
+use headroom_core::chat_format::{Delta, StreamSplitter, ThinkTags};
 use headroom_core::router::{Force, Reason};
 use headroom_core::settings::Settings;
 use headroom_core::speculative::SpeculativeMode;
+use headroom_core::thinking::{self, Think};
 use headroom_engine::worker::{EngineEvent, GenerateRequest, OverflowPolicy};
 use headroom_engine::SamplingParams;
 use headroom_store::Route;
@@ -70,6 +72,12 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
         },
         ..GenerateRequest::new(messages)
     };
+    // The chat's Think switch over the model's setting, as the server and
+    // the CLI decide it (headroom_core::thinking).
+    let setting = settings.thinking.get(&model.id).copied();
+    let mut request = request;
+    let asked = plan.options.think.map(|on| Think::switch(on, setting));
+    request.thinking = thinking::apply(asked, setting, model.info.thinks, &mut request.template_kwargs);
     // A new message is committed before its run starts; a regenerated one
     // once its run has started (the engine may still refuse it).
     let recorder =
@@ -101,20 +109,83 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     // ends without stats (an error, the engine gone) ends its live run when
     // the iterator is dropped.
     let mut live_run = Some(state.live.begin_run(&model.id));
-    let events = run.events.into_iter().map(move |event| match event {
-        EngineEvent::Token { .. } => {
+    // The answer read as it streams: thinking apart from the answer, the
+    // think tags in neither (the server's splitter, without tools).
+    let mut split = ThinkSplit::default();
+    let events = run.events.into_iter().flat_map(move |event| match event {
+        EngineEvent::Started { prompt_tokens, reused_tokens, format } => {
+            split = ThinkSplit::new(format.think);
+            vec![RunEvent::Started { prompt_tokens, reused_tokens }]
+        }
+        EngineEvent::Token { text, thinking, .. } => {
             if let Some(live) = live_run.as_mut() {
                 live.on_token_now();
             }
-            RunEvent::from(event)
+            split.token(&text, thinking)
         }
+        EngineEvent::Text(text) => split.token(&text, false),
         EngineEvent::Stats(stats) => {
             let slowdown = live_run.take().and_then(LiveRun::finish).map(|note| note.sentence);
-            RunEvent::Stats(stats, slowdown)
+            let mut out = split.finish();
+            out.push(RunEvent::Stats(stats, slowdown));
+            out
         }
-        other => RunEvent::from(other),
+        other => {
+            let mut out = split.finish();
+            out.push(RunEvent::from(other));
+            out
+        }
     });
     // The end of an answer restarts the idle timer, not just its start.
     let away = state.away.clone();
     super::spawn(registered, route, events, sink, recorder, stop, move |_| away.note_use())
+}
+
+/// A local answer's text split into thinking and answer as it streams.
+/// Each generated token is counted once: as thinking where the engine says
+/// so (it reads the block when given the tags) or the splitter is inside
+/// the block, else as answer.
+#[derive(Default)]
+struct ThinkSplit {
+    splitter: Option<StreamSplitter>,
+}
+
+impl ThinkSplit {
+    fn new(think: Option<ThinkTags>) -> Self {
+        Self { splitter: think.map(|t| StreamSplitter::new(None, Vec::new(), Some(t))) }
+    }
+
+    fn token(&mut self, text: &str, thinking: bool) -> Vec<RunEvent> {
+        let Some(splitter) = self.splitter.as_mut() else {
+            return vec![RunEvent::Text(text.to_owned())];
+        };
+        let inside = thinking || splitter.thinking();
+        let deltas = splitter.push(text);
+        let mut out = events_of(deltas);
+        if inside {
+            match out.iter_mut().rev().find_map(|e| match e {
+                RunEvent::Thinking { tokens, .. } => Some(tokens),
+                _ => None,
+            }) {
+                Some(tokens) => *tokens += 1,
+                None => out.push(RunEvent::Thinking { text: String::new(), tokens: 1 }),
+            }
+        }
+        out
+    }
+
+    fn finish(&mut self) -> Vec<RunEvent> {
+        self.splitter.take().map(|mut s| events_of(s.finish())).unwrap_or_default()
+    }
+}
+
+fn events_of(deltas: Vec<Delta>) -> Vec<RunEvent> {
+    deltas
+        .into_iter()
+        .filter_map(|d| match d {
+            Delta::Content(t) => Some(RunEvent::Text(t)),
+            Delta::Reasoning(t) => Some(RunEvent::Thinking { text: t, tokens: 0 }),
+            Delta::ToolCall { .. } => None,
+        })
+        .collect()
 }

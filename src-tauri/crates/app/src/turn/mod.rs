@@ -73,6 +73,9 @@ pub struct TurnOptions {
     /// Run locally even where the model would swap at the context the turn
     /// needs (forcing local means the same).
     pub override_fit: bool,
+    /// The chat's Think switch (a thinking model only): `None` leaves the
+    /// model's setting (`Settings::thinking`), else its template's default.
+    pub think: Option<bool>,
 }
 
 /// One turn to run.

@@ -537,3 +537,70 @@ fn a_model_headroom_unloaded_comes_back_for_the_next_message_with_its_load_time(
     assert!(state.loaded_model().is_some());
     drop(run);
 }
+
+/// A thinking model's turn (the demo whose template opens `<think>`, as
+/// Qwen3's thinking releases do; its random weights never close the block,
+/// so the model's thinking budget closes it): the thinking arrives apart
+/// from the answer, its tags in neither, counted apart in the stats; the
+/// chat's Think switch off asks the template for no thinking, and none comes.
+/// What this checks is the path, not any thought: the weights are random.
+#[test]
+fn a_thinking_models_thinking_streams_apart_and_the_switch_turns_it_off() {
+    use headroom_core::thinking::Think;
+    use headroom_engine::demo::{write_demo_model, Arch, Bits, DemoSpec, Preset};
+    let state = crate::test_state("turn-think");
+    let dir = state.locations.data_dir.join(crate::locations::MODELS_DIR).join("thinker");
+    write_demo_model(&dir, &DemoSpec { thinking: true, ..DemoSpec::new(Arch::Qwen3, Preset::Tiny, Bits::Four) })
+        .unwrap();
+    let loaded =
+        crate::models::load(&state, "thinker", None, Some(headroom_core::kv::KvFormat::Float), false, false).unwrap();
+    assert!(loaded.entry.thinks, "the template's think block is seen at the load");
+    let budget = 6;
+    let settings =
+        Settings { thinking: [("thinker".to_owned(), Think::Budget(budget))].into_iter().collect(), ..settings(None) };
+    let options = TurnOptions { ignore_eos: true, ..max(24) };
+    let (running, events) = turn(&state, &settings, "t1", new("hello"), options.clone());
+    let thought: String = events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::Thinking { text, .. } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect();
+    let counts: Vec<usize> = events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::Thinking { tokens, .. } => Some(*tokens),
+            _ => None,
+        })
+        .collect();
+    let answer = text_of(&events);
+    let Some(ChatEvent::Stats { thinking_tokens, generated_tokens, .. }) =
+        events.iter().find(|e| matches!(e, ChatEvent::Stats { .. }))
+    else {
+        panic!("no stats: {events:?}")
+    };
+    // The budget's tokens, then the forced close tag's (counted as thinking, as the engine does).
+    assert!(
+        *thinking_tokens > budget as usize && *thinking_tokens < *generated_tokens,
+        "{thinking_tokens} of {generated_tokens}"
+    );
+    assert_eq!(counts.last(), Some(thinking_tokens), "the running count ends at the stats' figure");
+    assert!(counts.windows(2).all(|w| w[0] <= w[1]), "{counts:?}");
+    assert!(!thought.trim().is_empty(), "{events:?}");
+    for tag in ["<think>", "</think>"] {
+        assert!(!thought.contains(tag) && !answer.contains(tag), "{tag} in {thought:?} / {answer:?}");
+    }
+    // The stored answer is the answer alone.
+    let msgs = stored(&state, "t1", &running);
+    assert_eq!(msgs[1].content, answer);
+
+    // The Think switch off: the template is asked for no thinking.
+    let off = TurnOptions { think: Some(false), ..options };
+    let (_, events) = turn(&state, &settings, "t2", new("hello"), off);
+    assert!(!events.iter().any(|e| matches!(e, ChatEvent::Thinking { .. })), "{events:?}");
+    assert!(
+        events.iter().any(|e| matches!(e, ChatEvent::Stats { thinking_tokens: 0, generated_tokens: 24, .. })),
+        "{events:?}"
+    );
+}

@@ -75,6 +75,11 @@ impl StreamSplitter {
         }
     }
 
+    /// Whether the text so far ends inside the thinking block.
+    pub fn thinking(&self) -> bool {
+        self.state == State::Thinking
+    }
+
     /// How many calls have been sent.
     pub fn calls(&self) -> usize {
         self.calls

@@ -278,6 +278,11 @@ pub struct DemoSpec {
     /// real shapes' fit can then be checked without writing gigabytes.
     /// Such a model cannot be run.
     pub sparse: bool,
+    /// A ChatML model only: a chat template that thinks, as Qwen3's
+    /// thinking releases do: the generation prompt opens `<think>` (and
+    /// closes it empty with `enable_thinking` false). The random weights
+    /// never close it themselves; a thinking budget does.
+    pub thinking: bool,
 }
 
 impl DemoSpec {
@@ -292,6 +297,7 @@ impl DemoSpec {
             mixed_precision: false,
             max_shard_bytes: Some(MLX_LM_MAX_SHARD_BYTES),
             sparse: false,
+            thinking: false,
         }
     }
 
@@ -341,6 +347,11 @@ pub struct DemoSummary {
 pub fn write_demo_model(dir: &Path, spec: &DemoSpec) -> Result<DemoSummary, DemoError> {
     let shape = spec.shape()?;
     let flavor = tokenizer::Flavor::of(spec.arch);
+    if spec.thinking && flavor != tokenizer::Flavor::ChatMl {
+        return Err(DemoError::InvalidSpec {
+            reason: format!("a thinking template is ChatML's; {:?} is not ChatML", spec.arch),
+        });
+    }
     let tok = tokenizer::trained(flavor)?;
     let plan = weights::Plan::new(spec, &shape, tok.vocab_size as i32)?;
 
@@ -355,7 +366,7 @@ pub fn write_demo_model(dir: &Path, spec: &DemoSpec) -> Result<DemoSummary, Demo
         Ok(())
     };
     write("tokenizer.json", &tok.json)?;
-    write("tokenizer_config.json", &tokenizer::tokenizer_config_json(flavor, tok)?)?;
+    write("tokenizer_config.json", &tokenizer::tokenizer_config_json(flavor, tok, spec.thinking)?)?;
     write("config.json", &config::config_json(spec, &shape, tok)?)?;
     write("generation_config.json", &config::generation_config_json(flavor, tok)?)?;
 

@@ -51,6 +51,25 @@ const CHATML_TEMPLATE: &str = r#"{%- for message in messages %}
 {%- endif %}
 "#;
 
+/// ChatML with a think block, as Qwen3's thinking releases render it: the
+/// generation prompt opens `<think>`, or holds an empty block when
+/// `enable_thinking` is false.
+const CHATML_THINKING_TEMPLATE: &str = r#"{%- for message in messages %}
+    {%- if loop.first and message['role'] != 'system' %}
+        {{- '<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n' }}
+    {%- endif %}
+    {{- '<|im_start|>' + message['role'] + '\n' + message['content'] + '<|im_end|>' + '\n' }}
+{%- endfor %}
+{%- if add_generation_prompt %}
+    {{- '<|im_start|>assistant\n' }}
+    {%- if enable_thinking is defined and enable_thinking is false %}
+        {{- '<think>\n\n</think>\n\n' }}
+    {%- else %}
+        {{- '<think>\n' }}
+    {%- endif %}
+{%- endif %}
+"#;
+
 /// Meta's Llama 3 Instruct template.
 const LLAMA3_TEMPLATE: &str = r#"{% set loop_messages = messages %}{% for message in loop_messages %}{% set content = '<|start_header_id|>' + message['role'] + '<|end_header_id|>\n\n'+ message['content'] | trim + '<|eot_id|>' %}{% if loop.index0 == 0 %}{% set content = bos_token + content %}{% endif %}{{ content }}{% endfor %}{% if add_generation_prompt %}{{ '<|start_header_id|>assistant<|end_header_id|>\n\n' }}{% endif %}"#;
 
@@ -191,7 +210,12 @@ pub(super) fn train(flavor: Flavor) -> Result<TrainedTokenizer, DemoError> {
 }
 
 /// tokenizer_config.json as the model's HF repository has it.
-pub(super) fn tokenizer_config_json(flavor: Flavor, tok: &TrainedTokenizer) -> Result<String, DemoError> {
+pub(super) fn tokenizer_config_json(
+    flavor: Flavor,
+    tok: &TrainedTokenizer,
+    thinking: bool,
+) -> Result<String, DemoError> {
+    let template = if thinking { CHATML_THINKING_TEMPLATE } else { flavor.chat_template() };
     let mut added = Map::new();
     for (content, id) in &tok.specials {
         added.insert(
@@ -213,7 +237,7 @@ pub(super) fn tokenizer_config_json(flavor: Flavor, tok: &TrainedTokenizer) -> R
             "added_tokens_decoder": added,
             "additional_special_tokens": ["<|im_start|>", "<|im_end|>"],
             "bos_token": Value::Null,
-            "chat_template": flavor.chat_template(),
+            "chat_template": template,
             "clean_up_tokenization_spaces": false,
             "eos_token": "<|im_end|>",
             "errors": "replace",

@@ -174,10 +174,11 @@ impl std::fmt::Debug for Vocabulary {
 }
 
 /// The token table beside the tokenizer that encodes prompts: llguidance
-/// asks it to tokenize forced text.
+/// asks it to tokenize forced text. `None`: a table with no tokenizer of
+/// its own (a synthetic one, for measuring), split greedily.
 struct Env {
     trie: TokTrie,
-    tokenizer: tokenizers::Tokenizer,
+    tokenizer: Option<tokenizers::Tokenizer>,
 }
 
 impl TokenizerEnv for Env {
@@ -188,7 +189,8 @@ impl TokenizerEnv for Env {
     fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
         // Text llguidance forces is always whole UTF-8 from the grammar;
         // anything else falls back to the trie's greedy split.
-        match std::str::from_utf8(s).ok().and_then(|text| self.tokenizer.encode(text, false).ok()) {
+        let tokenizer = self.tokenizer.as_ref();
+        match std::str::from_utf8(s).ok().and_then(|text| tokenizer?.encode(text, false).ok()) {
             Some(enc) => enc.get_ids().to_vec(),
             None => self.trie.greedy_tokenize(s),
         }
@@ -205,13 +207,14 @@ impl Vocabulary {
         let json: Value = serde_json::from_str(&json).map_err(|e| GrammarError::Tokenizer { reason: e.to_string() })?;
         let mut bytes = llguidance::token_bytes_from_tokenizer_json(&json)
             .map_err(|e| GrammarError::Tokenizer { reason: format!("{e:#}") })?;
-        Self::from_token_bytes(&mut bytes, tokenizer.clone(), eos_ids, n_vocab)
+        Self::from_token_bytes(&mut bytes, Some(tokenizer.clone()), eos_ids, n_vocab)
     }
 
-    /// The table from each token's bytes (special tokens start with 0xFF).
+    /// The table from each token's bytes (special tokens start with 0xFF);
+    /// forced text is encoded by `tokenizer`, or split greedily without one.
     pub(crate) fn from_token_bytes(
         bytes: &mut Vec<Vec<u8>>,
-        tokenizer: tokenizers::Tokenizer,
+        tokenizer: Option<tokenizers::Tokenizer>,
         eos_ids: &[u32],
         n_vocab: usize,
     ) -> Result<Self, GrammarError> {

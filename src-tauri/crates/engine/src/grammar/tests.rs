@@ -384,7 +384,9 @@ fn synthetic_vocabulary(n: usize) -> Vocabulary {
     }
     let eos = u32::try_from(bytes.len()).expect("fits");
     bytes.push(b"\xFF<|endoftext|>".to_vec());
-    Vocabulary::from_token_bytes(&mut bytes, tiny_tokenizer(), &[eos], n).expect("synthetic vocabulary")
+    // No tokenizer: forced text is split by the table itself (the tiny
+    // tokenizer's ids name other bytes in this table).
+    Vocabulary::from_token_bytes(&mut bytes, None, &[eos], n).expect("synthetic vocabulary")
 }
 
 /// The measurements in docs/constrained-decoding.md: the mask's cost per

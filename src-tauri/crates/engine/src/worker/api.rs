@@ -190,6 +190,9 @@ pub struct ModelInfo {
     pub fingerprint: String,
     /// The draft model loaded beside it, if any (`LoadSettings::draft`).
     pub draft: Option<PathBuf>,
+    /// Its chat template has a think block (`headroom_core::thinking`):
+    /// the popover offers its Think switch, a turn's thinking is read.
+    pub thinks: bool,
 }
 
 /// What to do with a prompt longer than the context limit.

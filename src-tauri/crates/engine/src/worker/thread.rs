@@ -503,6 +503,7 @@ impl Worker {
             wired_limit_bytes: None,
             fingerprint: fingerprint.clone(),
             draft: settings.draft.clone(),
+            thinks: headroom_core::thinking::template_thinks(tokenizer.chat_template()),
         };
         self.apply_cache_limit(cache_limit_bytes).map_err(none_loaded)?;
         let info = ModelInfo {
@@ -665,7 +666,10 @@ impl Worker {
             limit,
             request.overflow,
         )?;
-        let tail = loaded.tokenizer.decode(&prompt[prompt.len().saturating_sub(4)..], false)?;
+        // Enough tokens to hold `<think>` and what follows it where the
+        // vocabulary has no single token for the tag (a small BPE spells it
+        // in four or five).
+        let tail = loaded.tokenizer.decode(&prompt[prompt.len().saturating_sub(16)..], false)?;
         let answer_format = AnswerFormat::of(template, &tail);
         let mut sampler = Sampler::new(request.sampling.clone())?;
         // Offered tools hold a call to its schema in the template's own call

@@ -8,7 +8,7 @@ import type { RouteInfo } from "./RouteInfo";
  * What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
  * `Finished`; or `Error`, which ends it.
  */
-export type ChatEvent = { "event": "started", "data": { runId: number, promptTokens: number, reusedTokens: number, route: RouteInfo, } } | { "event": "token", "data": { text: string, } } | { "event": "stats", "data": { ttftMs: number | null, prefillTps: number | null, decodeTps: number | null, e2eTps: number | null, promptTokens: number, 
+export type ChatEvent = { "event": "started", "data": { runId: number, promptTokens: number, reusedTokens: number, route: RouteInfo, } } | { "event": "token", "data": { text: string, } } | { "event": "thinking", "data": { text: string, tokens: number, } } | { "event": "stats", "data": { ttftMs: number | null, prefillTps: number | null, decodeTps: number | null, e2eTps: number | null, promptTokens: number, 
 /**
  * Of those, how many the prompt cache held (not prefilled again).
  */
@@ -16,7 +16,12 @@ reusedTokens: number,
 /**
  * Where they came from.
  */
-reusedFrom: ReusedFrom, generatedTokens: number, contextTokens: number, batch: number, peakMemoryBytes: number, model: string, 
+reusedFrom: ReusedFrom, generatedTokens: number, 
+/**
+ * Of the generated tokens, how many were thinking (decode tok/s
+ * counts them all).
+ */
+thinkingTokens: number, contextTokens: number, batch: number, peakMemoryBytes: number, model: string, 
 /**
  * Set when memory slowed this answer down ("slowed by swap: 3.1 →
  * 0.8 tok/s while swap grew 1.2 GB"); the live view decides.

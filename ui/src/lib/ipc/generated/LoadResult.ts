@@ -65,6 +65,11 @@ quantization: string | null,
  */
 size_bytes: number, loaded: boolean, 
 /**
+ * The loaded model's chat template has a think block (the chat offers
+ * its Think switch); read at the load, so false for every other entry.
+ */
+thinks: boolean, 
+/**
  * The fit verdict at the app's context limit, with every part; `None`
  * when there is no budget or the model cannot be read (see `problem`).
  */

@@ -10,8 +10,8 @@ export interface Commands {
   bench_cancel: { args: Record<string, never>; reply: boolean };
   bench_run: { args: { depths: Array<number>; p: number; n: number; r: number; theme: string; onProgress: Channel<BenchProgress> }; reply: BenchRunReply };
   chat_cancel: { args: { runId: number }; reply: boolean };
-  chat_regenerate: { args: { sessionId: string; maxTokens?: number | null; force?: Force | null; allowSensitive?: boolean | null; onEvent: Channel<ChatEvent> }; reply: number };
-  chat_send: { args: { sessionId: string; text: string; maxTokens?: number | null; force?: Force | null; allowSensitive?: boolean | null; onEvent: Channel<ChatEvent> }; reply: number };
+  chat_regenerate: { args: { sessionId: string; maxTokens?: number | null; force?: Force | null; allowSensitive?: boolean | null; think?: boolean | null; onEvent: Channel<ChatEvent> }; reply: number };
+  chat_send: { args: { sessionId: string; text: string; maxTokens?: number | null; force?: Force | null; allowSensitive?: boolean | null; think?: boolean | null; onEvent: Channel<ChatEvent> }; reply: number };
   cloud_cache_stats: { args: Record<string, never>; reply: CacheStats };
   cloud_key_delete: { args: { baseUrl: string }; reply: boolean };
   cloud_key_set: { args: { baseUrl: string; key: string }; reply: KeyStorage };

@@ -88,6 +88,7 @@ export type { SlowdownView } from './SlowdownView';
 export type { SpeculativeMode } from './SpeculativeMode';
 export type { StoredMessage } from './StoredMessage';
 export type { Target } from './Target';
+export type { Think } from './Think';
 export type { TooLargeDetails } from './TooLargeDetails';
 export type { TurnStatsRecord } from './TurnStatsRecord';
 export type { Verdict } from './Verdict';
