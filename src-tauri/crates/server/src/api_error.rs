@@ -53,10 +53,11 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", without_paths(&message.into()))
     }
 
-    /// The JSON body.
+    /// The JSON body. Its message names paths under the user's home from
+    /// `~` (every error the server sends passes here).
     pub fn body(&self) -> Value {
         let mut error = json!({
-            "message": self.message,
+            "message": headroom_core::terminal::without_home(&self.message),
             "type": self.kind,
             "param": self.param,
             "code": self.code,
@@ -72,6 +73,11 @@ impl ApiError {
     pub fn sse_data(&self) -> String {
         self.body().to_string()
     }
+}
+
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// `message` with every absolute path (`/…`, `~/…`) cut to `…/` and its
@@ -148,6 +154,11 @@ impl From<ProvideError> for ApiError {
             )
             .param("kv_bits")
             .code("kv_format_in_use"),
+            e @ ProvideError::ModelInUse { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "invalid_request_error", format!("{}.", upper_first(&e.to_string())))
+                    .param("model")
+                    .code("model_in_use")
+            }
         }
     }
 }
