@@ -79,6 +79,12 @@ pub fn home_folder() -> Option<std::path::PathBuf> {
     std::env::var_os("HOME").filter(|h| !h.is_empty()).map(std::path::PathBuf::from)
 }
 
+/// An error as the CLI prints it on its last line: without control
+/// characters and with paths under home from `~` (the CLI's one place).
+pub fn error_line(text: &str) -> String {
+    terminal_safe(&without_home(text)).into_owned()
+}
+
 /// [`tilde_text`] with this user's home folder.
 pub fn without_home(text: &str) -> Cow<'_, str> {
     match home_folder() {

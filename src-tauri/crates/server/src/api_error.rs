@@ -299,6 +299,23 @@ mod tests {
     }
 
     #[test]
+    fn another_model_while_the_app_holds_one_is_409_model_in_use_naming_both() {
+        let e = ApiError::from(ProvideError::ModelInUse { requested: "qwen-14b".into(), loaded: "qwen-7b".into() });
+        assert_eq!((e.status, e.code, e.param.as_deref()), (StatusCode::CONFLICT, Some("model_in_use"), Some("model")));
+        let body = e.body();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("The model `qwen-7b` is loaded") && message.contains("`qwen-14b`"), "{message}");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
+
+    #[test]
+    fn every_body_names_paths_under_home_from_a_tilde() {
+        let home = headroom_core::terminal::home_folder().expect("HOME is set where the tests run");
+        let e = ApiError::invalid(format!("cannot read {}/models/q/tokenizer.json", home.display()));
+        assert_eq!(e.body()["error"]["message"], "cannot read ~/models/q/tokenizer.json");
+    }
+
+    #[test]
     fn bodies_have_openais_four_fields_and_no_retry_header() {
         let e = ApiError::invalid("bad").param("temperature").code("invalid_value");
         assert_eq!(

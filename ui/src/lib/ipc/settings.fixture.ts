@@ -27,4 +27,6 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   peer: null,
   draftModel: null,
   checkHubUpdates: true,
+  serverRequireKey: true,
+  serverAllowModelSwitch: false,
 });
