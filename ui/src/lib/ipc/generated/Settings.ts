@@ -116,4 +116,16 @@ draftModel: string | null,
  * start). Off, nothing leaves the Mac unless the user asks for it (a
  * pull, an explicit refresh).
  */
-checkHubUpdates: boolean, };
+checkHubUpdates: boolean, 
+/**
+ * Whether the app's local server asks every request for its key
+ * (`Authorization: Bearer <key>`, the key shown in Settings). On by
+ * default: any local process can reach 127.0.0.1.
+ */
+serverRequireKey: boolean, 
+/**
+ * Whether a server request may load another model than the one the
+ * popover holds (the popover's chat then loses its model). Off: such a
+ * request is refused with 409 `model_in_use`.
+ */
+serverAllowModelSwitch: boolean, };
