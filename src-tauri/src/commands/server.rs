@@ -122,7 +122,9 @@ pub async fn server_key_regenerate(state: State<'_, AppState>) -> Result<String,
         Ok(key)
     })
     .await
-    .map_err(|e| CommandError::new(ErrorCode::ServerFailed, format!("Replacing the server's key stopped unexpectedly: {e}")))?
+    .map_err(|e| {
+        CommandError::new(ErrorCode::ServerFailed, format!("Replacing the server's key stopped unexpectedly: {e}"))
+    })?
 }
 
 /// Stops the server (its runs in flight are cancelled); false if it was not running.
@@ -248,7 +250,8 @@ mod tests {
         );
 
         // A new key: the server restarts on its port with it; the old one is refused.
-        let new_key = invoke(&window, "server_key_regenerate", json!({})).unwrap().as_str().unwrap_or_default().to_owned();
+        let new_key =
+            invoke(&window, "server_key_regenerate", json!({})).unwrap().as_str().unwrap_or_default().to_owned();
         assert_ne!(new_key, key);
         assert_eq!(invoke(&window, "server_status", json!({})).unwrap()["url"], url.as_str());
         assert_eq!(exchange(&url, Some(&key), "GET", "/models", "").0, 401, "the old key still works");

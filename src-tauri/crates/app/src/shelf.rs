@@ -360,8 +360,8 @@ mod tests {
         let client = HubClient::new(Endpoint::parse(&hub.endpoint()).unwrap()).unwrap();
         let token = HfToken::new(token).unwrap();
         let data_dir = root.join("data");
-        let commit = crate::runtime::block_on(refresh_one(&client, Some(&token), &data_dir, &root.join("hf"), record))
-            .unwrap();
+        let commit =
+            crate::runtime::block_on(refresh_one(&client, Some(&token), &data_dir, &root.join("hf"), record)).unwrap();
         assert!(!commit.is_empty());
 
         let log = hub.log();
@@ -387,7 +387,8 @@ mod tests {
             let (a, b) = r.strip_prefix("bytes=").and_then(|r| r.split_once('-')).unwrap();
             b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1
         };
-        let asked: u64 = weights.iter().filter(|r| r.authorization.is_some()).map(|r| span(r.range.as_deref().unwrap())).sum();
+        let asked: u64 =
+            weights.iter().filter(|r| r.authorization.is_some()).map(|r| span(r.range.as_deref().unwrap())).sum();
         assert_eq!(asked, needed, "{weights:?}");
         // Everything the stub sent (listing, config, headers, the 401s): a
         // fraction of the weights even for this tiny model.

@@ -154,11 +154,13 @@ impl From<ProvideError> for ApiError {
             )
             .param("kv_bits")
             .code("kv_format_in_use"),
-            e @ ProvideError::ModelInUse { .. } => {
-                ApiError::new(StatusCode::CONFLICT, "invalid_request_error", format!("{}.", upper_first(&e.to_string())))
-                    .param("model")
-                    .code("model_in_use")
-            }
+            e @ ProvideError::ModelInUse { .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                format!("{}.", upper_first(&e.to_string())),
+            )
+            .param("model")
+            .code("model_in_use"),
         }
     }
 }
