@@ -1519,6 +1519,9 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       },
       { timeoutMs: 5_000, message: 'the server key in Settings' },
     );
+    // What the user sees: the server on, its key with Copy and New key.
+    await session.execute(`document.querySelector('[data-testid="server-key"]').scrollIntoView({ block: 'center' });`);
+    writeFileSync(path.join(OUT, 'settings-server-key.png'), await session.screenshot(30_000).catch(() => Buffer.alloc(0)));
     const keyless = await fetch(`${url}/models`, { signal: AbortSignal.timeout(10_000) });
     assert.equal(keyless.status, 401, 'the app server answers a request without its key');
     await session.click(await session.byTestId('settings-button'));
