@@ -11,6 +11,9 @@ use serde::Serialize;
 #[derive(Debug, Clone, PartialEq, Serialize, ts_rs::TS)]
 pub struct CommandError {
     pub code: ErrorCode,
+    /// Paths under the home folder go out as `~/…` (`codes::ui_text`).
+    #[serde(with = "headroom_app::codes::ui_text")]
+    #[ts(type = "string")]
     pub message: String,
     /// What it is depends on the code (a refusal's numbers, …): `unknown`
     /// to TypeScript, which narrows it where it reads it.
@@ -57,6 +60,7 @@ from_coded! {
     headroom_app::shelf::ShelfServiceError,
     headroom_hub::HubError,
     headroom_app::pull::PullError,
+    headroom_app::server_key::ServerKeyError,
 }
 
 impl From<tauri::Error> for CommandError {
@@ -94,5 +98,17 @@ mod tests {
         let e = CommandError::from(crate::models::ModelsError::NotFound { model: "a/b".into(), searched: vec![] });
         assert_eq!(e.code, ErrorCode::ModelNotFound);
         assert!(e.message.contains("a/b"));
+    }
+
+    #[test]
+    fn a_refusal_reaches_the_ui_naming_paths_under_home_from_a_tilde() {
+        let home = headroom_core::terminal::home_folder().expect("HOME is set where the tests run");
+        let folder = home.join("Library/Application Support/Headroom/models/qwen");
+        let e = CommandError::from(headroom_engine::EngineError::MissingConfig { dir: folder.clone() });
+        assert!(e.message.contains(&folder.display().to_string()), "the error itself keeps the path: {}", e.message);
+        let sent = serde_json::to_value(&e).unwrap_or_default();
+        let message = sent["message"].as_str().unwrap_or_default();
+        assert!(message.contains("~/Library/Application Support/Headroom/models/qwen"), "{message}");
+        assert!(!message.contains(&home.display().to_string()), "{message}");
     }
 }

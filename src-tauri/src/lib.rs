@@ -19,7 +19,7 @@ mod tray;
 // The service layer, under the names the front ends have always used.
 pub use headroom_app::{
     about, away, bench, codes, default_model, discovery, fit, give_back, lend, live, locations, memory, models, peers,
-    pull, runs, runtime, serve, serve_marker, shelf, state, turn, DATA_DIR_ENV,
+    pull, runs, runtime, serve, serve_marker, server_key, shelf, state, turn, DATA_DIR_ENV,
 };
 
 use std::process::ExitCode;
@@ -188,6 +188,8 @@ pub fn run_app<R: Runtime>(
             commands::server::server_start,
             commands::server::server_stop,
             commands::server::server_status,
+            commands::server::server_key,
+            commands::server::server_key_regenerate,
             commands::lend::lend_start,
             commands::lend::lend_stop,
             commands::lend::lend_status,

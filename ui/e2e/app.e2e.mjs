@@ -1511,6 +1511,19 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       timeoutMs: 15_000,
       message: `the server to report ${url}`,
     });
+    // The key the server requires (shown in Settings, as a user copies it).
+    const key = await waitFor(
+      async () => {
+        const shown = (await session.text(await session.byTestId('server-key'))).trim();
+        return shown.startsWith('hr-') ? shown : null;
+      },
+      { timeoutMs: 5_000, message: 'the server key in Settings' },
+    );
+    // What the user sees: the server on, its key with Copy and New key.
+    await session.execute(`document.querySelector('[data-testid="server-key"]').scrollIntoView({ block: 'center' });`);
+    writeFileSync(path.join(OUT, 'settings-server-key.png'), await session.screenshot(30_000).catch(() => Buffer.alloc(0)));
+    const keyless = await fetch(`${url}/models`, { signal: AbortSignal.timeout(10_000) });
+    assert.equal(keyless.status, 401, 'the app server answers a request without its key');
     await session.click(await session.byTestId('settings-button'));
     try {
       // A new chat: its one message is the whole conversation the engine ran.
@@ -1529,7 +1542,7 @@ describe('Headroom popover (real app, WebDriver)', { timeout: WHOLE_FILE_MS }, (
       const ask = async (content) => {
         const reply = await fetch(`${url}/chat/completions`, {
           method: 'POST',
-          headers: { 'Content-Type': 'application/json' },
+          headers: { 'Content-Type': 'application/json', Authorization: `Bearer ${key}` },
           body: JSON.stringify({ model: DEFAULT_MODEL_ID, messages: [{ role: 'user', content }], max_tokens: 2, temperature: 0 }),
           signal: AbortSignal.timeout(30_000),
         });

@@ -184,10 +184,13 @@ fn a_summary_made_for_the_cloud_never_carries_an_earlier_secret() {
 /// partition it confirms nothing beyond what the client itself sent before.
 #[test]
 fn a_keyless_server_client_reads_nothing_of_the_summarys_prompt_through_cached_tokens() {
-    let (app, _state, _cloud, events) = summarised_for_the_cloud("privacy-summary-probe");
+    let (app, state, _cloud, events) = summarised_for_the_cloud("privacy-summary-probe");
     let window = app.get_webview_window(crate::MAIN_WINDOW).unwrap();
     let codes = events[0]["data"]["route"]["reasons"].to_string();
     assert!(codes.contains("SUMMARISED"), "the summary ran locally: {events:?}");
+    // The keyless partition is the one probed: the user turned the key off.
+    let keyless = Settings { server_require_key: false, ..state.settings() };
+    block_on(state.save_settings(&keyless)).unwrap();
     let info = invoke(&window, "server_start", json!({ "port": 0 })).unwrap();
     let url = info["url"].as_str().unwrap().to_owned();
 

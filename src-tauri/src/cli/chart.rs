@@ -106,7 +106,7 @@ pub fn run(args: &ChartArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
+            eprintln!("headroom: {}", headroom_core::terminal::error_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }

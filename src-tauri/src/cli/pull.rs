@@ -80,7 +80,7 @@ pub fn run(args: &PullArgs) -> ExitCode {
     match pull(args, &HubEnv::from_process(), &mut super::terminal::TerminalText(std::io::stdout().lock())) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
+            eprintln!("headroom: {}", headroom_core::terminal::error_line(&e.to_string()));
             match e {
                 PullError::Pull(crate::pull::PullError::Hub(HubError::Cancelled { .. })) => ExitCode::from(CANCELLED),
                 _ => ExitCode::FAILURE,

@@ -74,7 +74,7 @@ pub fn run(args: &RouteArgs) -> ExitCode {
     match decide_and_print(args, &HubEnv::from_process(), &mut stdout.lock()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
+            eprintln!("headroom: {}", headroom_core::terminal::error_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }

@@ -127,7 +127,7 @@ pub fn run(args: &ServeArgs) -> ExitCode {
     match serve(args) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("headroom: {}", headroom_core::terminal::terminal_safe(&e.to_string()));
+            eprintln!("headroom: {}", headroom_core::terminal::error_line(&e.to_string()));
             ExitCode::FAILURE
         }
     }

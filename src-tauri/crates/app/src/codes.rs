@@ -20,6 +20,17 @@ pub trait Coded: std::fmt::Display {
     }
 }
 
+/// Serde `with` for an error's sentence on its way to the UI: paths under
+/// the user's home folder written from `~` (`headroom_core::terminal::tilde_text`).
+/// Every error type the UI receives (`CommandError`, a chat's error event,
+/// a model's problem) sends its message through it, so no refusal shown in
+/// a screenshot or a bug report names the user.
+pub mod ui_text {
+    pub fn serialize<S: serde::Serializer>(text: &str, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&headroom_core::terminal::without_home(text))
+    }
+}
+
 /// Declares [`ErrorCode`]: each variant with the string it is sent as.
 macro_rules! error_codes {
     ($($variant:ident = $code:literal,)*) => {

@@ -26,6 +26,7 @@ pub mod runs;
 pub mod runtime;
 pub mod serve;
 pub mod serve_marker;
+pub mod server_key;
 pub mod shelf;
 pub mod state;
 pub mod turn;

@@ -152,6 +152,8 @@ pub struct ModelEntry {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ts_rs::TS)]
 pub struct ModelProblem {
     pub code: ErrorCode,
+    #[serde(with = "crate::codes::ui_text")]
+    #[ts(type = "string")]
     pub message: String,
 }
 

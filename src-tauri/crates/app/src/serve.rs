@@ -36,11 +36,30 @@ pub struct AppModels {
     peer: Option<String>,
     /// A draft model (`serve --draft-model`) loaded beside every model.
     draft: Option<PathBuf>,
+    /// The app's own server: the model the popover holds is kept (requests
+    /// for another get `ModelInUse`) and is all `/v1/models` offers, unless
+    /// the setting `server_allow_model_switch` is on. `headroom serve`
+    /// has no popover and switches freely.
+    beside_popover: bool,
 }
 
 impl AppModels {
     pub fn new(state: AppState) -> Self {
-        Self { state, extra: Vec::new(), peer: None, draft: None }
+        Self { state, extra: Vec::new(), peer: None, draft: None, beside_popover: false }
+    }
+
+    /// The provider of the app's own server (see `beside_popover`).
+    pub fn beside_popover(self) -> Self {
+        Self { beside_popover: true, ..self }
+    }
+
+    /// The model the popover holds, when the server must keep it: the app's
+    /// server, a model loaded, switching not allowed.
+    fn held(&self) -> Option<LoadedModel> {
+        if !self.beside_popover || self.state.settings().server_allow_model_switch {
+            return None;
+        }
+        self.state.loaded_model()
     }
 
     /// Splits every model it loads with the lending Mac at `peer` (`HOST:PORT`).
@@ -114,8 +133,18 @@ fn card(m: &Offered) -> ModelCard {
 }
 
 impl ModelProvider for AppModels {
+    /// What a request may name: while the popover's model is held, that
+    /// model alone (not every folder on this Mac); otherwise every model
+    /// on offer.
     fn models(&self) -> Vec<ModelCard> {
-        self.entries().iter().map(card).collect()
+        let entries = self.entries();
+        match self.held() {
+            Some(held) => {
+                let entry = entries.into_iter().find(|e| e.path == held.path);
+                vec![card(&entry.unwrap_or(Offered { id: held.id, path: held.path }))]
+            }
+            None => entries.iter().map(card).collect(),
+        }
     }
 
     fn ensure_loaded(
@@ -127,11 +156,13 @@ impl ModelProvider for AppModels {
         let state = &self.state;
         // One switch at a time, with the popover's (models::load).
         let _switch = state.switching.lock().unwrap_or_else(PoisonError::into_inner);
-        let entry = self
-            .entries()
-            .into_iter()
-            .find(|m| m.id == id)
-            .ok_or_else(|| ProvideError::NotFound { model: id.to_owned() })?;
+        let entry = self.entries().into_iter().find(|m| m.id == id);
+        // Checked before "not found": a client learns nothing of the
+        // folders on this Mac by asking for names while the popover holds one.
+        if let Some(held) = self.held().filter(|h| entry.as_ref().is_none_or(|e| e.path != h.path)) {
+            return Err(ProvideError::ModelInUse { requested: id.to_owned(), loaded: held.id });
+        }
+        let entry = entry.ok_or_else(|| ProvideError::NotFound { model: id.to_owned() })?;
         let loaded = state.loaded_model().filter(|m| m.path == entry.path);
         if let Some(m) = &loaded {
             if let Some(kv) = kv {
@@ -257,6 +288,43 @@ mod tests {
         assert_eq!(state.loaded_model().map(|m| m.info.load), Some(ready.load));
         // Loaded already: nothing to do, the same answer.
         assert_eq!(provider.ensure_loaded("tiny", None, None).ok(), Some(ready));
+    }
+
+    #[test]
+    fn beside_the_popover_the_server_keeps_its_model_and_offers_only_it_unless_switching_is_allowed() {
+        let state = crate::test_state("serve-beside-popover");
+        let models = state.locations.data_dir.join(locations::MODELS_DIR);
+        let spec = headroom_engine::demo::DemoSpec::new(
+            headroom_engine::demo::Arch::Qwen2,
+            headroom_engine::demo::Preset::Tiny,
+            headroom_engine::demo::Bits::Four,
+        );
+        for name in ["held", "other"] {
+            headroom_engine::demo::write_demo_model(&models.join(name), &spec).unwrap();
+        }
+        let server = AppModels::new(state.clone()).beside_popover();
+        // Nothing held yet: every model is on offer, and a request may load one.
+        let ids = |p: &AppModels| p.models().into_iter().map(|c| c.id).collect::<Vec<_>>();
+        assert_eq!(ids(&server), ["held", "other"]);
+        // The popover's load (the same switch the picker makes).
+        let ready = AppModels::new(state.clone()).ensure_loaded("held", Some(512), None).unwrap();
+
+        assert_eq!(ids(&server), ["held"], "only the held model is offered, not every folder");
+        let err = server.ensure_loaded("other", None, None).err();
+        let Some(e @ ProvideError::ModelInUse { .. }) = err else { panic!("{err:?}") };
+        assert!(e.to_string().contains("`held`") && e.to_string().contains("`other`"), "{e}");
+        // A name that is no model gets the same answer: no probing of the folders.
+        let err = server.ensure_loaded("no-such-model", None, None).err();
+        assert!(matches!(err, Some(ProvideError::ModelInUse { ref requested, .. }) if requested == "no-such-model"));
+        assert_eq!(state.loaded_model().map(|m| m.id), Some("held".to_owned()), "nothing switched");
+        assert_eq!(server.ensure_loaded("held", None, None).ok(), Some(ready), "the held model serves");
+
+        // `headroom serve` (no popover) and the user's switch both allow it.
+        let allow = headroom_core::settings::Settings { server_allow_model_switch: true, ..state.settings() };
+        crate::runtime::block_on(state.save_settings(&allow)).unwrap();
+        assert_eq!(ids(&server), ["held", "other"]);
+        assert_eq!(server.ensure_loaded("other", Some(512), None).map(|r| r.id).ok().as_deref(), Some("other"));
+        assert_eq!(state.loaded_model().map(|m| m.id), Some("other".to_owned()));
     }
 
     #[test]

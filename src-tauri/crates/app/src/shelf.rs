@@ -324,3 +324,77 @@ impl Coded for ShelfServiceError {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use headroom_hub::testserver::TestHub;
+    use headroom_hub::{Endpoint, HfToken, HubClient};
+
+    use super::*;
+
+    /// A shelf record whose repo is gated: the refresh asks anonymously
+    /// first, sends the token only after the hub's 401, and reads config,
+    /// index and safetensors headers by range, not the weights.
+    #[test]
+    fn a_gated_repo_gets_the_token_only_after_a_401_and_only_the_header_bytes_are_read() {
+        let root = headroom_test_support::scratch("shelf-gated");
+        let source = root.join("source");
+        headroom_engine::demo::write_demo_model(
+            &source,
+            &headroom_engine::demo::DemoSpec::new(
+                headroom_engine::demo::Arch::Qwen2,
+                headroom_engine::demo::Preset::Tiny,
+                headroom_engine::demo::Bits::Four,
+            ),
+        )
+        .unwrap();
+        let repo = "mlx-community/Gated-Tiny-4bit";
+        let token = "hf_gated_shelf_token";
+        let hub = TestHub::start().unwrap();
+        hub.add_gated_repo(repo, &source, token).unwrap();
+        let record = ShelfRecord {
+            repo: repo.into(),
+            gated: true,
+            ..shelf::parse_shelf(shelf::RECORDED).unwrap().models.remove(0)
+        };
+        let client = HubClient::new(Endpoint::parse(&hub.endpoint()).unwrap()).unwrap();
+        let token = HfToken::new(token).unwrap();
+        let data_dir = root.join("data");
+        let commit =
+            crate::runtime::block_on(refresh_one(&client, Some(&token), &data_dir, &root.join("hf"), record)).unwrap();
+        assert!(!commit.is_empty());
+
+        let log = hub.log();
+        let first_signed = log.iter().position(|r| r.authorization.is_some()).expect("the token was needed");
+        // Everything before the first signed request went anonymously, and
+        // the hub refused a file to it (the 401 that asks for the token).
+        assert!(log[..first_signed].iter().any(|r| r.path.contains("/resolve/")), "{log:?}");
+        assert!(log.iter().all(|r| r.authorization.as_deref().is_none_or(|a| a == "Bearer hf_gated_shelf_token")));
+        // Weight files are read by range only (the 8-byte length, then the header).
+        let weights: Vec<_> = log.iter().filter(|r| r.path.ends_with(".safetensors") && r.method == "GET").collect();
+        assert!(!weights.is_empty() && weights.iter().all(|r| r.range.is_some()), "{weights:?}");
+        // What the verdict needs of each weight file: its 8-byte length and
+        // the header that length names; the ranges asked for are exactly that.
+        let (mut on_disk, mut needed) = (0u64, 0u64);
+        for entry in std::fs::read_dir(&source).unwrap().flatten() {
+            if entry.path().extension().is_some_and(|x| x == "safetensors") {
+                let bytes = std::fs::read(entry.path()).unwrap();
+                on_disk += bytes.len() as u64;
+                needed += 8 + u64::from_le_bytes(bytes[..8].try_into().unwrap());
+            }
+        }
+        let span = |r: &str| {
+            let (a, b) = r.strip_prefix("bytes=").and_then(|r| r.split_once('-')).unwrap();
+            b.parse::<u64>().unwrap() - a.parse::<u64>().unwrap() + 1
+        };
+        let asked: u64 =
+            weights.iter().filter(|r| r.authorization.is_some()).map(|r| span(r.range.as_deref().unwrap())).sum();
+        assert_eq!(asked, needed, "{weights:?}");
+        // Everything the stub sent (listing, config, headers, the 401s): a
+        // fraction of the weights even for this tiny model.
+        let sent = hub.bytes_sent();
+        assert!(sent * 5 < on_disk, "the refresh read {sent} bytes of a repo whose weights are {on_disk}");
+        eprintln!("gated shelf refresh: {} requests, {sent} bytes sent, weights {on_disk} bytes", log.len());
+        assert!(models(&data_dir).is_ok());
+    }
+}

@@ -130,6 +130,14 @@ pub struct Settings {
     /// default. The app's chats, `headroom generate` and the server all
     /// start from it (`crate::thinking`); a turn may ask otherwise.
     pub thinking: std::collections::BTreeMap<String, crate::thinking::Think>,
+    /// Whether the app's local server asks every request for its key
+    /// (`Authorization: Bearer <key>`, the key shown in Settings). On by
+    /// default: any local process can reach 127.0.0.1.
+    pub server_require_key: bool,
+    /// Whether a server request may load another model than the one the
+    /// popover holds (the popover's chat then loses its model). Off: such a
+    /// request is refused with 409 `model_in_use`.
+    pub server_allow_model_switch: bool,
 }
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
@@ -162,6 +170,8 @@ impl Default for Settings {
             draft_model: None,
             check_hub_updates: true,
             thinking: std::collections::BTreeMap::new(),
+            server_require_key: true,
+            server_allow_model_switch: false,
         }
     }
 }
@@ -319,6 +329,8 @@ mod tests {
         assert!(!s.launch_at_login);
         assert_eq!(s.global_shortcut.as_deref(), Some("Alt+Space"));
         assert_eq!(s.kernel, KernelChoice::Auto);
+        // The app's server asks for its key and keeps the popover's model, unless told otherwise.
+        assert!(s.server_require_key && !s.server_allow_model_switch);
         assert_eq!(s.idle_unload_minutes, Some(15));
         assert_eq!((s.kv_bits, s.quantized_kv_start, s.kv_format()), (None, 5000, Ok(crate::kv::KvFormat::Float)));
         let eight = Settings { kv_bits: Some(8), quantized_kv_start: 0, ..s };

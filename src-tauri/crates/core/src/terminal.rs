@@ -44,6 +44,55 @@ pub fn tilde(path: &Path, home: Option<&Path>) -> String {
     }
 }
 
+/// `text` (an error message, a refusal) with every path under `home`
+/// written from `~`: the one rule every front end applies where it renders
+/// an error (the UI's `CommandError`, the server's error body, the CLI's
+/// last line), so a message pasted into a bug report or read by a server
+/// client does not carry the user's name. A longer name that merely starts
+/// like the home folder (`/Users/alicexyz` for `/Users/alice`) is left alone.
+pub fn tilde_text<'a>(text: &'a str, home: Option<&Path>) -> Cow<'a, str> {
+    let Some(home) = home.filter(|h| h.components().count() > 1).and_then(|h| h.to_str()) else {
+        return Cow::Borrowed(text);
+    };
+    let home = home.trim_end_matches('/');
+    if home.is_empty() || !text.contains(home) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find(home) {
+        let after = &rest[at + home.len()..];
+        // A path component goes on with a letter, digit, `.`, `-` or `_`.
+        let ends_here = after.chars().next().is_none_or(|c| !(c.is_alphanumeric() || "._-".contains(c)));
+        out.push_str(&rest[..at]);
+        out.push_str(if ends_here { "~" } else { home });
+        rest = after;
+    }
+    out.push_str(rest);
+    Cow::Owned(out)
+}
+
+/// The user's home folder as the shell names it (`$HOME`), for
+/// [`tilde_text`]; `None` where it is unset or empty. (Reading one variable
+/// is the only thing here that looks outside its arguments.)
+pub fn home_folder() -> Option<std::path::PathBuf> {
+    std::env::var_os("HOME").filter(|h| !h.is_empty()).map(std::path::PathBuf::from)
+}
+
+/// An error as the CLI prints it on its last line: without control
+/// characters and with paths under home from `~` (the CLI's one place).
+pub fn error_line(text: &str) -> String {
+    terminal_safe(&without_home(text)).into_owned()
+}
+
+/// [`tilde_text`] with this user's home folder.
+pub fn without_home(text: &str) -> Cow<'_, str> {
+    match home_folder() {
+        Some(home) => Cow::Owned(tilde_text(text, Some(&home)).into_owned()),
+        None => Cow::Borrowed(text),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -71,5 +120,21 @@ mod tests {
         assert_eq!(tilde(Path::new("/Users/alicexyz/m"), Some(home)), "/Users/alicexyz/m");
         assert_eq!(tilde(Path::new("/opt/m"), None), "/opt/m");
         assert_eq!(tilde(Path::new("/opt/m"), Some(Path::new("/"))), "/opt/m", "a home of / is not folded");
+    }
+
+    #[test]
+    fn a_message_names_paths_under_home_from_a_tilde_and_nothing_else_changes() {
+        let home = Some(Path::new("/Users/alice"));
+        let refusal = "cannot read /Users/alice/Library/Application Support/Headroom/models/q/config.json: \
+                       denied (also `/Users/alice`, /Users/alicexyz/m and /opt/m)";
+        assert_eq!(
+            tilde_text(refusal, home),
+            "cannot read ~/Library/Application Support/Headroom/models/q/config.json: \
+             denied (also `~`, /Users/alicexyz/m and /opt/m)"
+        );
+        assert_eq!(tilde_text("/Users/alice/a and /Users/alice/b", Some(Path::new("/Users/alice/"))), "~/a and ~/b");
+        assert!(matches!(tilde_text("no path", home), Cow::Borrowed(_)));
+        assert_eq!(tilde_text("/Users/alice/x", None), "/Users/alice/x");
+        assert_eq!(tilde_text("/x/y", Some(Path::new("/"))), "/x/y", "a home of / is not folded");
     }
 }

@@ -71,6 +71,8 @@ struct State {
     /// Faults still to fire, in order.
     faults: Vec<Fault>,
     log: Vec<Logged>,
+    /// Body bytes written to clients so far (heads not counted).
+    sent: u64,
     /// Base URL LFS redirects point at; `None`: this server's own `/cdn/`.
     cdn: Option<String>,
 }
@@ -162,6 +164,12 @@ impl TestHub {
     pub fn log(&self) -> Vec<Logged> {
         lock(&self.state).log.clone()
     }
+
+    /// Body bytes this server has written so far, every request together
+    /// (a test's measure of what a client downloaded).
+    pub fn bytes_sent(&self) -> u64 {
+        lock(&self.state).sent
+    }
 }
 
 impl Drop for TestHub {
@@ -250,6 +258,9 @@ async fn serve(mut stream: TcpStream, state: Arc<Mutex<State>>) {
         return;
     }
     let body = &reply.body[start..end];
+    // Counted as queued for writing: a fault's cut-off body counts whole,
+    // which only makes the count an upper bound.
+    lock(&state).sent += body.len() as u64;
     match reply.fault {
         Some(Fault::CloseAfter { after, .. }) => {
             let n = usize::try_from(after).unwrap_or(usize::MAX).min(body.len());

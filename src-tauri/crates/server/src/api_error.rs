@@ -53,10 +53,11 @@ impl ApiError {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", without_paths(&message.into()))
     }
 
-    /// The JSON body.
+    /// The JSON body. Its message names paths under the user's home from
+    /// `~` (every error the server sends passes here).
     pub fn body(&self) -> Value {
         let mut error = json!({
-            "message": self.message,
+            "message": headroom_core::terminal::without_home(&self.message),
             "type": self.kind,
             "param": self.param,
             "code": self.code,
@@ -72,6 +73,11 @@ impl ApiError {
     pub fn sse_data(&self) -> String {
         self.body().to_string()
     }
+}
+
+fn upper_first(s: &str) -> String {
+    let mut chars = s.chars();
+    chars.next().map(|c| c.to_uppercase().chain(chars).collect()).unwrap_or_default()
 }
 
 /// `message` with every absolute path (`/…`, `~/…`) cut to `…/` and its
@@ -148,6 +154,13 @@ impl From<ProvideError> for ApiError {
             )
             .param("kv_bits")
             .code("kv_format_in_use"),
+            e @ ProvideError::ModelInUse { .. } => ApiError::new(
+                StatusCode::CONFLICT,
+                "invalid_request_error",
+                format!("{}.", upper_first(&e.to_string())),
+            )
+            .param("model")
+            .code("model_in_use"),
         }
     }
 }
@@ -285,6 +298,23 @@ mod tests {
         let e = ApiError::from(EngineError::NoChatTemplate { dir: "/Users/ana/models/base-7b".into() });
         assert_eq!((e.status, e.code), (StatusCode::BAD_REQUEST, Some("chat_template")));
         assert!(e.message.contains("no chat template") && !e.message.contains("/Users") && !e.message.contains("ana"));
+    }
+
+    #[test]
+    fn another_model_while_the_app_holds_one_is_409_model_in_use_naming_both() {
+        let e = ApiError::from(ProvideError::ModelInUse { requested: "qwen-14b".into(), loaded: "qwen-7b".into() });
+        assert_eq!((e.status, e.code, e.param.as_deref()), (StatusCode::CONFLICT, Some("model_in_use"), Some("model")));
+        let body = e.body();
+        let message = body["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.starts_with("The model `qwen-7b` is loaded") && message.contains("`qwen-14b`"), "{message}");
+        assert_eq!(body["error"]["type"], "invalid_request_error");
+    }
+
+    #[test]
+    fn every_body_names_paths_under_home_from_a_tilde() {
+        let home = headroom_core::terminal::home_folder().expect("HOME is set where the tests run");
+        let e = ApiError::invalid(format!("cannot read {}/models/q/tokenizer.json", home.display()));
+        assert_eq!(e.body()["error"]["message"], "cannot read ~/models/q/tokenizer.json");
     }
 
     #[test]

@@ -75,6 +75,14 @@ pub enum ProvideError {
     /// whoever is using it (the popover, queued requests); refused.
     #[error("the model `{model}` is loaded with its KV cache as {loaded}; a request for a larger KV format would reload it under the other users of this model")]
     KvFormatInUse { model: String, loaded: String },
+    /// Another model is loaded and in use by the app (the popover holds
+    /// it); loading the requested one would take it away. Refused unless
+    /// the user allowed the server to switch models.
+    #[error(
+        "the model `{loaded}` is loaded and in use by the Headroom app, so this server does not replace it with `{requested}`. \
+         Ask for `{loaded}`, or allow the server to switch models in Headroom's Settings"
+    )]
+    ModelInUse { requested: String, loaded: String },
 }
 
 pub type Result<T, E = ServerError> = std::result::Result<T, E>;

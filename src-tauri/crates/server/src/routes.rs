@@ -148,9 +148,11 @@ fn check_key(ctx: &Ctx, headers: &HeaderMap) -> Result<Tenant, ApiError> {
     }
 }
 
-/// Compares in time that depends on the lengths only, not on where they differ.
+/// Compares in time that depends on the lengths only, not on where they
+/// differ (`subtle`'s constant-time equality).
 fn same(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use subtle::ConstantTimeEq;
+    bool::from(a.ct_eq(b))
 }
 
 async fn unknown_url(method: Method, uri: Uri) -> ApiError {

@@ -47,6 +47,7 @@ pub struct Server {
     addr: SocketAddr,
     engine: EngineHandle,
     tally: Arc<Tally>,
+    requires_key: bool,
     runtime: tokio::runtime::Handle,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
@@ -69,6 +70,7 @@ impl Server {
         listener.set_nonblocking(true).map_err(|source| ServerError::Bind { addr, source })?;
 
         let tally = Arc::new(Tally::default());
+        let requires_key = !config.api_keys.is_empty();
         let admission = Arc::new(tokio::sync::Semaphore::new(config.max_requests));
         let header_timeout = config.header_timeout;
         let max_connections = crate::limits::connection_cap(config.max_connections, crate::limits::raise_fd_limit());
@@ -146,7 +148,7 @@ impl Server {
             }
         };
         tracing::info!("serving the OpenAI-compatible API on http://{local}/v1");
-        Ok(Self { addr: local, engine, tally, runtime, shutdown: Some(shutdown), thread: Some(thread) })
+        Ok(Self { addr: local, engine, tally, requires_key, runtime, shutdown: Some(shutdown), thread: Some(thread) })
     }
 
     /// The address it listens on (with the port chosen, if 0 was asked).
@@ -157,6 +159,11 @@ impl Server {
     /// The base URL clients use (`OPENAI_BASE_URL`).
     pub fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
+    }
+
+    /// Whether every request must send one of its API keys.
+    pub fn requires_key(&self) -> bool {
+        self.requires_key
     }
 
     pub fn stats(&self) -> ServerStats {

@@ -33,6 +33,7 @@ const MINI: Lender = { machine: 'Mini.local', address: '10.0.0.3:7070', budgetBy
 function backend(taken = 'Ctrl+Alt+K', lenders: Lender[] = [], code = '482913') {
   const calls: Array<{ cmd: string; args: InvokeArgs | undefined }> = [];
   let settings = { ...DEFAULTS };
+  let key = `hr-${'1'.repeat(64)}`;
   let desktop: DesktopStatus = {
     logDir: LOGS,
     logFile: `${LOGS}/headroom.2026-12-01.log`,
@@ -61,6 +62,11 @@ function backend(taken = 'Ctrl+Alt+K', lenders: Lender[] = [], code = '482913') 
         return desktop;
       case 'server_status':
         return null;
+      case 'server_key':
+        return key;
+      case 'server_key_regenerate':
+        key = `hr-${'2'.repeat(64)}`;
+        return key;
       case 'lend_status':
         return null;
       case 'lend_start':
@@ -218,6 +224,26 @@ describe('SettingsView: the menu-bar conventions', () => {
     const logs = await screen.findByTestId('log-dir');
     expect(logs).toHaveTextContent(LOGS);
     expect(logs).toHaveAttribute('title', `${LOGS}/headroom.2026-12-01.log`);
+  });
+});
+
+describe('SettingsView: the local server', () => {
+  it('shows the server key, replaces it on request, and saves the key and model-switch switches', async () => {
+    const calls = backend();
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const key = await screen.findByTestId('server-key');
+    await waitFor(() => expect(key).toHaveTextContent(`hr-${'1'.repeat(64)}`));
+    await fireEvent.click(screen.getByTestId('server-key-regenerate'));
+    await waitFor(() => expect(key).toHaveTextContent(`hr-${'2'.repeat(64)}`));
+    expect(screen.getByTestId('server-key-note')).toHaveTextContent('New key');
+    const require = screen.getByTestId<HTMLInputElement>('server-require-key');
+    expect(require.checked).toBe(true);
+    await fireEvent.click(require);
+    await waitFor(() => expect(lastSet(calls)?.serverRequireKey).toBe(false));
+    const allow = screen.getByTestId<HTMLInputElement>('server-allow-switch');
+    expect(allow.checked).toBe(false);
+    await fireEvent.click(allow);
+    await waitFor(() => expect(lastSet(calls)?.serverAllowModelSwitch).toBe(true));
   });
 });
 

@@ -27,3 +27,13 @@ export function serverStop(): Promise<boolean> {
 export function serverStatus(): Promise<ServerInfo | null> {
   return command('server_status');
 }
+
+/** The key clients send (`Authorization: Bearer <key>`); made on first call. */
+export function serverKey(): Promise<string> {
+  return command('server_key');
+}
+
+/** Replaces the key (a running server restarts with it); resolves to the new key. */
+export function serverKeyRegenerate(): Promise<string> {
+  return command('server_key_regenerate');
+}

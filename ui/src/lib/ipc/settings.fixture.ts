@@ -28,4 +28,6 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   draftModel: null,
   checkHubUpdates: true,
   thinking: {},
+  serverRequireKey: true,
+  serverAllowModelSwitch: false,
 });

@@ -69,6 +69,8 @@ pub enum ChatEvent {
     },
     Error {
         code: ErrorCode,
+        #[serde(with = "crate::codes::ui_text")]
+        #[ts(type = "string")]
         message: String,
     },
 }

@@ -5,7 +5,11 @@ import type { ErrorCode } from "./ErrorCode";
  * What a command returns on failure: a stable `code` the UI can switch on,
  * a sentence for the user, and optional structured details (numbers, paths).
  */
-export type CommandError = { code: ErrorCode, message: string, 
+export type CommandError = { code: ErrorCode, 
+/**
+ * Paths under the home folder go out as `~/…` (`codes::ui_text`).
+ */
+message: string, 
 /**
  * What it is depends on the code (a refusal's numbers, …): `unknown`
  * to TypeScript, which narrows it where it reads it.

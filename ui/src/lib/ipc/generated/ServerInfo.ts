@@ -7,4 +7,8 @@ export type ServerInfo = {
 /**
  * The base URL clients use (`OPENAI_BASE_URL`).
  */
-url: string, port: number, requests: number, completed: number, cancelled: number, active: number, };
+url: string, port: number, requests: number, completed: number, cancelled: number, active: number, 
+/**
+ * Requests must send the server's key (`server_require_key` when it started).
+ */
+keyRequired: boolean, };

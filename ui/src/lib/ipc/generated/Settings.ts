@@ -125,3 +125,14 @@ checkHubUpdates: boolean,
  * start from it (`crate::thinking`); a turn may ask otherwise.
  */
 thinking: { [key in string]: Think }, };
+ * Whether the app's local server asks every request for its key
+ * (`Authorization: Bearer <key>`, the key shown in Settings). On by
+ * default: any local process can reach 127.0.0.1.
+ */
+serverRequireKey: boolean, 
+/**
+ * Whether a server request may load another model than the one the
+ * popover holds (the popover's chat then loses its model). Off: such a
+ * request is refused with 409 `model_in_use`.
+ */
+serverAllowModelSwitch: boolean, };

@@ -33,6 +33,8 @@ export interface Commands {
   peers_find: { args: Record<string, never>; reply: Array<Lender> };
   prompt_cache_stats: { args: Record<string, never>; reply: PromptCacheView };
   route_preview: { args: { text: string; sessionId?: string | null; needsTools?: boolean | null; needsWeb?: boolean | null; force?: Force | null; allowSensitive?: boolean | null }; reply: Decision };
+  server_key: { args: Record<string, never>; reply: string };
+  server_key_regenerate: { args: Record<string, never>; reply: string };
   server_start: { args: { port?: number | null }; reply: ServerInfo };
   server_status: { args: Record<string, never>; reply: ServerInfo | null };
   server_stop: { args: Record<string, never>; reply: boolean };

@@ -268,6 +268,19 @@ fn every_hostile_file_is_refused_with_its_typed_error() {
     file.vocab().expect("vocab");
 }
 
+/// docs/gguf.md names every case of the corpus and its count, so the page
+/// cannot drift from what the tests run.
+#[test]
+fn the_docs_list_every_hostile_case_and_their_count() {
+    let page = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../docs/gguf.md")).unwrap();
+    let corpus = hostile_corpus();
+    let missing: Vec<&str> = corpus.iter().map(|h| h.name).filter(|n| !page.contains(&format!("`{n}`"))).collect();
+    let names: Vec<String> = corpus.iter().map(|h| format!("`{}`", h.name)).collect();
+    assert!(missing.is_empty(), "docs/gguf.md does not name {missing:?}; the corpus: {}", names.join(", "));
+    let count = format!("{} hostile files", corpus.len());
+    assert!(page.contains(&count), "docs/gguf.md does not say {count:?}");
+}
+
 /// Expected MLX arrays of a SmolLM2-shaped file: (hf name, dtype, shape).
 fn smollm_expectations(layers: u64, vocab: u64) -> Vec<(String, Dtype, Vec<u64>)> {
     let q = |name: &str, rows: u64, cols: u64, bits: u64| {
