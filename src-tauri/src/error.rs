@@ -57,6 +57,7 @@ from_coded! {
     headroom_app::shelf::ShelfServiceError,
     headroom_hub::HubError,
     headroom_app::pull::PullError,
+    headroom_app::tools::ToolsError,
 }
 
 impl From<tauri::Error> for CommandError {

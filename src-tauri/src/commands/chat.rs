@@ -35,7 +35,10 @@ fn options(max_tokens: Option<usize>, force: Option<Force>, allow_sensitive: Opt
     TurnOptions { max_tokens, force, allow_sensitive: allow_sensitive.unwrap_or(false), ..TurnOptions::default() }
 }
 
-/// Sends `text`; see [`start_turn`].
+
+
+/// Sends `text`; see [`start_turn`]. With `tool`, the model must call that
+/// tool first (an enabled tool of a running MCP server).
 #[tauri::command]
 #[allow(clippy::too_many_arguments)]
 pub async fn chat_send(
@@ -44,10 +47,12 @@ pub async fn chat_send(
     max_tokens: Option<usize>,
     force: Option<Force>,
     allow_sensitive: Option<bool>,
+    tool: Option<String>,
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    start_turn(&state, session_id, Ask::New(text), options(max_tokens, force, allow_sensitive), on_event).await
+    let options = TurnOptions { tool, ..options(max_tokens, force, allow_sensitive) };
+    start_turn(&state, session_id, Ask::New(text), options, on_event).await
 }
 
 /// Asks the session's last question again, routed like any other. Its last

@@ -28,6 +28,7 @@ pub mod serve;
 pub mod serve_marker;
 pub mod shelf;
 pub mod state;
+pub mod tools;
 pub mod turn;
 
 pub use state::{platform_app_data_dir, AppState, Locations};

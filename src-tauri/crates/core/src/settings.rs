@@ -125,7 +125,13 @@ pub struct Settings {
     /// start). Off, nothing leaves the Mac unless the user asks for it (a
     /// pull, an explicit refresh).
     pub check_hub_updates: bool,
+    /// The most tool calls one popover turn may make (MCP tools); past it,
+    /// the model is told the limit was reached and answers without more.
+    pub tool_calls_per_turn: usize,
 }
+
+/// The most tool calls a turn may be set to make.
+pub const MAX_TOOL_CALLS_PER_TURN: usize = 64;
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
 pub const DEFAULT_GLOBAL_SHORTCUT: &str = "Alt+Space";
@@ -156,6 +162,7 @@ impl Default for Settings {
             peer: None,
             draft_model: None,
             check_hub_updates: true,
+            tool_calls_per_turn: 8,
         }
     }
 }
@@ -206,6 +213,7 @@ impl Settings {
             });
         }
         range("temperature", self.temperature, 0.0, 2.0)?;
+        range("tool calls per turn", self.tool_calls_per_turn, 1, MAX_TOOL_CALLS_PER_TURN)?;
         // top_p = 0 would keep no token at all.
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(SettingsError::OutOfRange {
