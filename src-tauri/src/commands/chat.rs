@@ -35,8 +35,6 @@ fn options(max_tokens: Option<usize>, force: Option<Force>, allow_sensitive: Opt
     TurnOptions { max_tokens, force, allow_sensitive: allow_sensitive.unwrap_or(false), ..TurnOptions::default() }
 }
 
-
-
 /// Sends `text`; see [`start_turn`]. With `tool`, the model must call that
 /// tool first (an enabled tool of a running MCP server).
 #[tauri::command]

@@ -290,11 +290,9 @@ impl Reason {
                 };
                 format!("{place} {} ({}): it stays on this Mac.", finding.kind.noun(), finding.masked)
             }
-            Self::ToolResultSensitive { tool, finding: Some(finding) } => format!(
-                "Kept local: a tool result holds {} ({}, from {tool}).",
-                finding.kind.noun(),
-                finding.masked
-            ),
+            Self::ToolResultSensitive { tool, finding: Some(finding) } => {
+                format!("Kept local: a tool result holds {} ({}, from {tool}).", finding.kind.noun(), finding.masked)
+            }
             Self::ToolResultSensitive { tool, finding: None } => {
                 format!("Kept local: a tool result is private ({tool}'s results are set to private).")
             }

@@ -206,15 +206,13 @@ impl Caller {
         deadline: Duration,
         stop: impl std::future::Future<Output = ()>,
     ) -> Result<ToolOutput, CallError> {
-        let arguments = match serde_json::from_str::<serde_json::Value>(if arguments.trim().is_empty() {
-            "{}"
-        } else {
-            arguments
-        }) {
-            Ok(serde_json::Value::Object(map)) => map,
-            Ok(other) => return Err(CallError::Arguments(format!("got {other}"))),
-            Err(e) => return Err(CallError::Arguments(e.to_string())),
-        };
+        let arguments =
+            match serde_json::from_str::<serde_json::Value>(if arguments.trim().is_empty() { "{}" } else { arguments })
+            {
+                Ok(serde_json::Value::Object(map)) => map,
+                Ok(other) => return Err(CallError::Arguments(format!("got {other}"))),
+                Err(e) => return Err(CallError::Arguments(e.to_string())),
+            };
         let params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         // Dropping the request (timeout, stop) tells the server it was cancelled.
         let result = tokio::select! {

@@ -116,9 +116,7 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<ServerSpec>, ConfigError> {
         let transport = match (entry.command, entry.url) {
             (Some(_), Some(_)) => return Err(ConfigError::BothTransports { path, name }),
             (None, None) => return Err(ConfigError::NoTransport { path, name }),
-            (Some(command), None) if command.trim().is_empty() => {
-                return Err(ConfigError::EmptyCommand { path, name })
-            }
+            (Some(command), None) if command.trim().is_empty() => return Err(ConfigError::EmptyCommand { path, name }),
             (Some(command), None) => Transport::Stdio { command, args: entry.args, env: entry.env },
             (None, Some(url)) if !is_loopback_http(&url) => return Err(ConfigError::NotLoopback { path, name, url }),
             (None, Some(url)) => Transport::Http { url },

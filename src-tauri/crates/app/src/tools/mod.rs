@@ -240,7 +240,12 @@ impl Tools {
     }
 
     /// Puts a start's outcome in place, unless the server was stopped or restarted meanwhile.
-    fn install(&self, name: &str, generation: u64, started: Result<(client::Connection, Vec<ServerTool>), ServerError>) {
+    fn install(
+        &self,
+        name: &str,
+        generation: u64,
+        started: Result<(client::Connection, Vec<ServerTool>), ServerError>,
+    ) {
         let mut inner = self.lock();
         let Some(server) = inner.servers.iter_mut().find(|s| s.spec.name == name && s.generation == generation) else {
             return;
@@ -317,7 +322,8 @@ impl Tools {
     /// Sets one tool's switches and keeps them in `tools.json`.
     pub fn set_flags(&self, server: &str, tool: &str, new: ToolFlags) -> Result<ToolsView, ToolsError> {
         let mut inner = self.lock();
-        let s = inner.servers.iter().find(|s| s.spec.name == server).ok_or_else(|| ToolsError::NoServer(server.into()))?;
+        let s =
+            inner.servers.iter().find(|s| s.spec.name == server).ok_or_else(|| ToolsError::NoServer(server.into()))?;
         if !s.tools.iter().any(|t| t.name == tool) {
             return Err(ToolsError::NoTool { server: server.into(), tool: tool.into() });
         }
@@ -383,8 +389,11 @@ impl Tools {
     ) -> Result<ToolOutput, ToolsError> {
         let caller = {
             let inner = self.lock();
-            let s =
-                inner.servers.iter().find(|s| s.spec.name == server).ok_or_else(|| ToolsError::NoServer(server.into()))?;
+            let s = inner
+                .servers
+                .iter()
+                .find(|s| s.spec.name == server)
+                .ok_or_else(|| ToolsError::NoServer(server.into()))?;
             match (&s.state, &s.connection) {
                 (ServerState::Running, Some(c)) if !c.is_closed() => c.caller(),
                 _ => return Err(ToolsError::NotRunning(server.into())),
@@ -492,10 +501,9 @@ fn mark_if_gone(s: &mut Server) {
 /// A server's command line or URL, in words.
 fn endpoint(t: &Transport) -> String {
     match t {
-        Transport::Stdio { command, args, .. } => std::iter::once(command.as_str())
-            .chain(args.iter().map(String::as_str))
-            .collect::<Vec<_>>()
-            .join(" "),
+        Transport::Stdio { command, args, .. } => {
+            std::iter::once(command.as_str()).chain(args.iter().map(String::as_str)).collect::<Vec<_>>().join(" ")
+        }
         Transport::Http { url } => url.clone(),
     }
 }

@@ -54,7 +54,8 @@ fn a_server_starts_lists_its_tools_and_answers_a_call() {
 
 #[test]
 fn switches_are_kept_and_a_disabled_tool_is_not_offered() {
-    let (dir, tools) = tools_with(&[("fake", mcp::entry("ok")), ("filesystem", mcp::entry("ok"))], Duration::from_secs(10));
+    let (dir, tools) =
+        tools_with(&[("fake", mcp::entry("ok")), ("filesystem", mcp::entry("ok"))], Duration::from_secs(10));
     block_on(tools.restart());
     // A filesystem server's results are private by default; another's are not.
     assert!(tools.flags("filesystem", "echo").unwrap().private);
@@ -99,7 +100,11 @@ fn servers_that_cannot_start_fail_with_the_reason_and_hold_up_no_other() {
         other => panic!("{name}: {other:?}"),
     };
     assert!(reason("crash").contains("FAKE_TOKEN is not set"), "{}", reason("crash"));
-    assert!(reason("missing").contains("Could not start `/nonexistent/headroom-mcp-server`: No such file"), "{}", reason("missing"));
+    assert!(
+        reason("missing").contains("Could not start `/nonexistent/headroom-mcp-server`: No such file"),
+        "{}",
+        reason("missing")
+    );
     assert!(reason("garbage").contains("within 3s"), "{}", reason("garbage"));
     assert!(reason("silent").contains("within 3s"), "{}", reason("silent"));
     assert_eq!(state_of(&view, "off"), ServerState::Stopped);

@@ -165,10 +165,11 @@ fn one_call(l: &Loop, call: &ToolCall, send: &dyn Fn(RunEvent) -> bool) -> Optio
                 return Some(text.to_owned());
             }
             Some(Approval::Always) => {
-                if let Err(e) = l.tools.set_flags(&offered.server, &call.name, crate::tools::ToolFlags {
-                    always_allow: true,
-                    ..flags
-                }) {
+                if let Err(e) = l.tools.set_flags(
+                    &offered.server,
+                    &call.name,
+                    crate::tools::ToolFlags { always_allow: true, ..flags },
+                ) {
                     tracing::warn!("could not keep \"always allow\" for {}: {e}", call.name);
                 }
             }
@@ -177,9 +178,9 @@ fn one_call(l: &Loop, call: &ToolCall, send: &dyn Fn(RunEvent) -> bool) -> Optio
     }
     let began = Instant::now();
     let stop = l.stop.clone();
-    let result = crate::runtime::block_on(l.tools.call(&offered.server, &call.name, &call.arguments, async move {
-        stop.cancelled().await
-    }));
+    let result = crate::runtime::block_on(
+        l.tools.call(&offered.server, &call.name, &call.arguments, async move { stop.cancelled().await }),
+    );
     let ms = u64::try_from(began.elapsed().as_millis()).unwrap_or(u64::MAX);
     Some(match result {
         Ok(out) => {

@@ -3,10 +3,10 @@
 //! the engine thread, whose events the turn's thread drives.
 
 use headroom_core::chat::{Message, Role};
+use headroom_core::chat_format::ToolChoice;
 use headroom_core::router::{Force, Reason};
 use headroom_core::settings::Settings;
 use headroom_core::speculative::SpeculativeMode;
-use headroom_core::chat_format::ToolChoice;
 use headroom_engine::worker::{EngineEvent, GenerateRequest, OverflowPolicy};
 use headroom_engine::SamplingParams;
 use headroom_store::Route;
@@ -75,7 +75,9 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let offered = state.tools.offered();
     let first_choice = match &plan.options.tool {
         Some(name) if !offered.iter().any(|o| &o.tool.name == name) => {
-            return Err(crate::tools::ToolsError::NoTool { server: "any running server".into(), tool: name.clone() }.into())
+            return Err(
+                crate::tools::ToolsError::NoTool { server: "any running server".into(), tool: name.clone() }.into()
+            )
         }
         Some(name) => ToolChoice::Named(name.clone()),
         None => ToolChoice::Auto,
@@ -85,7 +87,17 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let recorder =
         TurnRecorder::new(&state.store, &plan.session, &plan.text, model.labels.clone(), Route::Local, plan.replaces)?;
     if !offered.is_empty() {
-        return with_tools(state, settings, plan.session.clone(), request, offered, first_choice, recorder, sink, route);
+        return with_tools(
+            state,
+            settings,
+            plan.session.clone(),
+            request,
+            offered,
+            first_choice,
+            recorder,
+            sink,
+            route,
+        );
     }
     let run = match state.engine.generate(request) {
         Ok(run) => run,

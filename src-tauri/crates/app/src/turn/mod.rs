@@ -196,7 +196,8 @@ pub fn start(
         return Err(TurnError::NoModelLoaded);
     }
     let choice = Choice { force: options.force, allow_sensitive: options.allow_sensitive, ..Choice::default() };
-    let route::Routed { decision, basis } = route::for_state(state, Some(&request.session), &asked.text, &asked.history, choice)?;
+    let route::Routed { decision, basis } =
+        route::for_state(state, Some(&request.session), &asked.text, &asked.history, choice)?;
     let plan = Plan {
         session: request.session.clone(),
         text: asked.text,

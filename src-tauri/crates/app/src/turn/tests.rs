@@ -603,11 +603,7 @@ fn a_tool_result_holding_a_secret_keeps_the_chat_local_and_the_cloud_receives_no
     let stub = stub(answer(&["never"]));
     // Every message is "long": the router would pick the cloud.
     let settings = Settings { local_threshold_tokens: 1, ..settings(Some(&stub)) };
-    let forced_tool = TurnOptions {
-        tool: Some("secret".into()),
-        force: Some(Force::Local),
-        ..max(24)
-    };
+    let forced_tool = TurnOptions { tool: Some("secret".into()), force: Some(Force::Local), ..max(128) };
     let (running, events) = turn_answering(&state, &settings, "t", forced_tool, crate::tools::Approval::Once);
     let call = events.iter().find_map(|e| match e {
         ChatEvent::ToolCall { server, tool, asks, .. } => Some((server.clone(), tool.clone(), *asks)),
@@ -647,14 +643,14 @@ fn a_tool_result_holding_a_secret_keeps_the_chat_local_and_the_cloud_receives_no
 fn a_denied_call_is_not_run_and_a_hanging_one_ends_in_a_message() {
     let state = state_with_tools("tools-deny");
     let settings = settings(None);
-    let options = TurnOptions { tool: Some("secret".into()), ..max(8) };
+    let options = TurnOptions { tool: Some("secret".into()), ..max(128) };
     let (_running, events) = turn_answering(&state, &settings, "d", options, crate::tools::Approval::Deny);
     assert_eq!(tool_results(&events), [(ToolOutcome::Denied, "Denied.".to_owned())], "{events:?}");
     assert!(state.tools.results_in("d").is_empty(), "a denied call leaves no result");
     assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
 
     let t0 = std::time::Instant::now();
-    let options = TurnOptions { tool: Some("hang".into()), ..max(8) };
+    let options = TurnOptions { tool: Some("hang".into()), ..max(128) };
     let (_running, events) = turn_answering(&state, &settings, "h", options, crate::tools::Approval::Always);
     let results = tool_results(&events);
     assert_eq!(results.len(), 1, "{events:?}");

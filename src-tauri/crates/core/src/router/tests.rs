@@ -291,6 +291,7 @@ fn run_with_threshold(c: &Case, cloud: Option<&str>, threshold: usize) -> Result
         needs_web: c.web,
         force: c.force,
         allow_sensitive: c.allow,
+        tool_results: &[],
     };
     route(&request, &ctx)
 }
@@ -692,7 +693,8 @@ fn a_sensitive_or_private_tool_result_keeps_the_chat_local_and_forcing_the_cloud
     assert!(e.contains("a tool result in this chat holds sensitive content"), "{e}");
     // A private tool's result counts whatever the scanner finds; a plain one does not.
     let private = [ToolResult { tool: "read_file".into(), text: "hello".into(), private: true }];
-    let d = route(&RouteRequest { tool_results: &private, needs_web: true, ..RouteRequest::new("news?") }, &ctx).unwrap();
+    let d =
+        route(&RouteRequest { tool_results: &private, needs_web: true, ..RouteRequest::new("news?") }, &ctx).unwrap();
     assert_eq!(d.target, Target::Local { model: LOCAL.into() });
     assert!(d.reasons.iter().any(|r| r.explain().contains("read_file's results are set to private")));
     let plain = [ToolResult { tool: "now".into(), text: "10:42".into(), private: false }];
