@@ -27,4 +27,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   peer: null,
   draftModel: null,
   checkHubUpdates: true,
+  toolCallsPerTurn: 8,
 });

@@ -1,5 +1,5 @@
 // Sessions as the list and the chat show them.
-import type { FinishReason, RouteInfo } from '../ipc/chat';
+import type { FinishReason, RouteInfo, ToolOutcome } from '../ipc/chat';
 import type { ShownStats } from '../chat/stats';
 import type { StoredMessage, StoredTurnStats } from '../ipc/sessions';
 
@@ -16,6 +16,22 @@ export interface ChatMessage {
   failed?: string;
   /** Where an answer came from and why (live answers carry the reasons; stored ones only the place). */
   route?: RouteInfo;
+  /** The tool calls the answer made, in order (live answers only: calls are not stored). */
+  calls?: ToolCallCard[];
+}
+
+/** One tool call as its card shows it. */
+export interface ToolCallCard {
+  callId: string;
+  server: string;
+  tool: string;
+  /** JSON text, as the model wrote it. */
+  arguments: string;
+  /** It waits for the user's answer until a result (or an answer) arrives. */
+  asks: boolean;
+  /** The user answered; the card stops asking. */
+  answered?: boolean;
+  result?: { outcome: ToolOutcome; text: string; ms: number };
 }
 
 /** The stats line's figures from a stored turn. */
