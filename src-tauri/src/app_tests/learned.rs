@@ -121,6 +121,7 @@ fn after_a_turn_cancelled_in_its_prefill_headroom_fit_predicts_the_same_peak_as_
         Some(64),
         Some(Force::Local),
         Some(false),
+        None,
         channel,
         app.state(),
     ));

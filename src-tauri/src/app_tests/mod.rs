@@ -107,6 +107,7 @@ pub(crate) fn local_turn(app: &tauri::App<MockRuntime>, session: &str, text: &st
         Some(max_tokens),
         Some(headroom_core::router::Force::Local),
         Some(false),
+        None,
         channel,
         app.state(),
     ));

@@ -143,6 +143,7 @@ fn app_turn(app: &tauri::App<MockRuntime>, cloud: &Stub, session: &str, c: &Case
         Some(4),
         c.force,
         Some(c.allow),
+        None,
         channel,
         app.state(),
     ));

@@ -150,6 +150,7 @@ fn summarised_for_the_cloud(tag: &str) -> (tauri::App<MockRuntime>, AppState, St
         Some(4),
         Some(headroom_core::router::Force::Cloud),
         None,
+        None,
         channel,
         app.state(),
     ));

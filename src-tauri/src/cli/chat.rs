@@ -214,6 +214,8 @@ fn load_and_chat(
             seed: args.seed,
             ignore_eos: args.ignore_eos,
             override_fit: args.override_fit,
+            // Only the popover runs MCP tools (the CLI starts no server).
+            tool: None,
         },
     };
     let (tx, events) = std::sync::mpsc::channel();

@@ -116,4 +116,9 @@ draftModel: string | null,
  * start). Off, nothing leaves the Mac unless the user asks for it (a
  * pull, an explicit refresh).
  */
-checkHubUpdates: boolean, };
+checkHubUpdates: boolean, 
+/**
+ * The most tool calls one popover turn may make (MCP tools); past it,
+ * the model is told the limit was reached and answers without more.
+ */
+toolCallsPerTurn: number, };
