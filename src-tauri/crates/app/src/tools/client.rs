@@ -50,8 +50,8 @@ pub enum ServerError {
     Spawn { command: String, source: std::io::Error },
     #[error("did not finish starting within {}s{}", .after.as_secs(), said(.stderr))]
     StartTimeout { after: Duration, stderr: String },
-    #[error("did not answer as an MCP server: {reason}{}", said(.stderr))]
-    Handshake { reason: String, stderr: String },
+    #[error("did not answer as an MCP server: {source}{}", said(.stderr))]
+    Handshake { source: Box<rmcp::service::ClientInitializeError>, stderr: String },
     #[error("did not list its tools within {}s", .after.as_secs())]
     ListTimeout { after: Duration },
     #[error("could not list its tools: {0}")]
@@ -135,19 +135,19 @@ impl Connection {
                 if let Some(err) = err {
                     keep_tail(err, Arc::clone(&stderr));
                 }
-                tokio::time::timeout(deadline, ().serve(process)).await.map(|r| r.map_err(|e| e.to_string()))
+                tokio::time::timeout(deadline, ().serve(process)).await
             }
             Transport::Http { url } => {
                 let transport = StreamableHttpClientTransport::from_uri(url.as_str());
-                tokio::time::timeout(deadline, ().serve(transport)).await.map(|r| r.map_err(|e| e.to_string()))
+                tokio::time::timeout(deadline, ().serve(transport)).await
             }
         };
         let service = match serving {
             Err(_) => return Err(ServerError::StartTimeout { after: deadline, stderr: tail() }),
-            Ok(Err(reason)) => {
+            Ok(Err(source)) => {
                 // What it wrote before dying is the likeliest explanation: give it a moment to arrive.
                 tokio::time::sleep(Duration::from_millis(100)).await;
-                return Err(ServerError::Handshake { reason, stderr: tail() });
+                return Err(ServerError::Handshake { source: Box::new(source), stderr: tail() });
             }
             Ok(Ok(service)) => service,
         };

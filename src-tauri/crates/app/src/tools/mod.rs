@@ -97,8 +97,19 @@ pub enum ToolsError {
     NotRunning(String),
     #[error(transparent)]
     Flags(#[from] flags::FlagsError),
+    // Boxed: a call's error carries the protocol's, and every result would be that large.
     #[error("{tool} from {server}: {source}")]
-    Call { server: String, tool: String, source: CallError },
+    Call { server: String, tool: String, source: Box<CallError> },
+}
+
+impl ToolsError {
+    /// Why a call gave no result, for a call's error.
+    pub fn call_error(&self) -> Option<&CallError> {
+        match self {
+            Self::Call { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 impl Coded for ToolsError {
@@ -107,7 +118,7 @@ impl Coded for ToolsError {
             Self::NoServer(_) | Self::NoTool { .. } => ErrorCode::ToolNotFound,
             Self::NotRunning(_) => ErrorCode::ToolServerDown,
             Self::Flags(_) => ErrorCode::Io,
-            Self::Call { source: CallError::Timeout { .. }, .. } => ErrorCode::ToolTimeout,
+            Self::Call { source, .. } if matches!(**source, CallError::Timeout { .. }) => ErrorCode::ToolTimeout,
             Self::Call { .. } => ErrorCode::ToolFailed,
         }
     }
@@ -409,7 +420,7 @@ impl Tools {
                 s.connection = None;
             }
         }
-        result.map_err(|source| ToolsError::Call { server: server.into(), tool: tool.into(), source })
+        result.map_err(|source| ToolsError::Call { server: server.into(), tool: tool.into(), source: Box::new(source) })
     }
 }
 

@@ -46,7 +46,7 @@ fn a_server_starts_lists_its_tools_and_answers_a_call() {
     assert!(out.is_error && out.text.contains("no such file"), "{out:?}");
     // Arguments that are not an object are refused before anything is sent.
     let e = block_on(tools.call("fake", "echo", "[1]", never())).unwrap_err();
-    assert!(matches!(e, ToolsError::Call { source: CallError::Arguments(_), .. }), "{e}");
+    assert!(matches!(e.call_error(), Some(CallError::Arguments(_))), "{e}");
     block_on(tools.stop_all());
     assert_eq!(state_of(&tools.view(), "fake"), ServerState::Stopped);
     assert!(matches!(block_on(tools.call("fake", "echo", "{}", never())), Err(ToolsError::NotRunning(_))));
@@ -127,7 +127,7 @@ fn a_hanging_call_is_cut_off_at_the_deadline_and_stop_ends_one_at_once() {
     block_on(tools.restart());
     let t0 = Instant::now();
     let e = block_on(tools.call("fake", "hang", "{}", never())).unwrap_err();
-    assert!(matches!(e, ToolsError::Call { source: CallError::Timeout { .. }, .. }), "{e}");
+    assert!(matches!(e.call_error(), Some(CallError::Timeout { .. })), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(4), "{:?}", t0.elapsed());
     assert_eq!(e.code(), ErrorCode::ToolTimeout);
     assert!(e.message().contains("no answer within 2s"), "{}", e.message());
@@ -135,7 +135,7 @@ fn a_hanging_call_is_cut_off_at_the_deadline_and_stop_ends_one_at_once() {
     let t0 = Instant::now();
     let stop = async { tokio::time::sleep(Duration::from_millis(200)).await };
     let e = block_on(tools.call("fake", "hang", "{}", stop)).unwrap_err();
-    assert!(matches!(e, ToolsError::Call { source: CallError::Stopped, .. }), "{e}");
+    assert!(matches!(e.call_error(), Some(CallError::Stopped)), "{e}");
     assert!(t0.elapsed() < Duration::from_secs(1), "{:?}", t0.elapsed());
     // The server still answers the next call.
     assert_eq!(block_on(tools.call("fake", "echo", r#"{"text":"x"}"#, never())).unwrap().text, "echo: x");
@@ -147,11 +147,11 @@ fn a_flood_is_dropped_and_a_server_that_dies_mid_call_says_so() {
     let (_dir, tools) = tools_with(&[("fake", mcp::entry("ok"))], Duration::from_secs(10));
     block_on(tools.restart());
     let e = block_on(tools.call("fake", "big", "{}", never())).unwrap_err();
-    assert!(matches!(e, ToolsError::Call { source: CallError::TooLarge { bytes: 10_485_760 }, .. }), "{e}");
+    assert!(matches!(e.call_error(), Some(CallError::TooLarge { bytes: 10_485_760 })), "{e}");
     let t0 = Instant::now();
     let e = block_on(tools.call("fake", "exit", "{}", never())).unwrap_err();
     assert!(t0.elapsed() < Duration::from_secs(5), "{:?}", t0.elapsed());
-    assert!(matches!(e, ToolsError::Call { source: CallError::Closed { .. }, .. }), "{e}");
+    assert!(matches!(e.call_error(), Some(CallError::Closed { .. })), "{e}");
     assert!(e.to_string().contains("lost my database connection"), "{e}");
     match state_of(&tools.view(), "fake") {
         ServerState::Failed { reason } => assert!(reason.contains("during a call to exit"), "{reason}"),

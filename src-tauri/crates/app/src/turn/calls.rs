@@ -40,7 +40,7 @@ pub(crate) struct Loop {
 /// Starts the loop on its own thread; its events arrive on the receiver.
 pub(crate) fn start(l: Loop, request: GenerateRequest) -> Result<Receiver<RunEvent>, std::io::Error> {
     let (tx, rx) = mpsc::channel();
-    std::thread::Builder::new().name(format!("headroom-tools-{}", l.turn)).spawn(move || run(&l, request, &tx))?;
+    std::thread::Builder::new().name(format!("headroom-tools-{}", l.turn)).spawn(move || run(&l, &request, &tx))?;
     Ok(rx)
 }
 
@@ -51,7 +51,7 @@ struct Ran {
     content: String,
 }
 
-fn run(l: &Loop, first: GenerateRequest, tx: &Sender<RunEvent>) {
+fn run(l: &Loop, first: &GenerateRequest, tx: &Sender<RunEvent>) {
     let send = |e: RunEvent| tx.send(e).is_ok();
     let tool_list: Vec<_> = l.offered.iter().map(|o| o.tool.clone()).collect();
     let mut messages = first.messages.clone();
@@ -90,7 +90,7 @@ fn run(l: &Loop, first: GenerateRequest, tx: &Sender<RunEvent>) {
             .iter()
             .enumerate()
             .map(|(i, c)| ToolCall {
-                id: format!("call_{}_{i}", n),
+                id: format!("call_{n}_{i}"),
                 name: c.name.clone(),
                 arguments: c.arguments.clone(),
             })

@@ -144,8 +144,15 @@ pub enum TurnError {
     Load(Box<crate::models::LoadError>),
     #[error("could not start the turn's thread: {0}")]
     Thread(std::io::Error),
+    // Boxed: as `Load`.
     #[error(transparent)]
-    Tools(#[from] crate::tools::ToolsError),
+    Tools(Box<crate::tools::ToolsError>),
+}
+
+impl From<crate::tools::ToolsError> for TurnError {
+    fn from(e: crate::tools::ToolsError) -> Self {
+        Self::Tools(Box::new(e))
+    }
 }
 
 impl From<crate::models::LoadError> for TurnError {
