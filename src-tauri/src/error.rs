@@ -61,6 +61,7 @@ from_coded! {
     headroom_hub::HubError,
     headroom_app::pull::PullError,
     headroom_app::server_key::ServerKeyError,
+    headroom_app::tools::ToolsError,
 }
 
 impl From<tauri::Error> for CommandError {

@@ -195,6 +195,10 @@ pub fn run_app<R: Runtime>(
             commands::lend::lend_status,
             commands::peers::peers_find,
             commands::peers::peer_pair,
+            commands::tools::tools_list,
+            commands::tools::tools_restart,
+            commands::tools::tool_set_flags,
+            commands::tools::tool_answer,
         ])
         .on_window_event(popover::on_window_event)
         .build(context)?;
@@ -213,6 +217,12 @@ pub fn run_app<R: Runtime>(
         Ok(s) => state.apply_settings(&s),
         Err(e) => tracing::warn!("the stored settings are unreadable, using the defaults: {e}"),
     }
+    // The MCP servers of mcp.json start beside the app (each within its
+    // deadline); Settings → Tools shows them starting, then their state.
+    let tools = state.tools.clone();
+    runtime::spawn(async move {
+        tools.restart().await;
+    });
     app.manage(state);
     Ok(app)
 }

@@ -58,7 +58,7 @@ fn the_settings_draft_is_counted_loaded_beside_the_model_and_drafts_its_turns() 
     };
     crate::runtime::block_on(state.store.add_peak_measurement(&measured)).unwrap();
     let route_measured = || {
-        let routed = crate::turn::route::for_state(&state, "hi", &[], Default::default());
+        let routed = crate::turn::route::for_state(&state, None, "hi", &[], Default::default());
         routed.unwrap().basis.map(|b| b.measured.len())
     };
     assert_eq!(route_measured(), Some(1), "the router's fit of the model alone is calibrated");

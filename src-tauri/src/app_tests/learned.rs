@@ -122,6 +122,7 @@ fn after_a_turn_cancelled_in_its_prefill_headroom_fit_predicts_the_same_peak_as_
         Some(Force::Local),
         Some(false),
         None,
+        None,
         channel,
         app.state(),
     ));

@@ -108,6 +108,7 @@ pub(crate) fn local_turn(app: &tauri::App<MockRuntime>, session: &str, text: &st
         Some(headroom_core::router::Force::Local),
         Some(false),
         None,
+        None,
         channel,
         app.state(),
     ));

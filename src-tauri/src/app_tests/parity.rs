@@ -144,6 +144,7 @@ fn app_turn(app: &tauri::App<MockRuntime>, cloud: &Stub, session: &str, c: &Case
         c.force,
         Some(c.allow),
         None,
+        None,
         channel,
         app.state(),
     ));

@@ -151,6 +151,7 @@ fn summarised_for_the_cloud(tag: &str) -> (tauri::App<MockRuntime>, AppState, St
         Some(headroom_core::router::Force::Cloud),
         None,
         None,
+        None,
         channel,
         app.state(),
     ));

@@ -216,6 +216,8 @@ fn load_and_chat(
             override_fit: args.override_fit,
             // The model's thinking setting, as the app's chats start.
             think: None,
+            // Only the popover runs MCP tools (the CLI starts no server).
+            tool: None,
         },
     };
     let (tx, events) = std::sync::mpsc::channel();

@@ -107,6 +107,8 @@ fn decide(args: &RouteArgs, env: &HubEnv) -> Result<Decision, CliError> {
         reply_reserve_tokens: DEFAULT_REPLY_RESERVE_TOKENS,
         budget,
         scans: &scans,
+        // `headroom route` routes one message, outside any chat: no tool has run.
+        tool_results: &[],
     };
     let Some(model) = &args.model else {
         // No model named: an estimate, and no fit check (the fit of an

@@ -47,7 +47,8 @@ fn options(
 }
 
 /// Sends `text`; see [`start_turn`]. `think`: the chat's Think switch
-/// (`None`: the model's thinking setting).
+/// (`None`: the model's thinking setting). With `tool`, the model must call
+/// that tool first (an enabled tool of a running MCP server).
 #[tauri::command]
 #[allow(clippy::too_many_arguments)]
 pub async fn chat_send(
@@ -57,10 +58,11 @@ pub async fn chat_send(
     force: Option<Force>,
     allow_sensitive: Option<bool>,
     think: Option<bool>,
+    tool: Option<String>,
     on_event: Channel<ChatEvent>,
     state: State<'_, AppState>,
 ) -> Result<u64, CommandError> {
-    let options = options(max_tokens, force, allow_sensitive, think);
+    let options = TurnOptions { tool, ..options(max_tokens, force, allow_sensitive, think) };
     start_turn(&state, session_id, Ask::New(text), options, on_event).await
 }
 

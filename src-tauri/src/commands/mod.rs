@@ -22,4 +22,5 @@ pub mod route;
 pub mod server;
 pub mod sessions;
 pub mod shelf;
+pub mod tools;
 pub mod window;

@@ -37,12 +37,12 @@ pub async fn route_preview(
         allow_sensitive: allow_sensitive.unwrap_or(false),
     };
     // Tokenizing and reading memory figures: off the UI thread.
-    tauri::async_runtime::spawn_blocking(move || route::for_state(&state, &text, &history, choice).map(|r| r.decision))
-        .await
-        .map_err(|e| {
-            CommandError::new(ErrorCode::EngineInternal, format!("The route preview stopped unexpectedly: {e}"))
-        })?
-        .map_err(CommandError::from)
+    tauri::async_runtime::spawn_blocking(move || {
+        route::for_state(&state, session_id.as_deref(), &text, &history, choice).map(|r| r.decision)
+    })
+    .await
+    .map_err(|e| CommandError::new(ErrorCode::EngineInternal, format!("The route preview stopped unexpectedly: {e}")))?
+    .map_err(CommandError::from)
 }
 
 /// Lifetime hits and misses of the cloud-answer cache, and what it holds now.

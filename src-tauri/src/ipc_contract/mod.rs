@@ -145,6 +145,10 @@ fn contract() -> Contract {
     // shelf_list, shelf_refresh
     c.add::<crate::shelf::ShelfEntry>();
     c.add::<crate::commands::shelf::ShelfRefresh>();
+    // tools_*, tool_set_flags, tool_answer
+    c.add::<headroom_app::tools::ToolsView>();
+    c.add::<headroom_app::tools::ToolFlags>();
+    c.add::<headroom_app::tools::Approval>();
     c
 }
 

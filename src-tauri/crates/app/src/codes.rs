@@ -101,6 +101,11 @@ error_codes! {
     PrivacyBlocked = "PRIVACY_BLOCKED",
     RouteNoCloud = "ROUTE_NO_CLOUD",
     RouteNoLocalModel = "ROUTE_NO_LOCAL_MODEL",
+    // Tools (MCP servers).
+    ToolNotFound = "TOOL_NOT_FOUND",
+    ToolServerDown = "TOOL_SERVER_DOWN",
+    ToolTimeout = "TOOL_TIMEOUT",
+    ToolFailed = "TOOL_FAILED",
     // The cloud endpoint and its key.
     CloudNoModel = "CLOUD_NO_MODEL",
     CloudBadUrl = "CLOUD_BAD_URL",

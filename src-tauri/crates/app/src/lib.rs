@@ -29,6 +29,7 @@ pub mod serve_marker;
 pub mod server_key;
 pub mod shelf;
 pub mod state;
+pub mod tools;
 pub mod turn;
 
 pub use state::{platform_app_data_dir, AppState, Locations};

@@ -124,6 +124,8 @@ pub struct AppState {
     pub live: crate::live::Live,
     /// When to give memory back (idle unload, memory pressure) and what was given.
     pub away: crate::away::AwayHandle,
+    /// The MCP servers of `mcp.json` and the tools the popover's turns may call.
+    pub tools: crate::tools::Tools,
 }
 
 impl AppState {
@@ -135,6 +137,7 @@ impl AppState {
         }
         let live = crate::live::Live::new();
         live.attach_store(store.clone());
+        let tools = crate::tools::Tools::new(locations.data_dir.clone());
         Self {
             backend: headroom_engine::backend_info(),
             engine,
@@ -150,6 +153,7 @@ impl AppState {
             scans: Arc::default(),
             live,
             away: crate::away::AwayHandle::default(),
+            tools,
         }
     }
 

@@ -161,6 +161,18 @@ pub struct RouteRequest<'a> {
     /// The user's override for this single message: sensitive content may
     /// leave the Mac.
     pub allow_sensitive: bool,
+    /// The results of the tools this chat called: each is scanned like the
+    /// user's text, and a private tool's is sensitive whatever the scan finds.
+    pub tool_results: &'a [ToolResult],
+}
+
+/// A tool's result in a chat's context, for the privacy rule.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolResult {
+    pub tool: String,
+    pub text: String,
+    /// The user marked the tool's results private.
+    pub private: bool,
 }
 
 impl<'a> RouteRequest<'a> {
@@ -186,6 +198,13 @@ pub enum Reason {
     Sensitive {
         finding: Finding,
         earlier_message: Option<usize>,
+    },
+    /// A tool's result in this chat holds sensitive content (`finding`),
+    /// or comes from a tool whose results are private (`finding: None`):
+    /// the chat stays on this Mac.
+    ToolResultSensitive {
+        tool: String,
+        finding: Option<Finding>,
     },
     /// The user let this one message leave despite its sensitive content.
     PrivacyOverridden,
@@ -234,6 +253,7 @@ impl Reason {
     pub fn code(&self) -> &'static str {
         match self {
             Self::Sensitive { finding, .. } => finding.kind.code(),
+            Self::ToolResultSensitive { .. } => "TOOL_RESULT_SENSITIVE",
             Self::PrivacyOverridden => "PRIVACY_OVERRIDDEN",
             Self::ForcedLocal => "FORCED_LOCAL",
             Self::ForcedCloud => "FORCED_CLOUD",
@@ -253,7 +273,7 @@ impl Reason {
     }
 
     pub fn is_sensitive(&self) -> bool {
-        matches!(self, Self::Sensitive { .. })
+        matches!(self, Self::Sensitive { .. } | Self::ToolResultSensitive { .. })
     }
 
     /// One sentence for the user.
@@ -269,6 +289,12 @@ impl Reason {
                     Some(i) => format!("Earlier message {} contains", i + 1),
                 };
                 format!("{place} {} ({}): it stays on this Mac.", finding.kind.noun(), finding.masked)
+            }
+            Self::ToolResultSensitive { tool, finding: Some(finding) } => {
+                format!("Kept local: a tool result holds {} ({}, from {tool}).", finding.kind.noun(), finding.masked)
+            }
+            Self::ToolResultSensitive { tool, finding: None } => {
+                format!("Kept local: a tool result is private ({tool}'s results are set to private).")
             }
             Self::PrivacyOverridden => {
                 "You allowed this one message to leave this Mac despite its sensitive content.".to_owned()
@@ -330,6 +356,10 @@ impl Serialize for Reason {
             Self::Sensitive { finding, earlier_message } => {
                 st.serialize_field("finding", finding)?;
                 st.serialize_field("earlierMessage", earlier_message)?;
+            }
+            Self::ToolResultSensitive { finding: Some(finding), .. } => {
+                st.serialize_field("finding", finding)?;
+                st.skip_field("earlierMessage")?;
             }
             _ => {
                 st.skip_field("finding")?;
@@ -414,13 +444,26 @@ pub fn route(request: &RouteRequest<'_>, ctx: &RouteContext<'_>) -> Result<Decis
             found.iter().map(|finding| Reason::Sensitive { finding: finding.clone(), earlier_message: Some(i) }),
         );
     }
+    // A tool's result holds what the user's own text could: it is scanned
+    // the same way, and it keeps the chat here as the new message would.
+    let mut tool_sensitive = false;
+    for result in request.tool_results {
+        let found = ctx.scan(&result.text);
+        if result.private && found.is_empty() {
+            reasons.push(Reason::ToolResultSensitive { tool: result.tool.clone(), finding: None });
+        }
+        tool_sensitive |= result.private || !found.is_empty();
+        reasons.extend(
+            found.into_iter().map(|f| Reason::ToolResultSensitive { tool: result.tool.clone(), finding: Some(f) }),
+        );
+    }
     let sensitive = !reasons.is_empty();
     if sensitive && request.allow_sensitive {
         reasons.push(Reason::PrivacyOverridden);
     }
     // The new message's own content never leaves without the override; the
     // history's leaves only if the override covers it, else it is left out.
-    let private_now = !now.is_empty() && !request.allow_sensitive;
+    let private_now = (!now.is_empty() || tool_sensitive) && !request.allow_sensitive;
     let private = sensitive && !request.allow_sensitive;
     let withheld = if private {
         let found: Vec<&[Finding]> = earlier.iter().map(Vec::as_slice).collect();
@@ -506,8 +549,13 @@ pub fn route(request: &RouteRequest<'_>, ctx: &RouteContext<'_>) -> Result<Decis
             withhold(&mut reasons);
             return Ok(decide(Target::Cloud { provider }, reasons));
         }
-        let why =
-            if private_now { "it contains sensitive content" } else { "an earlier message holds sensitive content" };
+        let why = if !now.is_empty() {
+            "it contains sensitive content"
+        } else if tool_sensitive {
+            "a tool result in this chat holds sensitive content"
+        } else {
+            "an earlier message holds sensitive content"
+        };
         let hint = "allow sensitive content for this message";
         return Err(RouteError::NoLocalModel { why, hint });
     }

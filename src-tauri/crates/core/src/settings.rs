@@ -138,7 +138,13 @@ pub struct Settings {
     /// popover holds (the popover's chat then loses its model). Off: such a
     /// request is refused with 409 `model_in_use`.
     pub server_allow_model_switch: bool,
+    /// The most tool calls one popover turn may make (MCP tools); past it,
+    /// the model is told the limit was reached and answers without more.
+    pub tool_calls_per_turn: usize,
 }
+
+/// The most tool calls a turn may be set to make.
+pub const MAX_TOOL_CALLS_PER_TURN: usize = 64;
 
 /// The popover's shortcut out of the box: ⌥Space (Alt+Space).
 pub const DEFAULT_GLOBAL_SHORTCUT: &str = "Alt+Space";
@@ -172,6 +178,7 @@ impl Default for Settings {
             thinking: std::collections::BTreeMap::new(),
             server_require_key: true,
             server_allow_model_switch: false,
+            tool_calls_per_turn: 8,
         }
     }
 }
@@ -224,6 +231,7 @@ impl Settings {
             });
         }
         range("temperature", self.temperature, 0.0, 2.0)?;
+        range("tool calls per turn", self.tool_calls_per_turn, 1, MAX_TOOL_CALLS_PER_TURN)?;
         // top_p = 0 would keep no token at all.
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return Err(SettingsError::OutOfRange {

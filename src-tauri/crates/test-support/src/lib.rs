@@ -3,6 +3,7 @@
 //! `store`) a fresh, migrated store in one. Only `[dev-dependencies]` name
 //! this crate.
 
+pub mod mcp;
 mod scratch;
 #[cfg(feature = "store")]
 pub mod store;

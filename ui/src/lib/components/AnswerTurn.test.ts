@@ -77,4 +77,27 @@ describe('AnswerTurn', () => {
     expect(screen.getByTestId('thinking-line')).toHaveTextContent('Thought for 0.9 s · 4 tokens');
     expect(screen.queryByTestId('thinking-text')).toBeNull();
   });
+
+  it('shows a tool call as a card that asks first, then its result and time', async () => {
+    const onToolAnswer = vi.fn();
+    const call = { callId: 'call_1_0', server: 'fake', tool: 'secret', arguments: '{}', asks: true };
+    const { unmount } = render(AnswerTurn, { props: { message: answer({ calls: [call] }), onError: vi.fn(), onToolAnswer } });
+    expect(screen.getByTestId('tool-approval')).toHaveTextContent('Allow secret from fake?');
+    await fireEvent.click(screen.getByTestId('tool-always'));
+    expect(onToolAnswer).toHaveBeenCalledWith('call_1_0', 'always');
+    unmount();
+    const done = { ...call, answered: true, result: { outcome: 'done' as const, text: 'the deploy key is …', ms: 1250 } };
+    render(AnswerTurn, { props: { message: answer({ calls: [done] }), onError: vi.fn(), onToolAnswer } });
+    expect(screen.queryByTestId('tool-approval')).toBeNull();
+    expect(screen.getByTestId('tool-card')).toHaveAttribute('data-outcome', 'done');
+    expect(screen.getByTestId('tool-result-line')).toHaveTextContent('Result · 1.3 s');
+    expect(screen.getByTestId('tool-result')).toHaveTextContent('the deploy key is');
+  });
+
+  it('says how a call that did not return ended', () => {
+    const cut = { callId: 'c', server: 'fake', tool: 'hang', arguments: '{}', asks: false, result: { outcome: 'error' as const, text: 'Hang from fake: no answer within 60s; the call was cut off', ms: 60000 } };
+    render(AnswerTurn, { props: { message: answer({ calls: [cut] }), onError: vi.fn() } });
+    expect(screen.getByTestId('tool-result-line')).toHaveTextContent('cut off · 60.0 s');
+    expect(screen.getByTestId('tool-result')).toHaveTextContent('no answer within 60s');
+  });
 });

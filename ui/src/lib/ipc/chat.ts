@@ -1,10 +1,10 @@
 // Typed bindings for chat (src-tauri/src/commands/chat.rs): the answer
 // streams over a Channel as `ChatEvent`s.
-import type { ChatEvent, FinishReason, Force, ReusedFrom, RouteInfo, RouteReason, RouteTarget } from './generated';
+import type { ChatEvent, FinishReason, Force, ReusedFrom, RouteInfo, RouteReason, RouteTarget, ToolOutcome } from './generated';
 import type { Commands } from './generated/commands';
 import { command, Channel } from './invoke';
 
-export type { ChatEvent, FinishReason, Force, ReusedFrom, RouteInfo, RouteReason, RouteTarget };
+export type { ChatEvent, FinishReason, Force, ReusedFrom, RouteInfo, RouteReason, RouteTarget, ToolOutcome };
 
 /** A turn's figures: the `stats` event's data; a rate that is undefined for the turn is null. */
 export type TurnStats = Extract<ChatEvent, { event: 'stats' }>['data'];
@@ -29,6 +29,8 @@ export interface SendOptions {
   allowSensitive?: boolean;
   /** The chat's Think switch (a thinking model); absent: the model's thinking setting. */
   think?: boolean;
+  /** The model must call this tool first (an enabled tool of a running MCP server). */
+  tool?: string;
 }
 
 /**
@@ -41,7 +43,12 @@ export function chatSend(
   onEvent: (event: ChatEvent) => void,
   options: SendOptions = {},
 ): Promise<number> {
-  return command('chat_send', { sessionId, text, ...turnArgs(onEvent, options) });
+  return command('chat_send', {
+    sessionId,
+    text,
+    ...turnArgs(onEvent, options),
+    ...(options.tool !== undefined && { tool: options.tool }),
+  });
 }
 
 /**

@@ -30,4 +30,5 @@ export const DEFAULT_SETTINGS: Readonly<Settings> = Object.freeze({
   thinking: {},
   serverRequireKey: true,
   serverAllowModelSwitch: false,
+  toolCallsPerTurn: 8,
 });

@@ -1,5 +1,5 @@
 // Sessions as the list and the chat show them.
-import type { FinishReason, RouteInfo } from '../ipc/chat';
+import type { FinishReason, RouteInfo, ToolOutcome } from '../ipc/chat';
 import type { ShownStats } from '../chat/stats';
 import type { Thinking } from '../chat/thinking';
 import type { StoredMessage, StoredTurnStats } from '../ipc/sessions';
@@ -19,6 +19,22 @@ export interface ChatMessage {
   route?: RouteInfo;
   /** A thinking model's thinking, shown above the answer (live answers only: it is not stored). */
   thinking?: Thinking;
+  /** The tool calls the answer made, in order (live answers only: calls are not stored). */
+  calls?: ToolCallCard[];
+}
+
+/** One tool call as its card shows it. */
+export interface ToolCallCard {
+  callId: string;
+  server: string;
+  tool: string;
+  /** JSON text, as the model wrote it. */
+  arguments: string;
+  /** It waits for the user's answer until a result (or an answer) arrives. */
+  asks: boolean;
+  /** The user answered; the card stops asking. */
+  answered?: boolean;
+  result?: { outcome: ToolOutcome; text: string; ms: number };
 }
 
 /** The stats line's figures from a stored turn. */

@@ -110,7 +110,12 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
         seed: plan.options.seed,
     };
     let client = CloudClient::new(config.clone())?;
-    let key = cache::key(&plan.decision, settings, &config, &params, &plan.text, &plan.history);
+    let mut key = cache::key(&plan.decision, settings, &config, &params, &plan.text, &plan.history);
+    // A chat that called tools is never answered from, or kept in, the
+    // cache: its answers rest on results the request does not show.
+    if !state.tools.results_in(&plan.session).is_empty() {
+        key.cacheable = false;
+    }
     if let Some(hit) = cache::get(&state.store, &key)? {
         let route = RouteInfo::of(&plan.decision, RouteTarget::Cached, &model);
         let labels = ModelLabels::cloud(&format!("cache:{model}"));

@@ -73,6 +73,43 @@ pub enum ChatEvent {
         #[ts(type = "string")]
         message: String,
     },
+    /// The model called a tool (an MCP server's): the answer shows a card.
+    /// With `asks`, nothing runs until the user answers (`tool_answer`).
+    ToolCall {
+        call_id: String,
+        server: String,
+        tool: String,
+        /// The arguments as the model wrote them (JSON text).
+        arguments: String,
+        asks: bool,
+    },
+    /// How a call ended, and what the model reads back from it.
+    ToolResult {
+        call_id: String,
+        outcome: ToolOutcome,
+        /// The result, or why there is none (one sentence).
+        text: String,
+        /// From the start of the call to its end (0 when it never ran).
+        ms: u64,
+    },
+}
+
+/// How a tool call ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ts_rs::TS)]
+#[serde(rename_all = "camelCase")]
+pub enum ToolOutcome {
+    /// It ran and returned its result.
+    Done,
+    /// It ran, and the tool said it failed (the model reads why).
+    Failed,
+    /// It was cut off or could not run (deadline, size, server gone).
+    Error,
+    /// The user said no.
+    Denied,
+    /// Stop ended it.
+    Stopped,
+    /// The turn's bound on calls was reached.
+    Limit,
 }
 
 impl ChatEvent {
@@ -216,6 +253,8 @@ pub(crate) enum RunEvent {
         code: ErrorCode,
         message: String,
     },
+    /// A tool call's card or its result, passed to the front end as it is.
+    Tool(ChatEvent),
 }
 
 impl From<EngineEvent> for RunEvent {
@@ -295,6 +334,7 @@ pub(crate) fn drive(
                 end.error = Some(message);
                 return end;
             }
+            RunEvent::Tool(event) => out.send(event),
         }
     }
     let e = headroom_engine::EngineError::EngineStopped;

@@ -3,6 +3,7 @@
 //! the engine thread, whose events the turn's thread drives.
 
 use headroom_core::chat::{Message, Role};
+use headroom_core::chat_format::ToolChoice;
 use headroom_core::chat_format::{Delta, StreamSplitter, ThinkTags};
 use headroom_core::router::{Force, Reason};
 use headroom_core::settings::Settings;
@@ -78,10 +79,34 @@ pub(crate) fn start(state: &AppState, settings: &Settings, plan: Plan, sink: Sin
     let mut request = request;
     let asked = plan.options.think.map(|on| Think::switch(on, setting));
     request.thinking = thinking::apply(asked, setting, model.info.thinks, &mut request.template_kwargs);
+    // The enabled tools of the running MCP servers; a turn without any runs as it always did.
+    let offered = state.tools.offered();
+    let first_choice = match &plan.options.tool {
+        Some(name) if !offered.iter().any(|o| &o.tool.name == name) => {
+            return Err(
+                crate::tools::ToolsError::NoTool { server: "any running server".into(), tool: name.clone() }.into()
+            )
+        }
+        Some(name) => ToolChoice::Named(name.clone()),
+        None => ToolChoice::Auto,
+    };
     // A new message is committed before its run starts; a regenerated one
     // once its run has started (the engine may still refuse it).
     let recorder =
         TurnRecorder::new(&state.store, &plan.session, &plan.text, model.labels.clone(), Route::Local, plan.replaces)?;
+    if !offered.is_empty() {
+        return with_tools(
+            state,
+            settings,
+            plan.session.clone(),
+            request,
+            offered,
+            first_choice,
+            recorder,
+            sink,
+            route,
+        );
+    }
     let run = match state.engine.generate(request) {
         Ok(run) => run,
         Err(e) => {
@@ -188,4 +213,35 @@ fn events_of(deltas: Vec<Delta>) -> Vec<RunEvent> {
             Delta::ToolCall { .. } => None,
         })
         .collect()
+}
+
+/// A turn with tools on offer: the call loop (`super::calls`) runs the
+/// engine runs and the calls; Stop cancels whichever is under way.
+#[allow(clippy::too_many_arguments)]
+fn with_tools(
+    state: &AppState,
+    settings: &Settings,
+    session: String,
+    request: GenerateRequest,
+    offered: Vec<crate::tools::Offered>,
+    first_choice: ToolChoice,
+    recorder: TurnRecorder,
+    sink: Sink,
+    route: RouteInfo,
+) -> Result<Running, TurnError> {
+    let token = headroom_cloud::CancellationToken::new();
+    let registered = state.runs.register(RunKind::Chat, Stopper::Token(token.clone()));
+    let l = super::calls::Loop {
+        engine: state.engine.clone(),
+        tools: state.tools.clone(),
+        offered,
+        session,
+        turn: registered.id(),
+        max_calls: settings.tool_calls_per_turn,
+        first_choice,
+        stop: token.clone(),
+    };
+    let events = super::calls::start(l, request).map_err(TurnError::Thread)?;
+    let away = state.away.clone();
+    super::spawn(registered, route, events, sink, recorder, move || token.cancel(), move |_| away.note_use())
 }

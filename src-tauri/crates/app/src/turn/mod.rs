@@ -14,6 +14,7 @@
 //! distort).
 
 pub mod cache;
+pub(crate) mod calls;
 pub mod cloud;
 pub mod events;
 pub mod gate;
@@ -31,7 +32,7 @@ use headroom_core::chat::Message;
 use headroom_core::router::{Force, RouteError};
 use headroom_store::{in_context, LastTurn, StoreError};
 
-pub use events::{ChatEvent, RouteInfo, RouteReason, RouteTarget, Sink, TurnEnd};
+pub use events::{ChatEvent, RouteInfo, RouteReason, RouteTarget, Sink, ToolOutcome, TurnEnd};
 pub use record::StoredIds;
 pub use route::Choice;
 
@@ -76,6 +77,8 @@ pub struct TurnOptions {
     /// The chat's Think switch (a thinking model only): `None` leaves the
     /// model's setting (`Settings::thinking`), else its template's default.
     pub think: Option<bool>,
+    /// The model must call this tool first (an enabled tool of a running MCP server).
+    pub tool: Option<String>,
 }
 
 /// One turn to run.
@@ -144,6 +147,15 @@ pub enum TurnError {
     Load(Box<crate::models::LoadError>),
     #[error("could not start the turn's thread: {0}")]
     Thread(std::io::Error),
+    // Boxed: as `Load`.
+    #[error(transparent)]
+    Tools(Box<crate::tools::ToolsError>),
+}
+
+impl From<crate::tools::ToolsError> for TurnError {
+    fn from(e: crate::tools::ToolsError) -> Self {
+        Self::Tools(Box::new(e))
+    }
 }
 
 impl From<crate::models::LoadError> for TurnError {
@@ -194,7 +206,8 @@ pub fn start(
         return Err(TurnError::NoModelLoaded);
     }
     let choice = Choice { force: options.force, allow_sensitive: options.allow_sensitive, ..Choice::default() };
-    let route::Routed { decision, basis } = route::for_state(state, &asked.text, &asked.history, choice)?;
+    let route::Routed { decision, basis } =
+        route::for_state(state, Some(&request.session), &asked.text, &asked.history, choice)?;
     let plan = Plan {
         session: request.session.clone(),
         text: asked.text,
@@ -299,6 +312,7 @@ impl Coded for TurnError {
             E::Engine(e) => e.code(),
             E::Store(e) => e.code(),
             E::Load(e) => e.code(),
+            E::Tools(e) => e.code(),
             E::EmptyMessage => ErrorCode::EmptyMessage,
             E::NoModelLoaded => ErrorCode::NoModelLoaded,
             E::NothingToRegenerate => ErrorCode::NothingToRegenerate,
@@ -321,6 +335,7 @@ impl Coded for TurnError {
             E::Engine(e) => e.message(),
             E::Store(e) => e.message(),
             E::Load(e) => e.message(),
+            E::Tools(e) => e.message(),
             E::EmptyMessage => "Type a message first.".to_owned(),
             E::NoModelLoaded => "No model is loaded yet. Pick one from the list at the top.".to_owned(),
             E::NoCloudProvider => "No cloud provider is set up: add one in Settings.".to_owned(),

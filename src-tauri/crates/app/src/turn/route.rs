@@ -16,7 +16,7 @@ use headroom_core::chat::Message;
 use headroom_core::fit::{check_with, BudgetInputs, ModelFootprint, Verdict};
 use headroom_core::kv::KvFormat;
 use headroom_core::router::{
-    route, ApproxTokens, Decision, Force, LocalModel, RouteContext, RouteRequest, TokenCounter,
+    route, ApproxTokens, Decision, Force, LocalModel, RouteContext, RouteRequest, TokenCounter, ToolResult,
 };
 use headroom_core::sensitive::ScanCache;
 use headroom_core::settings::Settings;
@@ -65,6 +65,8 @@ pub struct Inputs<'a> {
     /// The memory budget now (only needed with a local footprint).
     pub budget: Option<BudgetInputs>,
     pub scans: &'a ScanCache,
+    /// The results of the tools the chat called (the privacy rule reads them).
+    pub tool_results: &'a [ToolResult],
 }
 
 /// Counts with the model's tokenizer (raw text, no special tokens: the chat
@@ -90,6 +92,7 @@ impl TokenCounter for TokenizerCounter<'_> {
 /// The decision for `text` after `history`, given `inputs`.
 pub fn decide(inputs: &Inputs<'_>, text: &str, history: &[Message], choice: Choice) -> Result<Decision, TurnError> {
     let request = RouteRequest {
+        tool_results: inputs.tool_results,
         text,
         history,
         needs_tools: choice.needs_tools,
@@ -153,8 +156,16 @@ pub struct Routed {
 }
 
 /// The decision with what `state` holds: the loaded model (its tokenizer,
-/// its fit now) and the cloud its settings name.
-pub fn for_state(state: &AppState, text: &str, history: &[Message], choice: Choice) -> Result<Routed, TurnError> {
+/// its fit now), the cloud its settings name, and the results of the tools
+/// `session` called (none without a session).
+pub fn for_state(
+    state: &AppState,
+    session: Option<&str>,
+    text: &str,
+    history: &[Message],
+    choice: Choice,
+) -> Result<Routed, TurnError> {
+    let tool_results = session.map(|s| state.tools.results_in(s)).unwrap_or_default();
     let settings = &state.settings();
     let loaded = state.loaded_model();
     let tokenizer = loaded.as_ref().map(crate::state::LoadedModel::tokenizer).transpose()?;
@@ -181,6 +192,7 @@ pub fn for_state(state: &AppState, text: &str, history: &[Message], choice: Choi
         reply_reserve_tokens: settings.max_tokens,
         budget: basis.as_ref().map(|b| b.budget),
         scans: &state.scans,
+        tool_results: &tool_results,
     };
     let decision = decide(&inputs, text, history, choice)?;
     Ok(Routed { decision, basis })
@@ -204,21 +216,21 @@ mod tests {
         };
         state.apply_settings(&settings);
         let web = Choice { needs_web: true, ..Choice::default() };
-        let d = for_state(&state, "latest news?", &[], web).unwrap().decision;
+        let d = for_state(&state, None, "latest news?", &[], web).unwrap().decision;
         assert!(d.is_cloud());
         assert_eq!(d.target, Target::Cloud { provider: "gpt-x".into() });
         assert!(!d.tokens_exact);
 
         let code = |r: Result<Routed, TurnError>| r.err().map(|e| e.code());
         let id = "my id is 11010519491231002X";
-        assert_eq!(code(for_state(&state, id, &[], web)), Some(ErrorCode::RouteNoLocalModel));
+        assert_eq!(code(for_state(&state, None, id, &[], web)), Some(ErrorCode::RouteNoLocalModel));
         // An earlier sensitive exchange is left out of what the cloud gets.
         let history = [Message::new(Role::User, id), Message::new(Role::Assistant, "noted")];
-        let d = for_state(&state, "latest news?", &history, web).unwrap().decision;
+        let d = for_state(&state, None, "latest news?", &history, web).unwrap().decision;
         assert!(d.is_cloud() && d.codes().contains(&"HISTORY_WITHHELD"), "{:?}", d.codes());
 
         let force = Choice { force: Some(Force::Cloud), ..Choice::default() };
         state.apply_settings(&Settings::default());
-        assert_eq!(code(for_state(&state, "hi", &[], force)), Some(ErrorCode::RouteNoCloud));
+        assert_eq!(code(for_state(&state, None, "hi", &[], force)), Some(ErrorCode::RouteNoCloud));
     }
 }

@@ -604,3 +604,128 @@ fn a_thinking_models_thinking_streams_apart_and_the_switch_turns_it_off() {
         "{events:?}"
     );
 }
+
+/// A state whose `mcp.json` starts the fake MCP server (headroom-test-support),
+/// with deadlines short enough for a test; the demo model loaded.
+fn state_with_tools(tag: &str) -> AppState {
+    let mut state = crate::test_state(tag);
+    std::fs::create_dir_all(&state.locations.data_dir).unwrap();
+    std::fs::write(
+        state.locations.data_dir.join(crate::tools::config::FILE),
+        format!(r#"{{"mcpServers": {{"fake": {}}}}}"#, headroom_test_support::mcp::entry("ok")),
+    )
+    .unwrap();
+    state.tools = crate::tools::Tools::new(state.locations.data_dir.clone())
+        .with_deadlines(Duration::from_secs(10), Duration::from_secs(3));
+    let view = block_on(state.tools.restart());
+    assert_eq!(view.servers[0].state, crate::tools::ServerState::Running, "{view:?}");
+    crate::models::ensure_default_model(&state).unwrap();
+    state
+}
+
+/// Starts a turn whose sink answers each call that asks with `answer`, and
+/// collects its events.
+fn turn_answering(
+    state: &AppState,
+    settings: &Settings,
+    session: &str,
+    options: TurnOptions,
+    answer: crate::tools::Approval,
+) -> (Running, Vec<ChatEvent>) {
+    let (tx, rx) = mpsc::channel();
+    let tools = state.tools.clone();
+    let mut run = 0;
+    let request = TurnRequest { session: session.into(), ask: new("read the deploy configuration"), options };
+    state.apply_settings(settings);
+    let running = start(state, request, move |e| {
+        match &e {
+            ChatEvent::Started { run_id, .. } => run = *run_id,
+            ChatEvent::ToolCall { call_id, asks: true, .. } => assert!(tools.answer(run, call_id, answer)),
+            _ => {}
+        }
+        tx.send(e).is_ok()
+    })
+    .unwrap();
+    let events = std::iter::from_fn(|| rx.recv_timeout(Duration::from_secs(60)).ok()).collect();
+    (running, events)
+}
+
+fn tool_results(events: &[ChatEvent]) -> Vec<(ToolOutcome, String)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            ChatEvent::ToolResult { outcome, text, .. } => Some((*outcome, text.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The privacy rule over tools: the model (forced to call `secret`) asks,
+/// the user allows it, the result holds an API key; the next message, which
+/// the router would send to the cloud for its length, stays on this Mac
+/// (forced to the cloud, too), and the cloud stub receives nothing.
+#[test]
+fn a_tool_result_holding_a_secret_keeps_the_chat_local_and_the_cloud_receives_nothing() {
+    let state = state_with_tools("tools-secret");
+    let stub = stub(answer(&["never"]));
+    // Every message is "long": the router would pick the cloud.
+    let settings = Settings { local_threshold_tokens: 1, ..settings(Some(&stub)) };
+    let forced_tool = TurnOptions { tool: Some("secret".into()), force: Some(Force::Local), ..max(128) };
+    let (running, events) = turn_answering(&state, &settings, "t", forced_tool, crate::tools::Approval::Once);
+    let call = events.iter().find_map(|e| match e {
+        ChatEvent::ToolCall { server, tool, asks, .. } => Some((server.clone(), tool.clone(), *asks)),
+        _ => None,
+    });
+    assert_eq!(call, Some(("fake".into(), "secret".into(), true)), "{events:?}");
+    let results = tool_results(&events);
+    assert_eq!(results.len(), 1, "{events:?}");
+    assert_eq!(results[0].0, ToolOutcome::Done);
+    assert!(results[0].1.contains(headroom_test_support::mcp::SECRET));
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+    let msgs = stored(&state, "t", &running);
+    assert_eq!(msgs.len(), 2);
+    assert!(!msgs[1].content.contains("<tool_call>"), "the call's markup is not the answer: {:?}", msgs[1].content);
+
+    for force in [None, Some(Force::Cloud)] {
+        let options = TurnOptions { force, ..max(3) };
+        let (running, events) = turn(&state, &settings, "t", new("and what else is in there?"), options);
+        let route = route_of(&events);
+        assert_eq!(route.target, RouteTarget::Local, "{force:?}: {route:?}");
+        assert!(codes(&route).contains(&"TOOL_RESULT_SENSITIVE"), "{route:?}");
+        let chip = route.reasons.iter().find(|r| r.code == "TOOL_RESULT_SENSITIVE").unwrap();
+        assert!(chip.message.starts_with("Kept local: a tool result holds a secret"), "{}", chip.message);
+        assert!(route.reasons.iter().all(|r| !r.message.contains(headroom_test_support::mcp::SECRET)));
+        let _ = stored(&state, "t", &running);
+    }
+    assert!(stub.requests().is_empty(), "nothing reached the cloud: {:?}", stub.requests());
+    // Another chat, with no tool result, goes to the cloud as before.
+    let (_running, events) = turn(&state, &settings, "other", new("hello there"), max(3));
+    assert_eq!(route_of(&events).target, RouteTarget::Cloud);
+    block_on(state.tools.stop_all());
+}
+
+/// A denied call is not run and the model is told; a hanging call is cut
+/// off at the deadline with a message in its card, and the turn goes on.
+#[test]
+fn a_denied_call_is_not_run_and_a_hanging_one_ends_in_a_message() {
+    let state = state_with_tools("tools-deny");
+    let settings = settings(None);
+    let options = TurnOptions { tool: Some("secret".into()), ..max(128) };
+    let (_running, events) = turn_answering(&state, &settings, "d", options, crate::tools::Approval::Deny);
+    assert_eq!(tool_results(&events), [(ToolOutcome::Denied, "Denied.".to_owned())], "{events:?}");
+    assert!(state.tools.results_in("d").is_empty(), "a denied call leaves no result");
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+
+    let t0 = std::time::Instant::now();
+    let options = TurnOptions { tool: Some("hang".into()), ..max(128) };
+    let (_running, events) = turn_answering(&state, &settings, "h", options, crate::tools::Approval::Always);
+    let results = tool_results(&events);
+    assert_eq!(results.len(), 1, "{events:?}");
+    assert_eq!(results[0].0, ToolOutcome::Error);
+    assert!(results[0].1.contains("no answer within 3s"), "{results:?}");
+    assert!(matches!(events.last(), Some(ChatEvent::Finished { .. })), "{events:?}");
+    assert!(t0.elapsed() < Duration::from_secs(30), "{:?}", t0.elapsed());
+    // "Always" is kept: the next call of `hang` would not ask.
+    assert!(state.tools.flags("fake", "hang").unwrap().always_allow);
+    block_on(state.tools.stop_all());
+}

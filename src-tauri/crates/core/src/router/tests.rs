@@ -291,6 +291,7 @@ fn run_with_threshold(c: &Case, cloud: Option<&str>, threshold: usize) -> Result
         needs_web: c.web,
         force: c.force,
         allow_sensitive: c.allow,
+        tool_results: &[],
     };
     route(&request, &ctx)
 }
@@ -660,4 +661,43 @@ fn each_example_is_found_as_its_kind_on_its_own_and_in_a_sentence() {
         let said = format!("please note {example} for later");
         assert!(scan(&said).iter().any(|f| f.kind == kind && !f.masked.contains(example)), "{said}");
     }
+}
+
+#[test]
+fn a_sensitive_or_private_tool_result_keeps_the_chat_local_and_forcing_the_cloud_is_refused() {
+    let ctx = RouteContext {
+        local: Some(LocalModel { id: LOCAL.into(), fit_at: &|_| Verdict::Fits }),
+        cloud: Some(CLOUD.into()),
+        ..RouteContext::new(&words)
+    };
+    let secret = [ToolResult {
+        tool: "read_config".into(),
+        text: "deploy key sk-proj-4fZq8T2mLw9RbX7yKc3VnE6pHs1Ud0Ja".into(),
+        private: false,
+    }];
+    let request = RouteRequest { tool_results: &secret, needs_web: true, ..RouteRequest::new("any news?") };
+    let d = route(&request, &ctx).unwrap();
+    assert_eq!(d.target, Target::Local { model: LOCAL.into() });
+    assert!(d.is_sensitive() && d.codes().contains(&"TOOL_RESULT_SENSITIVE"), "{:?}", d.codes());
+    let said: Vec<String> = d.reasons.iter().map(Reason::explain).collect();
+    assert!(said.iter().any(|s| s.starts_with("Kept local: a tool result holds a secret")), "{said:?}");
+    assert!(!said.iter().any(|s| s.contains("4fZq8T2mLw9RbX7yKc3VnE6pHs1Ud0Ja")), "{said:?}");
+    // Forcing the cloud does not carry it out.
+    let forced = RouteRequest { force: Some(Force::Cloud), ..request };
+    let d = route(&forced, &ctx).unwrap();
+    assert_eq!(d.target, Target::Local { model: LOCAL.into() });
+    assert!(d.codes().contains(&"CLOUD_REFUSED_SENSITIVE"));
+    // Without a local model it is refused, saying why.
+    let cloud_only = RouteContext { cloud: Some(CLOUD.into()), ..RouteContext::new(&words) };
+    let e = route(&request, &cloud_only).unwrap_err().to_string();
+    assert!(e.contains("a tool result in this chat holds sensitive content"), "{e}");
+    // A private tool's result counts whatever the scanner finds; a plain one does not.
+    let private = [ToolResult { tool: "read_file".into(), text: "hello".into(), private: true }];
+    let d =
+        route(&RouteRequest { tool_results: &private, needs_web: true, ..RouteRequest::new("news?") }, &ctx).unwrap();
+    assert_eq!(d.target, Target::Local { model: LOCAL.into() });
+    assert!(d.reasons.iter().any(|r| r.explain().contains("read_file's results are set to private")));
+    let plain = [ToolResult { tool: "now".into(), text: "10:42".into(), private: false }];
+    let d = route(&RouteRequest { tool_results: &plain, needs_web: true, ..RouteRequest::new("news?") }, &ctx).unwrap();
+    assert!(d.is_cloud());
 }

@@ -3,6 +3,7 @@ import type { ErrorCode } from "./ErrorCode";
 import type { FinishReason } from "./FinishReason";
 import type { ReusedFrom } from "./ReusedFrom";
 import type { RouteInfo } from "./RouteInfo";
+import type { ToolOutcome } from "./ToolOutcome";
 
 /**
  * What the UI hears about a run, in order: `Started`, `Token`s, `Stats`,
@@ -40,4 +41,16 @@ speculation: string | null,
  * Where the later layers ran when the model was split across two
  * Macs, and what a hand-off cost; `None` on this Mac alone.
  */
-twoMacs: string | null, } } | { "event": "finished", "data": { reason: FinishReason, } } | { "event": "error", "data": { code: ErrorCode, message: string, } };
+twoMacs: string | null, } } | { "event": "finished", "data": { reason: FinishReason, } } | { "event": "error", "data": { code: ErrorCode, message: string, } } | { "event": "toolCall", "data": { callId: string, server: string, tool: string, 
+/**
+ * The arguments as the model wrote them (JSON text).
+ */
+arguments: string, asks: boolean, } } | { "event": "toolResult", "data": { callId: string, outcome: ToolOutcome, 
+/**
+ * The result, or why there is none (one sentence).
+ */
+text: string, 
+/**
+ * From the start of the call to its end (0 when it never ran).
+ */
+ms: number, } };

@@ -124,7 +124,8 @@ checkHubUpdates: boolean,
  * default. The app's chats, `headroom generate` and the server all
  * start from it (`crate::thinking`); a turn may ask otherwise.
  */
-thinking: { [key in string]: Think }, };
+thinking: { [key in string]: Think }, 
+/**
  * Whether the app's local server asks every request for its key
  * (`Authorization: Bearer <key>`, the key shown in Settings). On by
  * default: any local process can reach 127.0.0.1.
@@ -135,4 +136,9 @@ serverRequireKey: boolean,
  * popover holds (the popover's chat then loses its model). Off: such a
  * request is refused with 409 `model_in_use`.
  */
-serverAllowModelSwitch: boolean, };
+serverAllowModelSwitch: boolean, 
+/**
+ * The most tool calls one popover turn may make (MCP tools); past it,
+ * the model is told the limit was reached and answers without more.
+ */
+toolCallsPerTurn: number, };
