@@ -364,7 +364,7 @@ mod tests {
             address: address.into(),
             budget_bytes: Some(8 << 30),
         };
-        let pairings = BTreeMap::from([("10.0.0.2:7070".to_owned(), "abc".to_owned())]);
+        let pairings = BTreeMap::from([("10.0.0.2:7070".to_owned(), lender("10.0.0.2:7070", &"a".repeat(64)))]);
         let listed = mark(vec![found("10.0.0.2:7070"), found("10.0.0.3:7070")], &pairings, None);
         assert_eq!(
             listed.iter().map(|l| (l.address.as_str(), l.paired)).collect::<Vec<_>>(),
