@@ -64,16 +64,18 @@ impl Relay {
         let relay_error = |e: std::io::Error| EngineError::Peer { reason: format!("the ring's relay: {e}") };
         let listener = TcpListener::bind(SocketAddr::from(([127, 0, 0, 1], 0))).map_err(relay_error)?;
         let port = listener.local_addr().map_err(relay_error)?;
-        let (stream, channel) = link.into_parts()?;
+        // The frames the other side sent right behind its last answer (a
+        // channel its ring opened already) stay in the framed reader's buffer.
+        let (framed, channel) = link.into_framed();
         let (send, recv) = channel.into_ciphers();
-        let _ = stream.set_nodelay(true);
-        let writer = stream.try_clone().map_err(relay_error)?;
+        let _ = framed.stream().set_nodelay(true);
+        let writer = framed.stream().try_clone().map_err(relay_error)?;
         let shared = Arc::new(Shared { writer: Mutex::new((writer, send)), sockets: Mutex::default(), ring });
         let reading = Arc::clone(&shared);
         std::thread::Builder::new()
             .name("headroom-relay-link".into())
             .spawn(move || {
-                let reason = read_link(&reading, Framed::new(stream), recv);
+                let reason = read_link(&reading, framed, recv);
                 tracing::info!("the ring's relay ended: {reason}");
                 reading.end();
             })

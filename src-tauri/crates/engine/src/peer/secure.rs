@@ -382,6 +382,12 @@ impl Conn {
         Ok((stream, self.channel.clone()))
     }
 
+    /// The framed socket, with whatever the peer sent ahead still in its
+    /// buffer, and the channel: for a relay that goes on reading it.
+    pub fn into_framed(self) -> (Framed, Channel) {
+        (self.framed, self.channel)
+    }
+
     /// Sends raw bytes, sealed.
     pub fn send_bytes(&mut self, bytes: &[u8]) -> Result<()> {
         let sealed = self.channel.send.seal(bytes)?;
