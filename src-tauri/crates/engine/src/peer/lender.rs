@@ -23,6 +23,9 @@ use crate::weights::ComputeDtype;
 /// the session up (the host keeps it for as long as its model is loaded).
 const IDLE_DEADLINE: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How long a session that steps aside leaves its relay to forward its last pass.
+const RELAY_FLUSH: Duration = Duration::from_millis(500);
+
 /// What one session did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Served {
@@ -88,6 +91,12 @@ pub fn serve(mut control: Conn, placement: &Placement, tight: &mut dyn FnMut() -
             ring.send(&Array::zeros::<f32>(&shape).op("zeros")?.as_dtype(dtype).op("zeros")?)?;
             ring.send(&Array::from_slice(&[STEPPED_ASIDE], &[1]))?;
             served.stepped_aside = true;
+            // MLX has handed the marker to its loopback socket; the relay
+            // still has to read and forward it before this process ends
+            // (its end closes the link, and the host would hear a lost
+            // peer instead of why).
+            std::thread::sleep(RELAY_FLUSH);
+            drop(relay);
             return Ok(served);
         }
         let started = Instant::now();
