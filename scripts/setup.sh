@@ -32,7 +32,8 @@ mkdir -p "$DEPS"
 # 1. Debian packages (build: webkit/gtk/appindicator for Tauri, cmake + libclang
 #    for mlx-sys, clang for make check-macos; run: OpenBLAS; tests: Xvfb,
 #    WebKitWebDriver, trayer, xdotool, ImageMagick for screenshots, a D-Bus
-#    session bus for the single-instance checks).
+#    session bus for the single-instance checks; tcpdump for the two-Macs
+#    capture that checks nothing crosses the link in clear).
 # ---------------------------------------------------------------------------
 DEBIAN_PACKAGES=(
   build-essential pkg-config curl file ca-certificates
@@ -40,7 +41,7 @@ DEBIAN_PACKAGES=(
   libsoup-3.0-dev libssl-dev libxdo-dev
   cmake clang libclang-dev libopenblas0
   xvfb xauth webkit2gtk-driver imagemagick x11-utils fonts-dejavu-core
-  jq xdotool trayer python3-venv dbus-daemon
+  jq xdotool trayer python3-venv dbus-daemon tcpdump
 )
 if [ "$OS" = Linux ] && command -v dpkg-query >/dev/null; then
   missing=()

@@ -193,12 +193,16 @@ pub fn run_app<R: Runtime>(
             commands::lend::lend_start,
             commands::lend::lend_stop,
             commands::lend::lend_status,
+            commands::lend::lend_hosts,
             commands::peers::peers_find,
             commands::peers::peer_pair,
             commands::tools::tools_list,
             commands::tools::tools_restart,
             commands::tools::tool_set_flags,
             commands::tools::tool_answer,
+            commands::peers::peers_paired,
+            commands::peers::peer_forget,
+            commands::lend::lend_answer,
         ])
         .on_window_event(popover::on_window_event)
         .build(context)?;

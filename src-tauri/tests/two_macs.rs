@@ -35,6 +35,7 @@ impl Lender {
             .args(extra)
             .env("HEADROOM_DATA_DIR", data)
             .envs(env.iter().copied())
+            .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .process_group(0)
@@ -350,6 +351,23 @@ fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
         String::from_utf8_lossy(&paired.stdout)
     );
 
+    // Paired, and the lender's owner has not said yes yet: refused, saying so.
+    let waiting = crate::common::headroom_with(&generate, &env);
+    let stderr = String::from_utf8_lossy(&waiting.stderr);
+    assert!(!waiting.status.success() && stderr.contains("has not allowed"), "{stderr}");
+    // The code was spent: pairing again with it is refused.
+    let again = crate::common::headroom_with(&["pair", &lender.addr, &lender.code], &env);
+    assert!(!again.status.success(), "the code paired twice");
+    // The owner allows the host (by its key, as `lend --hosts` lists it).
+    let lender_env = [("HEADROOM_DATA_DIR", tmp.join("lender").into_os_string())];
+    let lender_env: Vec<_> = lender_env.iter().map(|(k, v)| (*k, v.as_os_str())).collect();
+    let hosts = crate::common::headroom_with(&["lend", "--hosts"], &lender_env);
+    let listed = String::from_utf8_lossy(&hosts.stdout).into_owned();
+    let key = listed.split("key ").nth(1).and_then(|s| s.split_whitespace().next()).unwrap_or_default().to_owned();
+    assert!(listed.contains("waiting") && key.len() > 8, "{listed}");
+    let allowed = crate::common::headroom_with(&["lend", "--allow-host", &key], &lender_env);
+    assert!(allowed.status.success(), "{}", String::from_utf8_lossy(&allowed.stderr));
+
     let answered = crate::common::headroom_with(&generate, &env);
     assert!(answered.status.success(), "{}", String::from_utf8_lossy(&answered.stderr));
     assert!(
@@ -362,30 +380,6 @@ fn a_host_not_allowed_by_address_must_pair_with_the_code_the_lender_shows() {
         "{}",
         String::from_utf8_lossy(&answered.stderr)
     );
-}
-
-#[test]
-fn a_lender_joins_a_ring_only_back_to_the_host_that_asked() {
-    use std::io::Write;
-    let tmp = headroom_test_support::scratch("two-macs-ring-target");
-    let lender = Lender::start(&tmp.join("lender"), &[]);
-    let mut control = std::net::TcpStream::connect(&lender.addr).unwrap();
-    control.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    // A placement whose ring address is another machine's.
-    let place = serde_json::json!({
-        "kind": "place",
-        "version": 2,
-        "placement": {
-            "model": { "path": "/nowhere", "identity": "00" }, "first_layer": 1, "layers": 2, "f32": false, "kernel": "fused",
-            "kv": { "kind": "float" }, "context": 512, "host_ring": "10.1.2.3:5000"
-        }
-    });
-    writeln!(control, "{place}").unwrap();
-    let mut line = String::new();
-    BufReader::new(&control).read_line(&mut line).unwrap();
-    let reply: Value = serde_json::from_str(&line).unwrap();
-    assert_eq!(reply["kind"], "refused", "{reply}");
-    assert!(reply["message"].as_str().is_some_and(|m| m.contains("is not the host's own")), "{reply}");
 }
 
 #[test]
@@ -411,7 +405,9 @@ fn the_app_finds_a_lender_pairs_with_its_code_and_is_answered_from_then_on() {
     use headroom::peers::{self, PairError};
     let tmp = headroom_test_support::scratch("two-macs-app-pair");
     // Loopback is not among the addresses allowed without pairing.
-    let lender = Lender::start(&tmp.join("lender"), &["--allow", "10.255.255.1", "--available-gb", "12"]);
+    // The owner allows every host that proves the code (`--allow-paired`).
+    let lender =
+        Lender::start(&tmp.join("lender"), &["--allow", "10.255.255.1", "--available-gb", "12", "--allow-paired"]);
     let host = tmp.join("host");
     let listed = |wait| {
         let all = peers::find(&host, Duration::from_secs(wait), None).unwrap();
@@ -420,18 +416,22 @@ fn the_app_finds_a_lender_pairs_with_its_code_and_is_answered_from_then_on() {
     let found = listed(4);
     assert!(!found.paired && !found.machine.is_empty(), "{found:?}");
     assert_eq!(found.budget_bytes, Some(8 << 30), "{found:?}");
-    let budget = |token: Option<&str>| headroom_engine::peer::host::peer_budget(&found.address, token);
-    assert!(budget(None).is_err(), "answered a host it did not pair with");
+    let budget = || {
+        let trust = peers::trust_in(&host, &found.address).unwrap();
+        headroom_engine::peer::host::peer_budget(&found.address, &trust)
+    };
+    assert!(budget().is_err(), "answered a host it did not pair with");
 
     let wrong = lender.wrong_code();
     let refused = peers::pair(&host, &found.address, &wrong).unwrap_err();
     assert!(matches!(refused, PairError::Refused { .. }), "{refused:?}");
     assert!(refused.to_string().ends_with("refused: wrong pairing code."), "{refused}");
-    assert_eq!(peers::token_for(&host, &found.address), None);
+    assert!(peers::list(&host).is_empty());
 
-    assert_eq!(peers::pair(&host, &found.address, &lender.code).unwrap(), found.machine);
-    let token = peers::token_for(&host, &found.address).expect("the token is kept");
-    let (machine, _) = budget(Some(&token)).unwrap();
+    let paired = peers::pair(&host, &found.address, &lender.code).unwrap();
+    assert_eq!((paired.machine.as_str(), paired.allowed), (found.machine.as_str(), true));
+    assert!(peers::trust_in(&host, &found.address).unwrap().pinned.is_some(), "the lender's key is pinned");
+    let (machine, _) = budget().unwrap();
     assert_eq!(machine, found.machine);
     assert!(listed(3).paired);
 }
@@ -512,10 +512,11 @@ fn a_lender_runs_only_a_copy_with_the_hosts_weights_from_its_own_shelves() {
     assert!(!out.status.success() && stderr.contains("holds other weights than the host's"), "{stderr}");
 }
 
-/// A lender that answers a budget question and a placement, says where its
-/// end of the ring listens, and never joins it.
+/// A lender that answers a budget question and a placement (over the
+/// sealed link, as a lender does) and never joins the ring.
 fn never_joining_lender() -> String {
-    use headroom_engine::peer::protocol::{Conn, VERSION};
+    use headroom_engine::peer::protocol::VERSION;
+    use headroom_engine::peer::secure::{self, Hello, Identity};
     use headroom_engine::peer::{Reply, Request};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
@@ -524,16 +525,16 @@ fn never_joining_lender() -> String {
         ..headroom::fit::BudgetSource::default()
     })
     .unwrap();
+    let identity = Identity::generate().unwrap();
     std::thread::spawn(move || {
         let mut kept = Vec::new();
         for stream in listener.incoming() {
-            let mut conn = Conn::new(stream.unwrap());
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let Ok((framed, Hello::Session(first))) = secure::hello(stream.unwrap(), deadline) else { continue };
+            let Ok(mut conn) = secure::accept(framed, &first, &identity, deadline) else { continue };
             let reply = match conn.receive::<Request>(Duration::from_secs(30)) {
                 Ok(Request::Budget { .. }) => Reply::Budget { version: VERSION, machine: "Never.local".into(), budget },
-                // A port nothing listens on (just freed).
-                Ok(Request::Place { .. }) => Reply::Placed {
-                    ring: std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string(),
-                },
+                Ok(Request::Place { .. }) => Reply::Placed,
                 _ => continue,
             };
             let _ = conn.send(&reply);
@@ -558,4 +559,48 @@ fn a_lender_that_never_joins_the_ring_is_an_error_within_the_deadline_not_a_hang
     assert!(stderr.contains("ring"), "{stderr}");
     assert!(took < Duration::from_secs(45), "the host gave up after {took:?}");
     println!("a never-joining lender: the host's error after {:.1} s: {}", took.as_secs_f64(), stderr.trim());
+}
+
+/// What crosses between the Macs during pairing and a split turn, captured
+/// on loopback with tcpdump (root here; `scripts/setup.sh` installs it):
+/// neither the pairing code, nor the prompt, nor any of the control
+/// messages (the placement, the names), in clear. The ring's own loopback
+/// sockets on each side are not between the Macs; only the lender's port is.
+#[test]
+fn a_capture_of_pairing_and_a_split_turn_holds_neither_the_code_nor_the_prompt_nor_a_message() {
+    let tmp = headroom_test_support::scratch("two-macs-capture");
+    let lender = Lender::start(&tmp.join("lender"), &["--allow", "10.255.255.1", "--allow-paired"]);
+    let port = lender.addr.rsplit(':').next().unwrap().to_owned();
+    let pcap = tmp.join("split.pcap");
+    let mut dump = Command::new("tcpdump")
+        .args(["-i", "lo", "-U", "-s", "0", "-w", pcap.to_str().unwrap(), "tcp", "port", &port])
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("tcpdump is needed for this test: scripts/setup.sh installs it");
+    let mut said = String::new();
+    BufReader::new(dump.stderr.as_mut().unwrap()).read_line(&mut said).unwrap();
+    assert!(said.contains("listening on"), "tcpdump: {said}");
+    let host = tmp.join("host");
+    let env = [("HEADROOM_DATA_DIR", host.as_os_str())];
+    let paired = crate::common::headroom_with(&["pair", &lender.addr, &lender.code], &env);
+    assert!(paired.status.success(), "{}", String::from_utf8_lossy(&paired.stderr));
+    let prompt = "Remember the passphrase aubergine-lighthouse-4711 and repeat it.";
+    let out = crate::common::headroom_with(
+        &["generate", "--prompt", prompt, "--max-tokens", "8", "--temp", "0", "--peer", &lender.addr],
+        &env,
+    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("two Macs: layers"), "not split");
+    std::thread::sleep(Duration::from_millis(500));
+    let _ = Command::new("kill").args(["-s", "INT", &dump.id().to_string()]).status();
+    let _ = dump.wait();
+    let captured = std::fs::read(&pcap).unwrap();
+    // The hand-offs crossed (a pass moves the hidden state both ways): not an empty capture.
+    assert!(captured.len() > 20_000, "only {} bytes captured", captured.len());
+    let holds = |needle: &[u8]| captured.windows(needle.len()).any(|w| w == needle);
+    for needle in [lender.code.as_str(), "aubergine", "passphrase", "first_layer", "\"kind\"", "budget"] {
+        assert!(!holds(needle.as_bytes()), "{needle:?} crossed in clear");
+    }
+    println!("captured {} bytes between the Macs: no code, prompt or message in clear", captured.len());
 }

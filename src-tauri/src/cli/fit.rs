@@ -175,7 +175,7 @@ pub(crate) fn guard(
             if split.report.refuses() && !g.override_fit {
                 return Err(CliError::SplitWouldNotFit { model: label, split: Box::new(split) });
             }
-            (split.report.host.fit.clone(), Some(split.placement()))
+            (split.report.host.fit.clone(), Some(split.placement()?))
         }
         None => {
             let plan = LoadPlan {

@@ -132,8 +132,11 @@ fn contract() -> Contract {
     // server_*
     c.add::<crate::commands::server::ServerInfo>();
     c.add::<crate::lend::LendStatus>();
-    // peers_find, peer_pair
+    // lend_hosts, lend_status's waiting hosts
+    c.add::<crate::lend::pairing::PairedHost>();
+    // peers_find, peer_pair, peers_paired
     c.add::<crate::peers::Lender>();
+    c.add::<crate::peers::PairedLender>();
     c.add::<crate::commands::peers::PeerPaired>();
     // sessions_*, session_*
     c.add::<headroom_store::Session>();

@@ -204,7 +204,9 @@ impl Coded for EngineError {
             E::BenchCancelled => ErrorCode::BenchCancelled,
             E::BenchContext { .. } => ErrorCode::ContextOverflow,
             E::Peer { .. } => ErrorCode::PeerUnreachable,
-            E::PeerRefused { .. } | E::BadPlacement { .. } => ErrorCode::PeerRefused,
+            E::PeerRefused { .. } | E::BadPlacement { .. } | E::PairingCode | E::PeerNotTrusted { .. } => {
+                ErrorCode::PeerRefused
+            }
             E::PeerRingTimeout { .. } => ErrorCode::PeerUnreachable,
             E::PeerLost { .. } => ErrorCode::PeerLost,
             E::PeerUnsupported { .. } => ErrorCode::PeerUnsupported,

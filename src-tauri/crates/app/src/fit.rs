@@ -254,8 +254,8 @@ pub fn check_split(
     peer: &str,
 ) -> Result<PeerSplit, FitError> {
     let footprint = footprint_for(dir, dtype, kernel, kv)?;
-    let token = crate::peers::token(peer);
-    let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer, token.as_deref())?;
+    let trust = crate::peers::trust(peer)?;
+    let (machine, peer_budget) = headroom_engine::peer::host::peer_budget(peer, &trust)?;
     let context = u64::try_from(context).unwrap_or(u64::MAX);
     let report = headroom_core::split::split(&footprint, context, kv, budget_inputs(source)?, peer_budget)?;
     Ok(PeerSplit { address: peer.to_owned(), machine, report })
@@ -273,14 +273,15 @@ pub struct PeerSplit {
 }
 
 impl PeerSplit {
-    /// Where the model's later layers go, for [`load_settings`]'s result.
-    pub fn placement(&self) -> headroom_engine::peer::PeerPlacement {
-        headroom_engine::peer::PeerPlacement {
+    /// Where the model's later layers go, for [`load_settings`]'s result,
+    /// with the lender's pinned key (this Mac's key could not be kept: an error).
+    pub fn placement(&self) -> Result<headroom_engine::peer::PeerPlacement, headroom_engine::EngineError> {
+        Ok(headroom_engine::peer::PeerPlacement {
             addr: self.address.clone(),
-            token: crate::peers::token(&self.address),
+            trust: crate::peers::trust(&self.address)?,
             first_peer_layer: usize::try_from(self.report.peer.first_layer).unwrap_or(usize::MAX),
             context: usize::try_from(self.report.context_tokens).unwrap_or(usize::MAX),
-        }
+        })
     }
 }
 

@@ -412,8 +412,8 @@ fn add_two_macs(list: &mut [ModelEntry], peer: &str, context: usize, kv: KvForma
     if !list.iter().any(refused) {
         return;
     }
-    let token = crate::peers::token(peer);
-    let (machine, lender) = match headroom_engine::peer::host::peer_budget(peer, token.as_deref()) {
+    let lender = crate::peers::trust(peer).and_then(|trust| headroom_engine::peer::host::peer_budget(peer, &trust));
+    let (machine, lender) = match lender {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!("no two-Mac verdicts: {e}");
@@ -525,7 +525,7 @@ fn load_across(
         return Err(LoadError::TooLarge { message, details: None });
     }
     let report = split.report.host.fit.clone();
-    let beside = Beside { peer: Some(split.placement()), draft: None };
+    let beside = Beside { peer: Some(split.placement()?), draft: None };
     let s = switch_to(state, &entry.id, &entry.path, context_limit, kv, &report, beside)?;
     entry.loaded = true;
     entry.fit = Some(report);

@@ -220,7 +220,7 @@ impl ModelProvider for AppModels {
                         if split.report.host.fit.verdict.refuses() { &split.report.host } else { &split.report.peer };
                     return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(over.fit.clone()) });
                 }
-                (split.report.host.fit.clone(), Some(split.placement()))
+                (split.report.host.fit.clone(), Some(split.placement().map_err(|e| failed(e.to_string()))?))
             }
             None if report.verdict.refuses() => {
                 return Err(ProvideError::WouldNotFit { model: entry.id, report: Box::new(report) });

@@ -257,7 +257,7 @@ impl AppState {
     /// The port this Mac lends itself on (Settings → Two Macs → Lend), if it does.
     pub fn lending_port(&self) -> Option<u16> {
         let lending = self.lending.lock().unwrap_or_else(PoisonError::into_inner);
-        lending.as_ref().and_then(|l| l.status.address.rsplit_once(':')?.1.parse().ok())
+        lending.as_ref().map(|l| l.address.port())
     }
 
     /// The model the settings load beside others as their draft (its id), if any.

@@ -141,6 +141,14 @@ pub enum EngineError {
     /// unexpected (unreachable, silent, another protocol).
     #[error("two Macs: {reason}")]
     Peer { reason: String },
+    /// Pairing with a lender failed its check: the code typed was not the
+    /// one it shows (or someone between the Macs does not know it).
+    #[error("wrong pairing code")]
+    PairingCode,
+    /// The peer's key is not the one this Mac pinned when they paired (or
+    /// it never paired with it).
+    #[error("the Mac at {peer} {reason}")]
+    PeerNotTrusted { peer: String, reason: String },
     /// The peer Mac refused the placement, with its reason (its own fit
     /// verdict and numbers, a missing copy of the model).
     #[error("the Mac at {peer} refused: {message}")]

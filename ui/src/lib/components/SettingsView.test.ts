@@ -70,7 +70,10 @@ function backend(taken = 'Ctrl+Alt+K', lenders: Lender[] = [], code = '482913') 
       case 'lend_status':
         return null;
       case 'lend_start':
-        return { address: '0.0.0.0:7070', code: '048291' };
+        return { address: '0.0.0.0:7070', code: '048291', waiting: [] };
+      case 'lend_hosts':
+      case 'peers_paired':
+        return [];
       case 'lend_stop':
         return true;
       case 'cloud_cache_stats':
@@ -83,7 +86,7 @@ function backend(taken = 'Ctrl+Alt+K', lenders: Lender[] = [], code = '482913') 
         if (!lender) throw { code: 'PEER_UNREACHABLE', message: `No answer from ${address}: is it still lending itself?` };
         if (given !== code) throw { code: 'PEER_REFUSED', message: `The Mac at ${address} refused: wrong pairing code.` };
         settings = { ...settings, peer: address };
-        return { machine: lender.machine, settings };
+        return { machine: lender.machine, allowed: true, settings };
       }
       default:
         throw `command ${cmd} not found`;
@@ -258,7 +261,34 @@ describe('SettingsView: two Macs', () => {
     expect(screen.getByText(/headroom pair THIS-MAC:7070 048291/)).toBeInTheDocument();
     await fireEvent.click(toggle);
     await waitFor(() => expect(screen.getByTestId('lend-status')).toHaveTextContent('Not lent'));
-    expect(calls.map((c) => c.cmd).filter((c) => c.startsWith('lend_'))).toEqual(['lend_status', 'lend_start', 'lend_stop']);
+    expect(calls.map((c) => c.cmd).filter((c) => c.startsWith('lend_'))).toEqual(['lend_status', 'lend_hosts', 'lend_start', 'lend_stop']);
+  });
+
+  it('asks "Allow <host> to use this Mac?" for a host that paired, and Allow answers it', async () => {
+    backend();
+    const key = 'ab'.repeat(32);
+    let waiting = [{ machine: 'Air.local', key, allowed: false, pairedAt: 0 }];
+    const answers: unknown[] = [];
+    mockIPC((cmd, args) => {
+      if (cmd === 'settings_get') return DEFAULTS;
+      if (cmd === 'lend_status') return { address: '192.168.1.5:7070', code: '048291', waiting };
+      if (cmd === 'lend_hosts') return waiting.length ? waiting : [{ machine: 'Air.local', key, allowed: true, pairedAt: 0 }];
+      if (cmd === 'peers_paired') return [];
+      if (cmd === 'lend_answer') {
+        answers.push(args);
+        waiting = [];
+        return true;
+      }
+      return null;
+    });
+    render(SettingsView, { info: INFO, onDone: () => {} });
+    const asked = await screen.findByTestId('lend-waiting');
+    expect(asked).toHaveTextContent('Allow Air.local to use this Mac?');
+    await fireEvent.click(screen.getByTestId('lend-allow'));
+    await waitFor(() => expect(screen.queryByTestId('lend-waiting')).toBeNull());
+    expect(answers).toEqual([{ key, allow: true }]);
+    expect(await screen.findByTestId('lent-to')).toHaveTextContent('Air.local may use this Mac');
+    expect(screen.getByTestId('two-macs-crossing')).toHaveTextContent('sends its content to the paired Mac over the network, encrypted');
   });
 
   it('the peer Mac is saved as typed (the backend checks it is HOST:PORT)', async () => {

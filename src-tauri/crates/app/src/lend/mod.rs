@@ -3,9 +3,12 @@
 //! model alone runs its later layers here (the engine side is
 //! `headroom_engine::peer`).
 //!
-//! What it accepts: requests from hosts it paired with ([`pairing`]: a code
-//! it shows, exchanged once for a token) or from the addresses the lender
-//! allows by address (loopback only, by default), one session at a time.
+//! What it accepts: every connection is a Noise handshake
+//! (`headroom_engine::peer::secure`) and its requests are sealed; it serves
+//! the hosts it paired with ([`pairing`]: a PAKE on the single-use code it
+//! shows, after which each side pins the other's key, and this Mac's owner
+//! allows the host) or, unpaired, the addresses the lender allows by
+//! address (loopback only, by default), one session at a time.
 //! Nothing a host sends can stop it: each connection is served on a thread
 //! of its own with a deadline for its whole request ([`REQUEST_DEADLINE`]),
 //! at most [`MAX_CONNECTIONS`] at once; every field of a placement is
@@ -16,7 +19,7 @@
 //! the lender allows pulls. Each session runs in a worker process
 //! ([`session`]): MLX keeps one ring per process.
 //!
-//! - [`pairing`]: the code, the tokens, the wrong codes per source.
+//! - [`pairing`]: the code, the pinned hosts, the wrong codes per source.
 //! - [`share`]: the share a placement asks, against this Mac's budget.
 //! - [`copy`]: this Mac's copy of the placed model, found or pulled.
 //! - [`session`]: the worker process that holds a session's ring.
@@ -35,6 +38,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use headroom_engine::peer::protocol::{self, Conn};
+use headroom_engine::peer::secure::{self, Hello, Identity};
 use headroom_engine::peer::{Placement, Reply, Request};
 use headroom_engine::EngineError;
 use serde::Serialize;
@@ -42,11 +46,11 @@ use serde::Serialize;
 use crate::codes::{Coded, ErrorCode};
 use crate::fit::{budget_inputs, BudgetSource};
 use copy::{Found, Shelves};
-use pairing::{Paired, Pairing};
+use pairing::{Known, PairedHost, Pairing};
 
 /// The port the app lends on (what a host's `--peer HOST:PORT` names).
 pub const LEND_PORT: u16 = 7070;
-/// Where a lender keeps the tokens of the hosts it paired with (its data folder).
+/// Where a lender keeps the keys of the hosts it paired with (its data folder).
 pub const LENT_TO_FILE: &str = "lent-to.json";
 /// How long a connection has for its whole request (every byte of it), so
 /// a host that drips a byte now and then holds nothing for long.
@@ -74,6 +78,9 @@ pub struct LendConfig {
     pub allow_pulls: bool,
     /// Whether to advertise with Bonjour.
     pub advertise: bool,
+    /// Whether a host that proves the code is allowed at once (`lend
+    /// --allow-paired`) rather than waiting for this Mac's owner to say so.
+    pub allow_paired: bool,
     /// The program whose `lend --session` runs a session (this one).
     pub program: PathBuf,
 }
@@ -92,6 +99,7 @@ impl LendConfig {
             data_dir: data_dir.to_owned(),
             allow_pulls: false,
             advertise: true,
+            allow_paired: false,
             program: std::env::current_exe()?,
         })
     }
@@ -103,15 +111,21 @@ impl LendConfig {
 pub struct LendStatus {
     /// Where hosts reach it (`HOST:PORT`).
     pub address: String,
-    /// The code a host pairs with (`headroom pair HOST:PORT CODE`).
+    /// The code a host pairs with (`headroom pair HOST:PORT CODE`): good
+    /// once, for a few minutes.
     pub code: String,
+    /// Hosts that paired and wait for this Mac's owner: "Allow <machine> to use this Mac?".
+    pub waiting: Vec<PairedHost>,
 }
 
 /// What the lender did, for the front end to say (the CLI prints it, the app logs it).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum LendEvent {
-    /// A host paired.
-    Paired { from: IpAddr },
+    /// A host proved the code and its key is pinned; `allowed`: whether it
+    /// may use this Mac already (else the owner is asked: [`pairing::answer`]).
+    Paired { from: IpAddr, machine: String, key: String, allowed: bool },
+    /// The code was spent (or expired): hosts pair with this one now.
+    Code { code: String },
     /// A request was refused, and why.
     Refused { from: IpAddr, message: String },
     /// A session started.
@@ -172,7 +186,8 @@ impl Coded for LendError {
 
 /// A lender running in this process, stopped when dropped.
 pub struct Lending {
-    pub status: LendStatus,
+    /// Where hosts reach it.
+    pub address: SocketAddr,
     /// This Mac's name, as hosts see it.
     pub machine: String,
     /// The budget it lent with (bytes, when it started).
@@ -184,13 +199,14 @@ pub struct Lending {
 
 impl std::fmt::Debug for Lending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Lending").field("status", &self.status).finish_non_exhaustive()
+        f.debug_struct("Lending").field("address", &self.address).finish_non_exhaustive()
     }
 }
 
 /// What the accepting thread and each connection's share.
 struct Shared {
     config: LendConfig,
+    identity: Identity,
     machine: String,
     addr: SocketAddr,
     pairing: Mutex<Pairing>,
@@ -207,8 +223,9 @@ pub fn start(config: LendConfig, on_event: Box<dyn Fn(LendEvent) + Send + Sync>)
     let addr = listener.local_addr()?;
     let budget_bytes = headroom_core::fit::Budget::new(budget_inputs(config.budget)?).budget_bytes;
     let pairing = Pairing::new(config.data_dir.join(LENT_TO_FILE))?;
+    let identity = crate::peers::identity(&config.data_dir)
+        .map_err(|source| LendError::Keep { path: config.data_dir.join(crate::peers::IDENTITY_FILE), source })?;
     let machine = headroom_memory::machine_name();
-    let status = LendStatus { address: addr.to_string(), code: pairing.code().to_owned() };
     let advert = if config.advertise {
         crate::discovery::advertise(&machine, config.bind, addr.port(), budget_bytes)
             .map_err(|e| on_event(LendEvent::NotAdvertised { reason: e.to_string() }))
@@ -218,6 +235,7 @@ pub fn start(config: LendConfig, on_event: Box<dyn Fn(LendEvent) + Send + Sync>)
     };
     let shared = Arc::new(Shared {
         config,
+        identity,
         machine: machine.clone(),
         addr,
         pairing: Mutex::new(pairing),
@@ -229,10 +247,24 @@ pub fn start(config: LendConfig, on_event: Box<dyn Fn(LendEvent) + Send + Sync>)
     let accepting = Arc::clone(&shared);
     let accept =
         std::thread::Builder::new().name("headroom-lend".into()).spawn(move || accept_loop(&listener, &accepting))?;
-    Ok(Lending { status, machine, budget_bytes, shared, accept: Some(accept), _advert: advert })
+    Ok(Lending { address: addr, machine, budget_bytes, shared, accept: Some(accept), _advert: advert })
 }
 
 impl Lending {
+    /// Where it listens, the code now (a new one once the last was spent or
+    /// expired) and the hosts waiting for the owner.
+    pub fn status(&self) -> Result<LendStatus, LendError> {
+        let mut pairing = self.shared.pairing.lock().unwrap_or_else(PoisonError::into_inner);
+        let code = pairing.code()?.to_owned();
+        let waiting = pairing::hosts(pairing.file()).into_iter().filter(|h| !h.allowed).collect();
+        Ok(LendStatus { address: self.address.to_string(), code, waiting })
+    }
+
+    /// Where its pinned hosts are kept (for [`pairing::answer`], [`pairing::revoke`]).
+    pub fn hosts_file(&self) -> PathBuf {
+        self.shared.config.data_dir.join(LENT_TO_FILE)
+    }
+
     /// Blocks until the lender stops (the CLI's `headroom lend` runs until killed).
     pub fn wait(mut self) {
         if let Some(accept) = self.accept.take() {
@@ -295,7 +327,20 @@ fn answer(shared: &Shared, stream: TcpStream) {
     let deadline = Instant::now() + REQUEST_DEADLINE;
     let Ok(from) = stream.peer_addr() else { return };
     let _ = stream.set_write_timeout(Some(REQUEST_DEADLINE));
-    let mut conn = Conn::new(stream);
+    let mut conn = match secure::hello(stream, deadline) {
+        Ok((framed, Hello::Pair(first))) => return pair(shared, framed, &first, from, deadline),
+        Ok((framed, Hello::Session(first))) => match secure::accept(framed, &first, &shared.identity, deadline) {
+            Ok(conn) => conn,
+            Err(e) => {
+                tracing::info!("lend: {from}: {e}");
+                return;
+            }
+        },
+        Err(e) => {
+            tracing::info!("lend: {from}: {e}");
+            return;
+        }
+    };
     let request = match conn.receive_by::<Request>(deadline) {
         Ok(request) => request,
         Err(e) => {
@@ -318,27 +363,82 @@ fn answer(shared: &Shared, stream: TcpStream) {
     }
 }
 
+/// A pairing connection: the PAKE on the code shown now, then the host's
+/// name; its key is pinned and the code spent.
+fn pair(shared: &Shared, framed: secure::Framed, first: &[u8], from: SocketAddr, deadline: Instant) {
+    let refused = |message: String| (shared.on_event)(LendEvent::Refused { from: from.ip(), message });
+    let code = {
+        let mut pairing = shared.pairing.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(message) = pairing.refusal(from.ip()) {
+            secure::refuse_pairing(framed, &message);
+            return refused(message);
+        }
+        match pairing.code() {
+            Ok(code) => code.to_owned(),
+            Err(e) => return refused(e.to_string()),
+        }
+    };
+    let mut conn = match secure::accept_pairing(framed, first, &shared.identity, &code, deadline) {
+        Ok(conn) => conn,
+        Err(EngineError::PairingCode) => {
+            if let Err(e) = shared.pairing.lock().unwrap_or_else(PoisonError::into_inner).wrong(from.ip()) {
+                tracing::warn!("lend: {e}");
+            }
+            return refused("wrong pairing code".into());
+        }
+        Err(e) => return tracing::info!("lend: pairing with {from}: {e}"),
+    };
+    let machine = match conn.receive_by::<Request>(deadline) {
+        Ok(Request::Pair { machine, .. }) if !machine.is_empty() && machine.len() <= protocol::MAX_MACHINE => machine,
+        Ok(_) => {
+            let message = "a pairing names the host's machine (at most 256 bytes), and nothing else".to_owned();
+            let _ = conn.send(&Reply::Refused { message: message.clone() });
+            return refused(message);
+        }
+        Err(e) => return tracing::info!("lend: pairing with {from}: {e}"),
+    };
+    // A name is anyone's to choose: one line of text where it is shown.
+    let machine: String = machine.chars().filter(|c| !c.is_control()).collect();
+    let key = *conn.remote();
+    let (paired, new_code) = {
+        let mut pairing = shared.pairing.lock().unwrap_or_else(PoisonError::into_inner);
+        let paired = pairing.paired(&code, &key, &machine, shared.config.allow_paired);
+        (paired, pairing.code().map(str::to_owned))
+    };
+    match paired {
+        Ok(allowed) => {
+            let _ = conn.send(&Reply::Paired { machine: shared.machine.clone(), approved: allowed });
+            (shared.on_event)(LendEvent::Paired { from: from.ip(), machine, key: secure::to_hex(&key), allowed });
+            if let Ok(code) = new_code {
+                (shared.on_event)(LendEvent::Code { code });
+            }
+        }
+        Err(e) => {
+            let _ = conn.send(&Reply::Refused { message: e.to_string() });
+            refused(e.to_string());
+        }
+    }
+}
+
 /// The answer to `request` from `from`; `None` when a session took the connection.
 fn reply(shared: &Shared, conn: &mut Conn, from: SocketAddr, request: Request) -> Result<Option<Reply>, LendError> {
     let refused = |message: String| Ok(Some(Reply::Refused { message }));
-    if let Request::Pair { code, .. } = &request {
-        let paired = shared.pairing.lock().unwrap_or_else(PoisonError::into_inner).pair(from.ip(), code)?;
-        return Ok(Some(match paired {
-            Paired::Token(token) => {
-                (shared.on_event)(LendEvent::Paired { from: from.ip() });
-                Reply::Paired { token, machine: shared.machine.clone() }
-            }
-            Paired::Refused(message) => Reply::Refused { message },
-        }));
-    }
-    let allowed =
+    let by_address =
         if shared.config.allow.is_empty() { from.ip().is_loopback() } else { shared.config.allow.contains(&from.ip()) };
-    let known = request.token().is_some_and(|t| shared.pairing.lock().unwrap_or_else(PoisonError::into_inner).knows(t));
-    if !allowed && !known {
-        return refused("this host is not paired with this Mac: run `headroom pair HOST:PORT CODE` with the code `headroom lend` shows there".into());
+    match pairing::known(&shared.config.data_dir.join(LENT_TO_FILE), conn.remote()) {
+        Known::Allowed(_) => {}
+        Known::Waiting(machine) if !by_address => {
+            return refused(format!(
+                "this Mac's owner has not allowed {machine} to use it yet: they are asked there (Settings → Two Macs, or the terminal running `headroom lend`)"
+            ));
+        }
+        Known::Unknown if !by_address => {
+            return refused("this host is not paired with this Mac: run `headroom pair HOST:PORT CODE` with the code `headroom lend` shows there".into());
+        }
+        Known::Waiting(_) | Known::Unknown => {}
     }
     let placement = match request {
-        Request::Pair { .. } => return Ok(None),
+        Request::Pair { .. } => return refused("pairing runs on a connection of its own".into()),
         Request::Budget { .. } => {
             let budget = budget_inputs(shared.config.budget)?;
             return Ok(Some(Reply::Budget { version: protocol::VERSION, machine: shared.machine.clone(), budget }));
@@ -354,11 +454,6 @@ fn reply(shared: &Shared, conn: &mut Conn, from: SocketAddr, request: Request) -
     // Every field bounded before anything is read or sized from it.
     if let Err(e) = placement.check() {
         return refused(e.to_string());
-    }
-    // The ring connects back only to the host that asked, never elsewhere.
-    let ring_ip = placement.host_ring.parse::<SocketAddr>().map(|a| a.ip());
-    if ring_ip.ok() != Some(from.ip()) {
-        return refused(format!("the host's ring address {} is not the host's own", placement.host_ring));
     }
     let mut session = shared.session.lock().unwrap_or_else(PoisonError::into_inner);
     // A finished session frees the Mac for the next.
@@ -386,9 +481,7 @@ fn reply(shared: &Shared, conn: &mut Conn, from: SocketAddr, request: Request) -
         Ok(Found::Pull) => Some(budget),
         Err(message) => return refused(message),
     };
-    let clone = conn.stream().try_clone()?;
-    let stream = std::mem::replace(conn, Conn::new(clone)).into_stream()?;
-    let child = session::start(&shared.config.program, &stream, &placement, pull)?;
+    let child = session::start(&shared.config.program, conn, &placement, pull)?;
     *session = Some(child);
     (shared.on_event)(LendEvent::Lent {
         first_layer: placement.first_layer,

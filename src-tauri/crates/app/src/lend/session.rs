@@ -1,8 +1,10 @@
 //! One lent session, in a process of its own: MLX keeps one ring per
 //! process for the process's life, so each session's ring lives (and dies,
 //! when a host vanishes) in a worker the lender starts with the host's
-//! connection as its stdin and the checked placement in its environment.
-//! The lender reads nothing the worker prints.
+//! connection as its stdin, and the checked placement and the connection's
+//! channel (its keys, so the worker continues the sealed conversation) in
+//! its environment, which only this user (and root) can read. The lender
+//! reads nothing the worker prints.
 
 use std::net::TcpStream;
 use std::os::fd::AsFd;
@@ -13,12 +15,15 @@ use std::time::{Duration, Instant};
 use headroom_core::fit::BudgetInputs;
 use headroom_engine::peer::lender::Served;
 use headroom_engine::peer::protocol::Conn;
+use headroom_engine::peer::secure::Channel;
 use headroom_engine::peer::{Placement, Reply};
 
 use super::LendError;
 
 /// The environment variable that hands a session process its placement.
 const PLACEMENT_ENV: &str = "HEADROOM_PLACEMENT";
+/// The control connection's channel.
+const CHANNEL_ENV: &str = "HEADROOM_CHANNEL";
 /// Set for a session that pulls the model first: the budget its share is checked against.
 const PULL_ENV: &str = "HEADROOM_PULL_WITHIN";
 
@@ -27,11 +32,13 @@ const PULL_ENV: &str = "HEADROOM_PULL_WITHIN";
 /// within that budget.
 pub(super) fn start(
     program: &Path,
-    stream: &TcpStream,
+    conn: &Conn,
     placement: &Placement,
     pull: Option<BudgetInputs>,
 ) -> Result<Child, LendError> {
     let json = serde_json::to_string(placement).map_err(|e| LendError::Io(std::io::Error::other(e)))?;
+    let (stream, channel) = conn.hand_over()?;
+    let channel = serde_json::to_string(&channel).map_err(|e| LendError::Io(std::io::Error::other(e)))?;
     let fd = stream.as_fd().try_clone_to_owned().map_err(LendError::Io)?;
     let mut command = Command::new(program);
     if let Some(budget) = pull {
@@ -40,6 +47,7 @@ pub(super) fn start(
     command
         .args(["lend", "--session"])
         .env(PLACEMENT_ENV, json)
+        .env(CHANNEL_ENV, channel)
         .stdin(Stdio::from(fd))
         .stdout(Stdio::null())
         .spawn()
@@ -51,12 +59,13 @@ pub(super) fn start(
 pub fn run() -> Result<Served, LendError> {
     let json = std::env::var(PLACEMENT_ENV).map_err(|_| LendError::NotASession(PLACEMENT_ENV))?;
     let mut placement: Placement = serde_json::from_str(&json).map_err(|e| LendError::Io(std::io::Error::other(e)))?;
+    let channel = std::env::var(CHANNEL_ENV).map_err(|_| LendError::NotASession(CHANNEL_ENV))?;
+    let channel: Channel = serde_json::from_str(&channel).map_err(|e| LendError::Io(std::io::Error::other(e)))?;
     let fd = std::io::stdin().as_fd().try_clone_to_owned().map_err(LendError::Io)?;
-    let stream = TcpStream::from(fd);
+    let mut control = Conn::resume(TcpStream::from(fd), channel);
     if let Ok(budget) = std::env::var(PULL_ENV) {
         let budget: BudgetInputs =
             serde_json::from_str(&budget).map_err(|e| LendError::Io(std::io::Error::other(e)))?;
-        let mut control = Conn::new(stream.try_clone().map_err(LendError::Io)?);
         match super::copy::pull(&placement, budget, &mut control) {
             Ok(path) => placement.model.path = path,
             Err(e) => {
@@ -79,5 +88,5 @@ pub fn run() -> Result<Served, LendError> {
             now
         }
     };
-    Ok(headroom_engine::peer::lender::serve(stream, &placement, &mut tight)?)
+    Ok(headroom_engine::peer::lender::serve(control, &placement, &mut tight)?)
 }

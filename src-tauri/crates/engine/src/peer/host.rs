@@ -10,7 +10,9 @@ use headroom_core::fit::BudgetInputs;
 use mlx_rs::{Array, Dtype};
 
 use super::protocol::{Conn, Placement, Reply, Request, VERSION};
+use super::relay::Relay;
 use super::ring::{join_deadline, stall_deadline, Ring};
+use super::secure::{self, Identity, PublicKey};
 use super::{Op, HEADER_LEN, STEPPED_ASIDE};
 use crate::cache::KvCache;
 use crate::error::{EngineError, MlxContext, Result};
@@ -30,11 +32,50 @@ const PLACE_TIMEOUT: Duration = Duration::from_secs(600);
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PeerPlacement {
     pub addr: String,
-    /// The pairing's token, if this host paired with the lender.
-    pub token: Option<String>,
+    /// This Mac's key and the lender's, as pinned when they paired.
+    pub trust: Trust,
     pub first_peer_layer: usize,
     /// The context the split was fitted for.
     pub context: usize,
+}
+
+/// Whom a host trusts a lender to be: this Mac's own key, and the key it
+/// pinned for the lender when they paired (none: only a lender on loopback,
+/// this Mac itself, is used unpaired).
+#[derive(Clone)]
+pub struct Trust {
+    pub identity: Identity,
+    pub pinned: Option<PublicKey>,
+}
+
+impl std::fmt::Debug for Trust {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Trust").field("pinned", &self.pinned.as_ref().map(secure::fingerprint)).finish()
+    }
+}
+
+impl PartialEq for Trust {
+    fn eq(&self, other: &Self) -> bool {
+        secure::same_key(self.identity.public(), other.identity.public())
+            && match (&self.pinned, &other.pinned) {
+                (Some(a), Some(b)) => secure::same_key(a, b),
+                (None, None) => true,
+                _ => false,
+            }
+    }
+}
+
+impl Eq for Trust {}
+
+/// What pairing gave the host.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paired {
+    /// The lender's machine name.
+    pub machine: String,
+    /// The lender's key, to pin.
+    pub key: PublicKey,
+    /// Whether the lender's owner allowed this host already (else they are asked there).
+    pub approved: bool,
 }
 
 /// What the hand-offs of one turn cost.
@@ -59,8 +100,9 @@ impl HandOffs {
 /// A model's later layers, placed on a peer for the life of this process's ring.
 pub struct Link {
     ring: Ring,
-    /// Kept open: the lender ends the session when it closes.
-    _control: Conn,
+    /// The ring's relay over the control connection (the lender ends the
+    /// session when it closes).
+    _relay: Relay,
     /// Where the peer's control connection is (for messages).
     pub peer: String,
     /// The first layer the peer runs, and the model's layers in all.
@@ -82,9 +124,9 @@ impl std::fmt::Debug for Link {
 }
 
 /// The peer's budget now (for the split and `headroom fit --peer`), and its machine's name.
-pub fn peer_budget(addr: &str, token: Option<&str>) -> Result<(String, BudgetInputs)> {
-    let mut control = Conn::new(connect(addr, ANSWER_TIMEOUT)?);
-    control.send(&Request::Budget { version: VERSION, token: token.map(str::to_owned) })?;
+pub fn peer_budget(addr: &str, trust: &Trust) -> Result<(String, BudgetInputs)> {
+    let mut control = open_control(addr, trust, ANSWER_TIMEOUT)?;
+    control.send(&Request::Budget { version: VERSION })?;
     match control.receive(ANSWER_TIMEOUT)? {
         Reply::Budget { version, machine, budget } if version == VERSION => Ok((machine, budget)),
         Reply::Budget { version, .. } => Err(EngineError::PeerRefused {
@@ -98,13 +140,29 @@ pub fn peer_budget(addr: &str, token: Option<&str>) -> Result<(String, BudgetInp
     }
 }
 
-/// Pairs with the lender at `addr` using the `code` it shows: its machine's
-/// name and the token to present from now on.
-pub fn pair(addr: &str, code: &str) -> Result<(String, String)> {
-    let mut control = Conn::new(connect(addr, ANSWER_TIMEOUT)?);
-    control.send(&Request::Pair { version: VERSION, code: code.to_owned() })?;
-    match control.receive(ANSWER_TIMEOUT)? {
-        Reply::Paired { token, machine } => Ok((machine, token)),
+/// Pairs with the lender at `addr` using the `code` it shows (a PAKE: the
+/// code never crosses the wire): its machine's name and its key to pin.
+/// `machine` is this Mac's name, for the lender's owner to allow.
+pub fn pair(addr: &str, code: &str, identity: &Identity, machine: &str) -> Result<Paired> {
+    let stream = connect(addr, ANSWER_TIMEOUT)?;
+    let deadline = Instant::now() + ANSWER_TIMEOUT;
+    let answer = (|| {
+        let mut control = secure::pair(stream, identity, code, deadline)?;
+        control.send(&Request::Pair { version: VERSION, machine: machine.to_owned() })?;
+        let key = *control.remote();
+        Ok((control.receive_by::<Reply>(deadline)?, key))
+    })();
+    let (reply, key) = answer.map_err(|e| match e {
+        // A lender closes a pairing whose code did not check; from here that
+        // is a handshake that failed or a connection closed before an answer.
+        EngineError::Peer { reason } if reason.contains("closed") || reason.contains("did not check") => {
+            EngineError::PeerRefused { peer: addr.to_owned(), message: "wrong pairing code".into() }
+        }
+        EngineError::PeerRefused { message, .. } => EngineError::PeerRefused { peer: addr.to_owned(), message },
+        other => other,
+    })?;
+    match reply {
+        Reply::Paired { machine, approved } => Ok(Paired { machine, key, approved }),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
         Reply::Placed { .. } | Reply::Budget { .. } | Reply::Pulling { .. } => {
             Err(EngineError::Peer { reason: "the peer answered something else to a pairing".into() })
@@ -116,17 +174,15 @@ pub fn pair(addr: &str, code: &str) -> Result<(String, String)> {
 /// them from its own copy of `placement.model`, pulling a missing one from
 /// the hub first) and joins the ring. Each of the lender's answers, a pull's
 /// progress included, must come within [`PLACE_TIMEOUT`].
-pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, hidden: i32) -> Result<Link> {
-    let mut control = Conn::new(connect(&at.addr, CONNECT_TIMEOUT)?);
-    let local =
-        control.stream().local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
-    let host_ring = free_address(local.ip())?;
-    placement.host_ring = host_ring.clone();
+pub(crate) fn place(at: &PeerPlacement, placement: Placement, dtype: Dtype, hidden: i32) -> Result<Link> {
+    let mut control = open_control(&at.addr, &at.trust, CONNECT_TIMEOUT)?;
+    // This side's ring listens on loopback only; the relay carries it.
+    let host_ring = free_address(IpAddr::from([127, 0, 0, 1]))?;
     let (first_peer_layer, layers) = (placement.first_layer, placement.layers);
-    control.send(&Request::Place { version: VERSION, placement, token: at.token.clone() })?;
-    let lender_ring = loop {
+    control.send(&Request::Place { version: VERSION, placement })?;
+    loop {
         match control.receive(PLACE_TIMEOUT)? {
-            Reply::Placed { ring } => break ring,
+            Reply::Placed => break,
             Reply::Pulling { done_bytes, total_bytes } => {
                 tracing::info!("{} is pulling its copy of the model: {done_bytes} of {total_bytes} bytes", at.addr);
             }
@@ -135,7 +191,10 @@ pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, 
                 return Err(EngineError::Peer { reason: "the peer answered something else to a placement".into() })
             }
         }
-    };
+    }
+    let ring_addr = host_ring.parse().map_err(|e| EngineError::Peer { reason: format!("{host_ring}: {e}") })?;
+    let relay = Relay::start(control, ring_addr, 0)?;
+    let lender_ring = relay.port.to_string();
     // A lender that answers but never joins would hold this thread in
     // MLX's accept for good: the join has a deadline of its own.
     let ring =
@@ -145,7 +204,7 @@ pub(crate) fn place(at: &PeerPlacement, mut placement: Placement, dtype: Dtype, 
         })?;
     Ok(Link {
         ring,
-        _control: control,
+        _relay: relay,
         peer: at.addr.clone(),
         first_peer_layer,
         layers,
@@ -236,6 +295,22 @@ impl Drop for Link {
         if !self.lost.get() {
             let _ = self.ring.send(&Array::from_slice(&[Op::End as i32, 0, 0, 0, 0], &[HEADER_LEN]));
         }
+    }
+}
+
+/// A control connection to the lender at `addr`: the Noise handshake, and
+/// the lender's key checked against the pin (a lender on loopback, this
+/// Mac, may be unpinned).
+fn open_control(addr: &str, trust: &Trust, timeout: Duration) -> Result<Conn> {
+    let stream = connect(addr, timeout)?;
+    let loopback = stream.peer_addr().is_ok_and(|a| a.ip().is_loopback());
+    let conn = secure::open(stream, &trust.identity, Instant::now() + timeout)?;
+    let refused = |reason: &str| Err(EngineError::PeerNotTrusted { peer: addr.to_owned(), reason: reason.to_owned() });
+    match &trust.pinned {
+        Some(pin) if secure::same_key(pin, conn.remote()) => Ok(conn),
+        Some(_) => refused("is not the Mac this one paired with (its key is another): pair with it again"),
+        None if loopback => Ok(conn),
+        None => refused("is not paired with this Mac: pair with it first (`headroom pair HOST:PORT CODE`, or Settings → Two Macs → Pair)"),
     }
 }
 

@@ -4,7 +4,6 @@
 //! (`headroom lend` starts one per session), so a dead or stuck ring never
 //! takes the lending app down.
 
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use mlx_rs::{Array, Dtype};
@@ -24,6 +23,9 @@ use crate::weights::ComputeDtype;
 /// the session up (the host keeps it for as long as its model is loaded).
 const IDLE_DEADLINE: Duration = Duration::from_secs(24 * 60 * 60);
 
+/// How long a session that steps aside leaves its relay to forward its last pass.
+const RELAY_FLUSH: Duration = Duration::from_millis(500);
+
 /// What one session did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Served {
@@ -40,9 +42,8 @@ pub struct Served {
 /// load is answered `Refused` with the reason. `tight` is asked before each
 /// pass: when it says memory is tight here, the lender steps aside as a
 /// local model does (the host's answer ends saying so) and the session ends.
-pub fn serve(control: TcpStream, placement: &Placement, tight: &mut dyn FnMut() -> bool) -> Result<Served> {
+pub fn serve(mut control: Conn, placement: &Placement, tight: &mut dyn FnMut() -> bool) -> Result<Served> {
     placement.check()?;
-    let mut control = Conn::new(control);
     let loaded = load(placement);
     let (model, first) = match loaded {
         Ok(v) => v,
@@ -51,11 +52,13 @@ pub fn serve(control: TcpStream, placement: &Placement, tight: &mut dyn FnMut() 
             return Err(e);
         }
     };
-    let local =
-        control.stream().local_addr().map_err(|e| EngineError::Peer { reason: format!("no local address: {e}") })?;
-    let ring_addr = free_address(local.ip())?;
-    control.send(&Reply::Placed { ring: ring_addr.clone() })?;
-    let ring = Ring::join_within(&placement.host_ring, &ring_addr, 1, IDLE_DEADLINE, super::ring::join_deadline())?;
+    // This side's ring listens on loopback only; the relay carries it.
+    let ring_addr = free_address(std::net::IpAddr::from([127, 0, 0, 1]))?;
+    control.send(&Reply::Placed)?;
+    let local = ring_addr.parse().map_err(|e| EngineError::Peer { reason: format!("{ring_addr}: {e}") })?;
+    let relay = super::relay::Relay::start(control, local, 1)?;
+    let host_ring = relay.port.to_string();
+    let ring = Ring::join_within(&host_ring, &ring_addr, 1, IDLE_DEADLINE, super::ring::join_deadline())?;
     let stages = model
         .stages()
         .ok_or(EngineError::PeerUnsupported { model_type: model.config().model_type_name().to_owned() })?;
@@ -88,6 +91,12 @@ pub fn serve(control: TcpStream, placement: &Placement, tight: &mut dyn FnMut() 
             ring.send(&Array::zeros::<f32>(&shape).op("zeros")?.as_dtype(dtype).op("zeros")?)?;
             ring.send(&Array::from_slice(&[STEPPED_ASIDE], &[1]))?;
             served.stepped_aside = true;
+            // MLX has handed the marker to its loopback socket; the relay
+            // still has to read and forward it before this process ends
+            // (its end closes the link, and the host would hear a lost
+            // peer instead of why).
+            std::thread::sleep(RELAY_FLUSH);
+            drop(relay);
             return Ok(served);
         }
         let started = Instant::now();

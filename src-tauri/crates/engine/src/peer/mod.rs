@@ -2,8 +2,10 @@
 //! a pipeline, the host running the embedding, its first layers and the
 //! output head, the peer (a Mac lent with `headroom lend`) the rest. Each
 //! forward pass hands the hidden state to the peer and back over MLX's ring
-//! backend (`send`/`recv`, TCP); the pairing and the placement go over a
-//! small JSON control connection ([`protocol`]). No network engine of our
+//! backend (`send`/`recv`, TCP, on loopback only) through a relay on each
+//! side that carries the ring's bytes over the control connection
+//! ([`relay`]); the pairing and the placement go over that connection
+//! first ([`protocol`]), encrypted and mutually authenticated ([`secure`]). No network engine of our
 //! own: the ring is MLX's, the split is the fit's (`headroom_core::split`).
 //!
 //! - [`copy`]: which model a placement names, and whether a lender's own
@@ -24,10 +26,12 @@ pub mod copy;
 pub mod host;
 pub mod lender;
 pub mod protocol;
+pub(crate) mod relay;
 pub(crate) mod ring;
+pub mod secure;
 
 pub use copy::ModelCopy;
-pub use host::{Link, PeerPlacement};
+pub use host::{Link, Paired, PeerPlacement, Trust};
 pub use protocol::{Placement, Reply, Request};
 
 /// What each forward pass sends ahead of the hidden state: what to do, the

@@ -946,7 +946,6 @@ fn attach_peer(mut model: Model, dir: &Path, at: &PeerPlacement, settings: &Load
         kernel: settings.kernel.as_str().to_owned(),
         kv: settings.kv,
         context: at.context,
-        host_ring: String::new(),
     };
     let link = crate::peer::host::place(at, placement, model.activation_dtype(), model.config().text.hidden_size)?;
     model.attach(Box::new(link));

@@ -17,6 +17,6 @@ address: string,
  */
 budgetBytes: number | null, 
 /**
- * This Mac holds a pairing token for that address.
+ * This Mac paired with that address.
  */
 paired: boolean, };

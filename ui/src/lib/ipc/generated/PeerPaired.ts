@@ -10,6 +10,11 @@ export type PeerPaired = {
  */
 machine: string, 
 /**
+ * Whether the lender's owner had allowed this Mac already (else they
+ * are asked there, and the split waits for their answer).
+ */
+allowed: boolean, 
+/**
  * The settings as stored, the lender now the peer Mac.
  */
 settings: Settings, };

@@ -52,6 +52,8 @@ export type { ModelProblem } from './ModelProblem';
 export type { ModelRate } from './ModelRate';
 export type { Notice } from './Notice';
 export type { Overhead } from './Overhead';
+export type { PairedHost } from './PairedHost';
+export type { PairedLender } from './PairedLender';
 export type { PeerPaired } from './PeerPaired';
 export type { PeerSplit } from './PeerSplit';
 export type { PlotBox } from './PlotBox';
