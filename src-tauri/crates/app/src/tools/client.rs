@@ -75,8 +75,8 @@ pub enum CallError {
     Server(ServiceError),
 }
 
-/// ": it said …" with the last of a server's stderr, or nothing.
-fn said(stderr: &str) -> String {
+/// " (it said: …)" with the last of a server's stderr, or nothing.
+pub(super) fn said(stderr: &str) -> String {
     let s = stderr.trim();
     if s.is_empty() {
         String::new()

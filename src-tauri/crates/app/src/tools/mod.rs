@@ -415,7 +415,7 @@ impl Tools {
             let mut inner = self.lock();
             if let Some(s) = inner.servers.iter_mut().find(|s| s.spec.name == server) {
                 s.state = ServerState::Failed {
-                    reason: capitalized(&format!("stopped during a call to {tool}{}", said(stderr))),
+                    reason: capitalized(&format!("stopped during a call to {tool}{}", client::said(stderr))),
                 };
                 s.connection = None;
             }
@@ -492,20 +492,11 @@ impl Tools {
     }
 }
 
-fn said(stderr: &str) -> String {
-    let s = stderr.trim();
-    if s.is_empty() {
-        String::new()
-    } else {
-        format!(" (it said: {s})")
-    }
-}
-
 /// A running server whose connection closed is failed, with what it said last.
 fn mark_if_gone(s: &mut Server) {
     if s.state == ServerState::Running && s.connection.as_ref().is_some_and(client::Connection::is_closed) {
         let stderr = s.connection.take().map(|c| c.stderr_tail()).unwrap_or_default();
-        s.state = ServerState::Failed { reason: capitalized(&format!("the server exited{}", said(&stderr))) };
+        s.state = ServerState::Failed { reason: capitalized(&format!("the server exited{}", client::said(&stderr))) };
     }
 }
 
