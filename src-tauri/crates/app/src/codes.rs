@@ -348,7 +348,7 @@ impl Coded for headroom_hub::HubError {
             E::Format { source, .. } => source.code(),
             E::MissingShard { .. } => ErrorCode::ModelIncomplete,
             E::CacheName { .. } => ErrorCode::HubProtocol,
-            E::HashMismatch { .. } | E::SizeMismatch { .. } => ErrorCode::DownloadCorrupt,
+            E::HashMismatch { .. } | E::BlobIdMismatch { .. } | E::SizeMismatch { .. } => ErrorCode::DownloadCorrupt,
             E::Io { .. } => ErrorCode::Io,
             E::Cancelled { .. } => ErrorCode::PullCancelled,
             E::Gated { .. } | E::TokenRefused { .. } | E::TokenFile { .. } | E::InvalidToken { .. } => {

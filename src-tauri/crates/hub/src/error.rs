@@ -79,6 +79,8 @@ pub enum HubError {
     },
     #[error("{file} arrived with sha256 {actual}, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
     HashMismatch { file: String, expected: String, actual: String },
+    #[error("{file} arrived with git blob id {actual}, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
+    BlobIdMismatch { file: String, expected: String, actual: String },
     #[error("{file} arrived with {actual} bytes, but the hub says {expected}: the download was deleted and nothing was added to the cache")]
     SizeMismatch { file: String, expected: u64, actual: u64 },
     #[error("{file}: the transfer kept failing ({attempts} attempts); the {kept} bytes received are kept and the next pull resumes from there: {reason}")]

@@ -11,6 +11,7 @@ use headroom_core::fit::ModelFootprint;
 use headroom_core::format::safetensors::{header_len, parse_header, parse_index, Header, INDEX_FILE, SINGLE_FILE};
 use headroom_core::format::{footprint, LoadShape, ModelConfig, CONFIG_FILE};
 use serde::Serialize;
+use sha1::Sha1;
 use sha2::{Digest, Sha256};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio_util::sync::CancellationToken;
@@ -110,8 +111,24 @@ pub enum PullEvent {
 pub enum Verified {
     /// LFS file: its sha256 equals the hub's ETag.
     Sha256,
-    /// Regular git file: the hub gives no content hash we can recompute, so its size.
+    /// Regular git file: its git blob id (the sha1 of `blob <size>\0` and
+    /// its bytes) equals the hub's ETag.
+    GitBlob,
+    /// Regular git file whose ETag is not a git blob id (a mirror's own
+    /// tag): only its size can be checked.
     Size,
+}
+
+impl Verified {
+    /// How `f` is checked once it has arrived.
+    fn of(f: &RemoteFile) -> Self {
+        let git_oid = f.etag.len() == 40 && f.etag.chars().all(|c| c.is_ascii_hexdigit());
+        match (f.lfs, git_oid) {
+            (true, _) => Verified::Sha256,
+            (false, true) => Verified::GitBlob,
+            (false, false) => Verified::Size,
+        }
+    }
 }
 
 /// What a finished pull left in the cache.
@@ -201,7 +218,7 @@ fn blob_is_complete(cache: &RepoCache, f: &RemoteFile) -> bool {
 /// Downloads every file of `model` into the hub cache at `cache_root`,
 /// reporting through `on_event`. Each blob is written to `<etag>.incomplete`
 /// (resuming one left by an earlier pull), verified (sha256 for LFS files,
-/// size for others) and renamed; a transfer that breaks off is resumed with
+/// the git blob id for others) and renamed; a transfer that breaks off is resumed with
 /// a Range request up to [`MAX_ATTEMPTS`] times. Only when every file is in
 /// place are the snapshot links and `refs/<revision>` written. Cancelling
 /// returns [`HubError::Cancelled`] and leaves the `.incomplete` files for the next pull.
@@ -230,7 +247,7 @@ pub async fn download(
         if cancel.is_cancelled() {
             return Err(HubError::Cancelled { repo: model.repo.clone() });
         }
-        let verified = if f.lfs { Verified::Sha256 } else { Verified::Size };
+        let verified = Verified::of(f);
         if blob_is_complete(&cache, f) {
             reused_bytes += f.size;
             on_event(PullEvent::FileDone { file: f.path.clone(), size: f.size, verified, reused: true });
@@ -295,7 +312,7 @@ impl Meter {
 
 /// Hashes the bytes already in a partial blob, so a resumed download is
 /// verified over the whole file.
-async fn hash_existing(path: &std::path::Path, hasher: &mut Sha256) -> Result<u64> {
+async fn hash_existing(path: &std::path::Path, hasher: &mut impl Digest) -> Result<u64> {
     let mut file = tokio::fs::File::open(path).await.map_err(io(path))?;
     let mut buf = vec![0u8; 1 << 20];
     let mut n = 0u64;
@@ -341,8 +358,19 @@ async fn fetch_blob(
         }
     }
     // Verify the whole blob before it gets its real name.
-    let mut hasher = Sha256::new();
-    let len = hash_existing(&part, &mut hasher).await?;
+    let verified = Verified::of(f);
+    let (len, digest) = if verified == Verified::GitBlob {
+        // Git hashes a header before the content; its size is the one the
+        // hub announced (a different length fails the size check below).
+        let mut hasher = Sha1::new();
+        hasher.update(format!("blob {}\0", f.size).as_bytes());
+        let len = hash_existing(&part, &mut hasher).await?;
+        (len, hex(&hasher.finalize()))
+    } else {
+        let mut hasher = Sha256::new();
+        let len = hash_existing(&part, &mut hasher).await?;
+        (len, hex(&hasher.finalize()))
+    };
     let discard = |e: HubError| {
         let _ = std::fs::remove_file(&part);
         e
@@ -350,11 +378,15 @@ async fn fetch_blob(
     if len != f.size {
         return Err(discard(HubError::SizeMismatch { file: f.path.clone(), expected: f.size, actual: len }));
     }
-    if f.lfs {
-        let actual = hex(&hasher.finalize());
-        if actual != f.etag {
-            return Err(discard(HubError::HashMismatch { file: f.path.clone(), expected: f.etag.clone(), actual }));
+    let (file, expected, actual) = (f.path.clone(), f.etag.clone(), digest);
+    match verified {
+        Verified::Sha256 if actual != expected => {
+            return Err(discard(HubError::HashMismatch { file, expected, actual }))
         }
+        Verified::GitBlob if actual != expected => {
+            return Err(discard(HubError::BlobIdMismatch { file, expected, actual }))
+        }
+        _ => {}
     }
     let blob = cache.blob(&f.etag)?;
     std::fs::rename(&part, &blob).map_err(io(blob))

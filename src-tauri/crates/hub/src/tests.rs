@@ -142,6 +142,8 @@ async fn a_full_pull_lays_out_the_hf_cache_and_a_second_reuses_it() {
     });
     assert_eq!(last_progress, Some((model.total_bytes, model.total_bytes, Some(0.0))));
     assert!(events.iter().any(|e| matches!(e, PullEvent::FileDone { file, verified: crate::Verified::Sha256, reused: false, .. } if file == MODEL)));
+    // A regular git file is checked against its git blob id, not its size alone.
+    assert!(events.iter().any(|e| matches!(e, PullEvent::FileDone { file, verified: crate::Verified::GitBlob, reused: false, .. } if file == "config.json")), "{events:?}");
 
     // Again: everything is in the cache already; nothing is fetched.
     let again = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
@@ -360,4 +362,29 @@ async fn a_gated_repo_pulls_with_the_token_which_goes_to_the_hub_and_not_to_the_
     assert!(cdn_log.iter().all(|r| r.path.starts_with("/cdn/") && r.authorization.is_none()), "{cdn_log:?}");
     let shown = format!("{client:?}");
     assert!(shown.contains("redacted") && !shown.contains(TOKEN), "{shown}");
+}
+
+/// Git's own ids for two blobs (`git hash-object`): the empty file and
+/// "hello world\n".
+#[test]
+fn the_git_blob_id_is_the_one_git_computes() {
+    use crate::testserver::git_blob_id;
+    assert_eq!(git_blob_id(b""), "e69de29bb2d1d6434b8b29ae775ad8c2e48c5391");
+    assert_eq!(git_blob_id(b"hello world\n"), "3b18e512dba79e4c8300dd08aeb37f8e728b8dad");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_regular_file_with_a_flipped_byte_is_deleted_with_a_clear_error() {
+    let fx = fixture("corrupt-git");
+    let model = inspect(&fx.client, &fx.repo, "main", &fx.cache, LoadShape::default()).await.unwrap();
+    let config = model.files.iter().find(|f| f.path == "config.json").expect("no config");
+    assert!(!config.lfs && config.etag.len() == 40, "{config:?}");
+    fx.hub.add_fault(Fault::Corrupt { file: "config.json".into() });
+    let err = download(&fx.client, &fx.cache, &model, &CancellationToken::new(), |_| {}).await.err();
+    let Some(err @ HubError::BlobIdMismatch { .. }) = err else { panic!("{err:?}") };
+    let text = err.to_string();
+    assert!(text.starts_with("config.json arrived with git blob id") && text.contains("nothing was added"), "{text}");
+    assert!(!listed(&fx));
+    let blobs = std::fs::read_dir(repo_dir(&fx).join("blobs")).into_iter().flatten().flatten();
+    assert!(blobs.map(|e| e.file_name()).all(|b| !b.to_string_lossy().starts_with(config.etag.as_str())));
 }

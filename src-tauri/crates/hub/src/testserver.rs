@@ -343,8 +343,8 @@ fn route(s: &mut State, req: &Logged) -> Reply {
         r.headers.push(("ETag".into(), "\"pointer-file-etag\"".into()));
         return r;
     }
-    // A regular git file: its ETag is the git blob id (here: any stable id).
-    let etag = ("ETag".to_owned(), format!("\"{}\"", &f.sha256[..40]));
+    // A regular git file: its ETag is the git blob id, as on the hub.
+    let etag = ("ETag".to_owned(), format!("\"{}\"", git_blob_id(&f.bytes)));
     bytes_reply(s, req, &file_name, f, vec![commit, etag])
 }
 
@@ -376,4 +376,14 @@ fn bytes_reply(s: &mut State, req: &Logged, name: &str, f: &ServedFile, mut head
         None
     };
     Reply { status, headers, body: Arc::clone(&f.bytes), span, fault }
+}
+
+/// Git's id of a blob: the sha1 of `blob <size>\0` and the bytes (what the
+/// hub sends as a regular file's ETag).
+pub fn git_blob_id(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    let mut hasher = sha1::Sha1::new();
+    hasher.update(format!("blob {}\0", bytes.len()).as_bytes());
+    hasher.update(bytes);
+    hasher.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -3,4 +3,4 @@
 /**
  * How a blob was checked.
  */
-export type Verified = "sha256" | "size";
+export type Verified = "sha256" | "git_blob" | "size";
