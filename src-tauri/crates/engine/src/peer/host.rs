@@ -134,7 +134,7 @@ pub fn peer_budget(addr: &str, trust: &Trust) -> Result<(String, BudgetInputs)> 
             message: format!("it speaks version {version} of the protocol, this Mac {VERSION}"),
         }),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
-        Reply::Placed { .. } | Reply::Paired { .. } | Reply::Pulling { .. } => {
+        Reply::Placed | Reply::Paired { .. } | Reply::Pulling { .. } => {
             Err(EngineError::Peer { reason: "the peer answered something else to a budget question".into() })
         }
     }
@@ -164,7 +164,7 @@ pub fn pair(addr: &str, code: &str, identity: &Identity, machine: &str) -> Resul
     match reply {
         Reply::Paired { machine, approved } => Ok(Paired { machine, key, approved }),
         Reply::Refused { message } => Err(EngineError::PeerRefused { peer: addr.to_owned(), message }),
-        Reply::Placed { .. } | Reply::Budget { .. } | Reply::Pulling { .. } => {
+        Reply::Placed | Reply::Budget { .. } | Reply::Pulling { .. } => {
             Err(EngineError::Peer { reason: "the peer answered something else to a pairing".into() })
         }
     }

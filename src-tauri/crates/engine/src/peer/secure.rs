@@ -164,6 +164,8 @@ fn builder(pattern: &'static str) -> Result<snow::Builder<'static>> {
     Ok(snow::Builder::new(pattern.parse().map_err(noise_error)?))
 }
 
+// By value: it is passed to `map_err` by name at every Noise call.
+#[allow(clippy::needless_pass_by_value)]
 fn noise_error(e: snow::Error) -> EngineError {
     EngineError::Peer { reason: format!("the secure link failed: {e}") }
 }

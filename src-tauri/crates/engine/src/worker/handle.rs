@@ -85,7 +85,7 @@ impl EngineHandle {
         after_unload: Option<AfterUnload>,
     ) -> Result<ModelInfo> {
         let (reply, rx) = mpsc::channel();
-        self.send(Job::Load { dir: dir.to_owned(), settings, after_unload, reply })?;
+        self.send(Job::Load { dir: dir.to_owned(), settings: Box::new(settings), after_unload, reply })?;
         rx.recv().map_err(|_| EngineError::EngineStopped)?
     }
 

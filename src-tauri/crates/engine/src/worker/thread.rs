@@ -74,7 +74,8 @@ impl Metering<'_> {
 pub(super) enum Job {
     Load {
         dir: PathBuf,
-        settings: LoadSettings,
+        // Boxed: the settings (a peer's keys among them) dwarf every other job.
+        settings: Box<LoadSettings>,
         after_unload: Option<AfterUnload>,
         reply: Sender<Result<ModelInfo>>,
     },
@@ -228,7 +229,7 @@ impl Worker {
         for job in jobs.iter() {
             match job {
                 Job::Load { dir, settings, after_unload, reply } => {
-                    let _ = reply.send(self.load(&dir, settings, after_unload));
+                    let _ = reply.send(self.load(&dir, *settings, after_unload));
                 }
                 Job::Unload { reply } => {
                     let _ = reply.send(self.unload());
